@@ -1,0 +1,11 @@
+//! `capsule-bundle` owns everything a capsule *is* on disk, before anything runs:
+//! the `capsule.yaml` spec (Kitsoki's format plus our `sandbox:` block), materializing it
+//! into a workspace (a real git checkout), the sentinel and `capsule-manifest.json`,
+//! the tree digest, the resolved sandbox policy model, and the OCI `config.json` of the bundle.
+//!
+//! It never executes a sandbox; `capsule-runtime` does. Dependency direction:
+//! bundle <- policy <- runtime, bundle <- seatbelt <- runtime.
+
+pub mod layout;
+pub mod manifest;
+pub mod policy;

@@ -1,0 +1,86 @@
+//! The capsule sentinel (`.kitsoki-capsule`) and manifest (`capsule-manifest.json`), in
+//! Kitsoki's format, plus our own fields under the `capsule` key.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Sentinel file at the workspace root: the capsule name and a newline.
+pub const SENTINEL: &str = ".kitsoki-capsule";
+/// Manifest file at the workspace root.
+pub const MANIFEST: &str = "capsule-manifest.json";
+
+/// Where the workspace came from.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ManifestSource {
+    #[serde(default)]
+    pub synthetic: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// HEAD commit id after materialization.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// Checked-out branch, if any (None for detached HEAD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// A probe from the spec, recorded in the manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ManifestProbe {
+    pub name: String,
+    pub run: String,
+    #[serde(default = "default_expect")]
+    pub expect: String,
+}
+
+fn default_expect() -> String {
+    "zero".into()
+}
+
+/// Our own fields, under the manifest's `capsule` key.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CapsuleExtension {
+    /// The bundle directory (outside the workspace).
+    pub bundle: PathBuf,
+    /// `sha256:<hex>` of the bundle's `policy.json`.
+    pub policy_digest: String,
+}
+
+/// `capsule-manifest.json`. Unknown fields are tolerated when reading (Kitsoki may add some).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub capsule_name: String,
+    #[serde(default)]
+    pub spec_path: Option<String>,
+    pub workspace: String,
+    pub opened_at: String,
+    #[serde(default)]
+    pub source: ManifestSource,
+    #[serde(default = "default_network")]
+    pub network: String,
+    #[serde(default)]
+    pub tree_digest: Option<String>,
+    #[serde(default)]
+    pub environment: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub probes: Vec<ManifestProbe>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capsule: Option<CapsuleExtension>,
+}
+
+fn default_network() -> String {
+    "none".into()
+}
+
+impl Manifest {
+    /// Read and parse a manifest. Used for *identification* only (the launch gate, `list`);
+    /// the runtime never takes policy from it, since the sandboxed command can write the
+    /// workspace's directory entries.
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{}:{}:{}: {}", path.display(), e.line(), e.column(), e))
+    }
+}

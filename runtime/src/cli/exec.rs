@@ -1,0 +1,15 @@
+//! `capsule exec` and `capsule isolation`. (Issue 4: to be implemented.)
+use crate::exit::{CliError, CliResult};
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {}
+#[derive(Debug, Args)]
+pub struct IsolationArgs {}
+
+pub fn exec(_: ExecArgs) -> CliResult {
+    Err(CliError::failure("not implemented yet"))
+}
+pub fn isolation(_: IsolationArgs) -> CliResult {
+    Err(CliError::failure("not implemented yet"))
+}

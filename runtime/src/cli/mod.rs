@@ -1,0 +1,116 @@
+//! The `capsule` command line: the top-level parser and the dispatch to one module per
+//! command group. Each module owns its arguments and its `run`.
+
+use crate::exit::{self, CliResult};
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+pub mod capsules;
+pub mod exec;
+pub mod gate;
+pub mod home;
+pub mod seatbelt;
+
+/// capsule: a sandbox runtime for coding agents and CI.
+///
+/// Opens disposable workspaces ("capsules") from Kitsoki-compatible `capsule.yaml` specs or
+/// from a local checkout, decides whether an agent may start in a directory (the launch-policy
+/// gate), and runs every command of a task inside the operating system's sandbox.
+///
+/// Exit statuses: 0 success; 1 failure; 2 usage; 3 denied by the launch policy; 124 timeout;
+/// 125 sandbox could not be set up (nothing ran); 126 not executable; 127 not found;
+/// 128+N killed by signal N; otherwise the command's own status.
+#[derive(Debug, Parser)]
+#[command(name = "capsule", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Open a capsule from a spec or a local checkout.
+    Open(capsules::OpenArgs),
+    /// Check a capsule's tree digest and run its probes.
+    Verify(capsules::VerifyArgs),
+    /// Close a capsule: remove its workspace and bundle.
+    Close(capsules::CloseArgs),
+    /// List open capsules.
+    List(capsules::ListArgs),
+    /// Show a capsule's spec, manifest, effective policy and config.json.
+    Inspect(capsules::InspectArgs),
+    /// Open an example capsule, run a few commands in it, and close it.
+    Demo(capsules::DemoArgs),
+    /// Run a command inside a capsule's sandbox.
+    Exec(exec::ExecArgs),
+    /// Show what isolation this machine gives, and accept weaker isolation knowingly.
+    Isolation(exec::IsolationArgs),
+    /// The launch-policy gate.
+    #[command(subcommand)]
+    Policy(gate::PolicyCommand),
+    /// Launch a coding agent (codex, claude) in a capsule.
+    #[command(subcommand)]
+    Agent(gate::AgentCommand),
+    /// Review the capsule's home layer.
+    #[command(subcommand)]
+    Home(home::HomeCommand),
+    /// Projects next to the source that a workspace builds from.
+    #[command(subcommand)]
+    Reveal(home::RevealCommand),
+    /// Print the macOS Seatbelt profile for a capsule.
+    Seatbelt(seatbelt::SeatbeltArgs),
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => exit::report(&e),
+    }
+}
+
+fn run(cli: Cli) -> CliResult {
+    match cli.command {
+        Command::Open(a) => capsules::open(a),
+        Command::Verify(a) => capsules::verify(a),
+        Command::Close(a) => capsules::close(a),
+        Command::List(a) => capsules::list(a),
+        Command::Inspect(a) => capsules::inspect(a),
+        Command::Demo(a) => capsules::demo(a),
+        Command::Exec(a) => exec::exec(a),
+        Command::Isolation(a) => exec::isolation(a),
+        Command::Policy(c) => gate::policy(c),
+        Command::Agent(c) => gate::agent(c),
+        Command::Home(c) => home::home(c),
+        Command::Reveal(c) => home::reveal(c),
+        Command::Seatbelt(a) => seatbelt::seatbelt(a),
+    }
+}
+
+/// Diagnostics go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings).
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Print `value` as one line of JSON on stdout.
+pub fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string(value).unwrap_or_else(|_| "null".into())
+    );
+}

@@ -1,0 +1,6 @@
+//! `capsule-runtime` owns executing capsules: the Linux executor (namespaces, mounts,
+//! Landlock, seccomp, init), the macOS executor, supervision and exec records. The
+//! `capsule` binary (`src/main.rs`) is its command-line front end, in [`cli`].
+
+pub mod cli;
+pub mod exit;

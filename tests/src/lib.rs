@@ -1,0 +1,258 @@
+//! Helpers for the end-to-end tests: locating the built `capsule` binary, scratch
+//! directories on tmpfs, and running the binary as root and as the unprivileged test user
+//! that `.ci/run` creates (`capsule-ci`, or `$CAPSULE_TEST_USER`).
+//!
+//! Sandbox tests run once per [`Runner`] from [`runners()`]. When the test user is missing
+//! they run as the current user only and say so on stderr, unless
+//! `CAPSULE_TEST_REQUIRE_USER=1` (set by `hack/test.sh` in CI), which makes that a failure.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The workspace root of this repository.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// The built `capsule` binary: `$CAPSULE_BIN`, else `target/debug/capsule`.
+/// `hack/test.sh` builds it before the tests run.
+pub fn capsule_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CAPSULE_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let p = target.join("debug/capsule");
+    assert!(p.exists(), "{} missing: run `cargo build --workspace --bins` first (hack/test.sh does)", p.display());
+    p
+}
+
+/// Kitsoki's capsule library, next to the project root.
+pub fn kitsoki_capsules() -> PathBuf {
+    if let Some(p) = std::env::var_os("KITSOKI_CAPSULES") {
+        return PathBuf::from(p);
+    }
+    let candidates = [repo_root().join("../shared/kitsoki-capsules"), repo_root().join("../../shared/kitsoki-capsules")];
+    for c in &candidates {
+        if c.is_dir() {
+            return c.clone();
+        }
+    }
+    panic!("Kitsoki's capsule library not found next to the project root (../shared/kitsoki-capsules); set KITSOKI_CAPSULES");
+}
+
+/// Our own fixtures.
+pub fn fixtures() -> PathBuf {
+    repo_root().join("tests/fixtures")
+}
+
+/// A scratch directory on tmpfs (`/dev/shm` when present), removed on drop.
+pub fn scratch() -> tempfile::TempDir {
+    let base = Path::new("/dev/shm");
+    let b = tempfile::Builder::new().prefix("capsule-e2e-").tempdir_in(if base.is_dir() { base } else { Path::new("/tmp") });
+    let d = b.expect("create scratch dir");
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod scratch");
+    d
+}
+
+/// Who runs the binary.
+#[derive(Debug, Clone)]
+pub enum Runner {
+    /// The user running the tests (root in CI).
+    Current,
+    /// The unprivileged test user.
+    User { name: String, uid: u32, gid: u32, home: PathBuf },
+}
+
+impl Runner {
+    pub fn label(&self) -> &str {
+        match self {
+            Runner::Current => "current-user",
+            Runner::User { name, .. } => name,
+        }
+    }
+    /// uid the binary runs as.
+    pub fn uid(&self) -> u32 {
+        match self {
+            Runner::Current => nix_getuid(),
+            Runner::User { uid, .. } => *uid,
+        }
+    }
+    /// Hand `path` (a scratch dir) to this runner so it can write there.
+    pub fn own(&self, path: &Path) {
+        if let Runner::User { uid, gid, .. } = self {
+            let st = Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(path).status().expect("chown");
+            assert!(st.success(), "chown {}", path.display());
+        }
+    }
+    /// A `Command` for the capsule binary run as this runner, with a clean environment
+    /// (PATH, HOME, LANG) plus `CAPSULE_ROOT=root`.
+    pub fn capsule(&self, capsule_root: &Path) -> Command {
+        let mut c = Command::new(self.bin());
+        c.env_clear();
+        c.env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        c.env("LANG", "C.UTF-8");
+        c.env("CAPSULE_ROOT", capsule_root);
+        if let Ok(v) = std::env::var("RUST_LOG") {
+            c.env("RUST_LOG", v);
+        }
+        match self {
+            Runner::Current => {
+                c.env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/root".into()));
+                c.env("USER", whoami());
+            }
+            Runner::User { name, uid, gid, home } => {
+                c.uid(*uid).gid(*gid);
+                // SAFETY: setgroups is async-signal-safe; drops root's supplementary groups.
+                unsafe {
+                    c.pre_exec(|| {
+                        if libc_setgroups_empty() != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+                c.env("HOME", home).env("USER", name).env("LOGNAME", name);
+            }
+        }
+        c
+    }
+    fn bin(&self) -> PathBuf {
+        match self {
+            Runner::Current => capsule_bin(),
+            Runner::User { .. } => shared_bin().to_path_buf(),
+        }
+    }
+}
+
+fn whoami() -> String {
+    std::env::var("USER").unwrap_or_else(|_| if nix_getuid() == 0 { "root".into() } else { "user".into() })
+}
+
+fn nix_getuid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { getuid() }
+}
+
+extern "C" {
+    fn getuid() -> u32;
+    fn setgroups(size: usize, list: *const u32) -> i32;
+}
+
+fn libc_setgroups_empty() -> i32 {
+    // SAFETY: an empty list is valid.
+    unsafe { setgroups(0, std::ptr::null()) }
+}
+
+/// A copy of the binary the test user can execute (the checkout may sit in a 0700 home).
+fn shared_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = Path::new("/dev/shm").join(format!("capsule-e2e-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir bin dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let dst = dir.join("capsule");
+        std::fs::copy(capsule_bin(), &dst).expect("copy capsule binary");
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        dst
+    })
+}
+
+/// The unprivileged test user, if it exists and we are root.
+pub fn test_user() -> Option<Runner> {
+    if nix_getuid() != 0 {
+        return None;
+    }
+    let name = std::env::var("CAPSULE_TEST_USER").unwrap_or_else(|_| "capsule-ci".into());
+    let out = Command::new("getent").args(["passwd", &name]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let f: Vec<&str> = line.split(':').collect();
+    if f.len() < 6 {
+        return None;
+    }
+    Some(Runner::User { name, uid: f[2].parse().ok()?, gid: f[3].parse().ok()?, home: PathBuf::from(f[5]) })
+}
+
+/// The runners every sandbox test runs under: the current user, and the test user.
+pub fn runners() -> Vec<Runner> {
+    let mut v = vec![Runner::Current];
+    match test_user() {
+        Some(u) => v.push(u),
+        None => {
+            if std::env::var("CAPSULE_TEST_REQUIRE_USER").as_deref() == Ok("1") {
+                panic!("CAPSULE_TEST_REQUIRE_USER=1 but the test user is missing (create it: useradd -m capsule-ci)");
+            }
+            eprintln!("note: no unprivileged test user (capsule-ci); running as the current user only");
+        }
+    }
+    v
+}
+
+/// Run `cmd`, returning its output; panics with the command line if it cannot start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd))
+}
+
+/// Stdout as a string.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stderr as a string.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Assert success, showing stdout and stderr otherwise.
+#[track_caller]
+pub fn assert_ok(o: &Output, what: &str) {
+    assert!(o.status.success(), "{what} failed ({:?})\nstdout: {}\nstderr: {}", o.status, stdout(o), stderr(o));
+}
+
+/// sha256 over a whole directory tree (paths, modes, symlink targets, contents),
+/// `.git` included: used to prove a checkout was left byte-for-byte unchanged.
+pub fn hash_tree(root: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let mut paths = Vec::new();
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut ents: Vec<_> = std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path()).collect();
+        ents.sort();
+        for p in ents {
+            out.push(p.clone());
+            let md = std::fs::symlink_metadata(&p).expect("lstat");
+            if md.is_dir() {
+                walk(&p, out);
+            }
+        }
+    }
+    walk(root, &mut paths);
+    let mut h = Sha256::new();
+    for p in paths {
+        let md = std::fs::symlink_metadata(&p).expect("lstat");
+        h.update(p.strip_prefix(root).expect("prefix").as_os_str().as_encoded_bytes());
+        h.update([0]);
+        h.update(md.mode().to_be_bytes());
+        h.update(md.mtime().to_be_bytes());
+        if md.file_type().is_symlink() {
+            h.update(std::fs::read_link(&p).expect("readlink").as_os_str().as_encoded_bytes());
+        } else if md.is_file() {
+            h.update(std::fs::read(&p).expect("read"));
+        }
+        h.update([0xff]);
+    }
+    hex::encode(h.finalize())
+}
+
+/// Convenience: an OsStr from a str.
+pub fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
