@@ -4,3 +4,11 @@
 
 pub mod cli;
 pub mod exit;
+pub mod home;
+pub mod isolation;
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(target_os = "macos")]
+pub mod macos;
+pub mod net;
+pub mod settings;

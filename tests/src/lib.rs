@@ -15,7 +15,10 @@ use std::sync::OnceLock;
 
 /// The workspace root of this repository.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// The built `capsule` binary: `$CAPSULE_BIN`, else `target/debug/capsule`.
@@ -28,7 +31,11 @@ pub fn capsule_bin() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"));
     let p = target.join("debug/capsule");
-    assert!(p.exists(), "{} missing: run `cargo build --workspace --bins` first (hack/test.sh does)", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --workspace --bins` first (hack/test.sh does)",
+        p.display()
+    );
     p
 }
 
@@ -37,7 +44,10 @@ pub fn kitsoki_capsules() -> PathBuf {
     if let Some(p) = std::env::var_os("KITSOKI_CAPSULES") {
         return PathBuf::from(p);
     }
-    let candidates = [repo_root().join("../shared/kitsoki-capsules"), repo_root().join("../../shared/kitsoki-capsules")];
+    let candidates = [
+        repo_root().join("../shared/kitsoki-capsules"),
+        repo_root().join("../../shared/kitsoki-capsules"),
+    ];
     for c in &candidates {
         if c.is_dir() {
             return c.clone();
@@ -54,9 +64,16 @@ pub fn fixtures() -> PathBuf {
 /// A scratch directory on tmpfs (`/dev/shm` when present), removed on drop.
 pub fn scratch() -> tempfile::TempDir {
     let base = Path::new("/dev/shm");
-    let b = tempfile::Builder::new().prefix("capsule-e2e-").tempdir_in(if base.is_dir() { base } else { Path::new("/tmp") });
+    let b = tempfile::Builder::new()
+        .prefix("capsule-e2e-")
+        .tempdir_in(if base.is_dir() {
+            base
+        } else {
+            Path::new("/tmp")
+        });
     let d = b.expect("create scratch dir");
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod scratch");
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod scratch");
     d
 }
 
@@ -66,7 +83,12 @@ pub enum Runner {
     /// The user running the tests (root in CI).
     Current,
     /// The unprivileged test user.
-    User { name: String, uid: u32, gid: u32, home: PathBuf },
+    User {
+        name: String,
+        uid: u32,
+        gid: u32,
+        home: PathBuf,
+    },
 }
 
 impl Runner {
@@ -86,7 +108,12 @@ impl Runner {
     /// Hand `path` (a scratch dir) to this runner so it can write there.
     pub fn own(&self, path: &Path) {
         if let Runner::User { uid, gid, .. } = self {
-            let st = Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(path).status().expect("chown");
+            let st = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{gid}"))
+                .arg(path)
+                .status()
+                .expect("chown");
             assert!(st.success(), "chown {}", path.display());
         }
     }
@@ -95,7 +122,10 @@ impl Runner {
     pub fn capsule(&self, capsule_root: &Path) -> Command {
         let mut c = Command::new(self.bin());
         c.env_clear();
-        c.env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        c.env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        );
         c.env("LANG", "C.UTF-8");
         c.env("CAPSULE_ROOT", capsule_root);
         if let Ok(v) = std::env::var("RUST_LOG") {
@@ -103,10 +133,18 @@ impl Runner {
         }
         match self {
             Runner::Current => {
-                c.env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/root".into()));
+                c.env(
+                    "HOME",
+                    std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
+                );
                 c.env("USER", whoami());
             }
-            Runner::User { name, uid, gid, home } => {
+            Runner::User {
+                name,
+                uid,
+                gid,
+                home,
+            } => {
                 c.uid(*uid).gid(*gid);
                 // SAFETY: setgroups is async-signal-safe; drops root's supplementary groups.
                 unsafe {
@@ -131,7 +169,13 @@ impl Runner {
 }
 
 fn whoami() -> String {
-    std::env::var("USER").unwrap_or_else(|_| if nix_getuid() == 0 { "root".into() } else { "user".into() })
+    std::env::var("USER").unwrap_or_else(|_| {
+        if nix_getuid() == 0 {
+            "root".into()
+        } else {
+            "user".into()
+        }
+    })
 }
 
 fn nix_getuid() -> u32 {
@@ -169,7 +213,10 @@ pub fn test_user() -> Option<Runner> {
         return None;
     }
     let name = std::env::var("CAPSULE_TEST_USER").unwrap_or_else(|_| "capsule-ci".into());
-    let out = Command::new("getent").args(["passwd", &name]).output().ok()?;
+    let out = Command::new("getent")
+        .args(["passwd", &name])
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -178,7 +225,12 @@ pub fn test_user() -> Option<Runner> {
     if f.len() < 6 {
         return None;
     }
-    Some(Runner::User { name, uid: f[2].parse().ok()?, gid: f[3].parse().ok()?, home: PathBuf::from(f[5]) })
+    Some(Runner::User {
+        name,
+        uid: f[2].parse().ok()?,
+        gid: f[3].parse().ok()?,
+        home: PathBuf::from(f[5]),
+    })
 }
 
 /// The runners every sandbox test runs under: the current user, and the test user.
@@ -190,7 +242,9 @@ pub fn runners() -> Vec<Runner> {
             if std::env::var("CAPSULE_TEST_REQUIRE_USER").as_deref() == Ok("1") {
                 panic!("CAPSULE_TEST_REQUIRE_USER=1 but the test user is missing (create it: useradd -m capsule-ci)");
             }
-            eprintln!("note: no unprivileged test user (capsule-ci); running as the current user only");
+            eprintln!(
+                "note: no unprivileged test user (capsule-ci); running as the current user only"
+            );
         }
     }
     v
@@ -198,7 +252,8 @@ pub fn runners() -> Vec<Runner> {
 
 /// Run `cmd`, returning its output; panics with the command line if it cannot start.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd))
 }
 
 /// Stdout as a string.
@@ -214,7 +269,13 @@ pub fn stderr(o: &Output) -> String {
 /// Assert success, showing stdout and stderr otherwise.
 #[track_caller]
 pub fn assert_ok(o: &Output, what: &str) {
-    assert!(o.status.success(), "{what} failed ({:?})\nstdout: {}\nstderr: {}", o.status, stdout(o), stderr(o));
+    assert!(
+        o.status.success(),
+        "{what} failed ({:?})\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
 }
 
 /// sha256 over a whole directory tree (paths, modes, symlink targets, contents),
@@ -224,7 +285,10 @@ pub fn hash_tree(root: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
     let mut paths = Vec::new();
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut ents: Vec<_> = std::fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path()).collect();
+        let mut ents: Vec<_> = std::fs::read_dir(dir)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
         ents.sort();
         for p in ents {
             out.push(p.clone());
@@ -238,12 +302,22 @@ pub fn hash_tree(root: &Path) -> String {
     let mut h = Sha256::new();
     for p in paths {
         let md = std::fs::symlink_metadata(&p).expect("lstat");
-        h.update(p.strip_prefix(root).expect("prefix").as_os_str().as_encoded_bytes());
+        h.update(
+            p.strip_prefix(root)
+                .expect("prefix")
+                .as_os_str()
+                .as_encoded_bytes(),
+        );
         h.update([0]);
         h.update(md.mode().to_be_bytes());
         h.update(md.mtime().to_be_bytes());
         if md.file_type().is_symlink() {
-            h.update(std::fs::read_link(&p).expect("readlink").as_os_str().as_encoded_bytes());
+            h.update(
+                std::fs::read_link(&p)
+                    .expect("readlink")
+                    .as_os_str()
+                    .as_encoded_bytes(),
+            );
         } else if md.is_file() {
             h.update(std::fs::read(&p).expect("read"));
         }

@@ -1,4 +1,4 @@
-//! `capsule exec` and `capsule isolation`. (Issue 4: to be implemented.)
+//! `capsule exec`. (Issue 4: to be implemented.)
 use crate::exit::{CliError, CliResult};
 use clap::Args;
 

@@ -9,6 +9,7 @@ pub mod capsules;
 pub mod exec;
 pub mod gate;
 pub mod home;
+pub mod isolation;
 pub mod seatbelt;
 
 /// capsule: a sandbox runtime for coding agents and CI.
@@ -44,7 +45,7 @@ pub enum Command {
     /// Run a command inside a capsule's sandbox.
     Exec(exec::ExecArgs),
     /// Show what isolation this machine gives, and accept weaker isolation knowingly.
-    Isolation(exec::IsolationArgs),
+    Isolation(isolation::IsolationArgs),
     /// The launch-policy gate.
     #[command(subcommand)]
     Policy(gate::PolicyCommand),
@@ -87,7 +88,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Inspect(a) => capsules::inspect(a),
         Command::Demo(a) => capsules::demo(a),
         Command::Exec(a) => exec::exec(a),
-        Command::Isolation(a) => exec::isolation(a),
+        Command::Isolation(a) => isolation::isolation(a),
         Command::Policy(c) => gate::policy(c),
         Command::Agent(c) => gate::agent(c),
         Command::Home(c) => home::home(c),

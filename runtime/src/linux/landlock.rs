@@ -1,0 +1,1 @@
+//! Landlock rules derived from the sandbox policy (second wall). (Issue 4.)

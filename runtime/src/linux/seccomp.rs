@@ -1,0 +1,1 @@
+//! The seccomp filter: refused syscalls, ioctl masks, foreign ABIs. (Issue 4.)

@@ -1,0 +1,1 @@
+//! The macOS executor: `sandbox-exec` with a generated Seatbelt profile. (Issue 7.)

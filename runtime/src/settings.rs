@@ -1,0 +1,96 @@
+//! The tool's own settings (`$CAPSULE_ROOT/settings.json`): knowing acceptance of weaker
+//! isolation and the projects revealed per source folder. Never stored in a repository,
+//! and not writable from inside a sandbox (the capsule root is hidden there).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Settings persisted across runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// `capsule isolation --accept-weaker on`: run with Landlock + seccomp only when
+    /// namespaces are unavailable.
+    #[serde(default)]
+    pub accept_weaker: bool,
+    /// Source folder (canonical) -> folders revealed read-only to its capsules (canonical).
+    #[serde(default)]
+    pub reveals: BTreeMap<PathBuf, Vec<PathBuf>>,
+}
+
+/// Errors reading or writing settings.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+impl Settings {
+    /// Load settings from `path`; a missing file means defaults.
+    pub fn load(path: &Path) -> Result<Self, SettingsError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| SettingsError::Parse {
+                path: path.to_path_buf(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(source) => Err(SettingsError::Io {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Save atomically (write a temporary file next to it, then rename).
+    pub fn save(&self, path: &Path) -> Result<(), SettingsError> {
+        let io = |source| SettingsError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+        let text = serde_json::to_string_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
+        std::fs::write(&tmp, text + "\n").map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(e)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_missing_is_default() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("settings.json");
+        assert_eq!(Settings::load(&p).unwrap(), Settings::default());
+        let mut s = Settings {
+            accept_weaker: true,
+            ..Default::default()
+        };
+        s.reveals
+            .insert("/src/app".into(), vec!["/src/shared".into()]);
+        s.save(&p).unwrap();
+        assert_eq!(Settings::load(&p).unwrap(), s);
+        std::fs::write(&p, "{ bad").unwrap();
+        let e = Settings::load(&p).unwrap_err().to_string();
+        assert!(e.contains("settings.json:1:"), "{e}");
+    }
+}
