@@ -5,7 +5,17 @@
 //!
 //! It never executes a sandbox; `capsule-runtime` does. Dependency direction:
 //! bundle <- policy <- runtime, bundle <- seatbelt <- runtime.
+//!
+//! Public entry points: [`store::resolve`] / [`store::list`] / [`store::close`] for open
+//! capsules (the runtime loads a capsule's [`policy::SandboxPolicy`] through
+//! [`store::resolve`]), [`digest::tree_digest`], and the spec in [`spec`].
 
+pub mod digest;
+pub mod error;
+pub mod gitinfo;
 pub mod layout;
 pub mod manifest;
 pub mod policy;
+pub mod store;
+
+pub use error::{Error, Result};

@@ -1,0 +1,309 @@
+//! The store of open capsules under a capsule root: finding one by name or path
+//! ([`resolve`]), listing them ([`list`]) and closing them ([`close`]). Opening lives in
+//! [`crate::open`].
+//!
+//! What the runtime trusts is only what lives in the bundle directory
+//! (`Layout::bundle_dir(name)`, outside the workspace): `bundle.json` ([`BundleRecord`])
+//! and `policy.json` ([`SandboxPolicy`]). Nothing is read back from the workspace to
+//! decide policy; the workspace's manifest is for identification by humans and Kitsoki.
+//!
+//! ```no_run
+//! use capsule_bundle::{layout::Layout, store};
+//! let layout = Layout::new("/tmp/capsule-root");
+//! let cap = store::resolve(&layout, "clean-repo")?; // or a workspace path
+//! println!("{} at {} (bundle {})", cap.name, cap.workspace.display(), cap.bundle_dir.display());
+//! let policy = &cap.policy; // the resolved SandboxPolicy from policy.json
+//! # Ok::<(), capsule_bundle::Error>(())
+//! ```
+
+use crate::error::{Error, IoContext, Result};
+use crate::layout::{bundle_files, valid_name, Layout};
+use crate::manifest::SENTINEL;
+use crate::policy::SandboxPolicy;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Format version of `bundle.json`.
+pub const RECORD_VERSION: u32 = 1;
+
+/// `bundle.json`: the pointer record of an open capsule, written by `open`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BundleRecord {
+    pub version: u32,
+    /// The capsule name (also the bundle directory's name).
+    pub name: String,
+    /// Canonical path of the workspace.
+    pub workspace: PathBuf,
+    /// Canonical path of the spec it was opened from (`None` for `--source`).
+    #[serde(default)]
+    pub spec_path: Option<PathBuf>,
+    /// Canonical path of the operator's checkout for `--source` capsules.
+    #[serde(default)]
+    pub source: Option<PathBuf>,
+    /// RFC 3339 UTC time of the open.
+    pub opened_at: String,
+    /// `sha256:<hex>` of `policy.json`'s policy ([`SandboxPolicy::digest`]).
+    pub policy_digest: String,
+    /// The spec's network mode as written (`none`, `replay`, `live`).
+    pub network: String,
+    /// HEAD commit id right after the open.
+    #[serde(default)]
+    pub head: Option<String>,
+    /// Branch checked out right after the open (`None`: detached).
+    #[serde(default)]
+    pub branch: Option<String>,
+    /// Tree digest (lower-case hex, no prefix) right after the open.
+    pub tree_digest: String,
+}
+
+/// An open capsule, loaded from its bundle.
+#[derive(Debug, Clone)]
+pub struct OpenCapsule {
+    pub name: String,
+    /// Canonical workspace path.
+    pub workspace: PathBuf,
+    /// The bundle directory (`config.json`, `policy.json`, `bundle.json`, `tmp/`, ...).
+    pub bundle_dir: PathBuf,
+    /// The resolved policy from `policy.json`.
+    pub policy: SandboxPolicy,
+    pub record: BundleRecord,
+}
+
+impl OpenCapsule {
+    /// Path of a file in the bundle (see [`bundle_files`]).
+    pub fn bundle_file(&self, name: &str) -> PathBuf {
+        self.bundle_dir.join(name)
+    }
+}
+
+/// Read and parse a JSON file of the bundle.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).at(path)?;
+    serde_json::from_str(&text).map_err(|e| Error::Spec {
+        file: path.to_path_buf(),
+        line: e.line() as u64,
+        column: e.column() as u64,
+        msg: e.to_string(),
+    })
+}
+
+/// Load `policy.json` from a bundle directory.
+pub fn read_policy(bundle_dir: &Path) -> Result<SandboxPolicy> {
+    read_json(&bundle_dir.join(bundle_files::POLICY))
+}
+
+/// Load `bundle.json` from a bundle directory.
+pub fn read_record(bundle_dir: &Path) -> Result<BundleRecord> {
+    read_json(&bundle_dir.join(bundle_files::RECORD))
+}
+
+/// The capsule root, canonical if it exists.
+fn canonical_root(layout: &Layout) -> PathBuf {
+    std::fs::canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone())
+}
+
+/// Load the open capsule called `name`, checking that its record and policy agree.
+pub fn load(layout: &Layout, name: &str) -> Result<OpenCapsule> {
+    if !valid_name(name) {
+        return Err(Error::other(format!(
+            "{name:?} is not a valid capsule name (letters, digits, '-', '_', '.')"
+        )));
+    }
+    let bundle_dir = Layout::new(canonical_root(layout)).bundle_dir(name);
+    let record = read_record(&bundle_dir)?;
+    let policy = read_policy(&bundle_dir)?;
+    let rec_file = bundle_dir.join(bundle_files::RECORD);
+    if record.name != name || policy.capsule_name != name {
+        return Err(Error::other(format!(
+            "{}: names the capsule {:?}, but its bundle directory is {name:?}",
+            rec_file.display(),
+            record.name
+        )));
+    }
+    if policy.workspace != record.workspace {
+        return Err(Error::other(format!(
+            "{}: policy workspace {} differs from the record's {}",
+            bundle_dir.join(bundle_files::POLICY).display(),
+            policy.workspace.display(),
+            record.workspace.display()
+        )));
+    }
+    if policy.digest() != record.policy_digest {
+        return Err(Error::other(format!(
+            "{}: policy digest does not match {} (the bundle was changed after open)",
+            bundle_dir.join(bundle_files::POLICY).display(),
+            rec_file.display()
+        )));
+    }
+    Ok(OpenCapsule {
+        name: name.to_string(),
+        workspace: record.workspace.clone(),
+        bundle_dir,
+        policy,
+        record,
+    })
+}
+
+/// Find an open capsule by `reference`: a capsule name, a workspace path (or a path
+/// inside a workspace: the deepest enclosing workspace wins), or a bundle directory.
+/// A path is canonicalized once and compared against the records in the bundles.
+pub fn resolve(layout: &Layout, reference: &str) -> Result<OpenCapsule> {
+    let looks_like_path = reference.contains('/') || reference == "." || reference == "..";
+    if !looks_like_path && valid_name(reference) {
+        let dir = layout.bundle_dir(reference);
+        if dir.join(bundle_files::RECORD).is_file() {
+            return load(layout, reference);
+        }
+    }
+    let canon = match std::fs::canonicalize(reference) {
+        Ok(p) => p,
+        Err(_) => return Err(Error::NotFound(reference.to_string())),
+    };
+    let root = canonical_root(layout);
+    let bundles = Layout::new(&root).bundles_dir();
+    if let Ok(rel) = canon.strip_prefix(&bundles) {
+        if let Some(first) = rel.components().next() {
+            let name = first.as_os_str().to_string_lossy().into_owned();
+            return load(layout, &name);
+        }
+    }
+    let mut best: Option<(usize, OpenCapsule)> = None;
+    for entry in list(layout)? {
+        if let Ok(cap) = entry.capsule {
+            if canon.starts_with(&cap.workspace) {
+                let depth = cap.workspace.components().count();
+                if best.as_ref().is_none_or(|(d, _)| depth > *d) {
+                    best = Some((depth, cap));
+                }
+            }
+        }
+    }
+    best.map(|(_, c)| c)
+        .ok_or_else(|| Error::NotFound(reference.to_string()))
+}
+
+/// One entry of [`list`]: a bundle directory and what loading it gave.
+#[derive(Debug)]
+pub struct Listed {
+    pub name: String,
+    pub capsule: Result<OpenCapsule>,
+}
+
+/// All bundles under the capsule root, sorted by name. Half-made directories of an
+/// open in progress (names starting with `.`) are skipped.
+pub fn list(layout: &Layout) -> Result<Vec<Listed>> {
+    let dir = Layout::new(canonical_root(layout)).bundles_dir();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&dir, e)),
+    };
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.') && valid_name(n))
+        .collect();
+    names.sort();
+    Ok(names
+        .into_iter()
+        .map(|name| Listed {
+            capsule: load(layout, &name),
+            name,
+        })
+        .collect())
+}
+
+/// What [`close`] did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Closed {
+    pub name: String,
+    pub workspace: PathBuf,
+    pub bundle_dir: PathBuf,
+    /// `false` when the workspace was already gone or (with `force`) left in place
+    /// because it had no sentinel.
+    pub workspace_removed: bool,
+}
+
+/// Close the capsule `reference` names: remove its workspace and its bundle.
+///
+/// Refuses a workspace directory without the sentinel (it may not be a capsule at all);
+/// with `force` the bundle is still removed and the directory left alone. Refuses a
+/// workspace whose HEAD or tree digest changed since the open unless `force`.
+pub fn close(layout: &Layout, reference: &str, force: bool) -> Result<Closed> {
+    let cap = resolve(layout, reference)?;
+    let ws = &cap.workspace;
+    let mut workspace_removed = false;
+    match std::fs::symlink_metadata(ws) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(ws, e)),
+        Ok(md) if !md.is_dir() => {
+            return Err(Error::other(format!(
+                "refusing to close {}: it is not a directory (no capsule workspace there)",
+                ws.display()
+            )))
+        }
+        Ok(_) => {
+            let sentinel_ok = std::fs::symlink_metadata(ws.join(SENTINEL))
+                .map(|m| m.is_file())
+                .unwrap_or(false);
+            if !sentinel_ok {
+                if !force {
+                    return Err(Error::other(format!(
+                        "refusing to close {}: it has no {SENTINEL} sentinel, so it may not be a capsule; remove it yourself, or pass --force to drop only the bundle",
+                        ws.display()
+                    )));
+                }
+            } else {
+                if !force {
+                    if let Some(why) = changed_since_open(&cap) {
+                        return Err(Error::other(format!(
+                            "refusing to close {}: {why} since it was opened; pass --force to discard that work",
+                            cap.name
+                        )));
+                    }
+                }
+                remove_dir_atomically(ws)?;
+                workspace_removed = true;
+            }
+        }
+    }
+    remove_dir_atomically(&cap.bundle_dir)?;
+    Ok(Closed {
+        name: cap.name,
+        workspace: cap.workspace,
+        bundle_dir: cap.bundle_dir,
+        workspace_removed,
+    })
+}
+
+/// Why the workspace differs from the open, if it does (HEAD or tree digest).
+pub fn changed_since_open(cap: &OpenCapsule) -> Option<String> {
+    let head = crate::gitinfo::head(&cap.workspace).ok().map(|h| h.commit);
+    if head.is_some() && head != cap.record.head {
+        return Some("HEAD moved".into());
+    }
+    match crate::digest::tree_digest(&cap.workspace) {
+        Ok(d) if d == cap.record.tree_digest => None,
+        Ok(_) => Some("files changed".into()),
+        Err(e) => Some(format!("its files cannot be read ({e})")),
+    }
+}
+
+/// Rename `dir` to a hidden sibling, then remove it, so a half-removed directory never
+/// carries the original name. `std::fs::remove_dir_all` does not follow symlinks.
+pub(crate) fn remove_dir_atomically(dir: &Path) -> Result<()> {
+    let parent = dir
+        .parent()
+        .ok_or_else(|| Error::other(format!("{}: has no parent", dir.display())))?;
+    let base = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tomb = parent.join(format!(".closing-{base}-{}", std::process::id()));
+    match std::fs::rename(dir, &tomb) {
+        Ok(()) => std::fs::remove_dir_all(&tomb).at(&tomb),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
