@@ -145,16 +145,9 @@ impl Runner {
                 gid,
                 home,
             } => {
+                // std drops root's supplementary groups itself (setgroups(0) before setuid
+                // when running as root); a pre_exec hook would run after setuid and fail.
                 c.uid(*uid).gid(*gid);
-                // SAFETY: setgroups is async-signal-safe; drops root's supplementary groups.
-                unsafe {
-                    c.pre_exec(|| {
-                        if libc_setgroups_empty() != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
                 c.env("HOME", home).env("USER", name).env("LOGNAME", name);
             }
         }
@@ -185,12 +178,6 @@ fn nix_getuid() -> u32 {
 
 extern "C" {
     fn getuid() -> u32;
-    fn setgroups(size: usize, list: *const u32) -> i32;
-}
-
-fn libc_setgroups_empty() -> i32 {
-    // SAFETY: an empty list is valid.
-    unsafe { setgroups(0, std::ptr::null()) }
 }
 
 /// A copy of the binary the test user can execute (the checkout may sit in a 0700 home).

@@ -1,21 +1,236 @@
-//! `capsule home` and `capsule reveal`. (Issue 5: to be implemented.)
+//! `capsule home diff|apply|discard` (review of a capsule's home layer) and
+//! `capsule reveal list|add|rm` (projects next to the source folder that its capsules may
+//! read). The work is done in [`crate::home`]; this module parses arguments and prints.
+
 use crate::exit::{CliError, CliResult};
-use clap::Subcommand;
+use crate::home::reveal;
+use crate::settings::Settings;
+use capsule_bundle::layout::{capsule_root, Layout};
+use clap::{Args, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
 pub enum HomeCommand {
-    /// What the task changed in the home directory.
-    Diff,
-}
-#[derive(Debug, Subcommand)]
-pub enum RevealCommand {
-    /// Folders the source's manifests name.
-    List,
+    /// What the task added, changed or removed in the home directory (content diffs for
+    /// text). Package caches are not part of the review.
+    Diff(HomeDiffArgs),
+    /// Copy the task's home changes (all, or the named paths) to the real home directory.
+    /// Refuses a change whose real file moved on since the task started, unless --force.
+    Apply(HomeApplyArgs),
+    /// Throw away the task's home changes (all, or the named paths).
+    Discard(HomeDiscardArgs),
 }
 
-pub fn home(_: HomeCommand) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+#[derive(Debug, Args)]
+pub struct HomeDiffArgs {
+    /// The capsule.
+    pub capsule: String,
+    /// Only these paths (`~/.zshrc`, `.config/git`, or absolute under home).
+    pub paths: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
-pub fn reveal(_: RevealCommand) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+
+#[derive(Debug, Args)]
+pub struct HomeApplyArgs {
+    /// The capsule.
+    pub capsule: String,
+    /// Only these paths (`~/.zshrc`, `.config/git`, or absolute under home); all if none.
+    pub paths: Vec<String>,
+    /// Apply even where the real file changed since the task started.
+    #[arg(long)]
+    pub force: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HomeDiscardArgs {
+    /// The capsule.
+    pub capsule: String,
+    /// Only these paths; all if none.
+    pub paths: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RevealCommand {
+    /// The folders outside the source folder that its manifests (Cargo.toml, package.json,
+    /// .csproj/.fsproj/.vbproj, go.mod, go.work) name, each marked opened or not. Only
+    /// suggestions: nothing opens by itself.
+    List(RevealListArgs),
+    /// Open a folder (read-only) for every capsule of a source folder.
+    Add(RevealChangeArgs),
+    /// Close a folder opened with `reveal add`.
+    Rm(RevealChangeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RevealListArgs {
+    /// Source folder (default: the git work tree holding the current directory, or the
+    /// current directory).
+    pub source: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RevealChangeArgs {
+    /// The folder to open or close (e.g. `../shared`).
+    pub dir: PathBuf,
+    /// Source folder whose capsules see it (default: the git work tree holding the current
+    /// directory, or the current directory).
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+}
+
+pub fn home(cmd: HomeCommand) -> CliResult {
+    let _ = cmd;
+    Err(CliError::failure("home review: not implemented yet"))
+}
+
+fn layout() -> Result<Layout, CliError> {
+    capsule_root()
+        .map(Layout::new)
+        .ok_or_else(|| CliError::failure("cannot find the capsule root: set CAPSULE_ROOT or HOME"))
+}
+
+fn cwd() -> Result<PathBuf, CliError> {
+    std::env::current_dir().map_err(|e| CliError::failure(format!("current directory: {e}")))
+}
+
+/// The canonical source folder from `--source`/argument, else the default.
+fn source_dir(arg: Option<&Path>) -> Result<PathBuf, CliError> {
+    let base = match arg {
+        Some(p) => p.to_path_buf(),
+        None => reveal::default_source(&cwd()?),
+    };
+    std::fs::canonicalize(&base)
+        .map_err(|e| CliError::failure(format!("source folder {}: {e}", base.display())))
+}
+
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .and_then(|h| std::fs::canonicalize(h).ok())
+}
+
+pub fn reveal(cmd: RevealCommand) -> CliResult {
+    let layout = layout()?;
+    let settings_path = layout.settings_file();
+    let fail = |e: &dyn std::fmt::Display| CliError::failure(e.to_string());
+    match cmd {
+        RevealCommand::List(a) => {
+            let source = source_dir(a.source.as_deref())?;
+            let settings = Settings::load(&settings_path).map_err(|e| fail(&e))?;
+            let opened = reveal::opened_for(&settings, &source);
+            let scan = reveal::scan(&source, &opened).map_err(|e| fail(&e))?;
+            if a.json {
+                let v = serde_json::to_value(&scan).map_err(|e| fail(&e))?;
+                super::print_json(&v);
+            } else {
+                print_scan(&scan);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RevealCommand::Add(a) => {
+            let source = source_dir(a.source.as_deref())?;
+            let dir = reveal::canonical_dir(&a.dir).map_err(|e| fail(&e))?;
+            if dir.starts_with(&source) {
+                return Err(CliError::failure(format!(
+                    "{}: inside the source folder {}; capsules already get a copy of it",
+                    dir.display(),
+                    source.display()
+                )));
+            }
+            if source.starts_with(&dir) {
+                return Err(CliError::failure(format!(
+                    "{}: holds the source folder {}; reveal the project folder itself",
+                    dir.display(),
+                    source.display()
+                )));
+            }
+            let root = std::fs::canonicalize(&layout.root).ok();
+            reveal::check_revealable(&dir, home_dir().as_deref(), root.as_deref())
+                .map_err(|e| fail(&e))?;
+            let mut settings = Settings::load(&settings_path).map_err(|e| fail(&e))?;
+            if reveal::add(&mut settings, &source, &dir) {
+                settings.save(&settings_path).map_err(|e| fail(&e))?;
+                println!(
+                    "opened {} (read-only) for capsules of {}; close it with `capsule reveal rm {}`",
+                    dir.display(),
+                    source.display(),
+                    reveal::relative_to(&dir, &source)
+                );
+            } else {
+                println!(
+                    "{} was already open for capsules of {}",
+                    dir.display(),
+                    source.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RevealCommand::Rm(a) => {
+            let source = source_dir(a.source.as_deref())?;
+            // the folder may be gone by now: fall back to a normalized absolute path
+            let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| {
+                let abs = if a.dir.is_absolute() {
+                    a.dir.clone()
+                } else {
+                    cwd()
+                        .map(|c| c.join(&a.dir))
+                        .unwrap_or_else(|_| a.dir.clone())
+                };
+                reveal::normalize(&abs)
+            });
+            let mut settings = Settings::load(&settings_path).map_err(|e| fail(&e))?;
+            reveal::remove(&mut settings, &source, &dir).map_err(|e| fail(&e))?;
+            settings.save(&settings_path).map_err(|e| fail(&e))?;
+            println!(
+                "closed {} for capsules of {}",
+                dir.display(),
+                source.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_scan(scan: &reveal::Scan) {
+    if scan.suggestions.is_empty() {
+        println!(
+            "no folders outside {} are named by its manifests",
+            scan.source.display()
+        );
+    }
+    for s in &scan.suggestions {
+        let mark = if s.opened { "opened" } else { "closed" };
+        let missing = if s.exists { "" } else { " (missing)" };
+        println!("{mark:<7} {}{missing}  [{}]", s.relative, s.path.display());
+        if s.named_by.is_empty() {
+            println!("        opened by hand; no manifest names it");
+        }
+        for m in &s.named_by {
+            println!(
+                "        {}: {} = {:?}",
+                m.manifest.display(),
+                m.field,
+                m.written
+            );
+        }
+    }
+    for u in &scan.unreadable {
+        println!(
+            "could not read {}: {}",
+            u.manifest.display(),
+            u.error.replace('\n', " ")
+        );
+    }
+    if scan.suggestions.iter().any(|s| !s.opened && s.exists) {
+        println!("open one for this source's capsules with `capsule reveal add <folder>`");
+    }
 }

@@ -1,0 +1,971 @@
+//! Projects a workspace builds from: the folders outside a source folder that its own
+//! manifests name (`path = "../shared"` in Cargo.toml, `file:../ui` in package.json,
+//! `<ProjectReference Include="..\Shared\Shared.csproj">` in a .csproj, `replace … => ../x`
+//! in go.mod / go.work), and which of them the person opened (`capsule reveal add`).
+//!
+//! Everything here only *suggests*: nothing is opened by reading a manifest. Opened folders
+//! are stored in the tool's settings ([`crate::settings::Settings::reveals`]), keyed by the
+//! canonical source folder, never in the repository.
+//!
+//! Manifests are parsed with libraries made for them (cargo_toml, serde_json, quick-xml);
+//! go.mod / go.work with a small tokenizer of their documented grammar
+//! (<https://go.dev/ref/mod#go-mod-file-grammar>).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// Folders not searched for manifests (dependencies, build output, VCS data).
+const SKIP_DIRS: &[&str] = &[
+    ".git",
+    "node_modules",
+    "target",
+    "bin",
+    "obj",
+    "vendor",
+    "dist",
+    "build",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".yarn",
+    ".pnpm-store",
+    ".gradle",
+];
+/// How deep below the source folder manifests are looked for.
+const MAX_DEPTH: usize = 6;
+/// At most this many directories are read (a guard against huge trees).
+const MAX_DIRS: usize = 20_000;
+/// Manifests larger than this are not parsed.
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+/// Which kind of manifest named a folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ManifestKind {
+    Cargo,
+    Npm,
+    Dotnet,
+    GoMod,
+    GoWork,
+}
+
+/// One mention of a path in a manifest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Mention {
+    /// The manifest, relative to the source folder.
+    pub manifest: PathBuf,
+    pub kind: ManifestKind,
+    /// Where in the manifest (`dependencies.shared`, `patch.crates-io.x`, `replace`…).
+    pub field: String,
+    /// The path exactly as written.
+    pub written: String,
+}
+
+/// A folder outside the source folder that manifests name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Suggestion {
+    /// Absolute path (canonical when it exists, else lexically normalized).
+    pub path: PathBuf,
+    /// The path relative to the source folder (`../shared`), for display.
+    pub relative: String,
+    pub exists: bool,
+    /// Opened for this source folder's capsules (`capsule reveal add`).
+    pub opened: bool,
+    /// The manifests naming it; empty for a folder opened by hand that no manifest names.
+    pub named_by: Vec<Mention>,
+}
+
+/// A manifest that could not be read or parsed (reported, never fatal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unreadable {
+    pub manifest: PathBuf,
+    pub error: String,
+}
+
+/// The result of scanning a source folder.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Scan {
+    pub source: PathBuf,
+    pub suggestions: Vec<Suggestion>,
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// Errors of reveal operations.
+#[derive(Debug, thiserror::Error)]
+pub enum RevealError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}: not a directory; reveal opens folders")]
+    NotADirectory(PathBuf),
+    #[error("{path}: {why}; not revealed")]
+    Refused { path: PathBuf, why: String },
+    #[error("{path}: not revealed for source {source_dir} (see `capsule reveal list`)")]
+    NotRevealed { path: PathBuf, source_dir: PathBuf },
+}
+
+/// The default source folder: the git work tree holding `cwd` (a folder with `.git`), or
+/// `cwd` itself.
+pub fn default_source(cwd: &Path) -> PathBuf {
+    let mut cur = Some(cwd);
+    while let Some(d) = cur {
+        if std::fs::symlink_metadata(d.join(".git")).is_ok() {
+            return d.to_path_buf();
+        }
+        cur = d.parent();
+    }
+    cwd.to_path_buf()
+}
+
+/// Lexically normalize an absolute path: drop `.`, resolve `..` against the preceding
+/// component (never above `/`).
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Prefix(_) | Component::RootDir => out.push(c.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if out.parent().is_some() {
+                    out.pop();
+                }
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+/// Canonical path when it exists, else the lexically normalized one (its existing prefix
+/// canonicalized, so `..` through a symlinked parent still resolves as the OS would).
+fn resolve(p: &Path) -> (PathBuf, bool) {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return (c, true);
+    }
+    let n = normalize(p);
+    // canonicalize the longest existing prefix
+    let mut prefix = n.clone();
+    let mut rest = Vec::new();
+    while !prefix.as_os_str().is_empty() {
+        if let Ok(c) = std::fs::canonicalize(&prefix) {
+            let mut out = c;
+            for r in rest.iter().rev() {
+                out.push(r);
+            }
+            return (normalize(&out), false);
+        }
+        match (
+            prefix.file_name().map(|f| f.to_os_string()),
+            prefix.parent(),
+        ) {
+            (Some(f), Some(parent)) => {
+                rest.push(f);
+                prefix = parent.to_path_buf();
+            }
+            _ => break,
+        }
+    }
+    (n, false)
+}
+
+/// `path` relative to `base` with `..` steps (both absolute, normalized).
+pub fn relative_to(path: &Path, base: &Path) -> String {
+    let p: Vec<_> = path.components().collect();
+    let b: Vec<_> = base.components().collect();
+    let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut parts: Vec<String> = Vec::new();
+    for _ in common..b.len() {
+        parts.push("..".into());
+    }
+    for c in &p[common..] {
+        parts.push(c.as_os_str().to_string_lossy().into_owned());
+    }
+    if parts.is_empty() {
+        ".".into()
+    } else {
+        parts.join("/")
+    }
+}
+
+/// Scan `source` (canonical) for manifests and return the folders outside it they name,
+/// merged with the folders opened in `opened` (canonical paths, from settings).
+pub fn scan(source: &Path, opened: &[PathBuf]) -> Result<Scan, RevealError> {
+    let mut by_path: BTreeMap<PathBuf, (bool, Vec<Mention>)> = BTreeMap::new();
+    let mut unreadable = Vec::new();
+    let mut manifests = Vec::new();
+    find_manifests(source, &mut manifests).map_err(|e| RevealError::Io {
+        path: source.to_path_buf(),
+        source: e,
+    })?;
+    manifests.sort();
+    for (file, kind) in manifests {
+        let rel_manifest = file.strip_prefix(source).unwrap_or(&file).to_path_buf();
+        let dir = file.parent().unwrap_or(source);
+        let found = match read_manifest(&file) {
+            Ok(text) => parse_manifest(kind, &file, &text),
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(refs) => {
+                for r in refs {
+                    let (path, exists) = resolve(&dir.join(&r.path));
+                    if path.starts_with(source) {
+                        continue;
+                    }
+                    by_path
+                        .entry(path)
+                        .or_insert((exists, Vec::new()))
+                        .1
+                        .push(Mention {
+                            manifest: rel_manifest.clone(),
+                            kind,
+                            field: r.field,
+                            written: r.written,
+                        });
+                }
+            }
+            Err(error) => unreadable.push(Unreadable {
+                manifest: rel_manifest,
+                error,
+            }),
+        }
+    }
+    for o in opened {
+        by_path
+            .entry(o.clone())
+            .or_insert_with(|| (o.exists(), Vec::new()));
+    }
+    let suggestions = by_path
+        .into_iter()
+        .map(|(path, (exists, mut named_by))| {
+            named_by.sort();
+            named_by.dedup();
+            Suggestion {
+                relative: relative_to(&path, source),
+                opened: opened.contains(&path),
+                path,
+                exists,
+                named_by,
+            }
+        })
+        .collect();
+    Ok(Scan {
+        source: source.to_path_buf(),
+        suggestions,
+        unreadable,
+    })
+}
+
+fn read_manifest(file: &Path) -> Result<String, String> {
+    let md = std::fs::metadata(file).map_err(|e| e.to_string())?;
+    if md.len() > MAX_MANIFEST_BYTES {
+        return Err(format!("larger than {MAX_MANIFEST_BYTES} bytes; not read"));
+    }
+    std::fs::read_to_string(file).map_err(|e| e.to_string())
+}
+
+fn manifest_kind(name: &str) -> Option<ManifestKind> {
+    match name {
+        "Cargo.toml" => Some(ManifestKind::Cargo),
+        "package.json" => Some(ManifestKind::Npm),
+        "go.mod" => Some(ManifestKind::GoMod),
+        "go.work" => Some(ManifestKind::GoWork),
+        n if n.ends_with(".csproj") || n.ends_with(".fsproj") || n.ends_with(".vbproj") => {
+            Some(ManifestKind::Dotnet)
+        }
+        _ => None,
+    }
+}
+
+/// Breadth-first walk (no symlinks followed) collecting manifests.
+fn find_manifests(source: &Path, out: &mut Vec<(PathBuf, ManifestKind)>) -> std::io::Result<()> {
+    let mut queue = std::collections::VecDeque::from([(source.to_path_buf(), 0usize)]);
+    let mut dirs = 0usize;
+    while let Some((dir, depth)) = queue.pop_front() {
+        dirs += 1;
+        if dirs > MAX_DIRS {
+            tracing::warn!(
+                "reveal: stopped after {MAX_DIRS} folders under {}",
+                source.display()
+            );
+            break;
+        }
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if depth == 0 => return Err(e),
+            Err(e) => {
+                tracing::debug!("reveal: skipping {}: {e}", dir.display());
+                continue;
+            }
+        };
+        for ent in rd.flatten() {
+            let Ok(ft) = ent.file_type() else { continue };
+            let name = ent.file_name();
+            let name = name.to_string_lossy();
+            if ft.is_dir() {
+                if depth < MAX_DEPTH && !SKIP_DIRS.contains(&name.as_ref()) {
+                    queue.push_back((ent.path(), depth + 1));
+                }
+            } else if ft.is_file() {
+                if let Some(k) = manifest_kind(&name) {
+                    out.push((ent.path(), k));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A path reference found in a manifest, relative to the manifest's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathRef {
+    pub field: String,
+    pub written: String,
+    /// Folder (or file, for a tarball dependency) as a relative or absolute path.
+    pub path: PathBuf,
+}
+
+/// Parse one manifest's text; `file` only names it in errors and picks the parser.
+pub fn parse_manifest(kind: ManifestKind, file: &Path, text: &str) -> Result<Vec<PathRef>, String> {
+    let _ = file;
+    match kind {
+        ManifestKind::Cargo => cargo_refs(text),
+        ManifestKind::Npm => npm_refs(text),
+        ManifestKind::Dotnet => dotnet_refs(text),
+        ManifestKind::GoMod | ManifestKind::GoWork => go_refs(text),
+    }
+}
+
+/// Cargo.toml: `path` of dependencies (all kinds, target-specific, workspace), `[patch.*]`,
+/// `[replace]`, and workspace members written as paths.
+pub fn cargo_refs(text: &str) -> Result<Vec<PathRef>, String> {
+    let m = cargo_toml::Manifest::from_slice(text.as_bytes()).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let mut deps = |section: &str, set: &cargo_toml::DepsSet| {
+        for (name, dep) in set {
+            if let Some(p) = dep.detail().and_then(|d| d.path.as_ref()) {
+                out.push(PathRef {
+                    field: format!("{section}.{name}"),
+                    written: p.clone(),
+                    path: PathBuf::from(p),
+                });
+            }
+        }
+    };
+    deps("dependencies", &m.dependencies);
+    deps("dev-dependencies", &m.dev_dependencies);
+    deps("build-dependencies", &m.build_dependencies);
+    for (t, target) in &m.target {
+        deps(&format!("target.{t}.dependencies"), &target.dependencies);
+        deps(
+            &format!("target.{t}.dev-dependencies"),
+            &target.dev_dependencies,
+        );
+        deps(
+            &format!("target.{t}.build-dependencies"),
+            &target.build_dependencies,
+        );
+    }
+    for (reg, set) in &m.patch {
+        deps(&format!("patch.{reg}"), set);
+    }
+    #[allow(deprecated)]
+    deps("replace", &m.replace);
+    if let Some(ws) = &m.workspace {
+        deps("workspace.dependencies", &ws.dependencies);
+        for member in &ws.members {
+            if let Some(prefix) = literal_prefix(member) {
+                out.push(PathRef {
+                    field: "workspace.members".into(),
+                    written: member.clone(),
+                    path: prefix,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The part of a glob before its first wildcard, as a folder (`../pkgs/*` -> `../pkgs`).
+/// `None` for a pattern that is only a wildcard.
+fn literal_prefix(pattern: &str) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for part in pattern.split('/') {
+        if part.contains(['*', '?', '[', '{']) {
+            break;
+        }
+        out.push(part);
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// package.json: `file:` / `link:` / `portal:` specifiers in dependencies,
+/// devDependencies, optionalDependencies and peerDependencies, and `workspaces` patterns.
+pub fn npm_refs(text: &str) -> Result<Vec<PathRef>, String> {
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| format!("line {} column {}: {e}", e.line(), e.column()))?;
+    let mut out = Vec::new();
+    for section in [
+        "dependencies",
+        "devDependencies",
+        "optionalDependencies",
+        "peerDependencies",
+    ] {
+        let Some(map) = v.get(section).and_then(|s| s.as_object()) else {
+            continue;
+        };
+        for (name, spec) in map {
+            let Some(spec) = spec.as_str() else { continue };
+            let local = ["file:", "link:", "portal:"]
+                .iter()
+                .find_map(|p| spec.strip_prefix(p));
+            if let Some(p) = local {
+                out.push(PathRef {
+                    field: format!("{section}.{name}"),
+                    written: spec.to_string(),
+                    path: PathBuf::from(p),
+                });
+            }
+        }
+    }
+    let patterns: Vec<&str> = match v.get("workspaces") {
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_str()).collect(),
+        Some(serde_json::Value::Object(o)) => o
+            .get("packages")
+            .and_then(|p| p.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    for p in patterns {
+        if let Some(prefix) = literal_prefix(p) {
+            out.push(PathRef {
+                field: "workspaces".into(),
+                written: p.to_string(),
+                path: prefix,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// .csproj / .fsproj / .vbproj: `Include` of `<ProjectReference>` (the referenced project's
+/// folder; MSBuild writes `\` as the separator).
+pub fn dotnet_refs(text: &str) -> Result<Vec<PathRef>, String> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(text);
+    let mut out = Vec::new();
+    loop {
+        let pos = reader.buffer_position();
+        match reader.read_event() {
+            Ok(Event::Start(e)) | Ok(Event::Empty(e)) => {
+                if e.local_name().as_ref() != b"ProjectReference" {
+                    continue;
+                }
+                for a in e.attributes() {
+                    let a = a.map_err(|err| format!("byte {pos}: {err}"))?;
+                    if a.key.local_name().as_ref() != b"Include" {
+                        continue;
+                    }
+                    let v = a
+                        .unescape_value()
+                        .map_err(|err| format!("byte {pos}: {err}"))?
+                        .into_owned();
+                    // MSBuild items may list several paths separated by ';'
+                    for item in v.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                        if item.contains("$(") {
+                            continue; // property-dependent: cannot be known statically
+                        }
+                        let p = PathBuf::from(item.replace('\\', "/"));
+                        let folder = p.parent().map(Path::to_path_buf).unwrap_or_default();
+                        out.push(PathRef {
+                            field: "ProjectReference".into(),
+                            written: item.to_string(),
+                            path: if folder.as_os_str().is_empty() {
+                                PathBuf::from(".")
+                            } else {
+                                folder
+                            },
+                        });
+                    }
+                }
+            }
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => {
+                let line = text[..(pos as usize).min(text.len())].matches('\n').count() + 1;
+                return Err(format!("line {line}: {e}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A token of the go.mod lexical grammar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GoTok {
+    Word(String),
+    LParen,
+    RParen,
+    Arrow,
+    Newline,
+}
+
+/// Tokenize go.mod / go.work: identifiers, interpreted ("…") and raw (`…`) strings,
+/// `(`, `)`, `=>`, newlines; `//` comments dropped.
+fn go_tokens(text: &str) -> Result<Vec<(usize, GoTok)>, String> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    let mut line = 1;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'\n' => {
+                out.push((line, GoTok::Newline));
+                line += 1;
+                i += 1;
+            }
+            b' ' | b'\t' | b'\r' => i += 1,
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'(' => {
+                out.push((line, GoTok::LParen));
+                i += 1;
+            }
+            b')' => {
+                out.push((line, GoTok::RParen));
+                i += 1;
+            }
+            b'=' if b.get(i + 1) == Some(&b'>') => {
+                out.push((line, GoTok::Arrow));
+                i += 2;
+            }
+            b'"' => {
+                let mut s = String::new();
+                i += 1;
+                loop {
+                    match b.get(i) {
+                        None | Some(b'\n') => {
+                            return Err(format!("line {line}: unterminated string"))
+                        }
+                        Some(b'"') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(b'\\') => {
+                            match b.get(i + 1) {
+                                Some(b'"') => s.push('"'),
+                                Some(b'\\') => s.push('\\'),
+                                Some(b'n') => s.push('\n'),
+                                Some(b't') => s.push('\t'),
+                                _ => {
+                                    return Err(format!(
+                                        "line {line}: unsupported escape in string"
+                                    ))
+                                }
+                            }
+                            i += 2;
+                        }
+                        Some(_) => {
+                            let start = i;
+                            while i < b.len() && !matches!(b[i], b'"' | b'\\' | b'\n') {
+                                i += 1;
+                            }
+                            s.push_str(&text[start..i]);
+                        }
+                    }
+                }
+                out.push((line, GoTok::Word(s)));
+            }
+            b'`' => {
+                let start = i + 1;
+                let Some(end) = text[start..].find('`') else {
+                    return Err(format!("line {line}: unterminated raw string"));
+                };
+                let s = &text[start..start + end];
+                line += s.matches('\n').count();
+                out.push((line, GoTok::Word(s.to_string())));
+                i = start + end + 1;
+            }
+            _ => {
+                let start = i;
+                while i < b.len()
+                    && !matches!(
+                        b[i],
+                        b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')' | b'"' | b'`'
+                    )
+                    && !(b[i] == b'/' && b.get(i + 1) == Some(&b'/'))
+                    && !(b[i] == b'=' && b.get(i + 1) == Some(&b'>'))
+                {
+                    i += 1;
+                }
+                out.push((line, GoTok::Word(text[start..i].to_string())));
+            }
+        }
+    }
+    out.push((line, GoTok::Newline));
+    Ok(out)
+}
+
+/// Is a go.mod replacement target a file path (not a module path)? Per the reference:
+/// it starts with `./` or `../`, or is absolute.
+fn go_is_path(s: &str) -> bool {
+    s.starts_with("./") || s.starts_with("../") || s == "." || s == ".." || s.starts_with('/')
+}
+
+/// go.mod / go.work: `replace old [v] => ./path` (single or block form) and, in go.work,
+/// `use ./path`.
+pub fn go_refs(text: &str) -> Result<Vec<PathRef>, String> {
+    let toks = go_tokens(text)?;
+    // split into lines of (verb, args) respecting blocks `verb ( … )`
+    let mut lines: Vec<(usize, String, Vec<GoTok>)> = Vec::new();
+    let mut i = 0;
+    let mut block: Option<String> = None;
+    while i < toks.len() {
+        let (line, t) = &toks[i];
+        match t {
+            GoTok::Newline => {
+                i += 1;
+            }
+            GoTok::RParen if block.is_some() => {
+                block = None;
+                i += 1;
+            }
+            _ => {
+                let mut cur: Vec<GoTok> = Vec::new();
+                while i < toks.len() && toks[i].1 != GoTok::Newline {
+                    cur.push(toks[i].1.clone());
+                    i += 1;
+                }
+                if let Some(verb) = &block {
+                    if cur.last() == Some(&GoTok::RParen) {
+                        cur.pop();
+                        if !cur.is_empty() {
+                            lines.push((*line, verb.clone(), cur));
+                        }
+                        block = None;
+                    } else {
+                        lines.push((*line, verb.clone(), cur));
+                    }
+                    continue;
+                }
+                let verb = match cur.first() {
+                    Some(GoTok::Word(w)) => w.clone(),
+                    _ => return Err(format!("line {line}: expected a directive")),
+                };
+                let args: Vec<GoTok> = cur[1..].to_vec();
+                if args.first() == Some(&GoTok::LParen) {
+                    let rest: Vec<GoTok> = args[1..].to_vec();
+                    if rest.last() == Some(&GoTok::RParen) {
+                        // `verb ( a b )` on one line
+                        let inner = rest[..rest.len() - 1].to_vec();
+                        if !inner.is_empty() {
+                            lines.push((*line, verb, inner));
+                        }
+                    } else {
+                        if !rest.is_empty() {
+                            lines.push((*line, verb.clone(), rest));
+                        }
+                        block = Some(verb);
+                    }
+                } else {
+                    lines.push((*line, verb, args));
+                }
+            }
+        }
+    }
+    if block.is_some() {
+        return Err("unterminated ( block".into());
+    }
+    let mut out = Vec::new();
+    for (line, verb, args) in lines {
+        match verb.as_str() {
+            "replace" => {
+                let Some(arrow) = args.iter().position(|t| *t == GoTok::Arrow) else {
+                    return Err(format!("line {line}: replace without =>"));
+                };
+                if let Some(GoTok::Word(target)) = args.get(arrow + 1) {
+                    // a version after the target means a module path, not a folder
+                    if go_is_path(target) && args.len() == arrow + 2 {
+                        out.push(PathRef {
+                            field: "replace".into(),
+                            written: target.clone(),
+                            path: PathBuf::from(target),
+                        });
+                    }
+                } else {
+                    return Err(format!("line {line}: replace without a target"));
+                }
+            }
+            "use" => {
+                for a in args {
+                    if let GoTok::Word(w) = a {
+                        out.push(PathRef {
+                            field: "use".into(),
+                            written: w.clone(),
+                            path: PathBuf::from(w),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Check that `dir` (canonical, a directory) may be revealed: not the root, not the home
+/// directory or a folder holding it, not a credential or agent-login path or a folder
+/// holding one, not inside the capsule root.
+pub fn check_revealable(
+    dir: &Path,
+    home: Option<&Path>,
+    capsule_root: Option<&Path>,
+) -> Result<(), RevealError> {
+    let refuse = |why: String| RevealError::Refused {
+        path: dir.to_path_buf(),
+        why,
+    };
+    if dir.parent().is_none() {
+        return Err(refuse("the root folder".into()));
+    }
+    if let Some(root) = capsule_root {
+        if dir.starts_with(root) || root.starts_with(dir) {
+            return Err(refuse("holds capsule's own state".into()));
+        }
+    }
+    if let Some(home) = home {
+        if home.starts_with(dir) {
+            return Err(refuse("the home folder or a folder holding it".into()));
+        }
+        use capsule_bundle::policy::{HOME_AGENT_LOGINS, HOME_CREDENTIALS};
+        for rel in HOME_CREDENTIALS.iter().chain(HOME_AGENT_LOGINS) {
+            let p = home.join(rel);
+            if dir.starts_with(&p) || p.starts_with(dir) && p.exists() {
+                return Err(refuse(format!(
+                    "is or holds {} (credentials or logins)",
+                    p.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Canonicalize a folder to reveal; it must exist and be a directory.
+pub fn canonical_dir(dir: &Path) -> Result<PathBuf, RevealError> {
+    let c = std::fs::canonicalize(dir).map_err(|e| RevealError::Io {
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
+    if !c.is_dir() {
+        return Err(RevealError::NotADirectory(c));
+    }
+    Ok(c)
+}
+
+/// Folders opened for `source` (canonical) in `settings`.
+pub fn opened_for(settings: &crate::settings::Settings, source: &Path) -> Vec<PathBuf> {
+    settings.reveals.get(source).cloned().unwrap_or_default()
+}
+
+/// Record `dir` as opened for `source`; returns false when it already was.
+pub fn add(settings: &mut crate::settings::Settings, source: &Path, dir: &Path) -> bool {
+    let v = settings.reveals.entry(source.to_path_buf()).or_default();
+    if v.iter().any(|p| p == dir) {
+        return false;
+    }
+    v.push(dir.to_path_buf());
+    v.sort();
+    true
+}
+
+/// Remove `dir` from the folders opened for `source`.
+pub fn remove(
+    settings: &mut crate::settings::Settings,
+    source: &Path,
+    dir: &Path,
+) -> Result<(), RevealError> {
+    let not = || RevealError::NotRevealed {
+        path: dir.to_path_buf(),
+        source_dir: source.to_path_buf(),
+    };
+    let v = settings.reveals.get_mut(source).ok_or_else(not)?;
+    let before = v.len();
+    v.retain(|p| p != dir);
+    if v.len() == before {
+        return Err(not());
+    }
+    if v.is_empty() {
+        settings.reveals.remove(source);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cargo_all_sections() {
+        let t = r#"
+[package]
+name = "app"
+version = "0.1.0"
+[dependencies]
+shared = { path = "../shared" }
+serde = "1"
+inh = { workspace = true }
+[dev-dependencies]
+testkit = { path = "../testkit", version = "0.1" }
+[target.'cfg(unix)'.build-dependencies]
+gen = { path = "../../tools/gen" }
+[workspace]
+members = ["crates/*", "../sibling/*"]
+[workspace.dependencies]
+wsdep = { path = "../wsdep" }
+[patch.crates-io]
+log = { path = "../log-fork" }
+"#;
+        let r = cargo_refs(t).unwrap();
+        let paths: Vec<_> = r
+            .iter()
+            .map(|r| r.path.to_string_lossy().into_owned())
+            .collect();
+        for want in [
+            "../shared",
+            "../testkit",
+            "../../tools/gen",
+            "../wsdep",
+            "../log-fork",
+            "../sibling",
+            "crates",
+        ] {
+            assert!(
+                paths.contains(&want.to_string()),
+                "{want} missing from {paths:?}"
+            );
+        }
+        assert_eq!(paths.len(), 7, "{paths:?}");
+        assert!(cargo_refs("[dependencies\n").is_err());
+    }
+
+    #[test]
+    fn npm_specs() {
+        let t = r#"{"dependencies":{"ui":"file:../ui","x":"^1"},
+            "devDependencies":{"l":"link:../linked"},
+            "optionalDependencies":{"o":"file:../o.tgz"},
+            "peerDependencies":{"p":"portal:../portal"},
+            "workspaces":{"packages":["../pkgs/*","packages/*"]}}"#;
+        let r = npm_refs(t).unwrap();
+        let paths: Vec<_> = r
+            .iter()
+            .map(|r| r.path.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "../ui",
+                "../linked",
+                "../o.tgz",
+                "../portal",
+                "../pkgs",
+                "packages"
+            ]
+        );
+        let e = npm_refs("{\n \"a\": }").unwrap_err();
+        assert!(e.starts_with("line 2"), "{e}");
+    }
+
+    #[test]
+    fn dotnet_backslashes() {
+        let t = r#"<Project Sdk="Microsoft.NET.Sdk">
+  <ItemGroup>
+    <ProjectReference Include="..\Shared\Shared.csproj" />
+    <ProjectReference Include="..\Lib\Lib.fsproj"></ProjectReference>
+    <PackageReference Include="Newtonsoft.Json" Version="13" />
+    <ProjectReference Include="$(Root)\X\X.csproj" />
+  </ItemGroup>
+</Project>"#;
+        let r = dotnet_refs(t).unwrap();
+        let paths: Vec<_> = r
+            .iter()
+            .map(|r| r.path.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(paths, ["../Shared", "../Lib"]);
+        assert!(dotnet_refs("<Project><ItemGroup></Project>").is_err());
+    }
+
+    #[test]
+    fn gomod_replace_forms() {
+        let t = r#"module example.com/app // the app
+
+go 1.22
+
+require example.com/x v1.0.0
+
+replace example.com/x => ../x
+replace example.com/y v1.2.3 => "../y dir"
+replace example.com/z => example.com/z2 v1.0.0
+replace (
+	example.com/a => ./local/a // inside
+	example.com/b v0.1.0 => ../b
+)
+replace ( example.com/c => /abs/c )
+"#;
+        let r = go_refs(t).unwrap();
+        let paths: Vec<_> = r
+            .iter()
+            .map(|r| r.path.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(paths, ["../x", "../y dir", "./local/a", "../b", "/abs/c"]);
+        let w = go_refs("go 1.22\nuse (\n  .\n  ../mod2\n)\n").unwrap();
+        let paths: Vec<_> = w
+            .iter()
+            .map(|r| r.path.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(paths, [".", "../mod2"]);
+        assert!(go_refs("replace (\n a => ../a\n").is_err());
+        assert!(go_refs("replace a ../a\n").is_err());
+    }
+
+    #[test]
+    fn normalize_and_relative() {
+        assert_eq!(
+            normalize(Path::new("/a/b/../c/./d")),
+            PathBuf::from("/a/c/d")
+        );
+        assert_eq!(normalize(Path::new("/../a")), PathBuf::from("/a"));
+        assert_eq!(
+            relative_to(Path::new("/s/shared"), Path::new("/s/app")),
+            "../shared"
+        );
+        assert_eq!(
+            relative_to(Path::new("/x/y"), Path::new("/s/app")),
+            "../../x/y"
+        );
+    }
+
+    #[test]
+    fn revealable_rules() {
+        let home = Path::new("/home/u");
+        assert!(check_revealable(Path::new("/"), Some(home), None).is_err());
+        assert!(check_revealable(Path::new("/home"), Some(home), None).is_err());
+        assert!(check_revealable(home, Some(home), None).is_err());
+        assert!(check_revealable(Path::new("/home/u/.ssh/keys"), Some(home), None).is_err());
+        assert!(check_revealable(
+            Path::new("/home/u/root/x"),
+            Some(home),
+            Some(Path::new("/home/u/root"))
+        )
+        .is_err());
+        assert!(check_revealable(Path::new("/home/u/src/shared"), Some(home), None).is_ok());
+    }
+}
