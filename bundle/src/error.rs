@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The spec is malformed at a known position.
-    #[error("{file}:{line}:{column}: {msg}")]
+    #[error("{}:{line}:{column}: {msg}", file.display())]
     Spec {
         file: PathBuf,
         line: u64,
@@ -15,12 +15,13 @@ pub enum Error {
         msg: String,
     },
     /// The spec is wrong in a way that has no single position (e.g. a missing key).
-    #[error("{file}: {msg}")]
+    #[error("{}: {msg}", file.display())]
     SpecFile { file: PathBuf, msg: String },
-    /// A materialization step failed.
-    #[error("{file}: step {index} ({action}): {msg}")]
+    /// A materialization step (`source.steps[index]`) is wrong or failed.
+    #[error("{}{}: source.steps[{index}] ({action}): {msg}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
     Step {
         file: PathBuf,
+        line: Option<u64>,
         index: usize,
         action: String,
         msg: String,

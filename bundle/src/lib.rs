@@ -16,6 +16,7 @@ pub mod gitinfo;
 pub mod layout;
 pub mod manifest;
 pub mod policy;
+pub mod spec;
 pub mod store;
 
 pub use error::{Error, Result};
