@@ -1,1 +1,627 @@
-//! Landlock rules derived from the sandbox policy (second wall). (Issue 4.)
+//! Landlock rules derived from the sandbox policy (second wall; the only filesystem wall
+//! under weaker isolation). (Issue 4.)
+//!
+//! Landlock only *grants*: once a right is handled, it is refused everywhere except beneath
+//! the paths a rule names, and a rule cannot take back what a rule higher up granted. So
+//! "read everywhere except the hidden paths" is built as a cover of `/` minus the hidden
+//! paths: for every directory on the way from `/` to a hidden path, each entry that neither
+//! is a hidden path nor leads to one gets read (and execute) rights; the directories on the
+//! way themselves get nothing (or only `ReadDir`, see [`LandlockOptions::list_ancestors`]).
+//! Revealed paths are granted read again, writable roots get every right, and `/dev` is
+//! treated as hidden except the named devices. Symbolic links met on the way are never
+//! followed (a link's target is governed by its own rules), and every path is opened by
+//! walking down from `/` with `O_NOFOLLOW`, so what is granted is what was looked at.
+//!
+//! Build this where the filesystem looks like the sandbox (for our executor: in the child,
+//! after the new root is in place; paths are the same absolute paths as on the host), since
+//! rules bind to the inodes they name. [`LandlockRuleset::build`] opens the paths and makes
+//! the ruleset; [`LandlockRuleset::restrict_self`] enforces it on the calling thread.
+//!
+//! Network (ABI 4+): TCP bind and connect are refused in mode `off`, and, under weaker
+//! isolation (no network namespace), in every mode but `open` (Landlock cannot tell loopback
+//! from the internet; it filters by port only). Scopes (ABI 6+): signals and abstract unix
+//! sockets cannot reach outside the sandbox. Landlock (every ABI) also refuses ptrace of any
+//! process outside the domain.
+//!
+//! What Landlock cannot express is reported, never silently dropped: read-only carve-outs
+//! and hidden paths *inside* writable roots, and rights the running kernel's ABI lacks
+//! ([`LandlockReport::missing`] lists the ones this policy needs; the caller refuses).
+
+use capsule_bundle::policy::{NetworkMode, SandboxPolicy};
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Devices a sandboxed command may open (read and write), by name under `/dev`.
+pub const DEVICES: &[&str] = &[
+    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts",
+];
+
+/// Errors building or enforcing the ruleset.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("landlock: opening {path}: {source}")]
+    Open { path: PathBuf, source: nix::Error },
+    #[error("landlock: {path} is not an absolute path")]
+    NotAbsolute { path: PathBuf },
+}
+
+/// Options of the ruleset beyond the policy itself.
+#[derive(Debug, Clone, Default)]
+pub struct LandlockOptions {
+    /// Namespaces isolate too (full isolation). `false` under weaker isolation: then this
+    /// layer must also keep the host network, signals and abstract sockets out.
+    pub namespaces: bool,
+    /// Give `ReadDir` to the directories on the way to hidden paths. Landlock grants it
+    /// recursively, so the *names* inside hidden directories become listable (never their
+    /// contents). Set it when mounts already hide those names (full isolation); leave it off
+    /// under weaker isolation, where `ls /` then fails but nothing hidden can be listed.
+    pub list_ancestors: bool,
+    /// More writable paths (e.g. the home layer's mount point, caches, a private `/dev/shm`).
+    pub extra_writable: Vec<PathBuf>,
+    /// More read-only paths revealed inside hidden ones.
+    pub extra_readable: Vec<PathBuf>,
+    /// Leave `/dev` alone (do not restrict it to [`DEVICES`] and the policy's devices).
+    pub all_devices: bool,
+    /// TCP ports the command may still connect to when TCP is restricted (e.g. a proxy).
+    pub tcp_connect_ports: Vec<u16>,
+}
+
+/// Enforcement status, as Landlock reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    FullyEnforced,
+    PartiallyEnforced,
+    NotEnforced,
+}
+
+/// One requested right and what it got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RightReport {
+    /// Stable name (`fs.read_write`, `fs.truncate`, `net.tcp`, `scope.signal`, ...).
+    pub right: &'static str,
+    /// First Landlock ABI that has it.
+    pub needs_abi: u32,
+    /// This policy needs it to hold its promises (if missing, the layer counts as missing).
+    pub required: bool,
+    /// Enforced on this kernel.
+    pub enforced: bool,
+    /// What it means, in plain words.
+    pub what: &'static str,
+}
+
+/// What the Landlock layer did, for the exec record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LandlockReport {
+    /// The kernel's Landlock ABI (0: none).
+    pub abi: u32,
+    pub status: Enforcement,
+    pub rights: Vec<RightReport>,
+    /// Number of path rules added.
+    pub path_rules: usize,
+    /// TCP restricted (bind and connect refused except `tcp_connect_ports`).
+    pub tcp_restricted: bool,
+    /// Parts of the policy this layer cannot express (others must enforce them).
+    pub not_expressible: Vec<String>,
+    /// Policy paths that do not exist (nothing to grant).
+    pub skipped: Vec<PathBuf>,
+}
+
+impl LandlockReport {
+    /// Rights this policy needs that the kernel lacks: each one is a missing layer.
+    pub fn missing(&self) -> Vec<&RightReport> {
+        self.rights
+            .iter()
+            .filter(|r| r.required && !r.enforced)
+            .collect()
+    }
+}
+
+/// The kernel's Landlock ABI version (0 when Landlock is absent or disabled).
+pub fn abi_version() -> u32 {
+    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a null attr and size 0 only queries.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    if v < 0 {
+        0
+    } else {
+        v as u32
+    }
+}
+
+/// Whether TCP must be restricted for this network mode.
+pub fn tcp_restricted(mode: NetworkMode, namespaces: bool) -> bool {
+    match mode {
+        NetworkMode::Off => true,
+        NetworkMode::Open => false,
+        // a network namespace keeps these to loopback / the proxy; without one, only
+        // refusing TCP keeps the host's network out
+        NetworkMode::None | NetworkMode::Allowlist | NetworkMode::Replay => !namespaces,
+    }
+}
+
+/// The rights this policy asks of Landlock, and whether the kernel with `abi` has them.
+pub fn requested_rights(
+    policy: &SandboxPolicy,
+    opts: &LandlockOptions,
+    abi: u32,
+) -> Vec<RightReport> {
+    let tcp = tcp_restricted(policy.network.mode, opts.namespaces);
+    let r = |right, needs_abi: u32, required, what| RightReport {
+        right,
+        needs_abi,
+        required,
+        enforced: abi >= needs_abi,
+        what,
+    };
+    let mut v = vec![
+        r("fs.read_write", 1, true, "reads outside hidden paths and writes only to writable roots"),
+        r("fs.refer", 2, false, "linking and renaming across directories (without it Landlock refuses them all, stricter)"),
+        r("fs.truncate", 3, true, "truncating files outside writable roots is refused"),
+        r("fs.ioctl_dev", 5, false, "ioctl on devices only for the allowed devices"),
+    ];
+    if tcp {
+        v.push(r("net.tcp", 4, true, "TCP bind and connect refused"));
+    }
+    v.push(r(
+        "scope.signal",
+        6,
+        !opts.namespaces,
+        "no signals to processes outside the sandbox",
+    ));
+    v.push(r(
+        "scope.abstract_unix_socket",
+        6,
+        !opts.namespaces,
+        "no connection to abstract unix sockets outside the sandbox",
+    ));
+    v.push(r(
+        "fs.resolve_unix",
+        9,
+        false,
+        "no connection to the host's unix sockets by path (outside writable roots)",
+    ));
+    v
+}
+
+/// A ruleset built from a policy, ready to enforce.
+#[derive(Debug)]
+pub struct LandlockRuleset {
+    created: Option<RulesetCreated>,
+    report: LandlockReport,
+}
+
+/// Absolute path -> normal components.
+fn components(p: &Path) -> Result<Vec<&OsStr>, LandlockError> {
+    if !p.is_absolute() {
+        return Err(LandlockError::NotAbsolute {
+            path: p.to_path_buf(),
+        });
+    }
+    Ok(p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect())
+}
+
+fn open_root(flags: OFlag) -> Result<OwnedFd, LandlockError> {
+    nix::fcntl::open(
+        "/",
+        flags | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|source| LandlockError::Open {
+        path: "/".into(),
+        source,
+    })
+}
+
+/// Open `path` by walking down from `/` without following any symlink. `Ok(None)` when it
+/// does not exist (or a component is a symlink, whose target is governed by its own rules).
+fn open_nofollow(path: &Path, last: OFlag) -> Result<Option<OwnedFd>, LandlockError> {
+    let comps = components(path)?;
+    let mut fd = open_root(if comps.is_empty() {
+        last
+    } else {
+        OFlag::O_PATH
+    })?;
+    for (i, c) in comps.iter().enumerate() {
+        let is_last = i + 1 == comps.len();
+        let flags = if is_last {
+            last | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+        } else {
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+        };
+        match openat(fd.as_fd(), *c, flags, Mode::empty()) {
+            Ok(next) => fd = next,
+            Err(nix::Error::ENOENT) | Err(nix::Error::ENOTDIR) | Err(nix::Error::ELOOP) => {
+                return Ok(None)
+            }
+            Err(source) => {
+                return Err(LandlockError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+    Ok(Some(fd))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Symlink,
+}
+
+fn kind(fd: &OwnedFd, path: &Path) -> Result<Kind, LandlockError> {
+    let st = fstat(fd.as_fd()).map_err(|source| LandlockError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let fmt = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+    Ok(if fmt == SFlag::S_IFDIR {
+        Kind::Dir
+    } else if fmt == SFlag::S_IFLNK {
+        Kind::Symlink
+    } else {
+        Kind::File
+    })
+}
+
+/// Rights that make sense on a non-directory.
+fn file_rights(abi: ABI) -> BitFlags<AccessFs> {
+    AccessFs::from_file(abi)
+}
+
+struct Builder {
+    abi: ABI,
+    handled: BitFlags<AccessFs>,
+    created: RulesetCreated,
+    rules: usize,
+}
+
+impl Builder {
+    /// Grant `rights` (masked to what is handled and to the object's kind) beneath `fd`.
+    fn grant(
+        &mut self,
+        fd: OwnedFd,
+        path: &Path,
+        rights: BitFlags<AccessFs>,
+    ) -> Result<(), LandlockError> {
+        let mut rights = rights & self.handled;
+        match kind(&fd, path)? {
+            Kind::Symlink => return Ok(()),
+            Kind::File => rights &= file_rights(self.abi),
+            Kind::Dir => {}
+        }
+        if rights.is_empty() {
+            return Ok(());
+        }
+        (&mut self.created).add_rule(PathBeneath::new(fd, rights))?;
+        self.rules += 1;
+        Ok(())
+    }
+
+    /// Grant `rights` beneath `path` opened without following symlinks; false if absent.
+    fn grant_path(
+        &mut self,
+        path: &Path,
+        rights: BitFlags<AccessFs>,
+    ) -> Result<bool, LandlockError> {
+        match open_nofollow(path, OFlag::O_PATH)? {
+            Some(fd) => {
+                self.grant(fd, path, rights)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Cover the tree below `dir` (an ancestor of some hidden path) with `read` rights,
+    /// leaving out hidden paths and recursing into directories that lead to them.
+    fn cover(
+        &mut self,
+        dir: &Path,
+        hidden: &BTreeSet<PathBuf>,
+        ancestors: &BTreeSet<PathBuf>,
+        read: BitFlags<AccessFs>,
+        list_ancestors: bool,
+    ) -> Result<(), LandlockError> {
+        let Some(dfd) = open_nofollow(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)? else {
+            return Ok(());
+        };
+        if list_ancestors {
+            let again = dfd.try_clone().map_err(|e| LandlockError::Open {
+                path: dir.to_path_buf(),
+                source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            })?;
+            self.grant(again, dir, AccessFs::ReadDir.into())?;
+        }
+        let listing = dfd.try_clone().map_err(|e| LandlockError::Open {
+            path: dir.to_path_buf(),
+            source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        let mut d = nix::dir::Dir::from_fd(listing).map_err(|source| LandlockError::Open {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        for e in d.iter() {
+            let e = e.map_err(|source| LandlockError::Open {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(n.to_vec());
+            }
+        }
+        for n in names {
+            let name = OsStr::from_bytes(&n);
+            let child = dir.join(name);
+            if hidden.contains(&child) {
+                continue;
+            }
+            if ancestors.contains(&child) {
+                // must be a real directory (not a symlink) to recurse into
+                self.cover(&child, hidden, ancestors, read, list_ancestors)?;
+                continue;
+            }
+            let fd = match openat(
+                dfd.as_fd(),
+                name,
+                OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(nix::Error::ENOENT) => continue,
+                Err(source) => {
+                    return Err(LandlockError::Open {
+                        path: child,
+                        source,
+                    })
+                }
+            };
+            self.grant(fd, &child, read)?;
+        }
+        Ok(())
+    }
+}
+
+impl LandlockRuleset {
+    /// Build the ruleset for `policy` on this kernel: opens every path it names and every
+    /// entry on the way to hidden paths. Allocates and makes syscalls; does not restrict
+    /// anything yet.
+    pub fn build(policy: &SandboxPolicy, opts: &LandlockOptions) -> Result<Self, LandlockError> {
+        let abi_n = abi_version();
+        Self::build_for_abi(policy, opts, abi_n)
+    }
+
+    fn build_for_abi(
+        policy: &SandboxPolicy,
+        opts: &LandlockOptions,
+        abi_n: u32,
+    ) -> Result<Self, LandlockError> {
+        let tcp = tcp_restricted(policy.network.mode, opts.namespaces);
+        let mut report = LandlockReport {
+            abi: abi_n,
+            status: Enforcement::NotEnforced,
+            rights: requested_rights(policy, opts, abi_n),
+            path_rules: 0,
+            tcp_restricted: false,
+            not_expressible: not_expressible(policy, opts),
+            skipped: Vec::new(),
+        };
+        if abi_n == 0 {
+            return Ok(Self {
+                created: None,
+                report,
+            });
+        }
+        let abi = ABI::from(abi_n as i32);
+        let handled = AccessFs::from_all(abi);
+        let read = AccessFs::from_read(abi);
+        let write = AccessFs::from_write(abi);
+
+        let mut rs = Ruleset::default()
+            // exactly what this kernel has: anything else is a bug, not a silent downgrade
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(handled)?;
+        if tcp && abi_n >= 4 {
+            rs = rs.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+            report.tcp_restricted = true;
+        }
+        if abi_n >= 6 {
+            rs = rs.scope(Scope::from_all(ABI::V6))?;
+        }
+        let created = rs.create()?;
+        let mut b = Builder {
+            abi,
+            handled,
+            created,
+            rules: 0,
+        };
+
+        // 1. read: "/" minus hidden paths (and /dev unless all devices)
+        let mut hidden: BTreeSet<PathBuf> = BTreeSet::new();
+        for h in &policy.hidden {
+            components(&h.path)?;
+            hidden.insert(h.path.clone());
+        }
+        if !opts.all_devices {
+            hidden.insert(PathBuf::from("/dev"));
+        }
+        let hide_all = hidden.contains(Path::new("/"));
+        // drop hidden paths below other hidden paths
+        let hidden: BTreeSet<PathBuf> = hidden
+            .iter()
+            .filter(|h| !hidden.iter().any(|o| o != *h && h.starts_with(o)))
+            .cloned()
+            .collect();
+        let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
+        for h in &hidden {
+            let mut p = h.parent();
+            while let Some(a) = p {
+                ancestors.insert(a.to_path_buf());
+                p = a.parent();
+            }
+        }
+        if !hide_all {
+            if hidden.is_empty() {
+                b.grant_path(Path::new("/"), read)?;
+            } else {
+                b.cover(
+                    Path::new("/"),
+                    &hidden,
+                    &ancestors,
+                    read,
+                    opts.list_ancestors,
+                )?;
+            }
+        }
+
+        // 2. revealed paths: readable again
+        for r in policy.revealed.iter().chain(&opts.extra_readable) {
+            if !b.grant_path(r, read)? {
+                report.skipped.push(r.clone());
+            }
+        }
+
+        // 3. devices by name
+        if !opts.all_devices {
+            let dev = Path::new("/dev");
+            let dev_rights = AccessFs::ReadFile
+                | AccessFs::WriteFile
+                | AccessFs::Truncate
+                | AccessFs::IoctlDev
+                | AccessFs::ReadDir;
+            for name in DEVICES
+                .iter()
+                .copied()
+                .chain(policy.devices.iter().map(|s| s.as_str()))
+            {
+                let rel = Path::new(name.trim_start_matches("/dev/"));
+                if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_)))
+                {
+                    continue;
+                }
+                b.grant_path(&dev.join(rel), dev_rights)?;
+            }
+        }
+
+        // 4. writable roots: every right
+        let writable = policy
+            .writable_roots()
+            .into_iter()
+            .map(Path::to_path_buf)
+            .chain(opts.extra_writable.iter().cloned());
+        for w in writable {
+            if !b.grant_path(&w, read | write)? {
+                report.skipped.push(w);
+            }
+        }
+
+        // 5. TCP ports still allowed
+        let mut created = b.created;
+        if report.tcp_restricted {
+            for port in &opts.tcp_connect_ports {
+                created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+            }
+        }
+        report.path_rules = b.rules;
+        Ok(Self {
+            created: Some(created),
+            report,
+        })
+    }
+
+    /// What the ruleset will enforce (status is final after [`Self::restrict_self`]).
+    pub fn report(&self) -> &LandlockReport {
+        &self.report
+    }
+
+    /// Enforce the ruleset on the calling thread (and what it executes). Sets
+    /// `no_new_privs`. With no Landlock on this kernel this enforces nothing and says so.
+    pub fn restrict_self(self) -> Result<LandlockReport, LandlockError> {
+        let mut report = self.report;
+        let Some(created) = self.created else {
+            report.status = Enforcement::NotEnforced;
+            return Ok(report);
+        };
+        let st = created.restrict_self()?;
+        let enforced = match st.ruleset {
+            RulesetStatus::FullyEnforced => Enforcement::FullyEnforced,
+            RulesetStatus::PartiallyEnforced => Enforcement::PartiallyEnforced,
+            RulesetStatus::NotEnforced => Enforcement::NotEnforced,
+        };
+        // the ruleset is exact for this ABI; rights the ABI lacks make it partial overall
+        let all_rights = report.rights.iter().all(|r| r.enforced);
+        report.status = match enforced {
+            Enforcement::FullyEnforced if !all_rights => Enforcement::PartiallyEnforced,
+            s => s,
+        };
+        Ok(report)
+    }
+}
+
+/// Parts of the policy Landlock cannot express (it cannot take back beneath a grant).
+fn not_expressible(policy: &SandboxPolicy, opts: &LandlockOptions) -> Vec<String> {
+    let roots: Vec<&Path> = policy
+        .writable_roots()
+        .into_iter()
+        .chain(opts.extra_writable.iter().map(PathBuf::as_path))
+        .collect();
+    let mut v = Vec::new();
+    for r in &policy.read_only {
+        if let Some(w) = roots.iter().find(|w| r.starts_with(w) && r != *w) {
+            v.push(format!(
+                "{} stays writable at this layer (read-only inside writable {})",
+                r.display(),
+                w.display()
+            ));
+        }
+    }
+    for h in &policy.hidden {
+        if let Some(w) = roots
+            .iter()
+            .find(|w| h.path.starts_with(w) && h.path != **w)
+        {
+            v.push(format!(
+                "{} stays readable at this layer (hidden inside writable {})",
+                h.path.display(),
+                w.display()
+            ));
+        }
+    }
+    v
+}
+
+/// Build and enforce in one step; see [`LandlockRuleset`].
+pub fn restrict(
+    policy: &SandboxPolicy,
+    opts: &LandlockOptions,
+) -> Result<LandlockReport, LandlockError> {
+    LandlockRuleset::build(policy, opts)?.restrict_self()
+}

@@ -1,1 +1,389 @@
 //! The seccomp filter: refused syscalls, ioctl masks, foreign ABIs. (Issue 4.)
+//!
+//! One filter for every sandboxed command, built once ([`SeccompProgram::build`], may
+//! allocate) and installed in the child as the very last step before `execve`
+//! ([`SeccompProgram::install`], one syscall, async-signal-safe). `no_new_privs` must be set
+//! before installing (the executor does it; so does the Landlock layer).
+//!
+//! What it does, in order:
+//! 1. Foreign ABIs: a syscall whose `seccomp_data.arch` is not the native one (on x86_64:
+//!    the 32-bit `int 0x80` entry, `AUDIT_ARCH_I386`) or, on x86_64, whose number has the
+//!    x32 bit (`0x40000000`) set, **kills the process** (`SECCOMP_RET_KILL_PROCESS`): no
+//!    legitimate program in a 64-bit sandbox takes those doors, and a clean errno would leave
+//!    a 32-bit program in an undefined state anyway. This is a hand-written classic-BPF
+//!    prologue, because seccompiler only reasons about one architecture's table.
+//! 2. `clone3` returns `ENOSYS`: its flags live in memory the filter cannot read, and libc
+//!    falls back to `clone`, whose flags it can.
+//! 3. The table built with `seccompiler` returns `EPERM` (a clean error, not a kill) for:
+//!    kernel keyrings, `bpf`, `perf_event_open`, io_uring, `userfaultfd`, `setns`, every
+//!    mount-API call, `pivot_root`, `chroot`, file handles, module and kexec calls, `reboot`,
+//!    swap, `acct`, `syslog`, quota; `clone`/`unshare` with `CLONE_NEWUSER`; `ioctl` with
+//!    `TIOCSTI`/`TIOCLINUX` compared on the low 32 bits of the request (the kernel ignores
+//!    the high ones, so `0xffffffff00005412` is still refused); `personality` with anything
+//!    other than the harmless personas (so ASLR cannot be switched off).
+//!
+//! `ptrace` is **allowed**, on purpose: debuggers and `strace` of the command's own children
+//! are ordinary work, the pid namespace hides host processes, and Landlock (every ABI)
+//! refuses ptrace of any process outside the sandbox's domain, which also covers weaker
+//! isolation without a pid namespace.
+
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Errors building or installing the filter.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp: building the filter: {0}")]
+    Build(#[from] seccompiler::BackendError),
+    #[error("seccomp: filter too long ({0} instructions, the kernel takes at most 4096)")]
+    TooLong(usize),
+    #[error("seccomp: installing the filter: {0}")]
+    Install(std::io::Error),
+}
+
+/// What the installed filter does, for the exec record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeccompReport {
+    /// Native architecture the filter admits (`x86_64`, `aarch64`).
+    pub arch: &'static str,
+    /// Syscalls refused with `EPERM` whatever their arguments.
+    pub refused: Vec<&'static str>,
+    /// Syscalls refused with `EPERM` for some arguments only, in plain words.
+    pub refused_when: Vec<&'static str>,
+    /// Syscalls answered with `ENOSYS` (so libc falls back to an older call).
+    pub enosys: Vec<&'static str>,
+    /// Foreign ABIs and what happens to them.
+    pub foreign_abis: Vec<&'static str>,
+    /// Deliberately allowed calls a reader might expect here, and why.
+    pub allowed_notes: Vec<&'static str>,
+    /// Length of the BPF program.
+    pub instructions: usize,
+}
+
+/// A built filter, ready to install.
+#[derive(Debug, Clone)]
+pub struct SeccompProgram {
+    bpf: BpfProgram,
+    report: SeccompReport,
+}
+
+// classic BPF opcodes (linux/bpf_common.h)
+const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+#[cfg(target_arch = "x86_64")]
+const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_DATA_NR: u32 = 0;
+const SECCOMP_DATA_ARCH: u32 = 4;
+
+#[cfg(target_arch = "x86_64")]
+const NATIVE_AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const NATIVE_AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_AARCH64
+/// The x32 ABI marks its syscall numbers with this bit.
+#[cfg(target_arch = "x86_64")]
+pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// `TIOCSTI`: push a byte into a terminal's input queue (terminal injection).
+pub const TIOCSTI: u64 = 0x5412;
+/// `TIOCLINUX`: console operations, including selection paste (injection on a VT).
+pub const TIOCLINUX: u64 = 0x541C;
+/// `ADDR_NO_RANDOMIZE` and friends are refused; these personas are allowed.
+const PERSONALITY_ALLOWED: &[u64] = &[
+    0x0000_0000, // PER_LINUX
+    0x0000_0008, // PER_LINUX32
+    0x0002_0000, // UNAME26
+    0x0002_0008, // PER_LINUX32 | UNAME26
+    0xffff_ffff, // query
+];
+
+macro_rules! syscalls {
+    ($($name:ident),* $(,)?) => {
+        &[$((stringify!($name), paste_sys!($name))),*]
+    };
+}
+macro_rules! paste_sys {
+    ($name:ident) => {
+        sys::$name
+    };
+}
+
+/// Syscall numbers by name (libc's `SYS_*` under plain names).
+#[allow(non_upper_case_globals)]
+mod sys {
+    pub const add_key: i64 = libc::SYS_add_key as i64;
+    pub const request_key: i64 = libc::SYS_request_key as i64;
+    pub const keyctl: i64 = libc::SYS_keyctl as i64;
+    pub const bpf: i64 = libc::SYS_bpf as i64;
+    pub const perf_event_open: i64 = libc::SYS_perf_event_open as i64;
+    pub const io_uring_setup: i64 = libc::SYS_io_uring_setup as i64;
+    pub const io_uring_enter: i64 = libc::SYS_io_uring_enter as i64;
+    pub const io_uring_register: i64 = libc::SYS_io_uring_register as i64;
+    pub const userfaultfd: i64 = libc::SYS_userfaultfd as i64;
+    pub const setns: i64 = libc::SYS_setns as i64;
+    pub const mount: i64 = libc::SYS_mount as i64;
+    pub const umount2: i64 = libc::SYS_umount2 as i64;
+    pub const pivot_root: i64 = libc::SYS_pivot_root as i64;
+    pub const chroot: i64 = libc::SYS_chroot as i64;
+    pub const move_mount: i64 = libc::SYS_move_mount as i64;
+    pub const open_tree: i64 = libc::SYS_open_tree as i64;
+    pub const fsopen: i64 = libc::SYS_fsopen as i64;
+    pub const fsmount: i64 = libc::SYS_fsmount as i64;
+    pub const fsconfig: i64 = libc::SYS_fsconfig as i64;
+    pub const fspick: i64 = libc::SYS_fspick as i64;
+    pub const mount_setattr: i64 = libc::SYS_mount_setattr as i64;
+    pub const open_by_handle_at: i64 = libc::SYS_open_by_handle_at as i64;
+    pub const name_to_handle_at: i64 = libc::SYS_name_to_handle_at as i64;
+    pub const init_module: i64 = libc::SYS_init_module as i64;
+    pub const finit_module: i64 = libc::SYS_finit_module as i64;
+    pub const delete_module: i64 = libc::SYS_delete_module as i64;
+    pub const kexec_load: i64 = libc::SYS_kexec_load as i64;
+    pub const kexec_file_load: i64 = libc::SYS_kexec_file_load as i64;
+    pub const reboot: i64 = libc::SYS_reboot as i64;
+    pub const swapon: i64 = libc::SYS_swapon as i64;
+    pub const swapoff: i64 = libc::SYS_swapoff as i64;
+    pub const acct: i64 = libc::SYS_acct as i64;
+    pub const syslog: i64 = libc::SYS_syslog as i64;
+    pub const quotactl: i64 = libc::SYS_quotactl as i64;
+    pub const clone: i64 = libc::SYS_clone as i64;
+    pub const clone3: i64 = libc::SYS_clone3 as i64;
+    pub const unshare: i64 = libc::SYS_unshare as i64;
+    pub const ioctl: i64 = libc::SYS_ioctl as i64;
+    pub const personality: i64 = libc::SYS_personality as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const iopl: i64 = libc::SYS_iopl as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const ioperm: i64 = libc::SYS_ioperm as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const uselib: i64 = libc::SYS_uselib as i64;
+}
+
+/// Syscalls refused with `EPERM` whatever their arguments (all supported arches).
+const REFUSED: &[(&str, i64)] = syscalls![
+    add_key,
+    request_key,
+    keyctl,
+    bpf,
+    perf_event_open,
+    io_uring_setup,
+    io_uring_enter,
+    io_uring_register,
+    userfaultfd,
+    setns,
+    mount,
+    umount2,
+    pivot_root,
+    chroot,
+    move_mount,
+    open_tree,
+    fsopen,
+    fsmount,
+    fsconfig,
+    fspick,
+    mount_setattr,
+    open_by_handle_at,
+    name_to_handle_at,
+    init_module,
+    finit_module,
+    delete_module,
+    kexec_load,
+    kexec_file_load,
+    reboot,
+    swapon,
+    swapoff,
+    acct,
+    syslog,
+    quotactl,
+];
+
+/// x86_64-only syscalls refused with `EPERM`.
+#[cfg(target_arch = "x86_64")]
+const REFUSED_ARCH: &[(&str, i64)] = syscalls![iopl, ioperm, uselib];
+#[cfg(not(target_arch = "x86_64"))]
+const REFUSED_ARCH: &[(&str, i64)] = &[];
+
+/// Every syscall refused with `EPERM` regardless of arguments, by name and number, for
+/// tests and documentation.
+pub fn refused_syscalls() -> impl Iterator<Item = (&'static str, i64)> {
+    REFUSED.iter().chain(REFUSED_ARCH).copied()
+}
+
+fn native_arch() -> Result<TargetArch, SeccompError> {
+    #[cfg(target_arch = "x86_64")]
+    return Ok(TargetArch::x86_64);
+    #[cfg(target_arch = "aarch64")]
+    return Ok(TargetArch::aarch64);
+    #[allow(unreachable_code)]
+    Err(SeccompError::Build(
+        seccompiler::BackendError::InvalidTargetArch(std::env::consts::ARCH.into()),
+    ))
+}
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// The hand-written prologue: foreign ABIs die, `clone3` gets ENOSYS, everything else falls
+/// through to seccompiler's table.
+fn prologue() -> Vec<sock_filter> {
+    let kill = libc::SECCOMP_RET_KILL_PROCESS;
+    let enosys = libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA);
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
+        // native arch: skip the kill
+        jump(BPF_JMP_JEQ_K, NATIVE_AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, kill),
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        // x32 bit set: fall into the kill, else skip it
+        jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
+        stmt(BPF_RET_K, kill),
+    ]);
+    p.extend([
+        jump(BPF_JMP_JEQ_K, sys::clone3 as u32, 0, 1),
+        stmt(BPF_RET_K, enosys),
+    ]);
+    p
+}
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
+    Ok(SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        op,
+        value,
+    )?)
+}
+
+impl SeccompProgram {
+    /// Build the filter for the native architecture. Allocates; call before forking or in
+    /// a child that may still allocate.
+    pub fn build() -> Result<Self, SeccompError> {
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        for (_, nr) in refused_syscalls() {
+            // an empty rule list = match whatever the arguments
+            rules.insert(nr, vec![]);
+        }
+        let newuser = libc::CLONE_NEWUSER as u64;
+        for nr in [sys::clone, sys::unshare] {
+            // flags are the first argument of clone on x86_64 and aarch64, and of unshare
+            rules.insert(
+                nr,
+                vec![SeccompRule::new(vec![cond(
+                    0,
+                    SeccompCmpOp::MaskedEq(newuser),
+                    newuser,
+                )?])?],
+            );
+        }
+        // ioctl request: Dword compares the low 32 bits only, as the kernel reads it
+        rules.insert(
+            sys::ioctl,
+            vec![
+                SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, TIOCSTI)?])?,
+                SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
+            ],
+        );
+        let mut not_allowed = Vec::new();
+        for v in PERSONALITY_ALLOWED {
+            not_allowed.push(cond(0, SeccompCmpOp::Ne, *v)?);
+        }
+        rules.insert(sys::personality, vec![SeccompRule::new(not_allowed)?]);
+
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            native_arch()?,
+        )?;
+        let table: BpfProgram = filter.try_into()?;
+        let mut bpf = prologue();
+        bpf.extend(table);
+        if bpf.len() > 4096 {
+            return Err(SeccompError::TooLong(bpf.len()));
+        }
+        let mut refused: Vec<&'static str> = refused_syscalls().map(|(n, _)| n).collect();
+        refused.sort_unstable();
+        let report = SeccompReport {
+            arch: std::env::consts::ARCH,
+            refused,
+            refused_when: vec![
+                "clone with CLONE_NEWUSER",
+                "unshare with CLONE_NEWUSER",
+                "ioctl TIOCSTI (request compared on its low 32 bits)",
+                "ioctl TIOCLINUX (request compared on its low 32 bits)",
+                "personality other than PER_LINUX, PER_LINUX32, UNAME26 or a query",
+            ],
+            enosys: vec!["clone3"],
+            foreign_abis: if cfg!(target_arch = "x86_64") {
+                vec![
+                    "i386 (int 0x80, sysenter): process killed",
+                    "x32 (syscall number with bit 0x40000000): process killed",
+                ]
+            } else {
+                vec!["any architecture but the native one: process killed"]
+            },
+            allowed_notes: vec![
+                "ptrace: allowed for debuggers; host processes are out of reach (pid namespace, and Landlock refuses ptrace outside its domain)",
+            ],
+            instructions: bpf.len(),
+        };
+        Ok(Self { bpf, report })
+    }
+
+    /// What this filter does.
+    pub fn report(&self) -> &SeccompReport {
+        &self.report
+    }
+
+    /// The BPF program (for inspection and tests).
+    pub fn instructions(&self) -> &[sock_filter] {
+        &self.bpf
+    }
+
+    /// Install the filter on the calling thread. One `seccomp(2)` call, no allocation:
+    /// safe between `fork` and `execve`. Requires `no_new_privs` (or `CAP_SYS_ADMIN`);
+    /// otherwise the kernel answers `EACCES`.
+    pub fn install(&self) -> Result<(), SeccompError> {
+        let prog = libc::sock_fprog {
+            len: self.bpf.len() as libc::c_ushort,
+            // seccompiler's sock_filter is repr(C) with the kernel's layout
+            filter: self.bpf.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prog points to a live, correctly laid out BPF program; the kernel copies it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0 as libc::c_ulong,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if rc != 0 {
+            return Err(SeccompError::Install(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+/// Build and install the filter on the calling thread; returns what was installed.
+pub fn install() -> Result<SeccompReport, SeccompError> {
+    let p = SeccompProgram::build()?;
+    p.install()?;
+    Ok(p.report)
+}
