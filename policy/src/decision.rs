@@ -12,7 +12,10 @@
 //!    root carves nothing out of it;
 //! 4. `protected_branches` — a git checkout that is not a capsule is not on a protected
 //!    branch (detached HEAD: no branch, not protected; an unborn branch is the branch it
-//!    names; a bare repository is judged by its HEAD too). Skipped inside a capsule;
+//!    names; a bare repository is judged by its HEAD too). Skipped inside a capsule. The
+//!    checkout is the one the working directory belongs to, so a plain directory carved out
+//!    of an operator's checkout that is on `main` is still denied here: only capsules (which
+//!    carry their own throwaway repositories) may sit on a protected branch;
 //! 5. `require_capsule` — if required, the working directory is inside an opened capsule.
 //!
 //! "Inside" compares whole components of canonical paths. The working directory is resolved
