@@ -1,21 +1,426 @@
-//! `capsule policy check` and `capsule agent launch`. (Issue 3: to be implemented.)
-use crate::exit::{CliError, CliResult};
-use clap::Subcommand;
+//! `capsule policy check` and `capsule agent launch`: the launch-policy gate on the command
+//! line (the gate itself lives in the `capsule-policy` crate).
+//!
+//! Both load the gate from the current directory (walking up to `.kitsoki.yaml` /
+//! `.kitsoki.local.yaml`) or `--config FILE`, decide once, append the decision to the trace
+//! sink (`--trace FILE`, else `$CAPSULE_TRACE`) and then act on the resolved working
+//! directory only. A denial exits with status 3 (`exit::DENIED`).
+//!
+//! `agent launch` maps a backend to its command line:
+//!
+//! | backend | default | `--interactive` | `--model M` | `--effort E` |
+//! |---|---|---|---|---|
+//! | codex | `codex exec ARGS` | `codex ARGS` | `-m M` | `-c model_reasoning_effort="E"` (minimal, low, medium, high, xhigh) |
+//! | claude | `claude -p ARGS` | `claude ARGS` | `--model M` | refused: the claude CLI has no effort flag |
+//!
+//! `--raw` passes the arguments after `--` unchanged (`codex ARGS`), and refuses `--model` /
+//! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox by
+//! re-invoking this executable as `capsule exec <capsule> [-t] [--pass-env NAME]… -- BINARY
+//! ARGS…`, with the terminal passed through, and `agent launch` exits with its status.
+
+use crate::cli::print_json;
+use crate::exit::{self, CliError, CliResult};
+use capsule_policy::{append_trace, trace_path, Decision, Gate};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// Decide whether an agent may start in a directory.
-    Check,
-}
-#[derive(Debug, Subcommand)]
-pub enum AgentCommand {
-    /// Launch an agent backend.
-    Launch,
+    /// Decide whether an agent may start in a directory; print the decision.
+    ///
+    /// Exit status 0 when allowed, 3 when denied, 1 when the configuration is unusable.
+    /// Every decision is also appended to the trace file (`--trace FILE` or
+    /// `$CAPSULE_TRACE`) as one `agent.launch.policy` JSON line.
+    Check(CheckArgs),
 }
 
-pub fn policy(_: PolicyCommand) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Launch a coding agent (codex, claude) in a capsule, after the launch-policy gate.
+    ///
+    /// `--dry-run` prints the plan as JSON (backend, binary, argv, working directory,
+    /// environment names with values redacted, and the gate's decision). A denied launch
+    /// exits with status 3 before any plan is printed or anything starts.
+    Launch(LaunchArgs),
 }
-pub fn agent(_: AgentCommand) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+
+/// Where the gate's configuration and trace come from.
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// Use this configuration file instead of searching upwards from the current directory
+    /// for .kitsoki.yaml / .kitsoki.local.yaml. A `.kitsoki.yaml` named here still picks up
+    /// the `.kitsoki.local.yaml` next to it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Append every decision to FILE as one `agent.launch.policy` JSON line
+    /// (default: $CAPSULE_TRACE when set).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The directory the agent would start in.
+    #[arg(long, value_name = "DIR")]
+    pub working_dir: PathBuf,
+    /// What would be started (recorded in the decision).
+    #[arg(long, value_name = "VERB", default_value = "agent.launch")]
+    pub verb: String,
+    /// The agent's name (recorded in the decision).
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Print the decision record as one line of JSON instead of sentences.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    Codex,
+    Claude,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Codex => "codex",
+            Backend::Claude => "claude",
+        }
+    }
+    /// Environment variables the backend needs, passed into the sandbox by name.
+    fn env_names(self) -> &'static [&'static str] {
+        match self {
+            Backend::Codex => &[
+                "OPENAI_API_KEY",
+                "CODEX_API_KEY",
+                "OPENAI_BASE_URL",
+                "OPENAI_ORG_ID",
+                "OPENAI_PROJECT",
+                "CODEX_HOME",
+            ],
+            Backend::Claude => &[
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_AUTH_TOKEN",
+                "ANTHROPIC_BASE_URL",
+                "ANTHROPIC_MODEL",
+                "CLAUDE_CONFIG_DIR",
+                "CLAUDE_CODE_USE_BEDROCK",
+                "CLAUDE_CODE_USE_VERTEX",
+            ],
+        }
+    }
+}
+
+/// Passed to every backend when set: terminal and locale.
+const COMMON_ENV: &[&str] = &["TERM", "COLORTERM", "NO_COLOR", "LANG", "LC_ALL", "TZ"];
+/// `--effort` values codex accepts for `model_reasoning_effort`.
+const CODEX_EFFORTS: &[&str] = &["minimal", "low", "medium", "high", "xhigh"];
+
+#[derive(Debug, Args)]
+pub struct LaunchArgs {
+    /// Which agent CLI to start.
+    #[arg(long, value_enum)]
+    pub backend: Backend,
+    /// The directory the agent starts in (normally a capsule's workspace).
+    #[arg(long, value_name = "DIR")]
+    pub working_dir: PathBuf,
+    /// Pass the arguments after `--` to the backend unchanged (no `exec`/`-p`, no mapping).
+    #[arg(long)]
+    pub raw: bool,
+    /// Start the backend's interactive UI, with the terminal passed through.
+    #[arg(long)]
+    pub interactive: bool,
+    /// Print the launch plan as JSON and start nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The model (codex: `-m M`; claude: `--model M`).
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Reasoning effort (codex only: minimal, low, medium, high, xhigh).
+    #[arg(long, value_name = "E")]
+    pub effort: Option<String>,
+    /// Also pass this environment variable into the sandbox (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Arguments for the backend (the prompt, flags).
+    #[arg(last = true, value_name = "BACKEND_ARGS")]
+    pub backend_args: Vec<String>,
+}
+
+pub fn policy(cmd: PolicyCommand) -> CliResult {
+    match cmd {
+        PolicyCommand::Check(a) => check(a),
+    }
+}
+
+pub fn agent(cmd: AgentCommand) -> CliResult {
+    match cmd {
+        AgentCommand::Launch(a) => launch(a),
+    }
+}
+
+/// Load the gate, decide, and append to the trace sink.
+fn decide(
+    gate_args: &GateArgs,
+    verb: &str,
+    agent: Option<&str>,
+    wd: &Path,
+) -> Result<Decision, CliError> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::failure(format!("cannot read the current directory: {e}")))?;
+    let gate = Gate::load(&cwd, gate_args.config.as_deref())
+        .map_err(|e| CliError::failure(format!("{e} (fix the file, or pass --config FILE)")))?;
+    let decision = gate.decide(verb, agent, wd);
+    tracing::debug!(record = %decision.record_json(), "launch-policy decision");
+    if let Some(trace) = trace_path(gate_args.trace.as_deref()) {
+        append_trace(&trace, &decision).map_err(|e| {
+            CliError::failure(format!(
+                "cannot append the decision to the trace file {}: {e}",
+                trace.display()
+            ))
+        })?;
+    }
+    Ok(decision)
+}
+
+fn denial(d: &Decision) -> String {
+    match d.failed_check {
+        Some(c) => format!("check {} ({})", c.number(), check_name(c)),
+        None => "denied".into(),
+    }
+}
+
+fn check_name(c: capsule_policy::Check) -> &'static str {
+    use capsule_policy::Check::*;
+    match c {
+        WorkingDir => "working_dir",
+        AllowedRoots => "allowed_roots",
+        ProtectedRoots => "protected_roots",
+        ProtectedBranches => "protected_branches",
+        RequireCapsule => "require_capsule",
+    }
+}
+
+fn check(a: CheckArgs) -> CliResult {
+    let d = decide(&a.gate, &a.verb, a.agent.as_deref(), &a.working_dir)?;
+    if a.json {
+        println!("{}", d.record_json());
+    } else {
+        print_human(&d);
+    }
+    Ok(if d.allowed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::DENIED)
+    })
+}
+
+fn print_human(d: &Decision) {
+    let wd = d
+        .resolved_working_dir
+        .as_deref()
+        .unwrap_or(&d.working_dir)
+        .display();
+    if d.allowed {
+        println!("allowed: {} in {wd}", d.verb);
+    } else {
+        println!("denied: {} in {wd} — {}", d.verb, denial(d));
+    }
+    println!("  {}", d.reason);
+    if !d.config_files.is_empty() {
+        let files: Vec<String> = d
+            .config_files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        println!("  config: {}", files.join(", "));
+    }
+    if let Some(g) = &d.git {
+        let head = match (&g.branch, g.head) {
+            (_, Some(capsule_policy::HeadState::Detached)) => "detached HEAD".to_string(),
+            (Some(b), Some(capsule_policy::HeadState::Unborn)) => format!("branch {b} (unborn)"),
+            (Some(b), _) => format!("branch {b}"),
+            (None, _) => "HEAD unreadable".to_string(),
+        };
+        println!("  git: {} ({head})", g.root.display());
+    }
+    if let Some(c) = &d.capsule {
+        println!("  capsule: {} at {}", c.name, c.root.display());
+    }
+}
+
+/// Find an executable `name` on `$PATH`.
+fn which(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|p| {
+            std::fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// The backend's arguments (after the binary).
+fn backend_argv(a: &LaunchArgs) -> Result<Vec<String>, CliError> {
+    let usage = |m: String| CliError::new(exit::USAGE, m);
+    if a.raw {
+        if a.model.is_some() || a.effort.is_some() {
+            return Err(usage(
+                "--raw passes the backend arguments unchanged; put the model or effort flags after `--` instead of --model/--effort".into(),
+            ));
+        }
+        return Ok(a.backend_args.clone());
+    }
+    let mut v = Vec::new();
+    match a.backend {
+        Backend::Codex => {
+            if !a.interactive {
+                v.push("exec".to_string());
+            }
+            if let Some(m) = &a.model {
+                v.extend(["-m".to_string(), m.clone()]);
+            }
+            if let Some(e) = &a.effort {
+                if !CODEX_EFFORTS.contains(&e.as_str()) {
+                    return Err(usage(format!(
+                        "--effort {e}: codex accepts {}",
+                        CODEX_EFFORTS.join(", ")
+                    )));
+                }
+                v.extend(["-c".to_string(), format!("model_reasoning_effort=\"{e}\"")]);
+            }
+        }
+        Backend::Claude => {
+            if !a.interactive {
+                v.push("-p".to_string());
+            }
+            if let Some(m) = &a.model {
+                v.extend(["--model".to_string(), m.clone()]);
+            }
+            if a.effort.is_some() {
+                return Err(usage(
+                    "--effort: the claude CLI has no effort flag; leave it out (or use --raw with flags claude understands)".into(),
+                ));
+            }
+        }
+    }
+    v.extend(a.backend_args.iter().cloned());
+    Ok(v)
+}
+
+fn launch(a: LaunchArgs) -> CliResult {
+    let backend = a.backend.name();
+    // argument errors first: nothing is decided or recorded for a malformed command
+    let args = backend_argv(&a)?;
+    for n in &a.pass_env {
+        if n.is_empty() || n.contains('=') {
+            return Err(CliError::new(
+                exit::USAGE,
+                format!("--pass-env {n:?}: give a variable name"),
+            ));
+        }
+    }
+    let d = decide(&a.gate, "agent.launch", Some(backend), &a.working_dir)?;
+    if !d.allowed {
+        return Err(CliError::new(
+            exit::DENIED,
+            format!(
+                "launch denied by the launch policy, {}: {}",
+                denial(&d),
+                d.reason
+            ),
+        ));
+    }
+    let Some(wd) = d.resolved_working_dir.clone() else {
+        // the gate is off and the directory does not resolve: nothing can start there
+        return Err(CliError::failure(format!(
+            "working directory {} cannot be used: it does not exist or is not a directory",
+            a.working_dir.display()
+        )));
+    };
+    let binary = which(backend).ok_or_else(|| {
+        CliError::new(
+            exit::NOT_FOUND,
+            format!("{backend} not found on PATH; install the {backend} CLI or add its directory to PATH"),
+        )
+    })?;
+    // names passed into the sandbox: those set here, values never printed
+    let mut env_names: Vec<String> = COMMON_ENV
+        .iter()
+        .chain(a.backend.env_names())
+        .map(|s| s.to_string())
+        .chain(a.pass_env.iter().cloned())
+        .filter(|n| std::env::var_os(n).is_some())
+        .collect();
+    env_names.sort();
+    env_names.dedup();
+    // the capsule is the exec target; the working directory when the gate found none
+    let target = d
+        .capsule
+        .as_ref()
+        .map(|c| c.root.clone())
+        .unwrap_or_else(|| wd.clone());
+    let mut argv = vec![binary.display().to_string()];
+    argv.extend(args);
+    let mut exec_args: Vec<String> = vec!["exec".into(), target.display().to_string()];
+    if a.interactive {
+        exec_args.push("-t".into());
+    }
+    for n in &env_names {
+        exec_args.extend(["--pass-env".to_string(), n.clone()]);
+    }
+    exec_args.push("--".into());
+    exec_args.extend(argv.iter().cloned());
+
+    if a.dry_run {
+        let environment: serde_json::Map<String, serde_json::Value> = env_names
+            .iter()
+            .map(|n| (n.clone(), json!("<redacted>")))
+            .collect();
+        let mut runner = vec!["capsule".to_string()];
+        runner.extend(exec_args.iter().cloned());
+        print_json(&json!({
+            "backend": backend,
+            "binary": binary,
+            "argv": argv,
+            "working_dir": wd,
+            "interactive": a.interactive,
+            "raw": a.raw,
+            "environment": environment,
+            "runner": runner,
+            "launch_policy": d,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let me = std::env::current_exe().map_err(|e| {
+        CliError::failure(format!("cannot find the capsule executable itself: {e}"))
+    })?;
+    let mut cmd = std::process::Command::new(&me);
+    cmd.args(&exec_args);
+    if let Some(t) = trace_path(a.gate.trace.as_deref()) {
+        cmd.env(capsule_policy::TRACE_ENV, t);
+    }
+    let status = cmd.status().map_err(|e| {
+        CliError::new(
+            exit::SANDBOX_FAILED,
+            format!("cannot start `{} exec`: {e}", me.display()),
+        )
+    })?;
+    use std::os::unix::process::ExitStatusExt;
+    let code = match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => exit::FAILURE as i32,
+    };
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE)))
 }
