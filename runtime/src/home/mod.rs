@@ -6,4 +6,9 @@
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
 //! - [`devices`]: the device allowlist and validation of `sandbox.devices`.
 
+pub mod baseline;
+pub mod caches;
+pub mod devices;
+pub mod fsat;
+pub mod layer;
 pub mod reveal;
