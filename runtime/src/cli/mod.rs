@@ -60,6 +60,9 @@ pub enum Command {
     Reveal(home::RevealCommand),
     /// Print the macOS Seatbelt profile for a capsule.
     Seatbelt(seatbelt::SeatbeltArgs),
+    /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
+    #[command(hide = true)]
+    Proxy(crate::net::cmd::ProxyArgs),
 }
 
 /// Entry point of the binary.
@@ -94,6 +97,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Home(c) => home::home(c),
         Command::Reveal(c) => home::reveal(c),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
+        Command::Proxy(a) => crate::net::cmd::run(a),
     }
 }
 

@@ -1,0 +1,121 @@
+//! `capsule proxy`: run the allowlist proxy on its own, in the foreground, on a loopback
+//! TCP port and/or a unix socket. For diagnostics and `hack/bench-proxy.sh`; `capsule exec`
+//! runs the same proxy itself in allowlist mode.
+
+use super::allowlist::Allowlist;
+use super::proxy::{Proxy, ProxyConfig};
+use super::refusal::RefusalLog;
+use super::resolve::Resolver;
+use crate::exit::{CliError, CliResult};
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Run the allowlist proxy in the foreground until interrupted.
+///
+/// Prints one line per listener: `listening on tcp 127.0.0.1:PORT` / `listening on unix PATH`
+/// (`--json`: one JSON object per listener). Names resolve through the system resolver, or
+/// — in tests only — through the table in CAPSULE_PROXY_TEST_RESOLVE=name=ADDR,...
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// Allow this destination: `host`, `*.suffix`, a literal address, each with an optional
+    /// `:PORT` (repeatable).
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Listen on this TCP address (loopback addresses only; port 0 picks a free port).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Listen on this unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub unix: Option<PathBuf>,
+    /// Append refusals (JSON lines) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub refusal_log: Option<PathBuf>,
+    /// Print the listeners as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: ProxyArgs) -> CliResult {
+    if a.listen.is_none() && a.unix.is_none() {
+        return Err(CliError::new(
+            crate::exit::USAGE,
+            "give --listen 127.0.0.1:PORT and/or --unix PATH",
+        ));
+    }
+    if let Some(l) = a.listen {
+        if !l.ip().is_loopback() {
+            return Err(CliError::new(
+                crate::exit::USAGE,
+                format!("--listen {l}: the proxy listens on loopback addresses only"),
+            ));
+        }
+    }
+    let allowlist = Allowlist::parse(&a.allow).map_err(|e| CliError::failure(e.to_string()))?;
+    let resolver = Resolver::from_env().map_err(CliError::failure)?;
+    let refusal_log = match &a.refusal_log {
+        Some(p) => Some(
+            RefusalLog::open(p)
+                .map_err(|e| CliError::failure(format!("refusal log {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let proxy = Proxy::new(ProxyConfig {
+        allowlist,
+        resolver,
+        refusal_log,
+        limits: Default::default(),
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failure(format!("cannot start the proxy runtime: {e}")))?;
+    rt.block_on(async move {
+        let mut tasks = Vec::new();
+        if let Some(addr) = a.listen {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))?;
+            let local = l
+                .local_addr()
+                .map_err(|e| CliError::failure(e.to_string()))?;
+            announce(a.json, "tcp", &local.to_string());
+            let p = proxy.clone();
+            tasks.push(tokio::spawn(async move {
+                p.serve_tcp(l, std::future::pending()).await
+            }));
+        }
+        let mut cleanup = None;
+        if let Some(path) = &a.unix {
+            let std_l = super::host::bind_socket(path).map_err(|e| {
+                CliError::failure(format!("cannot listen on {}: {e}", path.display()))
+            })?;
+            let l = tokio::net::UnixListener::from_std(std_l)
+                .map_err(|e| CliError::failure(e.to_string()))?;
+            announce(a.json, "unix", &path.display().to_string());
+            cleanup = Some(path.clone());
+            let p = proxy.clone();
+            tasks.push(tokio::spawn(async move {
+                p.serve_unix(l, std::future::pending()).await
+            }));
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        if let Some(p) = cleanup {
+            let _ = std::fs::remove_file(p);
+        }
+        Ok::<_, CliError>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn announce(json: bool, kind: &str, addr: &str) {
+    use std::io::Write;
+    if json {
+        crate::cli::print_json(&serde_json::json!({"listening": kind, "address": addr}));
+    } else {
+        println!("listening on {kind} {addr}");
+    }
+    let _ = std::io::stdout().flush();
+}

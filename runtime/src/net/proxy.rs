@@ -1,0 +1,381 @@
+//! The allowlist proxy (tokio): HTTP `CONNECT` tunnels and plain `http://` forwarding,
+//! served on a unix socket (the sandbox reaches it through the relay) or a TCP listener
+//! (tests, benchmarks, `capsule proxy`).
+//!
+//! For every request the proxy
+//! 1. reads the head (bounded size and time) and finds the destination `host:port`;
+//! 2. refuses it unless the [allowlist](super::allowlist) names the host (and port);
+//! 3. resolves a name itself ([`Resolver`]), a literal address stands for itself;
+//! 4. checks every resolved address: loopback, private, link-local, metadata and the other
+//!    special classes of [`super::addr`], and the host's own addresses, are refused unless
+//!    the allowlist names that literal address (and port);
+//! 5. connects to the first allowed address that answers — exactly the `SocketAddr` it
+//!    checked, so a second DNS answer can never slip in (no rebinding race);
+//! 6. tunnels bytes (`CONNECT`) or forwards the request rewritten to origin form.
+//!
+//! Every refusal is answered `403 Forbidden` with the reason in the body and appended to
+//! the refusal log. Malformed requests get `400`, unreachable destinations `502`/`504`.
+
+use super::addr::{classify, HostAddrs};
+use super::allowlist::{Allowlist, Host};
+use super::http::{self, HeadError, Target};
+use super::refusal::RefusalLog;
+use super::resolve::Resolver;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+/// Bounds on what one client may cost.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request head accepted (`431` beyond).
+    pub max_head: usize,
+    /// Time allowed for the client to send its request head (`408` beyond).
+    pub head_timeout: Duration,
+    /// Time allowed for resolving a name.
+    pub resolve_timeout: Duration,
+    /// Time allowed for connecting to one address.
+    pub connect_timeout: Duration,
+    /// Connections served at once; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// Buffer size of each direction of a tunnel.
+    pub buffer: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head: 32 * 1024,
+            head_timeout: Duration::from_secs(30),
+            resolve_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            buffer: 64 * 1024,
+        }
+    }
+}
+
+/// What the proxy allows and where it records refusals.
+#[derive(Debug, Default)]
+pub struct ProxyConfig {
+    pub allowlist: Allowlist,
+    pub resolver: Resolver,
+    pub refusal_log: Option<RefusalLog>,
+    pub limits: Limits,
+}
+
+/// The outcome of checking a destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Connect to these addresses, in order (every one was checked).
+    Allow(Vec<SocketAddr>),
+    /// Refused by policy: `403` with this reason, recorded in the refusal log.
+    Refuse(String),
+    /// Could not be decided (the name does not resolve): `502` with this message.
+    Unresolved(String),
+}
+
+/// A running proxy's shared state; cheap to clone.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: ProxyConfig,
+    host_addrs: HostAddrs,
+    permits: Arc<Semaphore>,
+}
+
+impl Proxy {
+    pub fn new(cfg: ProxyConfig) -> Proxy {
+        let permits = Arc::new(Semaphore::new(cfg.limits.max_connections.max(1)));
+        Proxy {
+            inner: Arc::new(Inner {
+                cfg,
+                host_addrs: HostAddrs::default(),
+                permits,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.inner.cfg
+    }
+
+    /// Decide whether `host:port` may be contacted, and at which addresses.
+    pub async fn check(&self, host: &Host, port: u16) -> Verdict {
+        let cfg = &self.inner.cfg;
+        if !cfg.allowlist.allows(host, port) {
+            return Verdict::Refuse(if cfg.allowlist.names_host(host) {
+                format!("port {port} is not allowed for {host} by the allowlist")
+            } else {
+                "not on the allowlist".to_string()
+            });
+        }
+        let addrs = match host {
+            Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+            Host::Name(name) => {
+                match tokio::time::timeout(
+                    cfg.limits.resolve_timeout,
+                    cfg.resolver.resolve(name, port),
+                )
+                .await
+                {
+                    Ok(Ok(a)) if !a.is_empty() => a,
+                    Ok(Ok(_)) => return Verdict::Unresolved(format!("{host} has no addresses")),
+                    Ok(Err(e)) => {
+                        return Verdict::Unresolved(format!("cannot resolve {host}: {e}"))
+                    }
+                    Err(_) => return Verdict::Unresolved(format!("resolving {host} timed out")),
+                }
+            }
+        };
+        let mut allowed = Vec::new();
+        let mut first_refusal = None;
+        for a in addrs {
+            let ip = a.ip().to_canonical();
+            let a = SocketAddr::new(ip, a.port());
+            if allowed.contains(&a) {
+                continue;
+            }
+            if cfg.allowlist.names_literal(ip, port) {
+                allowed.push(a);
+                continue;
+            }
+            let class = classify(ip).or_else(|| {
+                self.inner
+                    .host_addrs
+                    .contains(ip)
+                    .then_some(super::addr::Class::HostOwn)
+            });
+            match class {
+                None => allowed.push(a),
+                Some(c) => {
+                    first_refusal.get_or_insert_with(|| {
+                        let shown = Host::Ip(ip);
+                        format!(
+                            "{host} resolves to {shown}, {}; only an allowlist entry naming that literal address permits it",
+                            c.describe()
+                        )
+                    });
+                }
+            }
+        }
+        match (allowed.is_empty(), first_refusal) {
+            (false, _) => Verdict::Allow(allowed),
+            (true, Some(r)) => Verdict::Refuse(r),
+            (true, None) => Verdict::Unresolved(format!("{host} has no addresses")),
+        }
+    }
+
+    fn refuse_log(&self, host: &Host, port: u16, reason: &str) {
+        tracing::info!(%host, port, reason, "proxy refused");
+        if let Some(log) = &self.inner.cfg.refusal_log {
+            log.record(&host.to_string(), port, reason);
+        }
+    }
+
+    /// Serve one client connection to completion.
+    pub async fn handle<S>(&self, mut client: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let limits = &self.inner.cfg.limits;
+        let read = tokio::time::timeout(
+            limits.head_timeout,
+            http::read_head(&mut client, limits.max_head),
+        )
+        .await;
+        let (head_bytes, rest) = match read {
+            Ok(Ok(h)) => h,
+            Ok(Err(HeadError::TooLarge(n))) => {
+                let body = format!("capsule proxy: request head larger than {n} bytes\n");
+                return reply(&mut client, 431, "Request Header Fields Too Large", &body).await;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!("proxy client: {e}");
+                return;
+            }
+            Err(_) => {
+                let body = "capsule proxy: timed out waiting for the request head\n";
+                return reply(&mut client, 408, "Request Timeout", body).await;
+            }
+        };
+        let target = match http::parse_head(&head_bytes).and_then(|h| {
+            let t = http::target(&h)?;
+            Ok((h, t))
+        }) {
+            Ok(t) => t,
+            Err(e) => {
+                let body = format!("capsule proxy: bad request: {e}\n");
+                return reply(&mut client, 400, "Bad Request", &body).await;
+            }
+        };
+        let (head, target) = target;
+        let (host, port) = target.host_port();
+        let addrs = match self.check(host, port).await {
+            Verdict::Allow(a) => a,
+            Verdict::Refuse(reason) => {
+                self.refuse_log(host, port, &reason);
+                let body = format!("capsule: refused {host}:{port}: {reason}\n");
+                return reply(&mut client, 403, "Forbidden", &body).await;
+            }
+            Verdict::Unresolved(msg) => {
+                let body = format!("capsule proxy: {msg}\n");
+                return reply(&mut client, 502, "Bad Gateway", &body).await;
+            }
+        };
+        let mut upstream = match self.connect_any(&addrs).await {
+            Ok(s) => s,
+            Err((status, reason, msg)) => {
+                let body = format!("capsule proxy: cannot connect to {host}:{port}: {msg}\n");
+                return reply(&mut client, status, reason, &body).await;
+            }
+        };
+        tracing::debug!(%host, port, peer = ?upstream.peer_addr().ok(), "proxy connected");
+        let first = match &target {
+            Target::Connect { .. } => {
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                rest
+            }
+            Target::Http {
+                authority, path, ..
+            } => {
+                let mut out = http::rewrite_origin(&head, authority, path);
+                out.extend_from_slice(&rest);
+                out
+            }
+        };
+        if !first.is_empty() && upstream.write_all(&first).await.is_err() {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional_with_sizes(
+            &mut client,
+            &mut upstream,
+            limits.buffer,
+            limits.buffer,
+        )
+        .await;
+    }
+
+    async fn connect_any(
+        &self,
+        addrs: &[SocketAddr],
+    ) -> Result<TcpStream, (u16, &'static str, String)> {
+        let limits = &self.inner.cfg.limits;
+        let mut last = (502, "Bad Gateway", "no address".to_string());
+        for a in addrs {
+            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(a)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Ok(Err(e)) => last = (502, "Bad Gateway", format!("{a}: {e}")),
+                Err(_) => last = (504, "Gateway Timeout", format!("{a}: connect timed out")),
+            }
+        }
+        Err(last)
+    }
+
+    /// Accept clients on a TCP listener until `shutdown` completes.
+    pub async fn serve_tcp(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            let Ok(permit) = self.inner.permits.clone().acquire_owned().await else {
+                return;
+            };
+            tokio::select! {
+                _ = &mut shutdown => return,
+                r = listener.accept() => match r {
+                    Ok((s, _)) => {
+                        let _ = s.set_nodelay(true);
+                        let me = self.clone();
+                        tokio::spawn(async move {
+                            me.handle(s).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(e) => accept_error(e).await,
+                },
+            }
+        }
+    }
+
+    /// Accept clients on a unix-socket listener until `shutdown` completes.
+    pub async fn serve_unix(
+        &self,
+        listener: tokio::net::UnixListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            let Ok(permit) = self.inner.permits.clone().acquire_owned().await else {
+                return;
+            };
+            tokio::select! {
+                _ = &mut shutdown => return,
+                r = listener.accept() => match r {
+                    Ok((s, _)) => {
+                        let me = self.clone();
+                        tokio::spawn(async move {
+                            me.handle(s).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(e) => accept_error(e).await,
+                },
+            }
+        }
+    }
+}
+
+/// Out of descriptors or a similar transient failure: say so and back off briefly instead
+/// of spinning.
+async fn accept_error(e: std::io::Error) {
+    tracing::warn!("proxy accept: {e}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Send a closing response, then drain (briefly, boundedly) whatever the client still
+/// sends, so closing with unread data does not reset the connection before the client has
+/// read the response.
+async fn reply<S>(client: &mut S, status: u16, reason: &str, body: &str)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    if client
+        .write_all(&http::simple_response(status, reason, body))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let _ = client.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 8192];
+        let mut total = 0usize;
+        while total < 1 << 20 {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+}

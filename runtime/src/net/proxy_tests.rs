@@ -1,0 +1,437 @@
+//! Tests of the proxy against servers these tests start on 127.0.0.1 (and nothing else:
+//! names resolve through the test resolver table, and addresses that must be refused are
+//! only ever passed to [`Proxy::check`], which never connects).
+
+use super::allowlist::{Allowlist, Host};
+use super::proxy::{Limits, Proxy, ProxyConfig, Verdict};
+use super::refusal::{self, RefusalLog};
+use super::resolve::Resolver;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const T: Duration = Duration::from_secs(30);
+
+/// A test server on 127.0.0.1 counting its connections.
+struct Server {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+}
+
+/// Echo server: sends back whatever it reads.
+async fn echo_server() -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            h.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    Server { addr, hits }
+}
+
+/// HTTP server: answers every request with its own request head as the body.
+async fn http_server() -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            h.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let Ok((head, _)) = super::http::read_head(&mut s, 65536).await else {
+                    return;
+                };
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    head.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.write_all(&head).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Server { addr, hits }
+}
+
+fn config(allow: &[&str], resolve: &str, log: Option<&Path>) -> ProxyConfig {
+    ProxyConfig {
+        allowlist: Allowlist::parse(allow).unwrap(),
+        resolver: Resolver::parse_table(resolve).unwrap(),
+        refusal_log: log.map(|p| RefusalLog::open(p).unwrap()),
+        limits: Limits::default(),
+    }
+}
+
+async fn start(cfg: ProxyConfig) -> (Proxy, SocketAddr) {
+    let proxy = Proxy::new(cfg);
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let p = proxy.clone();
+    tokio::spawn(async move { p.serve_tcp(l, std::future::pending()).await });
+    (proxy, addr)
+}
+
+/// Send `req` to the proxy and read until it closes.
+async fn exchange(proxy: SocketAddr, req: &str) -> String {
+    tokio::time::timeout(T, async {
+        let mut s = TcpStream::connect(proxy).await.unwrap();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+    .expect("proxy exchange timed out")
+}
+
+/// CONNECT through the proxy, then send `msg` and read it back; returns the proxy's
+/// status line, and the echo (empty when refused).
+async fn connect_echo(proxy: SocketAddr, target: &str, msg: &[u8]) -> (String, Vec<u8>) {
+    tokio::time::timeout(T, async {
+        let mut s = TcpStream::connect(proxy).await.unwrap();
+        s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let (head, rest) = super::http::read_head(&mut s, 65536).await.unwrap();
+        let status = String::from_utf8_lossy(&head)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        if !status.contains(" 200 ") {
+            return (status, Vec::new());
+        }
+        assert!(rest.is_empty());
+        s.write_all(msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).await.unwrap();
+        (status, back)
+    })
+    .await
+    .expect("CONNECT timed out")
+}
+
+#[tokio::test]
+async fn connect_to_listed_literal_address() {
+    let echo = echo_server().await;
+    let (_, p) = start(config(&["127.0.0.1"], "", None)).await;
+    let (status, back) = connect_echo(p, &echo.addr.to_string(), b"ping through the tunnel").await;
+    assert_eq!(status, "HTTP/1.1 200 Connection established");
+    assert_eq!(back, b"ping through the tunnel");
+    assert_eq!(echo.hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn plain_http_is_forwarded_in_origin_form() {
+    let srv = http_server().await;
+    let (_, p) = start(config(&[&srv.addr.to_string()], "", None)).await;
+    let resp = exchange(
+        p,
+        &format!(
+            "GET http://{}/some/path?q=1 HTTP/1.1\r\nHost: spoofed.test\r\nProxy-Authorization: Basic c2VjcmV0\r\n\
+             Proxy-Connection: Keep-Alive\r\nUser-Agent: t\r\n\r\n",
+            srv.addr
+        ),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    assert!(
+        body.starts_with("GET /some/path?q=1 HTTP/1.1\r\n"),
+        "{body}"
+    );
+    assert!(body.contains(&format!("Host: {}\r\n", srv.addr)), "{body}");
+    assert!(body.contains("User-Agent: t\r\n"), "{body}");
+    assert!(body.contains("Connection: close\r\n"), "{body}");
+    assert!(!body.contains("spoofed"), "{body}");
+    assert!(!body.to_ascii_lowercase().contains("proxy-"), "{body}");
+}
+
+#[tokio::test]
+async fn unlisted_destination_is_refused_and_logged() {
+    let srv = http_server().await;
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("refusals.jsonl");
+    let (_, p) = start(config(&["other.test"], "", Some(&log))).await;
+    let resp = exchange(p, &format!("GET http://{}/ HTTP/1.1\r\n\r\n", srv.addr)).await;
+    assert!(resp.starts_with("HTTP/1.1 403 Forbidden"), "{resp}");
+    assert!(resp.contains("not on the allowlist"), "{resp}");
+    let (status, _) = connect_echo(p, &srv.addr.to_string(), b"x").await;
+    assert!(status.contains(" 403 "), "{status}");
+    assert_eq!(srv.hits.load(Ordering::SeqCst), 0, "refused yet connected");
+    let got = refusal::read(&log).unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].host, "127.0.0.1");
+    assert_eq!(got[0].port, srv.addr.port());
+    assert_eq!(got[0].reason, "not on the allowlist");
+}
+
+#[tokio::test]
+async fn name_resolving_to_loopback_needs_the_literal_address() {
+    let srv = http_server().await;
+    let port = srv.addr.port();
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("refusals.jsonl");
+    let table = "local.test=127.0.0.1";
+    // listed by name only: refused, nothing connects
+    let (_, p) = start(config(&["local.test"], table, Some(&log))).await;
+    let resp = exchange(
+        p,
+        &format!("GET http://local.test:{port}/ HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert!(resp.contains("127.0.0.1, a loopback address"), "{resp}");
+    let (status, _) = connect_echo(p, &format!("local.test:{port}"), b"x").await;
+    assert!(status.contains(" 403 "), "{status}");
+    assert_eq!(srv.hits.load(Ordering::SeqCst), 0);
+    let got = refusal::read(&log).unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].host, "local.test");
+    assert!(got[0].reason.contains("loopback"), "{:?}", got[0]);
+
+    // the literal address listed too (on this port): allowed
+    let lit = format!("127.0.0.1:{port}");
+    let (_, p) = start(config(&["local.test", &lit], table, None)).await;
+    let resp = exchange(
+        p,
+        &format!("GET http://local.test:{port}/x HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains(&format!("Host: local.test:{port}")), "{resp}");
+    assert_eq!(srv.hits.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn connect_to_a_denied_port_is_refused() {
+    let allowed = echo_server().await;
+    let other = echo_server().await;
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("refusals.jsonl");
+    let (_, p) = start(config(&[&allowed.addr.to_string()], "", Some(&log))).await;
+    let (status, _) = connect_echo(p, &other.addr.to_string(), b"x").await;
+    assert!(status.starts_with("HTTP/1.1 403"), "{status}");
+    assert_eq!(other.hits.load(Ordering::SeqCst), 0);
+    let (status, back) = connect_echo(p, &allowed.addr.to_string(), b"ok").await;
+    assert!(status.contains(" 200 "), "{status}");
+    assert_eq!(back, b"ok");
+    let got = refusal::read(&log).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].port, other.addr.port());
+    assert!(got[0].reason.contains("port"), "{:?}", got[0]);
+}
+
+#[tokio::test]
+async fn wildcard_table_through_the_proxy() {
+    let echo = echo_server().await;
+    let port = echo.addr.port();
+    let names = [
+        ("a.example.test", true),
+        ("deep.a.example.test", true),
+        ("example.test", false),
+        ("evil-example.test", false),
+        ("example.test.evil.test", false),
+    ];
+    let table: Vec<String> = names
+        .iter()
+        .map(|(n, _)| format!("{n}=127.0.0.1"))
+        .collect();
+    let (_, p) = start(config(
+        &["*.example.test", "127.0.0.1"],
+        &table.join(","),
+        None,
+    ))
+    .await;
+    for (name, want) in names {
+        let (status, back) = connect_echo(p, &format!("{name}:{port}"), b"hi").await;
+        assert_eq!(status.contains(" 200 "), want, "{name}: {status}");
+        if want {
+            assert_eq!(back, b"hi");
+        }
+    }
+    assert_eq!(echo.hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn special_addresses_are_refused_without_connecting() {
+    // `check` decides without connecting, so these addresses are never contacted.
+    let table = "meta.test=169.254.169.254,priv.test=10.1.2.3,mapped.test=::ffff:127.0.0.1,\
+                 cgnat.test=100.64.0.9,ula.test=fd00:ec2::254,ll.test=fe80::1,mc.test=224.0.0.1,\
+                 mixed.test=10.0.0.7,mixed.test=127.0.0.1,pub.test=93.184.216.34";
+    let proxy = Proxy::new(config(
+        &["*.test", "169.254.169.254:81", "[::1]:80"],
+        table,
+        None,
+    ));
+    for (name, want) in [
+        ("meta.test", "cloud metadata"),
+        ("priv.test", "private"),
+        ("mapped.test", "loopback"),
+        ("cgnat.test", "carrier-grade"),
+        ("ula.test", "cloud metadata"),
+        ("ll.test", "link-local"),
+        ("mc.test", "multicast"),
+    ] {
+        match proxy.check(&Host::parse(name).unwrap(), 80).await {
+            Verdict::Refuse(r) => assert!(r.contains(want), "{name}: {r}"),
+            v => panic!("{name}: {v:?}"),
+        }
+    }
+    // literal addresses not listed (or listed on another port) are refused by the list
+    for lit in ["169.254.169.254", "10.0.0.1", "[::ffff:169.254.169.254]"] {
+        let v = proxy.check(&Host::parse(lit).unwrap(), 80).await;
+        assert!(matches!(v, Verdict::Refuse(_)), "{lit}: {v:?}");
+    }
+    // the literal metadata address listed on port 81 is allowed there, and only there
+    assert_eq!(
+        proxy
+            .check(&Host::parse("169.254.169.254").unwrap(), 81)
+            .await,
+        Verdict::Allow(vec!["169.254.169.254:81".parse().unwrap()])
+    );
+    assert_eq!(
+        proxy.check(&Host::parse("meta.test").unwrap(), 81).await,
+        Verdict::Allow(vec!["169.254.169.254:81".parse().unwrap()])
+    );
+    // one bad answer among several: only the checked, allowed address is used
+    let proxy = Proxy::new(config(&["mixed.test", "127.0.0.1"], table, None));
+    assert_eq!(
+        proxy.check(&Host::parse("mixed.test").unwrap(), 80).await,
+        Verdict::Allow(vec!["127.0.0.1:80".parse().unwrap()])
+    );
+    // an ordinary public address is allowed when its name is listed (not contacted here)
+    let proxy = Proxy::new(config(&["pub.test"], table, None));
+    assert!(matches!(
+        proxy.check(&Host::parse("pub.test").unwrap(), 443).await,
+        Verdict::Allow(_)
+    ));
+    // a name outside the test table does not resolve (no real DNS in tests)
+    let proxy = Proxy::new(config(&["*.invalid"], table, None));
+    assert!(matches!(
+        proxy
+            .check(&Host::parse("nowhere.invalid").unwrap(), 80)
+            .await,
+        Verdict::Unresolved(_)
+    ));
+}
+
+#[tokio::test]
+async fn bad_requests_get_4xx() {
+    let (_, p) = start(config(&["127.0.0.1"], "", None)).await;
+    let r = exchange(p, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    let r = exchange(p, "GET https://127.0.0.1/ HTTP/1.1\r\n\r\n").await;
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    let r = exchange(p, "CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n").await;
+    assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+    let huge = format!(
+        "GET http://127.0.0.1/ HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(40_000)
+    );
+    let r = exchange(p, &huge).await;
+    assert!(r.starts_with("HTTP/1.1 431"), "{r}");
+}
+
+#[tokio::test]
+async fn head_timeout_is_enforced() {
+    let mut cfg = config(&["127.0.0.1"], "", None);
+    cfg.limits.head_timeout = Duration::from_millis(200);
+    let (_, p) = start(cfg).await;
+    let r = exchange(p, "GET http://127.0.0.1/ HTTP/1.1\r\n").await;
+    assert!(r.starts_with("HTTP/1.1 408"), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_connects() {
+    let echo = echo_server().await;
+    let (_, p) = start(config(&["127.0.0.1"], "", None)).await;
+    let target = echo.addr.to_string();
+    let all = async {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..200u32 {
+            let target = target.clone();
+            set.spawn(async move {
+                let msg = format!("client {i} ").repeat(100);
+                let (status, back) = connect_echo(p, &target, msg.as_bytes()).await;
+                assert!(status.contains(" 200 "), "{i}: {status}");
+                assert_eq!(back, msg.as_bytes());
+            });
+        }
+        let mut done = 0;
+        while let Some(r) = set.join_next().await {
+            r.unwrap();
+            done += 1;
+        }
+        done
+    };
+    let done = tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("200 concurrent CONNECTs did not finish in 60 s");
+    assert_eq!(done, 200);
+    assert_eq!(echo.hits.load(Ordering::SeqCst), 200);
+}
+
+/// The whole allowlist path minus the sandbox: relay (TCP) -> unix socket -> host proxy
+/// thread -> loopback server, driven by the real curl in both proxy modes.
+#[test]
+fn relay_and_host_proxy_with_curl() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let srv = rt.block_on(http_server());
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("proxy.sock");
+    let log = d.path().join("refusals.jsonl");
+    let cfg = config(&[&srv.addr.to_string()], "", Some(&log));
+    let running = super::host::HostProxy::bind(&sock, cfg)
+        .unwrap()
+        .start()
+        .unwrap();
+    let relay = super::relay::spawn("127.0.0.1:0".parse().unwrap(), &sock).unwrap();
+    let curl = |extra: &[&str], url: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"])
+            .args(extra)
+            .arg(url)
+            .env_clear()
+            .env("http_proxy", format!("http://{relay}"))
+            .env("HTTPS_PROXY", format!("http://{relay}"))
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let url = format!("http://{}/via-relay", srv.addr);
+    let out = curl(&[], &url);
+    assert!(out.ends_with("\n200"), "{out}");
+    assert!(out.contains("GET /via-relay HTTP/1.1"), "{out}");
+    // CONNECT tunnel (curl --proxytunnel)
+    let out = curl(&["-p"], &url);
+    assert!(out.ends_with("\n200"), "{out}");
+    // a refused destination: 403 with the reason
+    let other = rt.block_on(http_server());
+    let out = curl(&[], &format!("http://{}/", other.addr));
+    assert!(out.ends_with("\n403"), "{out}");
+    assert!(out.contains("capsule: refused"), "{out}");
+    assert_eq!(other.hits.load(Ordering::SeqCst), 0);
+    running.stop();
+    assert!(!sock.exists(), "socket left behind");
+    assert_eq!(refusal::read(&log).unwrap().len(), 1);
+}

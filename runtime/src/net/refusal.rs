@@ -1,0 +1,120 @@
+//! The refusal log: one JSON line per request the proxy refused, appended to the capsule's
+//! `refusals.jsonl` (in its bundle directory):
+//!
+//! ```json
+//! {"time":"2026-11-29T21:40:00.123Z","host":"example.com","port":443,"reason":"not on the allowlist"}
+//! ```
+//!
+//! Each line is written with a single `write` on a file opened with `O_APPEND`, so lines
+//! from concurrent execs of one capsule do not interleave.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// An open refusal log.
+#[derive(Debug)]
+pub struct RefusalLog {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+/// One refusal, as logged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Refusal {
+    pub time: String,
+    pub host: String,
+    pub port: u16,
+    pub reason: String,
+}
+
+impl RefusalLog {
+    /// Open (creating, mode 0600) `path` for appending. A symlink at `path` is refused.
+    pub fn open(path: &Path) -> std::io::Result<RefusalLog> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)?;
+        Ok(RefusalLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one refusal. Failures are reported through `tracing` and otherwise ignored:
+    /// the request is refused either way.
+    pub fn record(&self, host: &str, port: u16, reason: &str) {
+        let r = Refusal {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            host: host.to_string(),
+            port,
+            reason: reason.to_string(),
+        };
+        let mut line = match serde_json::to_vec(&r) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("cannot encode refusal: {e}");
+                return;
+            }
+        };
+        line.push(b'\n');
+        let mut f = match self.file.lock() {
+            Ok(f) => f,
+            Err(p) => p.into_inner(),
+        };
+        if let Err(e) = f.write_all(&line) {
+            tracing::warn!("cannot append to {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// Read every refusal in `path` (lines that do not parse are skipped).
+pub fn read(path: &Path) -> std::io::Result<Vec<Refusal>> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_json_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("refusals.jsonl");
+        let log = RefusalLog::open(&p).unwrap();
+        log.record("example.com", 443, "not on the allowlist");
+        drop(log);
+        RefusalLog::open(&p)
+            .unwrap()
+            .record("[::1]", 80, "a loopback address");
+        let got = read(&p).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].host, "example.com");
+        assert_eq!(got[0].port, 443);
+        assert_eq!(got[0].reason, "not on the allowlist");
+        assert!(got[0].time.ends_with('Z'), "{}", got[0].time);
+        assert_eq!(got[1].host, "[::1]");
+    }
+
+    #[test]
+    fn refuses_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("refusals.jsonl");
+        std::os::unix::fs::symlink(d.path().join("elsewhere"), &p).unwrap();
+        assert!(RefusalLog::open(&p).is_err());
+        assert!(!d.path().join("elsewhere").exists());
+    }
+}
