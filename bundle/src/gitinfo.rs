@@ -16,7 +16,7 @@ pub struct Head {
 
 /// Open `dir` (a work tree or a git dir) read-only and isolated.
 pub fn open_isolated(dir: &Path) -> Result<gix::Repository> {
-    let opts = gix::open::Options::isolated().open_path_as_is(true);
+    let opts = gix::open::Options::isolated();
     gix::open_opts(dir, opts)
         .map_err(|e| Error::other(format!("{}: not a git repository ({e})", dir.display())))
 }

@@ -12,10 +12,15 @@
 
 pub mod digest;
 pub mod error;
+pub mod git;
 pub mod gitinfo;
 pub mod layout;
 pub mod manifest;
+pub mod oci;
+pub mod open;
+pub mod materialize;
 pub mod policy;
+pub mod source;
 pub mod spec;
 pub mod store;
 

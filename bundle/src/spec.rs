@@ -68,6 +68,8 @@ pub enum Source {
     Pinned {
         repo: String,
         commit: String,
+        /// Branch the workspace checks the commit out on (default `main`).
+        default_branch: String,
     },
 }
 
@@ -498,9 +500,21 @@ pub fn parse(text: &str, file: &Path) -> Result<Spec> {
                         format!("commit {commit:?} must be a full 40-hex-digit commit id"),
                     ));
                 }
+                let default_branch = source_v
+                    .default_branch
+                    .filter(|b| !b.trim().is_empty())
+                    .unwrap_or_else(|| "main".into());
+                if !valid_ref_name(&default_branch) {
+                    return Err(at(
+                        file,
+                        &src_loc,
+                        format!("default_branch {default_branch:?} is not a valid branch name"),
+                    ));
+                }
                 Source::Pinned {
                     repo: repo.trim().to_string(),
                     commit,
+                    default_branch,
                 }
             }
             _ => {

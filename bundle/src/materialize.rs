@@ -1,0 +1,407 @@
+//! Materializing a synthetic spec into a folder: `git init` with the default branch and
+//! Kitsoki's identity, each step in order, then the overlay, then the provenance
+//! exclusions. Git runs hermetically ([`crate::git::Git`]).
+//!
+//! Every path a step, the overlay or a probe names must stay inside the workspace: the
+//! spec parser rejects `..` and absolute paths, and here each existing component is
+//! checked against the real tree (`lstat`, no symlinks followed) before use; files are
+//! opened with `O_NOFOLLOW`.
+//!
+//! The workspace is built in a temporary folder and renamed into place by
+//! [`crate::open`]; [`rewrite_paths`] turns the absolute temporary paths git recorded
+//! (remote URLs, worktree links) into the final ones before the rename.
+
+use crate::error::{Error, IoContext, Result};
+use crate::git::Git;
+use crate::manifest::{MANIFEST, SENTINEL};
+use crate::spec::{Action, Source, Spec, Step};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// What a path may be at its last component.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Last {
+    /// A symlink there is an error (we would write or enter through it).
+    NoSymlink,
+    /// A symlink there is fine (it is removed, not followed).
+    SymlinkOk,
+}
+
+/// Join `rel` (already lexically checked: relative, no `..`) under `root`, refusing any
+/// existing component that is a symlink (and the last one unless `last` allows it) or a
+/// non-directory in the middle.
+pub fn inside(root: &Path, rel: &str, last: Last) -> std::result::Result<PathBuf, String> {
+    crate::spec::check_relative(rel)?;
+    let comps: Vec<_> = Path::new(rel)
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect();
+    let mut cur = root.to_path_buf();
+    for (i, c) in comps.iter().enumerate() {
+        cur.push(c.as_os_str());
+        let is_last = i + 1 == comps.len();
+        match std::fs::symlink_metadata(&cur) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(format!("{}: {e}", cur.display())),
+            Ok(md) => {
+                if md.file_type().is_symlink() && !(is_last && last == Last::SymlinkOk) {
+                    let shown: PathBuf = comps[..=i].iter().map(|c| c.as_os_str()).collect();
+                    return Err(format!(
+                        "{} is a symlink; paths may not pass through symlinks (escapes the workspace)",
+                        shown.display()
+                    ));
+                }
+                if !is_last && !md.is_dir() {
+                    let shown: PathBuf = comps[..=i].iter().map(|c| c.as_os_str()).collect();
+                    return Err(format!("{} is not a directory", shown.display()));
+                }
+            }
+        }
+    }
+    Ok(root.join(rel))
+}
+
+/// `mkdir -p` of `rel` under `root`, never following a symlink.
+fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
+    let mut cur = root.to_path_buf();
+    for c in rel.components() {
+        if matches!(c, Component::CurDir) {
+            continue;
+        }
+        cur.push(c.as_os_str());
+        match std::fs::symlink_metadata(&cur) {
+            Ok(md) if md.is_dir() && !md.file_type().is_symlink() => {}
+            Ok(_) => return Err(format!("{} exists and is not a directory", cur.display())),
+            Err(_) => {
+                std::fs::create_dir(&cur).map_err(|e| format!("mkdir {}: {e}", cur.display()))?
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write `content` to `root/rel` (mode 0644 before umask, like Kitsoki), parents created.
+fn write_file(
+    root: &Path,
+    rel: &str,
+    content: &[u8],
+    mode: u32,
+) -> std::result::Result<(), String> {
+    let path = inside(root, rel, Last::NoSymlink)?;
+    if let Some(parent) = Path::new(rel).parent() {
+        mkdirs(root, parent)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("write {rel}: {e}"))?;
+    f.write_all(content)
+        .map_err(|e| format!("write {rel}: {e}"))?;
+    Ok(())
+}
+
+/// Build the synthetic spec into `root` (an existing empty folder).
+pub fn synthetic(spec: &Spec, root: &Path) -> Result<()> {
+    let Source::Synthetic {
+        default_branch,
+        steps,
+    } = &spec.source
+    else {
+        return Err(Error::other("not a synthetic spec"));
+    };
+    let git = Git::new(default_branch)?;
+    let file = &spec.path;
+    let init_err = |msg: String| Error::SpecFile {
+        file: file.clone(),
+        msg: format!("git init: {msg}"),
+    };
+    git.run(
+        root,
+        &[
+            "init",
+            "--quiet",
+            &format!("--initial-branch={default_branch}"),
+        ],
+    )
+    .map_err(init_err)?;
+    for kv in [
+        ["user.email", crate::git::IDENTITY_EMAIL],
+        ["user.name", crate::git::IDENTITY_NAME],
+    ] {
+        git.run(root, &["config", kv[0], kv[1]]).map_err(init_err)?;
+    }
+    for step in steps {
+        apply(&git, root, step).map_err(|msg| Error::Step {
+            file: file.clone(),
+            line: step.line,
+            index: step.index,
+            action: step.action.name().to_string(),
+            msg,
+        })?;
+    }
+    apply_overlay(spec, root)
+}
+
+/// Copy the spec's overlay folder (if any) into `root`.
+pub fn apply_overlay(spec: &Spec, root: &Path) -> Result<()> {
+    match &spec.overlay {
+        Some(ov) => overlay(spec, ov, root),
+        None => Ok(()),
+    }
+}
+
+fn apply(git: &Git, root: &Path, step: &Step) -> std::result::Result<(), String> {
+    match &step.action {
+        Action::Write { path, content } => write_file(root, path, content.as_bytes(), 0o644),
+        Action::Mkdir { path } => {
+            inside(root, path, Last::NoSymlink)?;
+            mkdirs(root, Path::new(path))
+        }
+        Action::Remove { path } => {
+            let p = inside(root, path, Last::SymlinkOk)?;
+            match std::fs::symlink_metadata(&p) {
+                Err(_) => Ok(()),
+                Ok(md) if md.is_dir() => {
+                    std::fs::remove_dir_all(&p).map_err(|e| format!("remove {path}: {e}"))
+                }
+                Ok(_) => std::fs::remove_file(&p).map_err(|e| format!("remove {path}: {e}")),
+            }
+        }
+        Action::Commit {
+            message,
+            allow_empty,
+        } => {
+            git.run(root, &["add", "-A"])?;
+            let mut args = vec!["commit", "--quiet", "-m", message.as_str()];
+            if *allow_empty {
+                args.push("--allow-empty");
+            }
+            git.run(root, &args).map(|_| ())
+        }
+        Action::Checkout { branch, create } => {
+            let mut args = vec!["checkout", "--quiet"];
+            if *create {
+                args.push("-b");
+            }
+            args.push(branch);
+            git.run(root, &args).map(|_| ())
+        }
+        Action::Branch { branch } => git.run(root, &["branch", branch.as_str()]).map(|_| ()),
+        Action::Git {
+            args,
+            dir,
+            allow_failure,
+        } => {
+            let cwd = match dir {
+                Some(d) => {
+                    let p = inside(root, d, Last::NoSymlink)?;
+                    if !p.is_dir() {
+                        return Err(format!("dir {d:?} is not a directory in the workspace"));
+                    }
+                    p
+                }
+                None => root.to_path_buf(),
+            };
+            match git.run(&cwd, args) {
+                Ok(_) => Ok(()),
+                Err(e) if *allow_failure => {
+                    tracing::debug!("step {} failed as allowed: {e}", step.index);
+                    Ok(())
+                }
+                Err(e) => Err(format!("git {}: {e}", args.join(" "))),
+            }
+        }
+        Action::BareRemote { name, path, branch } => {
+            let remote = inside(root, path, Last::NoSymlink)?;
+            if let Some(parent) = Path::new(path).parent() {
+                mkdirs(root, parent)?;
+            }
+            let remote_s = remote.to_string_lossy().into_owned();
+            git.run(root, &["init", "--bare", "--quiet", remote_s.as_str()])?;
+            git.run(root, &["remote", "add", name.as_str(), remote_s.as_str()])?;
+            let branch = match branch {
+                Some(b) => b.clone(),
+                None => {
+                    let out = git.run(root, &["branch", "--show-current"])?;
+                    let b = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                    if b.is_empty() {
+                        return Err("HEAD is detached; give the bare_remote a branch".into());
+                    }
+                    b
+                }
+            };
+            git.run(
+                root,
+                &["push", "--quiet", "-u", name.as_str(), branch.as_str()],
+            )
+            .map(|_| ())
+        }
+    }
+}
+
+/// Copy the overlay folder (relative to the spec's folder, which it may not leave) into
+/// the workspace. Regular files keep their executable bit; symlinks are copied as links.
+fn overlay(spec: &Spec, rel: &str, root: &Path) -> Result<()> {
+    let spec_dir = spec
+        .path
+        .parent()
+        .ok_or_else(|| Error::other("spec has no folder"))?;
+    let err = |msg: String| Error::SpecFile {
+        file: spec.path.clone(),
+        msg: format!("overlay {rel:?}: {msg}"),
+    };
+    let src = std::fs::canonicalize(spec_dir.join(rel)).map_err(|e| err(e.to_string()))?;
+    let spec_dir_c = std::fs::canonicalize(spec_dir).at(spec_dir)?;
+    if !src.starts_with(&spec_dir_c) {
+        return Err(err("escapes the spec's folder (through a symlink)".into()));
+    }
+    if !src.is_dir() {
+        return Err(err("is not a directory".into()));
+    }
+    copy_tree(&src, root, Path::new("")).map_err(err)
+}
+
+fn copy_tree(src_root: &Path, root: &Path, rel: &Path) -> std::result::Result<(), String> {
+    let dir = src_root.join(rel);
+    let mut ents: Vec<_> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .collect();
+    ents.sort_by_key(|e| e.file_name());
+    for e in ents {
+        let r = rel.join(e.file_name());
+        let rs = r.to_string_lossy().into_owned();
+        let ft = e.file_type().map_err(|er| format!("{rs}: {er}"))?;
+        if ft.is_dir() {
+            inside(root, &rs, Last::NoSymlink)?;
+            mkdirs(root, &r)?;
+            copy_tree(src_root, root, &r)?;
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(e.path()).map_err(|er| format!("{rs}: {er}"))?;
+            let dst = inside(root, &rs, Last::SymlinkOk)?;
+            if let Some(p) = r.parent() {
+                mkdirs(root, p)?;
+            }
+            let _ = std::fs::remove_file(&dst);
+            std::os::unix::fs::symlink(&target, &dst).map_err(|er| format!("{rs}: {er}"))?;
+        } else if ft.is_file() {
+            let md = e.metadata().map_err(|er| format!("{rs}: {er}"))?;
+            let mode = if md.permissions().mode() & 0o111 != 0 {
+                0o755
+            } else {
+                0o644
+            };
+            let data = std::fs::read(e.path()).map_err(|er| format!("{rs}: {er}"))?;
+            write_file(root, &rs, &data, mode)?;
+            // write_file's mode applies only on create; set it for an overwritten file too
+            let _ = std::fs::set_permissions(root.join(&r), std::fs::Permissions::from_mode(mode));
+        }
+    }
+    Ok(())
+}
+
+/// Append the manifest and sentinel to `.git/info/exclude` (as Kitsoki does).
+pub fn exclude_provenance(root: &Path) -> Result<()> {
+    let info = root.join(".git/info");
+    let md = std::fs::symlink_metadata(root.join(".git")).at(root.join(".git"))?;
+    if !md.is_dir() {
+        return Err(Error::other(format!(
+            "{}: .git is not a directory",
+            root.display()
+        )));
+    }
+    std::fs::create_dir_all(&info).at(&info)?;
+    let p = info.join("exclude");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p)
+        .at(&p)?;
+    write!(f, "\n/{MANIFEST}\n/{SENTINEL}\n").at(&p)
+}
+
+/// Replace the temporary build path `from` by the final path `to` in what git recorded
+/// inside `root`: `config` files and worktree links of every git dir, and `.git` files.
+pub fn rewrite_paths(root: &Path, from: &Path, to: &Path) -> Result<()> {
+    let from_b = from.as_os_str().as_bytes();
+    let to_b = to.as_os_str().as_bytes();
+    let mut candidates = Vec::new();
+    collect_git_files(root, &mut candidates, 0)?;
+    for p in candidates {
+        let Ok(data) = std::fs::read(&p) else {
+            continue;
+        };
+        if !contains(&data, from_b) {
+            continue;
+        }
+        let new = replace_all(&data, from_b, to_b);
+        std::fs::write(&p, new).at(&p)?;
+    }
+    Ok(())
+}
+
+fn contains(h: &[u8], n: &[u8]) -> bool {
+    !n.is_empty() && h.windows(n.len()).any(|w| w == n)
+}
+
+fn replace_all(h: &[u8], n: &[u8], r: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(h.len());
+    let mut i = 0;
+    while i < h.len() {
+        if h[i..].starts_with(n) {
+            out.extend_from_slice(r);
+            i += n.len();
+        } else {
+            out.push(h[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_git_dir(d: &Path) -> bool {
+    d.join("HEAD").is_file() && (d.join("objects").is_dir() || d.join("commondir").is_file())
+}
+
+fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
+    if depth > 64 {
+        return Ok(());
+    }
+    if is_git_dir(dir) {
+        for f in ["config", "gitdir", "commondir", "objects/info/alternates"] {
+            let p = dir.join(f);
+            if std::fs::symlink_metadata(&p)
+                .map(|m| m.is_file())
+                .unwrap_or(false)
+            {
+                out.push(p);
+            }
+        }
+        // linked worktrees' admin folders
+        if let Ok(rd) = std::fs::read_dir(dir.join("worktrees")) {
+            for e in rd.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    collect_git_files(&e.path(), out, depth + 1)?;
+                }
+            }
+        }
+        // never descend into objects
+        return Ok(());
+    }
+    for e in std::fs::read_dir(dir).at(dir)?.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            collect_git_files(&e.path(), out, depth + 1)?;
+        } else if ft.is_file() && e.file_name() == ".git" {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
