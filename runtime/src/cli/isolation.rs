@@ -1,9 +1,145 @@
-//! `capsule isolation`. (Issue 4: to be implemented.)
-use crate::exit::{CliError, CliResult};
-use clap::Args;
+//! `capsule isolation [--json] [--accept-weaker on|off]`: what isolation this machine gives
+//! and what is missing, in plain words; and the persisted, knowing acceptance of weaker
+//! isolation (tool settings, `$CAPSULE_ROOT/settings.json`). (Issue 4.)
 
+use crate::cli::print_json;
+use crate::exit::{CliError, CliResult};
+use crate::isolation::{self, IsolationLevel, IsolationReport};
+use crate::settings::Settings;
+use capsule_bundle::layout::{capsule_root, Layout};
+use clap::{Args, ValueEnum};
+use std::process::ExitCode;
+
+/// Show what isolation this machine gives (user namespaces, Landlock, seccomp), what is
+/// missing, and accept weaker isolation knowingly.
+///
+/// When full isolation is not available (for example unprivileged user namespaces are
+/// refused, as on Ubuntu 24.04), `capsule exec` runs nothing unless weaker isolation was
+/// accepted with `--accept-weaker on`: Landlock and seccomp without namespaces. Every exec
+/// under weaker isolation says so on stderr and in its record.
 #[derive(Debug, Args)]
-pub struct IsolationArgs {}
-pub fn isolation(_: IsolationArgs) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+pub struct IsolationArgs {
+    /// Print one JSON object for programs instead of plain words.
+    #[arg(long)]
+    pub json: bool,
+    /// Accept weaker isolation when full isolation is not available (persisted), or take
+    /// that acceptance back.
+    #[arg(long, value_name = "on|off")]
+    pub accept_weaker: Option<OnOff>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+pub fn isolation(args: IsolationArgs) -> CliResult {
+    let root = capsule_root().ok_or_else(|| {
+        CliError::failure("cannot find the capsule root: set CAPSULE_ROOT or HOME")
+    })?;
+    let path = Layout::new(root).settings_file();
+    let mut settings = Settings::load(&path).map_err(|e| CliError::failure(e.to_string()))?;
+    if let Some(v) = args.accept_weaker {
+        settings.accept_weaker = v == OnOff::On;
+        settings
+            .save(&path)
+            .map_err(|e| CliError::failure(format!("saving settings: {e}")))?;
+    }
+    let report = isolation::probe();
+    let decision = isolation::decide(&report, &settings);
+    if args.json {
+        let (level, error) = match &decision {
+            Ok(l) => (serde_json::to_value(l).unwrap_or_default(), None),
+            Err(e) => (serde_json::Value::Null, Some(e.message.clone())),
+        };
+        print_json(&serde_json::json!({
+            "report": report,
+            "full": report.full(),
+            "accept_weaker": settings.accept_weaker,
+            "settings_file": path,
+            "exec_level": level,
+            "exec_refused": error,
+        }));
+    } else {
+        print!(
+            "{}",
+            human(&report, &settings, &decision, args.accept_weaker)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human(
+    r: &IsolationReport,
+    s: &Settings,
+    decision: &Result<IsolationLevel, isolation::MissingIsolation>,
+    changed: Option<OnOff>,
+) -> String {
+    let mut o = String::new();
+    let yes_no = |b: bool| if b { "yes" } else { "NO" };
+    if let Some(v) = changed {
+        o += &format!(
+            "Weaker isolation is now {}.\n\n",
+            if v == OnOff::On {
+                "accepted (capsule exec runs with what this machine gives, and says so)"
+            } else {
+                "not accepted (capsule exec refuses to run without full isolation)"
+            }
+        );
+    }
+    let ns = &r.user_namespaces;
+    o += &format!("User namespaces:  {}", yes_no(ns.available));
+    if let Some(e) = &ns.error {
+        o += &format!(" ({e})");
+    }
+    if let Some(m) = ns.max_user_namespaces {
+        o += &format!("; max_user_namespaces = {m}");
+    }
+    o += "\n";
+    for x in &ns.restrictions {
+        o += &format!("                  {x}\n");
+    }
+    if r.landlock.abi == 0 {
+        o += "Landlock:         NO\n";
+    } else {
+        o += &format!("Landlock:         yes, ABI {}\n", r.landlock.abi);
+    }
+    for l in &r.landlock.lacking {
+        o += &format!("                  lacking {l}\n");
+    }
+    o += &format!("Seccomp:          {}", yes_no(r.seccomp.available));
+    if let Some(e) = &r.seccomp.error {
+        o += &format!(" ({e})");
+    }
+    o += "\n\n";
+    if r.full() {
+        o += "Full isolation is available: commands run in their own user, mount, pid, network, ipc and uts namespaces, with Landlock and seccomp.\n";
+    } else {
+        o += "Missing for full isolation:\n";
+        for m in &r.missing {
+            o += &format!("  - {m}\n");
+        }
+    }
+    o += &format!(
+        "\nWeaker isolation accepted: {}\n",
+        if s.accept_weaker { "yes" } else { "no" }
+    );
+    match decision {
+        Ok(IsolationLevel::Full) => {}
+        Ok(IsolationLevel::Weaker(d)) => {
+            o += &format!(
+                "capsule exec runs with weaker isolation: {}, Landlock ABI {}, seccomp. Every exec says so on stderr and in its record. Turn it off with `capsule isolation --accept-weaker off`.\n",
+                if d.namespaces { "namespaces" } else { "no namespaces" },
+                d.landlock_abi
+            );
+        }
+        Err(e) if e.weaker_possible => {
+            o += "capsule exec refuses to run commands until full isolation is available, or until you accept weaker isolation knowingly with `capsule isolation --accept-weaker on` (Landlock and seccomp without namespaces: the command then shares the host's processes and network view, kept in check only by Landlock's rules).\n";
+        }
+        Err(_) => {
+            o += "capsule exec cannot run commands on this machine: even weaker isolation needs seccomp and either user namespaces or Landlock.\n";
+        }
+    }
+    o
 }

@@ -625,3 +625,6 @@ pub fn restrict(
 ) -> Result<LandlockReport, LandlockError> {
     LandlockRuleset::build(policy, opts)?.restrict_self()
 }
+
+#[cfg(test)]
+mod tests;

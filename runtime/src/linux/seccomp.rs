@@ -387,3 +387,6 @@ pub fn install() -> Result<SeccompReport, SeccompError> {
     p.install()?;
     Ok(p.report)
 }
+
+#[cfg(test)]
+mod tests;
