@@ -8,7 +8,9 @@ pub mod home;
 pub mod isolation;
 #[cfg(target_os = "linux")]
 pub mod linux;
-#[cfg(target_os = "macos")]
+// compiled in Linux test builds too, so its control flow is type-checked and tested
+#[cfg(any(target_os = "macos", test))]
 pub mod macos;
 pub mod net;
+pub mod record;
 pub mod settings;

@@ -1,15 +1,365 @@
-//! `capsule exec`. (Issue 4: to be implemented.)
-use crate::exit::{CliError, CliResult};
+//! `capsule exec <capsule> [options] -- CMD [ARGS…]`: the launch-policy gate, the
+//! capsule's policy from its bundle plus this exec's flags, the isolation level (never a
+//! silent fallback), the sandboxed run, and the exec record.
+
+use crate::exit::{self, CliError, CliResult};
+use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
+use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkMode, SandboxPolicy};
+use capsule_bundle::store;
 use clap::Args;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
+/// Run a command inside a capsule's sandbox.
+///
+/// The command sees the workspace read-write (its manifest and sentinel read-only), the
+/// capsule's own /tmp, and the host's system folders read-only; credentials, personal
+/// files, other projects and capsule's own state are hidden; it has its own processes,
+/// network (loopback only) and no capabilities.
+///
+/// Exit status: the command's own; 128+N when killed by signal N; 124 when --timeout
+/// expired; 125 when the sandbox could not be set up (nothing ran); 126 when the command
+/// could not be executed; 127 when it was not found; 3 when the launch policy denied it.
 #[derive(Debug, Args)]
-pub struct ExecArgs {}
-#[derive(Debug, Args)]
-pub struct IsolationArgs {}
-
-pub fn exec(_: ExecArgs) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+#[command(trailing_var_arg = true)]
+pub struct ExecArgs {
+    /// The capsule: a name (`capsule list`) or a workspace path.
+    pub capsule: String,
+    /// Let the command write PATH too (repeatable; must exist).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+    /// Hide PATH from the command as well (repeatable).
+    #[arg(long = "hide", value_name = "PATH")]
+    pub hide: Vec<PathBuf>,
+    /// Show PATH read-only although it is hidden by default (repeatable).
+    #[arg(long = "reveal", value_name = "PATH")]
+    pub reveal: Vec<PathBuf>,
+    /// Pass the host's environment variable NAME through (repeatable).
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// No network at all: TCP refused even on the sandbox's own loopback.
+    #[arg(long, conflicts_with = "open_network")]
+    pub no_network: bool,
+    /// The host's network, unrestricted.
+    #[arg(long)]
+    pub open_network: bool,
+    /// Run WITHOUT ANY ISOLATION (said loudly on stderr and in the record).
+    #[arg(long, conflicts_with_all = ["no_network", "open_network"])]
+    pub no_sandbox: bool,
+    /// Give the command a new pseudo-terminal of its own (for interactive programs).
+    #[arg(short = 't', long = "tty")]
+    pub tty: bool,
+    /// Kill the command (and everything it started) after DURATION (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Print the exec record (one JSON line) on stdout when the command ends.
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
 }
-pub fn isolation(_: IsolationArgs) -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+
+fn fail(msg: impl Into<String>) -> CliError {
+    CliError::failure(msg)
+}
+
+/// Canonical form of a user-given path (relative to the current directory).
+fn canonical(flag: &str, p: &Path) -> Result<PathBuf, CliError> {
+    std::fs::canonicalize(p).map_err(|e| fail(format!("{flag} {}: {e}", p.display())))
+}
+
+/// Apply this exec's flags to the capsule's policy. Returns the policy and the notes on
+/// what was requested.
+fn effective_policy(
+    a: &ExecArgs,
+    base: &SandboxPolicy,
+    layout: &Layout,
+    bundle_dir: &Path,
+) -> Result<SandboxPolicy, CliError> {
+    let mut p = base.clone();
+    let root = std::fs::canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
+    let own: Vec<PathBuf> = [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE]
+        .iter()
+        .map(|d| bundle_dir.join(d))
+        .collect();
+    for w in &a.allow_write {
+        let c = canonical("--allow-write", w)?;
+        let in_own = own.iter().any(|o| c.starts_with(o));
+        if !in_own && (c.starts_with(&root) || root.starts_with(&c)) {
+            return Err(fail(format!(
+                "--allow-write {}: overlaps capsule's own state ({}); the command could rewrite its records",
+                c.display(),
+                root.display()
+            )));
+        }
+        p.writable.push(c);
+    }
+    for h in &a.hide {
+        let path = match std::fs::canonicalize(h) {
+            Ok(c) => c,
+            Err(_) if h.is_absolute() => h.clone(),
+            Err(e) => return Err(fail(format!("--hide {}: {e}", h.display()))),
+        };
+        p.hidden.push(HiddenPath {
+            path,
+            reason: HiddenReason::Requested,
+        });
+    }
+    for r in &a.reveal {
+        let c = canonical("--reveal", r)?;
+        if c.starts_with(&root) && !c.starts_with(&p.workspace) {
+            return Err(fail(format!(
+                "--reveal {}: capsule's own state stays hidden",
+                c.display()
+            )));
+        }
+        p.revealed.push(c);
+    }
+    for n in &a.pass_env {
+        if n.is_empty() || n.contains('=') {
+            return Err(fail(format!("--pass-env {n:?}: not a variable name")));
+        }
+        p.pass_env.push(n.clone());
+    }
+    if a.no_network {
+        p.network.mode = NetworkMode::Off;
+    } else if a.open_network {
+        p.network.mode = NetworkMode::Open;
+    }
+    Ok(p)
+}
+
+/// `capsule exec`.
+pub fn exec(a: ExecArgs) -> CliResult {
+    imp::exec(a)
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use super::*;
+    pub fn exec(_: ExecArgs) -> CliResult {
+        Err(CliError::failure(
+            "capsule exec runs on Linux only in this build",
+        ))
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use super::*;
+    use crate::isolation;
+    use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
+    use crate::record::{self, ExecRecord};
+    use crate::settings::Settings;
+
+    pub fn exec(a: ExecArgs) -> CliResult {
+        let started = Instant::now();
+        let started_at = record::now_rfc3339();
+        let root =
+            capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME"))?;
+        let layout = Layout::new(root);
+        let cap = store::resolve(&layout, &a.capsule).map_err(|e| fail(e.to_string()))?;
+        let caller_cwd = std::env::current_dir().ok();
+        let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
+
+        // the launch-policy gate first: a denial starts nothing
+        let gate_from = caller_cwd.clone().unwrap_or_else(|| cap.workspace.clone());
+        let gate = capsule_policy::Gate::load(&gate_from, None)
+            .map_err(|e| fail(format!("launch policy: {e}")))?;
+        let decision = gate.decide("capsule.exec", None, &cwd);
+        if let Some(trace) = capsule_policy::trace_path(None) {
+            if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
+                tracing::warn!(
+                    "cannot append to the launch-policy trace {}: {e}",
+                    trace.display()
+                );
+            }
+        }
+        if !decision.allowed {
+            return Err(CliError::new(
+                exit::DENIED,
+                format!(
+                    "denied by the launch policy: {}; nothing ran",
+                    decision.reason
+                ),
+            ));
+        }
+
+        let policy = effective_policy(&a, &cap.policy, &layout, &cap.bundle_dir)?;
+        let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
+        let events = cap.bundle_file(bundle_files::EVENTS);
+        let argv: Vec<String> = a
+            .command
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        let mut degradation = Vec::new();
+        let requested = serde_json::json!({
+            "policy_digest": cap.policy.digest(),
+            "effective_policy_digest": policy.digest(),
+            "network": policy.network.mode.as_str(),
+            "allow_write": policy.writable,
+            "hide": a.hide,
+            "reveal": a.reveal,
+            "pass_env": policy.pass_env,
+            "no_sandbox": a.no_sandbox,
+            "tty": a.tty,
+            "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
+        });
+        let mut rec = ExecRecord {
+            event: "exec",
+            version: 1,
+            capsule: cap.name.clone(),
+            argv,
+            cwd: cwd.clone(),
+            started_at,
+            requested,
+            applied: None,
+            degradation: Vec::new(),
+            exit_status: exit::SANDBOX_FAILED,
+            termination: None,
+            error: None,
+            duration_ms: 0.0,
+            changes: None,
+            changes_error: None,
+        };
+
+        let mut isolation = if a.no_sandbox {
+            eprintln!(
+                "capsule: WARNING: --no-sandbox: running {:?} WITHOUT ANY ISOLATION: it can read, write and reach everything you can",
+                rec.argv.join(" ")
+            );
+            degradation.push("no sandbox at all (--no-sandbox)".to_string());
+            Isolation::None
+        } else if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+            weaker_or_refuse(&settings, &mut degradation)?
+        } else {
+            Isolation::Full
+        };
+        if matches!(
+            policy.network.mode,
+            NetworkMode::Allowlist | NetworkMode::Replay
+        ) && isolation != Isolation::None
+        {
+            degradation.push(format!(
+                "network mode {} is not available to exec yet: the command gets no network beyond its own loopback (stricter than asked)",
+                policy.network.mode.as_str()
+            ));
+        }
+
+        let before = record::snapshot(&cap.workspace);
+        let mut plan = build_plan(&a, &policy, &cwd, isolation);
+        let mut result = linux::run(&plan, Hooks::default());
+        if let Err(ExecError::Namespaces(msg)) = &result {
+            // full isolation is refused here: only what the operator accepted may follow
+            tracing::info!("namespaces refused: {msg}");
+            isolation = weaker_or_refuse(&settings, &mut degradation)?;
+            plan = build_plan(&a, &policy, &cwd, isolation);
+            result = linux::run(&plan, Hooks::default());
+        }
+        if isolation == Isolation::Weaker {
+            eprintln!(
+                "capsule: warning: weaker isolation (Landlock + seccomp, no namespaces): {}",
+                degradation.join("; ")
+            );
+        }
+        rec.degradation = degradation;
+
+        let code = match &result {
+            Ok(o) => {
+                rec.applied = serde_json::to_value(&o.applied).ok();
+                rec.termination = serde_json::to_value(o.termination).ok();
+                o.termination.exit_status()
+            }
+            Err(e) => {
+                rec.error = Some(e.to_string());
+                match e {
+                    ExecError::NotFound { .. } => exit::NOT_FOUND,
+                    ExecError::NotExecutable { .. } => exit::NOT_EXECUTABLE,
+                    ExecError::Setup(_) | ExecError::Namespaces(_) => exit::SANDBOX_FAILED,
+                }
+            }
+        };
+        rec.exit_status = code;
+        match (before, record::snapshot(&cap.workspace)) {
+            (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
+            (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
+        }
+        rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if let Err(e) = rec.append(&events) {
+            eprintln!(
+                "capsule: cannot append the exec record to {}: {e}",
+                events.display()
+            );
+        }
+        if a.json {
+            crate::cli::print_json(&serde_json::to_value(&rec).unwrap_or_default());
+        }
+        match result {
+            Ok(_) => Ok(ExitCode::from(code)),
+            Err(e) => Err(CliError::new(code, e.to_string())),
+        }
+    }
+
+    /// Weaker isolation if the operator accepted it and the machine allows it; else the
+    /// refusal that says what is missing and how to accept.
+    fn weaker_or_refuse(
+        settings: &Settings,
+        degradation: &mut Vec<String>,
+    ) -> Result<Isolation, CliError> {
+        let report = isolation::probe();
+        match isolation::decide(&report, settings) {
+            Ok(isolation::IsolationLevel::Full) => Ok(Isolation::Full),
+            Ok(isolation::IsolationLevel::Weaker(d)) => {
+                degradation.extend(d.missing);
+                Ok(Isolation::Weaker)
+            }
+            Err(m) => Err(CliError::new(exit::SANDBOX_FAILED, m.message)),
+        }
+    }
+
+    fn build_plan(
+        a: &ExecArgs,
+        policy: &SandboxPolicy,
+        cwd: &Path,
+        isolation: Isolation,
+    ) -> ExecPlan {
+        let full = isolation == Isolation::Full;
+        let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+        if !full {
+            // no mount namespace: the capsule's tmp is where it is
+            for (k, v) in env.iter_mut() {
+                if k == "TMPDIR" {
+                    *v = policy.tmp_dir.clone().into_os_string();
+                }
+            }
+        }
+        ExecPlan {
+            argv: a.command.clone(),
+            env,
+            cwd: cwd.to_path_buf(),
+            mounts: if full {
+                plan::mount_plan(policy, &policy.devices)
+            } else {
+                Vec::new()
+            },
+            isolation,
+            new_netns: policy.network.mode != NetworkMode::Open,
+            hostname: format!("capsule-{}", policy.capsule_name)
+                .chars()
+                .take(64)
+                .collect(),
+            policy: if full {
+                plan::sandbox_view(policy)
+            } else {
+                policy.clone()
+            },
+            network_off: policy.network.mode == NetworkMode::Off,
+            stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
+            timeout: a.timeout,
+        }
+    }
 }

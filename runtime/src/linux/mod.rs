@@ -1,6 +1,426 @@
 //! The Linux executor: user, mount, pid, network, ipc and uts namespaces, a fresh root
 //! built from read-only binds, Landlock and seccomp, and an init (pid 1) that reaps and
 //! forwards signals. (Issue 4.)
+//!
+//! One code path for root and for an unprivileged user, the way bubblewrap works:
+//!
+//! ```text
+//! capsule (host)                      init (pid 1 of the new namespaces)      command
+//! ─────────────────────────────────── ─────────────────────────────────────── ──────────────
+//! clone(NEWUSER|NEWNS|NEWPID|NEWNET|…) ─▶ PDEATHSIG=KILL, wait for the maps
+//! write uid_map/gid_map (uid->uid)   ─▶ build the root (plan.rs, mounts.rs),
+//!                                        hostname, loopback up
+//!                                        fork ───────────────────────────────▶ chdir, drop caps,
+//!                                        run inside hooks (e.g. net relay),    no_new_privs,
+//!                                        release the command ─────────────────▶ Landlock, seccomp,
+//! relay signals / pty / timeout ◀──────  forward signals, reap; when the          exec
+//! read the report pipe                   command ends, kill everything left
+//! ```
+//!
+//! The report pipe carries JSON lines from init and the command's setup: a failed setup
+//! step, the layers that were applied, an `execve` failure, the command's signal.
+//!
+//! [`run`] must be called while the calling process is single-threaded (the children
+//! allocate between `clone` and `execve`); start host-side threads (e.g. a network proxy)
+//! after it has spawned, and bind their sockets before.
 
+pub mod init;
 pub mod landlock;
+pub mod mounts;
+pub mod plan;
+pub mod pty;
 pub mod seccomp;
+pub mod sys;
+
+pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, Instant};
+
+/// Why a command could not be run (the sandbox was not set up, or `execve` failed).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("sandbox setup failed: {0}; nothing ran")]
+    Setup(String),
+    /// The kernel refused to create the namespaces (e.g. unprivileged user namespaces off).
+    #[error("cannot create the sandbox's namespaces: {0}; nothing ran")]
+    Namespaces(String),
+    #[error("{command}: command not found in the sandbox")]
+    NotFound { command: String },
+    #[error("{command}: cannot execute: {error}")]
+    NotExecutable { command: String, error: String },
+}
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum Termination {
+    Exited(i32),
+    Signaled(i32),
+    TimedOut,
+}
+
+impl Termination {
+    /// The exit status `capsule exec` reports: the command's own, 128+N for signal N,
+    /// 124 for a timeout.
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Termination::Exited(c) => (c & 0xff) as u8,
+            Termination::Signaled(n) => (128 + n).clamp(0, 255) as u8,
+            Termination::TimedOut => crate::exit::TIMEOUT,
+        }
+    }
+}
+
+/// What was applied, per layer, for the exec record.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Applied {
+    pub isolation: String,
+    pub namespaces: Vec<String>,
+    pub landlock: serde_json::Value,
+    pub seccomp: serde_json::Value,
+    pub capabilities: String,
+    pub no_new_privs: bool,
+}
+
+/// The result of a command that ran.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    pub termination: Termination,
+    pub duration: Duration,
+    pub applied: Applied,
+}
+
+/// A hook run by init inside the sandbox (its namespaces, its root) after the command is
+/// forked and before it is released to `execve`; e.g. the allowlist relay listening on
+/// the sandbox's loopback. It must not block: start a thread or process and return.
+pub type InitHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// Hooks of one exec.
+#[derive(Default)]
+pub struct Hooks {
+    /// Run by init inside the sandbox, in order.
+    pub inside: Vec<InitHook>,
+}
+
+/// Messages on the report pipe, one JSON line each.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub(crate) enum Report {
+    SetupFailed { step: String },
+    Layers { applied: Applied },
+    ExecFailed { errno: i32, command: String },
+    Signaled { signal: i32 },
+}
+
+/// Signals `capsule` forwards to the sandbox.
+const FORWARDED: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// The signal the host sends init under weaker isolation to end everything (timeout).
+pub(crate) fn kill_all_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 2
+}
+
+/// Run `plan`'s command in the sandbox and wait for it.
+pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
+    let start = Instant::now();
+    let setup = |what: &str, e: std::io::Error| ExecError::Setup(format!("{what}: {e}"));
+    let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes().to_vec()))?;
+    let envp = cstrings(plan.env.iter().map(|(k, v)| {
+        let mut b = k.as_bytes().to_vec();
+        b.push(b'=');
+        b.extend_from_slice(v.as_bytes());
+        b
+    }))?;
+    if argv.is_empty() {
+        return Err(ExecError::Setup("no command given".into()));
+    }
+    let seccomp = match plan.isolation {
+        Isolation::None => None,
+        _ => Some(seccomp::SeccompProgram::build().map_err(|e| ExecError::Setup(e.to_string()))?),
+    };
+    let pty = match plan.stdio {
+        Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
+        Stdio::Inherit => None,
+    };
+    let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
+    let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
+
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.add(Signal::SIGWINCH);
+    for s in FORWARDED {
+        mask.add(*s);
+    }
+    let old_mask = mask
+        .thread_swap_mask(SigmaskHow::SIG_BLOCK)
+        .map_err(|e| setup("blocking signals", e.into()))?;
+    let restore = |old: &SigSet| {
+        let _ = old.thread_set_mask();
+    };
+
+    let mut flags: libc::c_long = libc::SIGCHLD as libc::c_long;
+    let mut namespaces = Vec::new();
+    if plan.isolation == Isolation::Full {
+        flags |= (libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS) as libc::c_long;
+        namespaces = vec!["user", "mount", "pid", "ipc", "uts"];
+        if plan.new_netns {
+            flags |= libc::CLONE_NEWNET as libc::c_long;
+            namespaces.push("net");
+        }
+    }
+    // SAFETY: raw clone without CLONE_VM behaves like fork: the child gets a copy of the
+    // address space and continues on the same (copied) stack.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        restore(&old_mask);
+        for fd in [rep_r, rep_w, sync_r, sync_w] {
+            sys::close(fd);
+        }
+        let msg = format!("{} ({e})", namespaces.join(", "));
+        return Err(if plan.isolation == Isolation::Full {
+            ExecError::Namespaces(msg)
+        } else {
+            ExecError::Setup(format!("fork: {e}"))
+        });
+    }
+    if pid == 0 {
+        sys::close(rep_r);
+        sys::close(sync_w);
+        let ctx = init::Ctx {
+            plan,
+            argv: &argv,
+            envp: &envp,
+            report: rep_w,
+            sync: sync_r,
+            pty_slave: pty.as_ref().map(|p| p.slave),
+            pty_master: pty.as_ref().map(|p| p.master),
+            old_mask: &old_mask,
+            seccomp: seccomp.as_ref(),
+            namespaces: &namespaces,
+        };
+        init::main(ctx, hooks)
+    }
+    let pid = pid as libc::pid_t;
+    sys::close(rep_w);
+    sys::close(sync_r);
+    if let Some(p) = &pty {
+        sys::close(p.slave);
+    }
+    if plan.isolation == Isolation::Full {
+        if let Err(e) = write_id_maps(pid) {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            restore(&old_mask);
+            sys::close(rep_r);
+            sys::close(sync_w);
+            return Err(setup("writing the user namespace's id maps", e));
+        }
+    }
+    let _ = sys::write_all(sync_w, &[1]);
+    sys::close(sync_w);
+
+    let waited = supervise(pid, plan, rep_r, pty.as_ref(), &mask);
+    restore(&old_mask);
+    sys::close(rep_r);
+    drop(pty);
+    let (status, timed_out, report_bytes) = waited.map_err(|e| setup("supervising", e))?;
+
+    let mut applied = None;
+    let mut signaled = None;
+    for line in report_bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+    {
+        match serde_json::from_slice::<Report>(line) {
+            Ok(Report::SetupFailed { step }) => return Err(ExecError::Setup(step)),
+            Ok(Report::ExecFailed { errno, command }) => {
+                return Err(if errno == libc::ENOENT {
+                    ExecError::NotFound { command }
+                } else {
+                    ExecError::NotExecutable {
+                        command,
+                        error: std::io::Error::from_raw_os_error(errno).to_string(),
+                    }
+                })
+            }
+            Ok(Report::Layers { applied: a }) => applied = Some(a),
+            Ok(Report::Signaled { signal }) => signaled = Some(signal),
+            Err(e) => tracing::warn!("unreadable report from the sandbox: {e}"),
+        }
+    }
+    let termination = if timed_out {
+        Termination::TimedOut
+    } else if let Some(s) = signaled {
+        Termination::Signaled(s)
+    } else if libc::WIFEXITED(status) {
+        Termination::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        Termination::Signaled(libc::WTERMSIG(status))
+    } else {
+        Termination::Exited(crate::exit::SANDBOX_FAILED as i32)
+    };
+    let Some(applied) = applied else {
+        if timed_out {
+            return Err(ExecError::Setup(
+                "the timeout expired before the command started".into(),
+            ));
+        }
+        return Err(ExecError::Setup(format!(
+            "the sandbox's init ended before the command started (status {status:#x})"
+        )));
+    };
+    Ok(ExecOutcome {
+        termination,
+        duration: start.elapsed(),
+        applied,
+    })
+}
+
+fn cstrings(items: impl Iterator<Item = Vec<u8>>) -> Result<Vec<CString>, ExecError> {
+    items
+        .map(|b| {
+            CString::new(b).map_err(|_| {
+                ExecError::Setup("an argument or environment value contains a NUL byte".into())
+            })
+        })
+        .collect()
+}
+
+/// Map our own uid and gid to the same ids inside (root stays root, a user stays itself).
+fn write_id_maps(pid: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: getters cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let base = format!("/proc/{pid}");
+    std::fs::write(format!("{base}/setgroups"), "deny")?;
+    std::fs::write(format!("{base}/uid_map"), format!("{uid} {uid} 1\n"))?;
+    std::fs::write(format!("{base}/gid_map"), format!("{gid} {gid} 1\n"))?;
+    Ok(())
+}
+
+/// Wait for init: forward signals, relay the pty, enforce the timeout, read the report
+/// pipe. Returns init's wait status, whether the timeout fired, and the report bytes.
+fn supervise(
+    pid: libc::pid_t,
+    plan: &ExecPlan,
+    rep_r: RawFd,
+    pty: Option<&pty::Pty>,
+    mask: &SigSet,
+) -> std::io::Result<(libc::c_int, bool, Vec<u8>)> {
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use std::os::fd::AsRawFd;
+    let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(std::io::Error::from)?;
+    let deadline = plan.timeout.map(|t| Instant::now() + t);
+    let mut report = Vec::new();
+    let mut rep_open = true;
+    let mut timed_out = false;
+    let mut relay = pty.map(|p| p.relay());
+    loop {
+        let mut fds = vec![libc::pollfd {
+            fd: sfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if rep_open {
+            fds.push(libc::pollfd {
+                fd: rep_r,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let relay_base = fds.len();
+        if let Some(r) = &relay {
+            fds.extend(r.pollfds());
+        }
+        let timeout_ms = match deadline {
+            Some(d) if !timed_out => {
+                let left = d.saturating_duration_since(Instant::now());
+                left.as_millis().min(i32::MAX as u128) as i32
+            }
+            _ => -1,
+        };
+        // SAFETY: fds is a valid array of pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
+            timed_out = true;
+            let sig = if plan.isolation == Isolation::Full {
+                libc::SIGKILL
+            } else {
+                kill_all_signal()
+            };
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, sig) };
+            continue;
+        }
+        if rep_open && fds[1].revents != 0 {
+            let mut buf = [0u8; 4096];
+            match sys::read(rep_r, &mut buf) {
+                Ok(0) | Err(_) => rep_open = false,
+                Ok(k) => report.extend_from_slice(&buf[..k]),
+            }
+        }
+        if let Some(r) = relay.as_mut() {
+            r.pump(&fds[relay_base..]);
+        }
+        if fds[0].revents != 0 {
+            while let Ok(Some(info)) = sfd.read_signal() {
+                let sig = info.ssi_signo as libc::c_int;
+                if sig == libc::SIGCHLD {
+                    continue;
+                }
+                if sig == libc::SIGWINCH {
+                    if let Some(r) = &relay {
+                        r.resize();
+                    }
+                    continue;
+                }
+                // SAFETY: forwarding to our own child.
+                unsafe { libc::kill(pid, sig) };
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            let w = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if w == pid {
+                // drain what is left of the report and the terminal output
+                if let Some(r) = relay.as_mut() {
+                    r.drain();
+                }
+                while rep_open {
+                    let mut buf = [0u8; 4096];
+                    match sys::read(rep_r, &mut buf) {
+                        Ok(0) | Err(_) => rep_open = false,
+                        Ok(k) => report.extend_from_slice(&buf[..k]),
+                    }
+                }
+                return Ok((status, timed_out, report));
+            }
+        }
+    }
+}

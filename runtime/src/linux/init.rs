@@ -1,0 +1,393 @@
+//! The sandbox's init (pid 1 of its pid namespace) and the command's last steps before
+//! `execve`.
+//!
+//! Init builds the root, brings loopback up, forks the command, runs the inside hooks,
+//! releases the command, then reaps and forwards signals. When the command ends it kills
+//! everything left in the namespace (double-forked daemons included) and exits with the
+//! command's status; if `capsule` dies, `PR_SET_PDEATHSIG` kills init and with it the
+//! namespace. Under weaker isolation (no pid namespace) init is a child subreaper and
+//! kills the descendants it can find.
+//!
+//! Everything here runs between `clone` and `execve` of a single-threaded process; errors
+//! go to the report pipe as one JSON line and the process `_exit`s.
+
+use super::{landlock as ll, seccomp::SeccompProgram};
+use super::{mounts, plan::Isolation, plan::Stdio, sys, Applied, ExecPlan, Hooks, Report};
+use nix::sys::signal::SigSet;
+use std::ffi::CString;
+use std::os::fd::RawFd;
+
+/// What init needs, all prepared before `clone`.
+pub struct Ctx<'a> {
+    pub plan: &'a ExecPlan,
+    pub argv: &'a [CString],
+    pub envp: &'a [CString],
+    pub report: RawFd,
+    pub sync: RawFd,
+    pub pty_slave: Option<RawFd>,
+    pub pty_master: Option<RawFd>,
+    pub old_mask: &'a SigSet,
+    pub seccomp: Option<&'a SeccompProgram>,
+    pub namespaces: &'a [&'static str],
+}
+
+fn exit(code: i32) -> ! {
+    // SAFETY: _exit never returns and skips the parent's atexit handlers and buffers.
+    unsafe { libc::_exit(code) }
+}
+
+fn send(fd: RawFd, r: &Report) {
+    if let Ok(mut line) = serde_json::to_vec(r) {
+        line.push(b'\n');
+        let _ = sys::write_all(fd, &line);
+    }
+}
+
+fn fail(fd: RawFd, step: String) -> ! {
+    send(fd, &Report::SetupFailed { step });
+    exit(crate::exit::SANDBOX_FAILED as i32)
+}
+
+/// Init's body; never returns.
+pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
+    let full = cx.plan.isolation == Isolation::Full;
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
+    // the parent writes our id maps, then one byte; end of file means it died
+    let mut b = [0u8; 1];
+    if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
+        exit(crate::exit::SANDBOX_FAILED as i32);
+    }
+    sys::close(cx.sync);
+    if let Some(m) = cx.pty_master {
+        sys::close(m);
+    }
+    if full {
+        if let Err(e) = mounts::build_root(&cx.plan.mounts) {
+            fail(cx.report, e.to_string());
+        }
+        if let Err(e) = sys::sethostname(cx.plan.hostname.as_bytes()) {
+            fail(cx.report, format!("setting the hostname: {e}"));
+        }
+        if cx.plan.new_netns {
+            if let Err(e) = sys::loopback_up() {
+                fail(cx.report, format!("bringing loopback up: {e}"));
+            }
+        }
+    } else if let Err(e) = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0) {
+        fail(cx.report, format!("becoming a subreaper: {e}"));
+    }
+
+    let (go_r, go_w) = match sys::pipe() {
+        Ok(p) => p,
+        Err(e) => fail(cx.report, format!("pipe: {e}")),
+    };
+    // SAFETY: fork in a single-threaded process.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail(
+            cx.report,
+            format!("forking the command: {}", std::io::Error::last_os_error()),
+        );
+    }
+    if child == 0 {
+        sys::close(go_w);
+        command(&cx, go_r)
+    }
+    sys::close(go_r);
+    if let Some(s) = cx.pty_slave {
+        sys::close(s);
+    }
+    for h in hooks.inside {
+        if let Err(e) = h() {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            fail(
+                cx.report,
+                format!("starting a helper inside the sandbox: {e}"),
+            );
+        }
+    }
+    let _ = sys::write_all(go_w, &[1]);
+    sys::close(go_w);
+    // nothing in the sandbox may ptrace or read init's memory
+    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
+    supervise(&cx, child, full)
+}
+
+fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
+    // SAFETY: building a signal set and a signalfd on it; reading whole siginfo records.
+    let sfd = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [
+            libc::SIGCHLD,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGWINCH,
+            super::kill_all_signal(),
+        ] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
+    };
+    if sfd < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: killing our own child.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        fail(cx.report, format!("signalfd: {e}"));
+    }
+    let mut main_status: Option<libc::c_int> = None;
+    loop {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        // SAFETY: reading one record into a buffer of its size.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(
+                &mut info as *mut libc::signalfd_siginfo as *mut u8,
+                std::mem::size_of::<libc::signalfd_siginfo>(),
+            )
+        };
+        match sys::read(sfd, buf) {
+            Ok(n) if n == buf.len() => {}
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+        let sig = info.ssi_signo as libc::c_int;
+        if sig == libc::SIGCHLD {
+            loop {
+                let mut st = 0;
+                // SAFETY: reaping our children.
+                let w = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+                if w <= 0 {
+                    break;
+                }
+                if w == child {
+                    main_status = Some(st);
+                }
+            }
+            if main_status.is_some() {
+                break;
+            }
+        } else if sig == super::kill_all_signal() {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+        } else if sig != libc::SIGWINCH {
+            // SAFETY: forwarding to our own child.
+            unsafe { libc::kill(child, sig) };
+        }
+    }
+    kill_rest(full);
+    let st = main_status.unwrap_or(0);
+    if libc::WIFSIGNALED(st) {
+        let s = libc::WTERMSIG(st);
+        send(cx.report, &Report::Signaled { signal: s });
+        exit(128 + s)
+    }
+    exit(libc::WEXITSTATUS(st))
+}
+
+/// Kill and reap every process left: the whole pid namespace under full isolation, the
+/// descendants we can see (as their subreaper) otherwise.
+fn kill_rest(full: bool) {
+    if full {
+        // SAFETY: pid 1 killing every other process of its namespace.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+        // SAFETY: reaping until no child is left.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
+        return;
+    }
+    for _ in 0..64 {
+        let pids = children();
+        if pids.is_empty() {
+            break;
+        }
+        for p in &pids {
+            // SAFETY: killing our own children (re-parented to us as subreaper).
+            unsafe { libc::kill(*p, libc::SIGKILL) };
+        }
+        for _ in &pids {
+            // SAFETY: reaping.
+            unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
+        }
+    }
+}
+
+fn children() -> Vec<libc::pid_t> {
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    std::fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+/// The command's process: last steps, then `execve`. Never returns.
+fn command(cx: &Ctx<'_>, go: RawFd) -> ! {
+    let plan = cx.plan;
+    let rep = cx.report;
+    if plan.isolation != Isolation::Full {
+        // without a pid namespace, our death must take the command with it
+        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
+    }
+    // SAFETY: resetting dispositions the Rust runtime changed (SIGPIPE is ignored there).
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if plan.stdio == Stdio::Tty {
+        if let Some(s) = cx.pty_slave {
+            if let Err(e) = super::pty::Pty::attach_slave(s) {
+                fail(rep, format!("attaching the pseudo-terminal: {e}"));
+            }
+        }
+    }
+    let cwd = match CString::new(plan.cwd.as_os_str().as_encoded_bytes()) {
+        Ok(c) => c,
+        Err(_) => fail(rep, "working directory contains a NUL byte".into()),
+    };
+    if let Err(e) = sys::chdir(&cwd) {
+        fail(
+            rep,
+            format!("entering {} in the sandbox: {e}", plan.cwd.display()),
+        );
+    }
+    let mut b = [0u8; 1];
+    if !matches!(sys::read(go, &mut b), Ok(1)) {
+        exit(crate::exit::SANDBOX_FAILED as i32);
+    }
+    sys::close(go);
+
+    let mut applied = Applied {
+        isolation: match plan.isolation {
+            Isolation::Full => "full",
+            Isolation::Weaker => "weaker",
+            Isolation::None => "none",
+        }
+        .into(),
+        namespaces: cx.namespaces.iter().map(|s| s.to_string()).collect(),
+        landlock: serde_json::Value::Null,
+        seccomp: serde_json::Value::Null,
+        capabilities: "kept (no sandbox)".into(),
+        no_new_privs: false,
+    };
+    if plan.isolation != Isolation::None {
+        if let Err(e) = sys::drop_all_capabilities() {
+            fail(rep, format!("dropping capabilities: {e}"));
+        }
+        applied.capabilities =
+            "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
+        if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
+            fail(rep, format!("setting no_new_privs: {e}"));
+        }
+        applied.no_new_privs = true;
+        let full = plan.isolation == Isolation::Full;
+        let opts = ll::LandlockOptions {
+            namespaces: full,
+            list_ancestors: full,
+            // the sandbox's own /dev/shm is writable, unless policy paths live below it
+            // (a workspace on the host's /dev/shm): then granting it would also grant them
+            extra_writable: if full && !policy_under(&plan.policy, "/dev/shm") {
+                vec!["/dev/shm".into()]
+            } else {
+                vec![]
+            },
+            extra_readable: vec![],
+            all_devices: false,
+            tcp_connect_ports: vec![],
+        };
+        match ll::restrict(&plan.policy, &opts) {
+            Ok(r) => {
+                let missing: Vec<String> =
+                    r.missing().iter().map(|m| m.right.to_string()).collect();
+                if !missing.is_empty() {
+                    fail(
+                        rep,
+                        format!(
+                            "Landlock ABI {} lacks rights this policy needs: {}",
+                            r.abi,
+                            missing.join(", ")
+                        ),
+                    );
+                }
+                applied.landlock = serde_json::to_value(&r).unwrap_or_default();
+            }
+            Err(e) => fail(rep, e.to_string()),
+        }
+        if let Some(s) = cx.seccomp {
+            // the very last step before execve
+            if let Err(e) = s.install() {
+                fail(rep, e.to_string());
+            }
+            applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();
+        }
+    }
+    send(rep, &Report::Layers { applied });
+    if let Err(e) = sys::cloexec_from(3) {
+        fail(rep, format!("closing inherited descriptors: {e}"));
+    }
+    let _ = cx.old_mask.thread_set_mask();
+    exec_search(cx)
+}
+
+/// `execve` with a PATH search in the command's environment; reports the failure.
+fn exec_search(cx: &Ctx<'_>) -> ! {
+    let argv0 = cx.argv[0].as_bytes();
+    let mut argv: Vec<*const libc::c_char> = cx.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = cx.envp.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let command = String::from_utf8_lossy(argv0).into_owned();
+    let mut errno = libc::ENOENT;
+    let try_exec = |path: &CString| -> libc::c_int {
+        // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
+        unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    if argv0.contains(&b'/') {
+        errno = try_exec(&cx.argv[0]);
+    } else if !argv0.is_empty() {
+        let path = cx
+            .envp
+            .iter()
+            .find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
+            .unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
+        let mut seen_eacces = false;
+        for dir in path.split(|b| *b == b':') {
+            let dir = if dir.is_empty() { &b"."[..] } else { dir };
+            let mut full = dir.to_vec();
+            full.push(b'/');
+            full.extend_from_slice(argv0);
+            let Ok(c) = CString::new(full) else { continue };
+            match try_exec(&c) {
+                libc::EACCES => seen_eacces = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {}
+                e => {
+                    errno = e;
+                    break;
+                }
+            }
+        }
+        if seen_eacces && errno == libc::ENOENT {
+            errno = libc::EACCES;
+        }
+    }
+    send(cx.report, &Report::ExecFailed { errno, command });
+    exit(if errno == libc::ENOENT {
+        crate::exit::NOT_FOUND as i32
+    } else {
+        crate::exit::NOT_EXECUTABLE as i32
+    })
+}
+
+fn policy_under(p: &capsule_bundle::policy::SandboxPolicy, dir: &str) -> bool {
+    let d = std::path::Path::new(dir);
+    p.workspace.starts_with(d)
+        || p.home.as_deref().is_some_and(|h| h.starts_with(d))
+        || p.hidden.iter().any(|h| h.path.starts_with(d))
+        || p.writable.iter().any(|w| w.starts_with(d))
+}

@@ -1,0 +1,419 @@
+//! Building the sandbox's root from a mount plan, the way bubblewrap does: inside the new
+//! mount namespace, a tmpfs becomes the root with the host's root reachable under
+//! `/oldroot`; the new root is assembled under `/newroot` step by step; then the host root
+//! is detached and `/newroot` becomes `/`. Runs in the sandbox's init (pid 1) before the
+//! command is forked; nothing of it exists outside the namespace, so nothing is left on
+//! disk when the sandbox ends.
+
+use super::plan::MountStep;
+use super::sys::{self, Kind};
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// A failed setup step: what was being done, and the system error.
+#[derive(Debug)]
+pub struct StepError {
+    pub step: String,
+    pub error: io::Error,
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.step, self.error)
+    }
+}
+
+type R<T> = Result<T, StepError>;
+
+fn ctx<T>(r: io::Result<T>, step: impl FnOnce() -> String) -> R<T> {
+    r.map_err(|error| StepError {
+        step: step(),
+        error,
+    })
+}
+
+fn cstr(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// `prefix` + absolute `p` as a C string.
+fn under(prefix: &str, p: &Path) -> io::Result<CString> {
+    let mut v = prefix.as_bytes().to_vec();
+    let b = p.as_os_str().as_bytes();
+    if !b.starts_with(b"/") {
+        v.push(b'/');
+    }
+    v.extend_from_slice(b);
+    cstr(&v)
+}
+
+const OLD: &str = "/oldroot";
+const NEW: &str = "/newroot";
+const MASK_DIR: &str = "/mask-dir";
+const MASK_FILE: &str = "/mask-file";
+
+fn c(s: &str) -> CString {
+    // constant strings without NUL bytes
+    CString::new(s).unwrap_or_default()
+}
+
+/// `mkdir -p` of `path` (absolute, in the current root).
+fn mkdir_p(path: &[u8]) -> io::Result<()> {
+    let mut i = 1;
+    while i <= path.len() {
+        if i == path.len() || path[i] == b'/' {
+            let part = cstr(&path[..i])?;
+            if sys::kind(&part) == Kind::Missing {
+                sys::mkdir(&part, 0o755)?;
+            }
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Make sure a mount point of the right kind exists at `dst`.
+fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
+    let b = dst.as_bytes();
+    match sys::kind(dst) {
+        Kind::Missing => {
+            if dir {
+                mkdir_p(b)
+            } else {
+                if let Some(slash) = b.iter().rposition(|&x| x == b'/') {
+                    if slash > 0 {
+                        mkdir_p(&b[..slash])?;
+                    }
+                }
+                sys::touch(dst, 0o644)
+            }
+        }
+        Kind::Symlink => Err(io::Error::from_raw_os_error(libc::ELOOP)),
+        _ => Ok(()),
+    }
+}
+
+/// Recursive bind of `src` at `dst` (both already prefixed), read-only unless `rw`.
+fn bind(src: &CString, dst: &CString, rw: bool) -> io::Result<()> {
+    sys::mount(
+        Some(src),
+        dst,
+        None,
+        libc::MS_BIND | libc::MS_REC | libc::MS_SILENT,
+        None,
+    )?;
+    let attrs = if rw {
+        sys::MOUNT_ATTR_NOSUID
+    } else {
+        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID
+    };
+    sys::mount_setattr(dst, attrs, true)
+}
+
+fn tmpfs(dst: &CString, mode: u32) -> io::Result<()> {
+    let data = cstr(format!("mode={mode:o},size=64m").as_bytes())?;
+    sys::mount(
+        Some(&c("tmpfs")),
+        dst,
+        Some(&c("tmpfs")),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_SILENT,
+        Some(&data),
+    )
+}
+
+/// Step 1: private propagation, a tmpfs root, the host root under `/oldroot`, an empty
+/// `/newroot`, and the shared empty directory and file used to mask hidden paths.
+pub fn enter_setup_root() -> R<()> {
+    ctx(
+        sys::mount(None, &c("/"), None, libc::MS_REC | libc::MS_PRIVATE, None),
+        || "making mounts private".into(),
+    )?;
+    // /tmp is only a place to put the setup tmpfs; once pivoted, the host's /tmp is
+    // reachable under /oldroot/tmp as before.
+    let base = c("/tmp");
+    ctx(tmpfs(&base, 0o755), || "mounting the setup tmpfs".into())?;
+    ctx(sys::mkdir(&c("/tmp/oldroot"), 0o755), || {
+        "mkdir oldroot".into()
+    })?;
+    ctx(sys::pivot_root(&base, &c("/tmp/oldroot")), || {
+        "pivot_root into the setup tmpfs".into()
+    })?;
+    ctx(sys::chdir(&c("/")), || "chdir /".into())?;
+    let nr = c(NEW);
+    ctx(sys::mkdir(&nr, 0o755), || "mkdir newroot".into())?;
+    ctx(tmpfs(&nr, 0o755), || "mounting the new root".into())?;
+    let md = c(MASK_DIR);
+    let mf = c(MASK_FILE);
+    ctx(sys::mkdir(&md, 0o555), || "mkdir mask dir".into())?;
+    ctx(sys::touch(&mf, 0o444), || "creating mask file".into())?;
+    for m in [&md, &mf] {
+        ctx(bind(m, m, false), || "sealing the mask sources".into())?;
+    }
+    Ok(())
+}
+
+/// Step 2: one plan step.
+pub fn apply(step: &MountStep) -> R<()> {
+    match step {
+        MountStep::Bind {
+            src,
+            dst,
+            rw,
+            optional,
+        } => {
+            let what = || {
+                format!(
+                    "bind {} at {}{}",
+                    src.display(),
+                    dst.display(),
+                    if *rw { " (rw)" } else { "" }
+                )
+            };
+            let s = ctx(under(OLD, src), what)?;
+            let d = ctx(under(NEW, dst), what)?;
+            let k = sys::kind_follow(&s);
+            if k == Kind::Missing {
+                if *optional {
+                    return Ok(());
+                }
+                return ctx(Err(io::Error::from_raw_os_error(libc::ENOENT)), what);
+            }
+            ctx(mount_point(&d, k == Kind::Dir), what)?;
+            ctx(bind(&s, &d, *rw), what)
+        }
+        MountStep::Tmpfs { dst, mode } => {
+            let what = || format!("tmpfs at {}", dst.display());
+            let d = ctx(under(NEW, dst), what)?;
+            ctx(mount_point(&d, true), what)?;
+            ctx(tmpfs(&d, *mode), what)
+        }
+        MountStep::Overlay {
+            lower,
+            upper,
+            work,
+            dst,
+        } => {
+            let what = || format!("overlay at {}", dst.display());
+            let d = ctx(under(NEW, dst), what)?;
+            ctx(mount_point(&d, true), what)?;
+            let mut data = b"lowerdir=".to_vec();
+            for (i, l) in lower.iter().enumerate() {
+                if i > 0 {
+                    data.push(b':');
+                }
+                data.extend_from_slice(ctx(under(OLD, l), what)?.as_bytes());
+            }
+            data.extend_from_slice(b",upperdir=");
+            data.extend_from_slice(ctx(under(OLD, upper), what)?.as_bytes());
+            data.extend_from_slice(b",workdir=");
+            data.extend_from_slice(ctx(under(OLD, work), what)?.as_bytes());
+            data.extend_from_slice(b",userxattr");
+            let data = ctx(cstr(&data), what)?;
+            ctx(
+                sys::mount(
+                    Some(&c("overlay")),
+                    &d,
+                    Some(&c("overlay")),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    Some(&data),
+                ),
+                what,
+            )
+        }
+        MountStep::Proc { dst } => proc_fs(dst),
+        MountStep::Dev { dst, extra } => dev(dst, extra),
+        MountStep::Mask { dst, carve_outs } => {
+            let what = || format!("hiding {}", dst.display());
+            let d = ctx(under(NEW, dst), what)?;
+            match sys::kind(&d) {
+                Kind::Missing => Ok(()),
+                // a symlink points elsewhere; its target is masked on its own (policy
+                // paths are canonical) and mounting on it would follow it
+                Kind::Symlink => Ok(()),
+                Kind::Dir if *carve_outs => ctx(tmpfs(&d, 0o755), what),
+                Kind::Dir => ctx(bind(&c(MASK_DIR), &d, false), what),
+                _ => ctx(bind(&c(MASK_FILE), &d, false), what),
+            }
+        }
+        MountStep::ReadOnly { dst } => {
+            let what = || format!("making {} read-only", dst.display());
+            let d = ctx(under(NEW, dst), what)?;
+            if sys::kind(&d) == Kind::Missing {
+                return Ok(());
+            }
+            ctx(sys::mount_setattr(&d, sys::MOUNT_ATTR_RDONLY, false), what)
+        }
+        MountStep::Symlink { target, dst } => {
+            let what = || format!("symlink {} -> {}", dst.display(), target.display());
+            let d = ctx(under(NEW, dst), what)?;
+            let t = ctx(cstr(target.as_os_str().as_bytes()), what)?;
+            if sys::kind(&d) != Kind::Missing {
+                return Ok(());
+            }
+            ctx(sys::symlink(&t, &d), what)
+        }
+        MountStep::Dir { dst } => {
+            let what = || format!("mkdir {}", dst.display());
+            let d = ctx(under(NEW, dst), what)?;
+            ctx(mkdir_p(d.as_bytes()), what)
+        }
+    }
+}
+
+fn proc_fs(dst: &Path) -> R<()> {
+    let what = || format!("mounting a fresh proc at {}", dst.display());
+    let d = ctx(under(NEW, dst), what)?;
+    ctx(mount_point(&d, true), what)?;
+    ctx(
+        sys::mount(
+            Some(&c("proc")),
+            &d,
+            Some(&c("proc")),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+        what,
+    )?;
+    // Root runs mapped to itself: sysctls and sysrq check only file modes, so these must
+    // be read-only mounts. Kernel internals are masked (as container runtimes do).
+    for ro in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+        let p = ctx(under(NEW, &dst.join(ro)), what)?;
+        if sys::kind(&p) == Kind::Missing {
+            continue;
+        }
+        ctx(bind(&p, &p, false), || {
+            format!("making /proc/{ro} read-only")
+        })?;
+    }
+    for m in [
+        "kcore",
+        "keys",
+        "key-users",
+        "timer_list",
+        "sched_debug",
+        "latency_stats",
+        "kallsyms",
+        "acpi",
+        "scsi",
+        "asound",
+    ] {
+        let p = ctx(under(NEW, &dst.join(m)), what)?;
+        let src = match sys::kind(&p) {
+            Kind::Missing => continue,
+            Kind::Dir => MASK_DIR,
+            _ => MASK_FILE,
+        };
+        ctx(bind(&c(src), &p, false), || format!("masking /proc/{m}"))?;
+    }
+    Ok(())
+}
+
+/// Device names the sandbox always gets.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+fn dev(dst: &Path, extra: &[String]) -> R<()> {
+    let what = || format!("building {}", dst.display());
+    let d = ctx(under(NEW, dst), what)?;
+    ctx(mount_point(&d, true), what)?;
+    ctx(tmpfs(&d, 0o755), what)?;
+    let extra_ok = extra.iter().filter(|n| {
+        !n.is_empty()
+            && !n.starts_with('/')
+            && n.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+    });
+    for name in DEVICES.iter().copied().chain(extra_ok.map(|s| s.as_str())) {
+        let src = ctx(under(OLD, &Path::new("/dev").join(name)), what)?;
+        let k = sys::kind_follow(&src);
+        if k == Kind::Missing || k == Kind::Dir {
+            continue;
+        }
+        let p = ctx(under(NEW, &dst.join(name)), what)?;
+        ctx(mount_point(&p, false), what)?;
+        // device binds keep dev semantics (no MOUNT_ATTR_NODEV); nosuid, not read-only
+        ctx(
+            sys::mount(Some(&src), &p, None, libc::MS_BIND | libc::MS_SILENT, None),
+            || format!("binding /dev/{name}"),
+        )?;
+        ctx(
+            sys::mount_setattr(&p, sys::MOUNT_ATTR_NOSUID, false),
+            || format!("binding /dev/{name}"),
+        )?;
+    }
+    let pts = ctx(under(NEW, &dst.join("pts")), what)?;
+    ctx(sys::mkdir(&pts, 0o755), what)?;
+    ctx(
+        sys::mount(
+            Some(&c("devpts")),
+            &pts,
+            Some(&c("devpts")),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some(&c("newinstance,ptmxmode=0666,mode=620")),
+        ),
+        || "mounting a private devpts".into(),
+    )?;
+    let shm = ctx(under(NEW, &dst.join("shm")), what)?;
+    ctx(sys::mkdir(&shm, 0o1777), what)?;
+    ctx(tmpfs(&shm, 0o1777), || "mounting /dev/shm".into())?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let p = ctx(under(NEW, &dst.join(link)), what)?;
+        ctx(sys::symlink(&c(target), &p), what)?;
+    }
+    Ok(())
+}
+
+/// Seal `/dev`'s own tmpfs read-only (its shm and pts stay writable).
+pub fn seal_dev(dst: &Path) -> R<()> {
+    let d = ctx(under(NEW, dst), || "sealing /dev".into())?;
+    ctx(
+        sys::mount_setattr(&d, sys::MOUNT_ATTR_RDONLY, false),
+        || "sealing /dev".into(),
+    )
+}
+
+/// Step 3: detach the host root and make `/newroot` the root, read-only at its top.
+pub fn finish_root() -> R<()> {
+    ctx(sys::umount2(&c(OLD), libc::MNT_DETACH), || {
+        "detaching the host root".into()
+    })?;
+    ctx(sys::chdir(&c(NEW)), || "chdir newroot".into())?;
+    let dot = c(".");
+    ctx(sys::pivot_root(&dot, &dot), || {
+        "pivot_root into the new root".into()
+    })?;
+    ctx(sys::umount2(&dot, libc::MNT_DETACH), || {
+        "detaching the setup root".into()
+    })?;
+    ctx(sys::chdir(&c("/")), || "chdir /".into())?;
+    ctx(
+        sys::mount_setattr(&c("/"), sys::MOUNT_ATTR_RDONLY, false),
+        || "making / read-only".into(),
+    )?;
+    Ok(())
+}
+
+/// Apply a whole plan: setup root, steps, seal `/dev`, switch roots.
+pub fn build_root(steps: &[MountStep]) -> R<()> {
+    enter_setup_root()?;
+    for s in steps {
+        apply(s)?;
+    }
+    for s in steps {
+        if let MountStep::Dev { dst, .. } = s {
+            seal_dev(dst)?;
+        }
+    }
+    finish_root()
+}
+
+/// For error messages: a path as UTF-8 (lossy).
+pub fn show(p: &OsStr) -> String {
+    p.to_string_lossy().into_owned()
+}

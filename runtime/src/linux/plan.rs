@@ -1,0 +1,391 @@
+//! What one sandboxed exec will do, decided on the host before anything starts: the
+//! argv, the clean environment, the working directory, the namespaces, and the mount plan
+//! as a list of small typed [`MountStep`]s derived from the [`SandboxPolicy`].
+//!
+//! Other parts of the runtime (the home layer, caches, devices, the network proxy socket)
+//! add steps to [`ExecPlan::mounts`] before calling [`super::run`]; steps run in order,
+//! after the host root is reachable under `/oldroot` and before the final `pivot_root`.
+//! Every `dst` is a path as the command will see it; every `src` is a host path.
+
+use capsule_bundle::policy::{is_default_env, SandboxPolicy};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+/// One step of building the sandbox's root.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MountStep {
+    /// Bind host `src` (recursively, submounts included) at `dst`. Read-only recursively
+    /// unless `rw`. A missing `src` is skipped when `optional`, an error otherwise.
+    Bind {
+        src: PathBuf,
+        dst: PathBuf,
+        rw: bool,
+        optional: bool,
+    },
+    /// A fresh, empty, writable tmpfs at `dst`.
+    Tmpfs { dst: PathBuf, mode: u32 },
+    /// An overlay at `dst`: host `lower` dirs (read-only), host `upper` and `work` (rw).
+    Overlay {
+        lower: Vec<PathBuf>,
+        upper: PathBuf,
+        work: PathBuf,
+        dst: PathBuf,
+    },
+    /// A fresh `/proc` of the sandbox's pid namespace, with `sys`, `sysrq-trigger`, `irq`,
+    /// `bus`, `fs` read-only and kernel-internal files masked.
+    Proc { dst: PathBuf },
+    /// A minimal `/dev`: null zero full random urandom tty, a private devpts (`ptmx`),
+    /// `shm`, plus the `extra` device names (validated: plain names under /dev).
+    Dev { dst: PathBuf, extra: Vec<String> },
+    /// Hide whatever is at `dst`: an empty read-only directory or file over it. With
+    /// `carve_outs`, a fresh tmpfs is used instead so later steps can mount deeper paths
+    /// inside it; a [`MountStep::ReadOnly`] at the end of the plan seals it.
+    Mask { dst: PathBuf, carve_outs: bool },
+    /// Make the single mount at `dst` read-only (not its submounts).
+    ReadOnly { dst: PathBuf },
+    /// A symlink at `dst` pointing to `target`.
+    Symlink { target: PathBuf, dst: PathBuf },
+    /// An empty directory at `dst` (parents created).
+    Dir { dst: PathBuf },
+}
+
+/// How the command's standard streams are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stdio {
+    /// The caller's stdin/stdout/stderr.
+    #[default]
+    Inherit,
+    /// A new pseudo-terminal, relayed by the caller (`-t`).
+    Tty,
+}
+
+/// Which isolation the exec runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// user, mount, pid, network (unless open), ipc and uts namespaces + Landlock + seccomp.
+    #[default]
+    Full,
+    /// Landlock + seccomp only (no namespaces), accepted knowingly by the operator.
+    Weaker,
+    /// No isolation at all (`--no-sandbox`).
+    None,
+}
+
+/// Everything needed to run one command in the sandbox.
+#[derive(Debug, Clone)]
+pub struct ExecPlan {
+    pub argv: Vec<OsString>,
+    /// The complete environment of the command.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory inside the sandbox.
+    pub cwd: PathBuf,
+    pub mounts: Vec<MountStep>,
+    pub isolation: Isolation,
+    /// A new network namespace (loopback only) — false only for open network.
+    pub new_netns: bool,
+    pub hostname: String,
+    /// The policy as the command sees it (tmp at `/tmp`): input of the Landlock rules.
+    pub policy: SandboxPolicy,
+    /// Refuse TCP even on loopback (`--no-network`).
+    pub network_off: bool,
+    pub stdio: Stdio,
+    pub timeout: Option<Duration>,
+}
+
+/// Top-level host directories bound read-only into every sandbox (when present).
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/srv", "/var",
+    "/home", "/nix", "/snap", "/gnu",
+];
+
+/// Host files that only root may read; masked too, since root runs mapped to itself.
+pub const SYSTEM_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+    "/var/lib/sss",
+    "/var/log",
+    "/var/mail",
+    "/var/spool",
+];
+
+fn depth(p: &Path) -> usize {
+    p.components().count()
+}
+
+fn under_any(p: &Path, roots: &[&str]) -> bool {
+    roots.iter().any(|r| p.starts_with(r))
+}
+
+/// Build the mount plan of `policy`: system dirs, `/dev`, `/proc`, the capsule's `/tmp`,
+/// the home (read-only), then every policy path in order of depth so deeper rules win
+/// (hidden < revealed < writable < read-only at equal depth), then seals.
+pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<MountStep> {
+    let mut steps = Vec::new();
+    let mut visible_roots: Vec<PathBuf> = Vec::new();
+    for d in SYSTEM_DIRS {
+        let p = Path::new(d);
+        match std::fs::symlink_metadata(p) {
+            Ok(md) if md.file_type().is_symlink() => {
+                if let Ok(t) = std::fs::read_link(p) {
+                    steps.push(MountStep::Symlink {
+                        target: t,
+                        dst: p.to_path_buf(),
+                    });
+                }
+            }
+            Ok(md) if md.is_dir() => {
+                steps.push(MountStep::Bind {
+                    src: p.to_path_buf(),
+                    dst: p.to_path_buf(),
+                    rw: false,
+                    optional: true,
+                });
+                visible_roots.push(p.to_path_buf());
+            }
+            _ => {}
+        }
+    }
+    steps.push(MountStep::Dev {
+        dst: "/dev".into(),
+        extra: extra_devices.to_vec(),
+    });
+    steps.push(MountStep::Proc {
+        dst: "/proc".into(),
+    });
+    steps.push(MountStep::Bind {
+        src: policy.tmp_dir.clone(),
+        dst: "/tmp".into(),
+        rw: true,
+        optional: false,
+    });
+
+    // (path, precedence, rule)
+    #[derive(Clone, Copy, PartialEq)]
+    enum Rule {
+        Home,
+        Hide,
+        Reveal,
+        Write,
+        ReadOnly,
+    }
+    let mut rules: Vec<(PathBuf, u8, Rule)> = Vec::new();
+    if let Some(home) = &policy.home {
+        if !visible_roots.iter().any(|r| home.starts_with(r)) {
+            rules.push((home.clone(), 0, Rule::Home));
+        }
+    }
+    for h in &policy.hidden {
+        rules.push((h.path.clone(), 1, Rule::Hide));
+    }
+    if policy.home.as_deref() == Some(Path::new("/root")) || is_root() {
+        for s in SYSTEM_SECRETS {
+            rules.push((PathBuf::from(s), 1, Rule::Hide));
+        }
+    }
+    for r in &policy.revealed {
+        rules.push((r.clone(), 2, Rule::Reveal));
+    }
+    rules.push((policy.workspace.clone(), 3, Rule::Write));
+    for w in &policy.writable {
+        rules.push((w.clone(), 3, Rule::Write));
+    }
+    for r in &policy.read_only {
+        rules.push((r.clone(), 4, Rule::ReadOnly));
+    }
+    rules.retain(|(p, _, _)| {
+        // the sandbox's own /proc and /dev are not the host's; host paths below /dev/shm
+        // and /tmp (a workspace or home on tmpfs) are bound at the same path all the same
+        p.is_absolute()
+            && !under_any(p, &["/proc"])
+            && (!p.starts_with("/dev") || (p.starts_with("/dev/shm") && p != Path::new("/dev/shm")))
+            && p != Path::new("/tmp")
+    });
+    rules.sort_by(|a, b| (depth(&a.0), a.1).cmp(&(depth(&b.0), b.1)));
+    rules.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+
+    let binds: Vec<PathBuf> = rules
+        .iter()
+        .filter(|(_, _, r)| *r != Rule::Hide)
+        .map(|(p, _, _)| p.clone())
+        .collect();
+    let mut seals = Vec::new();
+    for (path, _, rule) in &rules {
+        let bind = |rw: bool, optional: bool| MountStep::Bind {
+            src: path.clone(),
+            dst: path.clone(),
+            rw,
+            optional,
+        };
+        match rule {
+            Rule::Home => {
+                steps.push(bind(false, true));
+                visible_roots.push(path.clone());
+            }
+            Rule::Hide => {
+                // only what the sandbox would otherwise show needs hiding
+                let visible = visible_roots.iter().any(|r| path.starts_with(r))
+                    || binds.iter().any(|b| path.starts_with(b) && b != path);
+                if !visible {
+                    continue;
+                }
+                let carve_outs = binds.iter().any(|b| b.starts_with(path) && b != path);
+                steps.push(MountStep::Mask {
+                    dst: path.clone(),
+                    carve_outs,
+                });
+                if carve_outs {
+                    seals.push(MountStep::ReadOnly { dst: path.clone() });
+                }
+            }
+            Rule::Reveal => steps.push(bind(false, true)),
+            Rule::Write => steps.push(bind(true, false)),
+            Rule::ReadOnly => steps.push(bind(false, true)),
+        }
+    }
+    steps.extend(seals);
+    steps
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The clean environment of a command: the default variables and those named in
+/// `pass_env`, with values from `host`; `TMPDIR=/tmp`.
+pub fn clean_env(
+    host: impl IntoIterator<Item = (OsString, OsString)>,
+    pass_env: &[String],
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = host
+        .into_iter()
+        .filter(|(k, _)| {
+            let Some(k) = k.to_str() else { return false };
+            k != "TMPDIR" && (is_default_env(k) || pass_env.iter().any(|p| p == k))
+        })
+        .collect();
+    env.push(("TMPDIR".into(), "/tmp".into()));
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push((
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ));
+    }
+    env.sort();
+    env
+}
+
+/// The working directory inside the sandbox: the caller's own directory when it lies in
+/// the workspace, else the workspace root.
+pub fn sandbox_cwd(workspace: &Path, caller_cwd: Option<&Path>) -> PathBuf {
+    match caller_cwd {
+        Some(c) if c.starts_with(workspace) && normal(c) => c.to_path_buf(),
+        _ => workspace.to_path_buf(),
+    }
+}
+
+fn normal(p: &Path) -> bool {
+    p.components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+/// Reject paths that cannot be passed safely as mount options.
+pub fn option_safe(p: &Path) -> bool {
+    !p.as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|b| matches!(b, b',' | b':' | b'\\' | b'\n'))
+}
+
+/// The policy as the command sees it: the capsule's tmp is `/tmp`.
+pub fn sandbox_view(policy: &SandboxPolicy) -> SandboxPolicy {
+    let mut p = policy.clone();
+    p.tmp_dir = "/tmp".into();
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
+
+    fn pol() -> SandboxPolicy {
+        SandboxPolicy {
+            version: 1,
+            capsule_name: "c".into(),
+            workspace: "/home/u/.local/share/capsule/workspaces/c".into(),
+            read_only: vec![
+                "/home/u/.local/share/capsule/workspaces/c/capsule-manifest.json".into(),
+            ],
+            tmp_dir: "/home/u/.local/share/capsule/bundles/c/tmp".into(),
+            home: Some("/home/u".into()),
+            home_layer: None,
+            cache_dir: None,
+            writable: vec![],
+            hidden: vec![
+                HiddenPath {
+                    path: "/home/u/.ssh".into(),
+                    reason: HiddenReason::Credentials,
+                },
+                HiddenPath {
+                    path: "/home/u/.local/share/capsule".into(),
+                    reason: HiddenReason::ToolState,
+                },
+            ],
+            revealed: vec![],
+            pass_env: vec![],
+            devices: vec![],
+            network: NetworkPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn deeper_rules_come_later_and_carve_outs_are_sealed() {
+        let steps = mount_plan(&pol(), &[]);
+        let pos = |pred: &dyn Fn(&MountStep) -> bool| steps.iter().position(pred).unwrap();
+        let mask_root = pos(
+            &|s| matches!(s, MountStep::Mask { dst, carve_outs: true } if dst == Path::new("/home/u/.local/share/capsule")),
+        );
+        let ws = pos(
+            &|s| matches!(s, MountStep::Bind { dst, rw: true, .. } if dst.ends_with("workspaces/c")),
+        );
+        let manifest = pos(
+            &|s| matches!(s, MountStep::Bind { dst, rw: false, .. } if dst.ends_with("capsule-manifest.json")),
+        );
+        let seal = pos(&|s| matches!(s, MountStep::ReadOnly { .. }));
+        assert!(
+            mask_root < ws && ws < manifest && manifest < seal,
+            "{steps:#?}"
+        );
+        assert!(steps.iter().any(
+            |s| matches!(s, MountStep::Mask { dst, carve_outs: false } if dst == Path::new("/home/u/.ssh"))
+        ));
+    }
+
+    #[test]
+    fn env_is_clean() {
+        let host = vec![
+            ("PATH".into(), "/bin".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "x".into()),
+            ("SSH_AUTH_SOCK".into(), "/run/a".into()),
+            ("LC_ALL".into(), "C".into()),
+            ("MY_TOKEN".into(), "t".into()),
+            ("TMPDIR".into(), "/var/tmp".into()),
+        ];
+        let env = clean_env(host, &["MY_TOKEN".to_string()]);
+        let names: Vec<_> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(names, ["LC_ALL", "MY_TOKEN", "PATH", "TMPDIR"]);
+        assert!(env.contains(&("TMPDIR".into(), "/tmp".into())));
+    }
+}

@@ -1,0 +1,208 @@
+//! `exec -t`: a new pseudo-terminal of the command's own, relayed to the caller's
+//! terminal (raw mode while it runs), with window size changes passed on.
+//!
+//! The pair is opened on the host before the sandbox is made; the command gets the slave
+//! as its controlling terminal (`setsid` + `TIOCSCTTY`), the caller keeps the master.
+
+use super::sys;
+use std::io;
+use std::os::fd::RawFd;
+
+/// A pseudo-terminal pair and the caller's saved terminal mode.
+pub struct Pty {
+    pub master: RawFd,
+    pub slave: RawFd,
+    saved: Option<libc::termios>,
+}
+
+impl Pty {
+    /// Open a pair, copy the caller's window size, and put the caller's terminal (if
+    /// stdin is one) in raw mode until drop.
+    pub fn open() -> io::Result<Pty> {
+        // SAFETY: plain libc calls on descriptors we own; buffers sized as required.
+        unsafe {
+            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+            if master < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::grantpt(master) < 0 || libc::unlockpt(master) < 0 {
+                let e = io::Error::last_os_error();
+                libc::close(master);
+                return Err(e);
+            }
+            let mut name = [0 as libc::c_char; 128];
+            if libc::ptsname_r(master, name.as_mut_ptr(), name.len()) != 0 {
+                let e = io::Error::last_os_error();
+                libc::close(master);
+                return Err(e);
+            }
+            let slave = libc::open(
+                name.as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if slave < 0 {
+                let e = io::Error::last_os_error();
+                libc::close(master);
+                return Err(e);
+            }
+            let mut pty = Pty {
+                master,
+                slave,
+                saved: None,
+            };
+            pty.copy_winsize();
+            if libc::isatty(0) == 1 {
+                let mut t: libc::termios = std::mem::zeroed();
+                if libc::tcgetattr(0, &mut t) == 0 {
+                    pty.saved = Some(t);
+                    let mut raw = t;
+                    libc::cfmakeraw(&mut raw);
+                    libc::tcsetattr(0, libc::TCSANOW, &raw);
+                }
+            }
+            Ok(pty)
+        }
+    }
+
+    fn copy_winsize(&self) {
+        // SAFETY: winsize is a plain struct; ioctls on our descriptors.
+        unsafe {
+            let mut ws: libc::winsize = std::mem::zeroed();
+            if libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) == 0
+                || libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) == 0
+            {
+                libc::ioctl(self.master, libc::TIOCSWINSZ, &ws);
+            }
+        }
+    }
+
+    /// The relay between the caller's stdin/stdout and the master.
+    pub fn relay(&self) -> Relay {
+        // SAFETY: fcntl on our own descriptor.
+        unsafe {
+            let fl = libc::fcntl(self.master, libc::F_GETFL);
+            libc::fcntl(self.master, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        Relay {
+            master: self.master,
+            stdin_open: true,
+            out_open: true,
+        }
+    }
+
+    /// Make the command's terminal the caller's controlling terminal target: called in the
+    /// command's process before `execve`.
+    pub fn attach_slave(slave: RawFd) -> io::Result<()> {
+        // SAFETY: session and descriptor calls on our own descriptors.
+        unsafe {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::ioctl(slave, libc::TIOCSCTTY, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for fd in 0..3 {
+                if libc::dup2(slave, fd) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if slave > 2 {
+                libc::close(slave);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pty {
+    fn drop(&mut self) {
+        if let Some(t) = self.saved.take() {
+            // SAFETY: restoring the caller's terminal mode.
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) };
+        }
+        sys::close(self.master);
+    }
+}
+
+/// Copies bytes between the caller and the pseudo-terminal.
+pub struct Relay {
+    master: RawFd,
+    stdin_open: bool,
+    out_open: bool,
+}
+
+impl Relay {
+    /// Descriptors to poll: stdin, then the master (`-1` once closed).
+    pub fn pollfds(&self) -> [libc::pollfd; 2] {
+        [
+            libc::pollfd {
+                fd: if self.stdin_open { 0 } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if self.out_open { self.master } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ]
+    }
+
+    /// Move what is ready.
+    pub fn pump(&mut self, fds: &[libc::pollfd]) {
+        let mut buf = [0u8; 16384];
+        if self.stdin_open && fds.first().is_some_and(|f| f.revents != 0) {
+            match sys::read(0, &mut buf) {
+                Ok(0) | Err(_) => {
+                    self.stdin_open = false;
+                    // end of input: an end-of-file character for the terminal
+                    let _ = sys::write_all(self.master, &[4]);
+                }
+                Ok(n) => {
+                    let _ = sys::write_all(self.master, &buf[..n]);
+                }
+            }
+        }
+        if self.out_open && fds.get(1).is_some_and(|f| f.revents != 0) {
+            self.copy_out(&mut buf);
+        }
+    }
+
+    fn copy_out(&mut self, buf: &mut [u8]) -> bool {
+        match sys::read(self.master, buf) {
+            Ok(0) => {
+                self.out_open = false;
+                false
+            }
+            Ok(n) => {
+                let _ = sys::write_all(1, &buf[..n]);
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(_) => {
+                // EIO: every slave is closed
+                self.out_open = false;
+                false
+            }
+        }
+    }
+
+    /// Copy whatever output is left after the command ended.
+    pub fn drain(&mut self) {
+        let mut buf = [0u8; 16384];
+        while self.out_open && self.copy_out(&mut buf) {}
+    }
+
+    /// The caller's window changed: pass the size on.
+    pub fn resize(&self) {
+        // SAFETY: winsize is a plain struct; ioctls on our descriptors.
+        unsafe {
+            let mut ws: libc::winsize = std::mem::zeroed();
+            if libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) == 0
+                || libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) == 0
+            {
+                libc::ioctl(self.master, libc::TIOCSWINSZ, &ws);
+            }
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Thin wrappers over the Linux system calls the executor needs, with `errno` kept.
+//!
+//! Everything here is called in the sandbox's setup processes (after `clone`), so each
+//! wrapper is a direct system call that returns `std::io::Error` and allocates nothing
+//! beyond what its caller already prepared.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::RawFd;
+
+fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// `MOUNT_ATTR_*` bits of `mount_setattr(2)`.
+pub const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
+pub const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Set mount attributes on the mount at `path` (and, with `recursive`, every mount below
+/// it). Unlike a `MS_REMOUNT`, this leaves the locked flags of inherited mounts alone.
+pub fn mount_setattr(path: &CStr, set: u64, recursive: bool) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { libc::AT_RECURSIVE } else { 0 } | libc::AT_NO_AUTOMOUNT;
+    // SAFETY: valid C string and a properly sized struct.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// `mount(2)`.
+pub fn mount(
+    src: Option<&CStr>,
+    dst: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> io::Result<()> {
+    let p = |c: Option<&CStr>| c.map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: all pointers are valid C strings or null.
+    check_int(unsafe {
+        libc::mount(
+            p(src),
+            dst.as_ptr(),
+            p(fstype),
+            flags,
+            p(data) as *const libc::c_void,
+        )
+    })
+    .map(drop)
+}
+
+/// `umount2(2)`.
+pub fn umount2(path: &CStr, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: valid C string.
+    check_int(unsafe { libc::umount2(path.as_ptr(), flags) }).map(drop)
+}
+
+/// `pivot_root(2)`.
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
+    // SAFETY: valid C strings.
+    check(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })
+        .map(drop)
+}
+
+/// `chdir(2)`.
+pub fn chdir(path: &CStr) -> io::Result<()> {
+    // SAFETY: valid C string.
+    check_int(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+/// `mkdir(2)`; an existing entry is not an error.
+pub fn mkdir(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: valid C string.
+    if unsafe { libc::mkdir(path.as_ptr(), mode) } < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Create an empty regular file if nothing exists at `path`.
+pub fn touch(path: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: valid C string.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
+/// `symlink(2)`.
+pub fn symlink(target: &CStr, path: &CStr) -> io::Result<()> {
+    // SAFETY: valid C strings.
+    check_int(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) }).map(drop)
+}
+
+/// What is at a path, without following a final symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Missing,
+    Dir,
+    File,
+    Symlink,
+    Other,
+}
+
+/// `lstat(2)` reduced to a [`Kind`].
+pub fn kind(path: &CStr) -> Kind {
+    // SAFETY: zeroed stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out-pointer.
+    if unsafe { libc::lstat(path.as_ptr(), &mut st) } < 0 {
+        return Kind::Missing;
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+/// `stat(2)` (following symlinks) reduced to a [`Kind`].
+pub fn kind_follow(path: &CStr) -> Kind {
+    // SAFETY: zeroed stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out-pointer.
+    if unsafe { libc::stat(path.as_ptr(), &mut st) } < 0 {
+        return Kind::Missing;
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+/// Mark every descriptor from `first` up close-on-exec (`close_range(2)`).
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    // SAFETY: plain syscall.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    })
+    .map(drop)
+}
+
+/// `prctl(2)` with integer arguments.
+pub fn prctl(op: libc::c_int, a: libc::c_ulong, b: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: integer-only prctl options.
+    check_int(unsafe { libc::prctl(op, a, b, 0 as libc::c_ulong, 0 as libc::c_ulong) }).map(drop)
+}
+
+/// `write(2)` of the whole buffer (retrying on EINTR and short writes).
+pub fn write_all(fd: RawFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { libc::write(fd, buf.as_ptr() as *const libc::c_void, buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// `read(2)` retrying on EINTR; returns the number of bytes read (0 at end of file).
+pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(n as usize);
+    }
+}
+
+/// A pipe with both ends close-on-exec: (read, write).
+pub fn pipe() -> io::Result<(RawFd, RawFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: fds is a valid out-array of two ints.
+    check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// `close(2)`, ignoring errors.
+pub fn close(fd: RawFd) {
+    if fd >= 0 {
+        // SAFETY: closing a descriptor we own.
+        unsafe { libc::close(fd) };
+    }
+}
+
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Bring the loopback interface of the current network namespace up.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: plain socket call.
+    let fd = check_int(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    })?;
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: 0,
+        _pad: [0; 22],
+    };
+    req.name[..2].copy_from_slice(b"lo");
+    // SAFETY: req is a valid ifreq-sized buffer.
+    let r = (|| {
+        check_int(unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req as *mut IfReq) })?;
+        req.flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        // SAFETY: as above.
+        check_int(unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &req as *const IfReq) })?;
+        Ok(())
+    })();
+    close(fd);
+    r
+}
+
+/// `sethostname(2)`.
+pub fn sethostname(name: &[u8]) -> io::Result<()> {
+    // SAFETY: buffer valid for its length.
+    check_int(unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) })
+        .map(drop)
+}
+
+/// Drop every capability: the bounding set, the ambient set, then effective, permitted and
+/// inheritable, and lock the securebits so uid 0 regains nothing on `execve`.
+pub fn drop_all_capabilities() -> io::Result<()> {
+    // securebits first (needs CAP_SETPCAP, which we still hold in our user namespace).
+    let bits = libc::SECBIT_NOROOT
+        | libc::SECBIT_NOROOT_LOCKED
+        | libc::SECBIT_NO_SETUID_FIXUP
+        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+        | libc::SECBIT_KEEP_CAPS_LOCKED;
+    // Allowed to fail when CAP_SETPCAP is missing (weaker isolation): the bounding set and
+    // the empty permitted set below still leave nothing to regain.
+    let _ = prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0);
+    let mut cap = 0;
+    loop {
+        // SAFETY: integer prctl.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) };
+        if rc < 0 {
+            break; // past the last capability this kernel knows
+        }
+        if rc == 1 {
+            prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0)?;
+        }
+        cap += 1;
+        if cap > 63 {
+            break;
+        }
+    }
+    // SAFETY: integer prctl.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let hdr = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: header and two data structs, as capset(2) v3 requires.
+    check(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) })
+        .map(drop)
+}
