@@ -3,7 +3,7 @@
 //! read). The work is done in [`crate::home`]; this module parses arguments and prints.
 
 use crate::exit::{CliError, CliResult};
-use crate::home::reveal;
+use crate::home::{layer, reveal};
 use crate::settings::Settings;
 use capsule_bundle::layout::{capsule_root, Layout};
 use clap::{Args, Subcommand};
@@ -88,8 +88,120 @@ pub struct RevealChangeArgs {
 }
 
 pub fn home(cmd: HomeCommand) -> CliResult {
-    let _ = cmd;
-    Err(CliError::failure("home review: not implemented yet"))
+    let layout = layout()?;
+    let fail = |e: &dyn std::fmt::Display| CliError::failure(e.to_string());
+    let reference = match &cmd {
+        HomeCommand::Diff(a) => &a.capsule,
+        HomeCommand::Apply(a) => &a.capsule,
+        HomeCommand::Discard(a) => &a.capsule,
+    };
+    let cap = capsule_bundle::store::resolve(&layout, reference).map_err(|e| fail(&e))?;
+    let root = std::fs::canonicalize(&layout.root).ok();
+    let layer =
+        crate::home::layer_for(&cap.bundle_dir, &cap.policy, root.as_deref()).ok_or_else(|| {
+            CliError::failure(format!(
+                "capsule {}: its policy names no home directory, so it has no home layer",
+                cap.name
+            ))
+        })?;
+    let rel_paths = |paths: &[String]| -> Result<Vec<PathBuf>, CliError> {
+        paths
+            .iter()
+            .map(|p| layer::home_relative(&layer.home, p).map_err(|e| fail(&e)))
+            .collect()
+    };
+    match cmd {
+        HomeCommand::Diff(a) => {
+            let filter = rel_paths(&a.paths)?;
+            let changes = layer.changes(&filter, true).map_err(|e| fail(&e))?;
+            if a.json {
+                let v = serde_json::json!({
+                    "capsule": cap.name,
+                    "home": layer.home,
+                    "changes": changes,
+                });
+                super::print_json(&v);
+            } else {
+                print_changes(&cap.name, &changes);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        HomeCommand::Apply(a) => {
+            let filter = rel_paths(&a.paths)?;
+            let done = layer
+                .apply(&cap.bundle_dir, &filter, a.force)
+                .map_err(|e| fail(&e))?;
+            if a.json {
+                let v = serde_json::to_value(&done).map_err(|e| fail(&e))?;
+                super::print_json(&v);
+            } else if done.applied.is_empty() {
+                println!(
+                    "nothing to apply: the home layer of {} holds no changes",
+                    cap.name
+                );
+            } else {
+                for p in &done.applied {
+                    let forced = if done.forced.contains(p) {
+                        " (forced over a newer real file)"
+                    } else {
+                        ""
+                    };
+                    println!("applied ~/{}{forced}", p.display());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        HomeCommand::Discard(a) => {
+            let filter = rel_paths(&a.paths)?;
+            let removed = layer.discard(&filter).map_err(|e| fail(&e))?;
+            if removed.is_empty() {
+                println!(
+                    "nothing to discard: the home layer of {} is empty",
+                    cap.name
+                );
+            }
+            for p in removed {
+                println!("discarded ~/{}", p.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_changes(name: &str, changes: &[layer::Change]) {
+    if changes.is_empty() {
+        println!("no home changes in capsule {name}");
+        return;
+    }
+    for c in changes {
+        let mark = match c.kind {
+            layer::ChangeKind::Added => "added  ",
+            layer::ChangeKind::Changed => "changed",
+            layer::ChangeKind::Removed => "removed",
+        };
+        let suffix = match c.entry {
+            layer::EntryType::Dir => "/",
+            _ => "",
+        };
+        let target = c
+            .target
+            .as_ref()
+            .map(|t| format!(" -> {}", t.display()))
+            .unwrap_or_default();
+        println!("{mark} ~/{}{suffix}{target}", c.path.display());
+        if let Some(r) = &c.refused {
+            println!("        refused: {r}");
+        }
+        if c.binary {
+            println!("        (binary or large file: no content diff)");
+        }
+        if let Some(d) = &c.diff {
+            for line in d.lines() {
+                println!("        {line}");
+            }
+        }
+    }
+    println!("apply with `capsule home apply {name} [PATH…]`, or drop with `capsule home discard {name} [PATH…]`");
 }
 
 fn layout() -> Result<Layout, CliError> {

@@ -229,6 +229,10 @@ pub fn current(home_fd: &OwnedFd, rel: &[OsString]) -> std::io::Result<Option<En
     let dir = match fsat::open_dir_path(home_fd, parents) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // a parent that is a file or a symlink: nothing at this path inside home
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => {
+            return Ok(None)
+        }
         Err(e) => return Err(e),
     };
     Ok(fsat::stat_at(&dir, name)?.map(|st| entry_of(&dir, name, &st)))

@@ -314,7 +314,8 @@ impl Walk<'_> {
             if let Some(why) = self.layer.hidden_reason(&path) {
                 let mut c = base(add_or_change, entry_type(&st));
                 c.refused = Some(why);
-                self.push(filter, c);
+                // reported even when a path below it was asked for
+                self.out.push(c);
                 continue;
             }
             if is_whiteout(upper, &name, &st) {
