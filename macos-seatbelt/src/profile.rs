@@ -154,6 +154,8 @@ pub struct Generated {
     /// The policy the profile enforces: canonical paths, and the task TMPDIR, home layer
     /// and cache folders added to `writable` (they are writable on every backend).
     pub effective: SandboxPolicy,
+    /// The task's TMPDIR, canonical (the value for the `TMPDIR` variable).
+    pub task_tmpdir: PathBuf,
 }
 
 impl Generated {
@@ -290,7 +292,8 @@ fn entries(orig: &SandboxPolicy, e: &SandboxPolicy, task_tmp: &Path) -> Vec<Entr
         add(p, Some(o), 2, Access::ReadOnly, "REVEALED", true);
     }
     add(&e.workspace, None, 3, Access::ReadWrite, "WORKSPACE", false);
-    add(&e.tmp_dir, None, 3, Access::ReadWrite, "CAPSULE_TMP", false);
+    let tmp_role = if e.tmp_dir == task_tmp { "TMPDIR" } else { "CAPSULE_TMP" };
+    add(&e.tmp_dir, None, 3, Access::ReadWrite, tmp_role, false);
     for p in &e.writable {
         let (role, indexed) = if p == task_tmp {
             ("TMPDIR", false)
@@ -587,5 +590,6 @@ pub fn generate(inp: &ProfileInputs<'_>, r: &dyn Resolver) -> Result<Generated, 
         text,
         params: params.by_name,
         effective: eff,
+        task_tmpdir: task_tmp,
     })
 }
