@@ -375,7 +375,13 @@ fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result
         return Ok(());
     }
     if is_git_dir(dir) {
-        for f in ["config", "gitdir", "commondir", "objects/info/alternates"] {
+        for f in [
+            "config",
+            "gitdir",
+            "commondir",
+            "FETCH_HEAD",
+            "objects/info/alternates",
+        ] {
             let p = dir.join(f);
             if std::fs::symlink_metadata(&p)
                 .map(|m| m.is_file())

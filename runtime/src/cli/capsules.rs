@@ -1,38 +1,797 @@
-//! `capsule open / verify / close / list / inspect / demo`. (Issue 2: to be implemented.)
+//! `capsule open / verify / close / list / inspect / demo`: the capsule life cycle on the
+//! command line. The work is done by `capsule-bundle` (spec, materialization, bundle,
+//! store); this module parses arguments, runs probes ([`run_probe`], the one place to
+//! swap probe execution into the sandbox) and prints results for humans or, with
+//! `--json`, as one JSON object.
+
+use crate::cli::print_json;
 use crate::exit::{CliError, CliResult};
+use capsule_bundle::layout::{bundle_files, Layout};
+use capsule_bundle::manifest::{Manifest, MANIFEST};
+use capsule_bundle::open::{OpenFrom, OpenRequest};
+use capsule_bundle::policy::{Access, HiddenReason, NetworkMode, SandboxPolicy};
+use capsule_bundle::spec::{Probe, Spec};
+use capsule_bundle::store::{self, OpenCapsule};
 use clap::Args;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// The example spec `capsule demo` opens (shipped inside the binary).
+pub const DEMO_SPEC: &str = include_str!("../../examples-spec/demo/capsule.yaml");
+
+/// How long one probe may run before it is killed and counted as failed.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Args)]
-pub struct OpenArgs {}
-#[derive(Debug, Args)]
-pub struct VerifyArgs {}
-#[derive(Debug, Args)]
-pub struct CloseArgs {}
-#[derive(Debug, Args)]
-pub struct ListArgs {}
-#[derive(Debug, Args)]
-pub struct InspectArgs {}
-#[derive(Debug, Args)]
-pub struct DemoArgs {}
+#[command(
+    after_help = "Examples:\n  capsule open ./capsules/clean-repo          # a spec folder\n  capsule open clean-repo                     # capsules/clean-repo/capsule.yaml here or above\n  capsule open --source ~/src/myproject       # a throwaway clone of your checkout's HEAD\n  capsule open spec.yaml --dest /tmp/ws --json"
+)]
+pub struct OpenArgs {
+    /// A capsule.yaml, a folder holding one, or a name under ./capsules/.
+    #[arg(
+        value_name = "SPEC",
+        required_unless_present = "source",
+        conflicts_with = "source"
+    )]
+    pub spec: Option<String>,
+    /// Open a throwaway clone of this checkout's HEAD instead of a spec (the checkout is
+    /// read with gix and left byte-for-byte unchanged).
+    #[arg(long, value_name = "PATH")]
+    pub source: Option<PathBuf>,
+    /// Put the workspace here (a new or empty folder) instead of <capsule root>/workspaces/<name>.
+    #[arg(long, value_name = "DIR")]
+    pub dest: Option<PathBuf>,
+    /// Capsule name (default: the spec's name, or the checkout folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Print one JSON object: name, workspace, bundle, head, branch, tree_digest, ...
+    #[arg(long)]
+    pub json: bool,
+}
 
-fn todo() -> CliResult {
-    Err(CliError::failure("not implemented yet"))
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// An open capsule (name or workspace path), or a spec to open temporarily and verify.
+    #[arg(value_name = "SPEC|WORKSPACE|NAME")]
+    pub target: String,
+    #[arg(long)]
+    pub json: bool,
 }
-pub fn open(_: OpenArgs) -> CliResult {
-    todo()
+
+#[derive(Debug, Args)]
+pub struct CloseArgs {
+    /// The capsule's name or workspace path.
+    #[arg(value_name = "WORKSPACE|NAME")]
+    pub target: String,
+    /// Close even if the workspace changed since it was opened; without the sentinel,
+    /// remove only the bundle and leave the folder alone.
+    #[arg(long)]
+    pub force: bool,
+    #[arg(long)]
+    pub json: bool,
 }
-pub fn verify(_: VerifyArgs) -> CliResult {
-    todo()
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub json: bool,
 }
-pub fn close(_: CloseArgs) -> CliResult {
-    todo()
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The capsule's name, workspace path or bundle directory.
+    #[arg(value_name = "WORKSPACE|NAME|BUNDLE")]
+    pub target: String,
+    #[arg(long)]
+    pub json: bool,
 }
-pub fn list(_: ListArgs) -> CliResult {
-    todo()
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the demo capsule open instead of closing it at the end.
+    #[arg(long)]
+    pub keep: bool,
 }
-pub fn inspect(_: InspectArgs) -> CliResult {
-    todo()
+
+fn layout() -> Result<Layout, CliError> {
+    capsule_bundle::layout::capsule_root()
+        .map(Layout::new)
+        .ok_or_else(|| CliError::failure("no capsule root: set CAPSULE_ROOT (or HOME)"))
 }
-pub fn demo(_: DemoArgs) -> CliResult {
-    todo()
+
+fn fail(e: impl std::fmt::Display) -> CliError {
+    CliError::failure(e.to_string())
+}
+
+fn short(id: &Option<String>) -> String {
+    id.as_deref()
+        .map(|s| s.chars().take(12).collect())
+        .unwrap_or_else(|| "(none)".into())
+}
+
+fn capsule_json(c: &OpenCapsule) -> serde_json::Value {
+    json!({
+        "name": c.name,
+        "workspace": c.workspace,
+        "bundle": c.bundle_dir,
+        "spec_path": c.record.spec_path,
+        "source": c.record.source,
+        "head": c.record.head,
+        "branch": c.record.branch,
+        "tree_digest": format!("sha256:{}", c.record.tree_digest),
+        "network": c.record.network,
+        "policy_digest": c.record.policy_digest,
+        "opened_at": c.record.opened_at,
+    })
+}
+
+// ------------------------------------------------------------------ open
+
+pub fn open(a: OpenArgs) -> CliResult {
+    let layout = layout()?;
+    let from = match (&a.spec, &a.source) {
+        (_, Some(src)) => OpenFrom::Checkout(src.clone()),
+        (Some(s), None) => OpenFrom::Spec(capsule_bundle::spec::find_spec(s).map_err(fail)?),
+        (None, None) => {
+            return Err(CliError::new(
+                crate::exit::USAGE,
+                "give a SPEC or --source PATH",
+            ))
+        }
+    };
+    let opened = capsule_bundle::open::open(
+        &layout,
+        &OpenRequest {
+            from,
+            name: a.name.clone(),
+            dest: a.dest.clone(),
+        },
+    )
+    .map_err(fail)?;
+    let c = &opened.capsule;
+    if a.json {
+        let mut v = capsule_json(c);
+        if let Some(r) = opened.read_source {
+            v["read_source"] = json!(r);
+        }
+        print_json(&v);
+    } else {
+        println!("opened {}", c.name);
+        println!("  workspace  {}", c.workspace.display());
+        println!("  bundle     {}", c.bundle_dir.display());
+        println!(
+            "  HEAD       {} ({})",
+            short(&c.record.head),
+            c.record.branch.as_deref().unwrap_or("detached")
+        );
+        println!("  digest     sha256:{}", c.record.tree_digest);
+        println!("  network    {}", c.policy.network.mode.as_str());
+        if opened.read_source == Some(false) {
+            println!("  source     served from the repository cache");
+        }
+        println!(
+            "next: capsule exec {n} -- <command>  |  capsule verify {n}  |  capsule inspect {n}  |  capsule close {n}",
+            n = c.name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ------------------------------------------------------------------ probes (swap point)
+
+/// The outcome of one probe.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeResult {
+    pub name: String,
+    pub command: String,
+    pub expect: &'static str,
+    pub exit_code: i32,
+    pub ok: bool,
+    pub output: String,
+}
+
+/// Run one probe of `cap`.
+///
+/// THE place probe execution happens. For now: `sh -c <run>` in the workspace (or the
+/// probe's `dir` inside it) with a minimal clean environment (PATH, an empty HOME, LANG,
+/// Kitsoki's fixed git identity, no global/system git config), killed after
+/// [`PROBE_TIMEOUT`]. It is not yet sandboxed; once `capsule exec` lands this should run
+/// the probe through the Linux/macOS executor with the capsule's policy instead.
+pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
+    let expect = if probe.expect_zero { "zero" } else { "nonzero" };
+    let mut res = ProbeResult {
+        name: probe.name.clone(),
+        command: probe.run.clone(),
+        expect,
+        exit_code: -1,
+        ok: false,
+        output: String::new(),
+    };
+    let cwd = match &probe.dir {
+        Some(d) => match capsule_bundle::materialize::inside(
+            &cap.workspace,
+            d,
+            capsule_bundle::materialize::Last::NoSymlink,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                res.output = format!("probe dir: {e}");
+                return res;
+            }
+        },
+        None => cap.workspace.clone(),
+    };
+    let home = match tempfile::Builder::new()
+        .prefix("capsule-probe-home-")
+        .tempdir()
+    {
+        Ok(h) => h,
+        Err(e) => {
+            res.output = format!("cannot make a probe HOME: {e}");
+            return res;
+        }
+    };
+    let out_file = match tempfile::tempfile() {
+        Ok(f) => f,
+        Err(e) => {
+            res.output = format!("cannot make an output file: {e}");
+            return res;
+        }
+    };
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(&probe.run)
+        .current_dir(&cwd)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", home.path())
+        .env("LANG", "C.UTF-8")
+        .env("TZ", "UTC")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_AUTHOR_NAME", capsule_bundle::git::IDENTITY_NAME)
+        .env("GIT_AUTHOR_EMAIL", capsule_bundle::git::IDENTITY_EMAIL)
+        .env("GIT_AUTHOR_DATE", capsule_bundle::git::FIXED_DATE)
+        .env("GIT_COMMITTER_NAME", capsule_bundle::git::IDENTITY_NAME)
+        .env("GIT_COMMITTER_EMAIL", capsule_bundle::git::IDENTITY_EMAIL)
+        .env("GIT_COMMITTER_DATE", capsule_bundle::git::FIXED_DATE)
+        .stdin(Stdio::null());
+    match out_file.try_clone() {
+        Ok(f2) => {
+            cmd.stdout(Stdio::from(f2));
+        }
+        Err(_) => {
+            cmd.stdout(Stdio::null());
+        }
+    }
+    match out_file.try_clone() {
+        Ok(f3) => {
+            cmd.stderr(Stdio::from(f3));
+        }
+        Err(_) => {
+            cmd.stderr(Stdio::null());
+        }
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            res.output = format!("cannot run sh: {e}");
+            return res;
+        }
+    };
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if start.elapsed() > PROBE_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break None,
+        }
+    };
+    use std::io::{Read, Seek};
+    let mut f = out_file;
+    let mut out = String::new();
+    if f.seek(std::io::SeekFrom::Start(0)).is_ok() {
+        let mut buf = Vec::new();
+        let _ = f.take(64 * 1024).read_to_end(&mut buf);
+        out = String::from_utf8_lossy(&buf).trim().to_string();
+    }
+    res.output = out;
+    match status {
+        Some(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            res.exit_code = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+            res.ok = (res.exit_code == 0) == probe.expect_zero;
+        }
+        None => {
+            res.output = format!(
+                "timed out after {}s; killed. {}",
+                PROBE_TIMEOUT.as_secs(),
+                res.output
+            );
+        }
+    }
+    res
+}
+
+// ------------------------------------------------------------------ verify
+
+/// The result of verifying an open capsule.
+#[derive(Debug, serde::Serialize)]
+pub struct Verification {
+    pub ok: bool,
+    pub capsule_name: String,
+    pub workspace: PathBuf,
+    pub spec_path: Option<PathBuf>,
+    pub expected_tree_digest: Option<String>,
+    pub actual_tree_digest: String,
+    pub probes: Vec<ProbeResult>,
+    pub errors: Vec<String>,
+}
+
+/// Tree digest against the spec and every probe, for an open capsule.
+pub fn verify_capsule(cap: &OpenCapsule) -> Result<Verification, CliError> {
+    let spec: Option<Spec> = match &cap.record.spec_path {
+        Some(p) => Some(capsule_bundle::spec::load(p).map_err(fail)?),
+        None => None,
+    };
+    let actual = capsule_bundle::digest::tree_digest(&cap.workspace).map_err(fail)?;
+    let mut v = Verification {
+        ok: true,
+        capsule_name: cap.name.clone(),
+        workspace: cap.workspace.clone(),
+        spec_path: cap.record.spec_path.clone(),
+        expected_tree_digest: spec.as_ref().and_then(|s| s.verify.tree_digest.clone()),
+        actual_tree_digest: format!("sha256:{actual}"),
+        probes: Vec::new(),
+        errors: Vec::new(),
+    };
+    if let Some(want) = &v.expected_tree_digest {
+        if !capsule_bundle::digest::matches(want, &actual) {
+            v.ok = false;
+            v.errors.push(format!(
+                "tree_digest mismatch: got sha256:{actual}, want {want}"
+            ));
+        }
+    }
+    if let Some(s) = &spec {
+        for p in &s.verify.probes {
+            let r = run_probe(cap, p);
+            if !r.ok {
+                v.ok = false;
+                v.errors.push(format!(
+                    "probe {:?} failed: exit {} (expected {})",
+                    r.name, r.exit_code, r.expect
+                ));
+            }
+            v.probes.push(r);
+        }
+    }
+    Ok(v)
+}
+
+fn print_verification(v: &Verification) {
+    println!(
+        "{} {}",
+        if v.ok { "verified" } else { "FAILED" },
+        v.capsule_name
+    );
+    match &v.expected_tree_digest {
+        Some(w) => println!("  tree digest  {} (want {})", v.actual_tree_digest, w),
+        None => println!("  tree digest  {} (spec pins none)", v.actual_tree_digest),
+    }
+    for p in &v.probes {
+        println!(
+            "  probe {:<28} {}  exit {} (expect {})",
+            p.name,
+            if p.ok { "ok  " } else { "FAIL" },
+            p.exit_code,
+            p.expect
+        );
+        if !p.ok && !p.output.is_empty() {
+            for l in p.output.lines().take(5) {
+                println!("      | {l}");
+            }
+        }
+    }
+}
+
+pub fn verify(a: VerifyArgs) -> CliResult {
+    let layout = layout()?;
+    let v = match store::resolve(&layout, &a.target) {
+        Ok(cap) => verify_capsule(&cap)?,
+        Err(capsule_bundle::Error::NotFound(_)) => {
+            // not an open capsule: a spec, opened in a temporary capsule root
+            let spec_path = capsule_bundle::spec::find_spec(&a.target).map_err(|e| {
+                fail(format!(
+                    "{}: neither an open capsule nor a spec ({e})",
+                    a.target
+                ))
+            })?;
+            let tmp = tempfile::Builder::new()
+                .prefix("capsule-verify-")
+                .tempdir()
+                .map_err(fail)?;
+            let tl = Layout::new(tmp.path());
+            let opened = capsule_bundle::open::open(
+                &tl,
+                &OpenRequest {
+                    from: OpenFrom::Spec(spec_path),
+                    name: None,
+                    dest: None,
+                },
+            )
+            .map_err(fail)?;
+            let v = verify_capsule(&opened.capsule)?;
+            let _ = store::close(&tl, &opened.capsule.name, true);
+            v
+        }
+        Err(e) => return Err(fail(e)),
+    };
+    if a.json {
+        print_json(&serde_json::to_value(&v).unwrap_or_default());
+    } else {
+        print_verification(&v);
+    }
+    if v.ok {
+        Ok(ExitCode::SUCCESS)
+    } else if a.json {
+        Ok(ExitCode::from(crate::exit::FAILURE))
+    } else {
+        Err(fail(format!(
+            "verify {}: {}",
+            v.capsule_name,
+            v.errors.join("; ")
+        )))
+    }
+}
+
+// ------------------------------------------------------------------ close / list
+
+pub fn close(a: CloseArgs) -> CliResult {
+    let layout = layout()?;
+    let c = store::close(&layout, &a.target, a.force).map_err(fail)?;
+    if a.json {
+        print_json(&serde_json::to_value(&c).unwrap_or_default());
+    } else if c.workspace_removed {
+        println!(
+            "closed {}: removed {} and its bundle",
+            c.name,
+            c.workspace.display()
+        );
+    } else {
+        println!(
+            "closed {}: removed its bundle; {} was left in place",
+            c.name,
+            c.workspace.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list(a: ListArgs) -> CliResult {
+    let layout = layout()?;
+    let entries = store::list(&layout).map_err(fail)?;
+    if a.json {
+        let v: Vec<_> = entries
+            .iter()
+            .map(|e| match &e.capsule {
+                Ok(c) => capsule_json(c),
+                Err(err) => json!({"name": e.name, "error": err.to_string()}),
+            })
+            .collect();
+        print_json(&json!({ "capsules": v }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if entries.is_empty() {
+        println!("no open capsules (open one: capsule open <spec> | capsule open --source <checkout> | capsule demo)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<32} {:<9} {:<13} {:<20} WORKSPACE",
+        "NAME", "NETWORK", "HEAD", "OPENED"
+    );
+    for e in &entries {
+        match &e.capsule {
+            Ok(c) => println!(
+                "{:<32} {:<9} {:<13} {:<20} {}",
+                c.name,
+                c.policy.network.mode.as_str(),
+                short(&c.record.head),
+                c.record.opened_at,
+                c.workspace.display()
+            ),
+            Err(err) => println!("{:<32} (broken bundle: {err})", e.name),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ------------------------------------------------------------------ inspect
+
+fn reason_words(r: HiddenReason) -> &'static str {
+    match r {
+        HiddenReason::Credentials => "credentials",
+        HiddenReason::PersonalFiles => "personal files",
+        HiddenReason::SiblingProject => "a project next to the source",
+        HiddenReason::ToolState => "capsule's own state and other capsules",
+        HiddenReason::AgentLogins => "agent logins and transcripts",
+        HiddenReason::Requested => "hidden by the spec",
+    }
+}
+
+fn network_words(p: &SandboxPolicy) -> String {
+    match p.network.mode {
+        NetworkMode::None => "none: an own network namespace with loopback only".into(),
+        NetworkMode::Off => "off: no network at all, not even loopback TCP".into(),
+        NetworkMode::Allowlist => format!(
+            "allowlist: only through capsule's proxy to {}",
+            p.network.allow.join(", ")
+        ),
+        NetworkMode::Open => "open: the host's network, unrestricted".into(),
+        NetworkMode::Replay => {
+            "replay: needs a supervised replay network from the deployment".into()
+        }
+    }
+}
+
+/// The effective policy in plain words, one line each.
+pub fn policy_in_words(p: &SandboxPolicy) -> Vec<String> {
+    let mut v = Vec::new();
+    v.push(format!("writable: the workspace {}", p.workspace.display()));
+    v.push(format!(
+        "writable: its /tmp (kept in {})",
+        p.tmp_dir.display()
+    ));
+    for w in &p.writable {
+        v.push(format!("writable: {} (asked for by the spec)", w.display()));
+    }
+    for r in &p.read_only {
+        v.push(format!("read-only inside the workspace: {}", r.display()));
+    }
+    v.push("read-only: everything else on the system".into());
+    for h in &p.hidden {
+        v.push(format!(
+            "hidden: {} ({})",
+            h.path.display(),
+            reason_words(h.reason)
+        ));
+    }
+    for r in &p.revealed {
+        let why = if p.access(r) == Access::ReadOnly {
+            "readable again inside a hidden folder"
+        } else {
+            "revealed"
+        };
+        v.push(format!("revealed: {} ({why})", r.display()));
+    }
+    if !p.pass_env.is_empty() {
+        v.push(format!(
+            "environment passed besides the defaults: {}",
+            p.pass_env.join(", ")
+        ));
+    }
+    if !p.devices.is_empty() {
+        v.push(format!("devices: {}", p.devices.join(", ")));
+    }
+    v.push(format!("network: {}", network_words(p)));
+    v
+}
+
+pub fn inspect(a: InspectArgs) -> CliResult {
+    let layout = layout()?;
+    let cap = store::resolve(&layout, &a.target).map_err(fail)?;
+    let spec_text = cap
+        .record
+        .spec_path
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_else(|e| format!("(cannot read: {e})")));
+    let manifest = Manifest::read(&cap.workspace.join(MANIFEST));
+    let config_path = cap.bundle_file(bundle_files::CONFIG);
+    let config_check = capsule_bundle::oci::load_and_validate(&config_path);
+    let config_json: serde_json::Value = std::fs::read_to_string(&config_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let words = policy_in_words(&cap.policy);
+    if a.json {
+        print_json(&json!({
+            "capsule": capsule_json(&cap),
+            "spec_path": cap.record.spec_path,
+            "spec": spec_text,
+            "manifest": manifest.as_ref().ok(),
+            "manifest_error": manifest.as_ref().err(),
+            "policy": cap.policy,
+            "policy_in_words": words,
+            "config": config_json,
+            "config_valid": config_check.is_ok(),
+            "config_error": config_check.as_ref().err().map(|e| e.to_string()),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("capsule {}", cap.name);
+    println!("  workspace  {}", cap.workspace.display());
+    println!("  bundle     {}", cap.bundle_dir.display());
+    println!("  opened     {}", cap.record.opened_at);
+    println!(
+        "  HEAD       {} ({})",
+        short(&cap.record.head),
+        cap.record.branch.as_deref().unwrap_or("detached")
+    );
+    if let Some(s) = &cap.record.source {
+        println!("  source     {} (checkout, left untouched)", s.display());
+    }
+    println!(
+        "\neffective policy (from {}):",
+        cap.bundle_file(bundle_files::POLICY).display()
+    );
+    for w in &words {
+        println!("  {w}");
+    }
+    println!("\nspec:");
+    match (&cap.record.spec_path, &spec_text) {
+        (Some(p), Some(t)) => {
+            println!("  {}", p.display());
+            for l in t.lines() {
+                println!("  | {l}");
+            }
+        }
+        _ => println!("  (none: opened from a checkout)"),
+    }
+    println!(
+        "\nmanifest ({}; informational, the runtime never trusts it):",
+        cap.workspace.join(MANIFEST).display()
+    );
+    match &manifest {
+        Ok(m) => {
+            let t = serde_json::to_string_pretty(m).unwrap_or_default();
+            for l in t.lines() {
+                println!("  | {l}");
+            }
+        }
+        Err(e) => println!("  (unreadable: {e})"),
+    }
+    println!("\nconfig.json ({}):", config_path.display());
+    match &config_check {
+        Ok(_) => println!("  valid OCI runtime spec"),
+        Err(e) => println!("  INVALID: {e}"),
+    }
+    let t = serde_json::to_string_pretty(&config_json).unwrap_or_default();
+    for l in t.lines() {
+        println!("  | {l}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ------------------------------------------------------------------ demo
+
+/// One command the demo runs.
+#[derive(Debug, serde::Serialize)]
+struct DemoStep {
+    command: String,
+    exit_code: i32,
+    output: String,
+}
+
+pub fn demo(a: DemoArgs) -> CliResult {
+    let tmp = tempfile::Builder::new()
+        .prefix("capsule-demo-")
+        .tempdir()
+        .map_err(fail)?;
+    let spec_dir = tmp.path().join("spec");
+    std::fs::create_dir_all(&spec_dir).map_err(fail)?;
+    let spec_file = spec_dir.join("capsule.yaml");
+    std::fs::write(&spec_file, DEMO_SPEC).map_err(fail)?;
+    let root = tmp.path().join("root");
+    let layout = Layout::new(&root);
+    if !a.json {
+        println!(
+            "capsule demo: opening the example capsule in a temporary capsule root {}",
+            root.display()
+        );
+    }
+    let opened = capsule_bundle::open::open(
+        &layout,
+        &OpenRequest {
+            from: OpenFrom::Spec(spec_file),
+            name: None,
+            dest: None,
+        },
+    )
+    .map_err(fail)?;
+    let cap = &opened.capsule;
+    if !a.json {
+        println!("  opened {} at {}", cap.name, cap.workspace.display());
+        println!(
+            "  HEAD {} on {}",
+            short(&cap.record.head),
+            cap.record.branch.as_deref().unwrap_or("detached")
+        );
+    }
+    let commands = [
+        "git log --oneline",
+        "git status --short",
+        "sh src/hello.sh",
+        "cat capsule-manifest.json | head -3",
+    ];
+    let mut steps = Vec::new();
+    for c in commands {
+        let r = run_probe(
+            cap,
+            &Probe {
+                name: c.into(),
+                run: c.into(),
+                expect_zero: true,
+                dir: None,
+            },
+        );
+        if !a.json {
+            println!("\n$ {c}    (exit {})", r.exit_code);
+            for l in r.output.lines() {
+                println!("  {l}");
+            }
+        }
+        steps.push(DemoStep {
+            command: c.into(),
+            exit_code: r.exit_code,
+            output: r.output,
+        });
+    }
+    let v = verify_capsule(cap)?;
+    if !a.json {
+        println!();
+        print_verification(&v);
+        println!(
+            "\nnote: these commands ran with a clean environment but NOT inside the sandbox yet;"
+        );
+        println!("      the sandbox part (writes outside the workspace refused, secrets hidden, no network)");
+        println!("      lands with `capsule exec`. The effective policy it will enforce:");
+        for w in policy_in_words(&cap.policy).iter().take(6) {
+            println!("        {w}");
+        }
+    }
+    let closed = if a.keep {
+        false
+    } else {
+        store::close(&layout, &cap.name, true).map_err(fail)?;
+        true
+    };
+    if a.json {
+        print_json(&json!({
+            "capsule": capsule_json(cap),
+            "commands": steps,
+            "verify": v,
+            "sandboxed": false,
+            "closed": closed,
+        }));
+    } else if closed {
+        println!("\nclosed {}: workspace and bundle removed.", cap.name);
+    } else {
+        let kept = tmp.keep();
+        println!(
+            "\nkept {} (capsule root {}); close it with CAPSULE_ROOT={} capsule close {}",
+            cap.name,
+            kept.join("root").display(),
+            kept.join("root").display(),
+            cap.name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Is `p` a capsule workspace by its sentinel? (identification only)
+pub fn has_sentinel(p: &Path) -> bool {
+    std::fs::symlink_metadata(p.join(capsule_bundle::manifest::SENTINEL))
+        .map(|m| m.is_file())
+        .unwrap_or(false)
 }
