@@ -12,8 +12,11 @@
 //! Linux. This file uses only `std`, so it is also compiled (and its control flow tested
 //! with a stand-in `sandbox-exec`) in Linux test builds; it has never run on a Mac.
 
-use capsule_bundle::layout::bundle_files;
-use capsule_bundle::policy::SandboxPolicy;
+use crate::cli::exec::ExecArgs;
+use crate::exit::{self, CliError, CliResult};
+use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
+use capsule_bundle::policy::{is_default_env, NetworkMode, SandboxPolicy};
+use capsule_bundle::store;
 use capsule_seatbelt::refusal::{parse_log_line, refusal_predicate};
 use capsule_seatbelt::{
     env::task_env, generate_checked, HostResolver, Nonce, ProfileInputs, Resolver,
@@ -22,7 +25,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
 
 /// The system's `sandbox-exec`, always by absolute path.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
@@ -206,6 +209,111 @@ fn start_refusal_log(
         }
     });
     Some((child, reader))
+}
+
+/// The clean environment of a command: the default variables and those named in
+/// `pass_env`, with values from `host` (TMPDIR, HOME and caches are set by [`run`]).
+pub fn clean_env(
+    host: impl IntoIterator<Item = (OsString, OsString)>,
+    pass_env: &[String],
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = host
+        .into_iter()
+        .filter(|(k, _)| {
+            let Some(k) = k.to_str() else { return false };
+            k != "TMPDIR" && (is_default_env(k) || pass_env.iter().any(|p| p == k))
+        })
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), "/usr/bin:/bin:/usr/sbin:/sbin".into()));
+    }
+    env.sort();
+    env
+}
+
+/// The exit code for a finished command: its own status, or 128+N for signal N.
+fn exit_code(st: ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
+        _ => ExitCode::from(exit::SANDBOX_FAILED),
+    }
+}
+
+/// Applies an exec's flags to the capsule's policy (the `capsule exec` module's function,
+/// shared by both executors).
+pub type PolicyFlags =
+    fn(&ExecArgs, &SandboxPolicy, &Layout, &Path) -> Result<SandboxPolicy, CliError>;
+
+/// `capsule exec` on macOS: resolve the capsule, the launch-policy gate, this exec's
+/// flags, then [`run`]. Options the macOS executor does not have yet are refused, never
+/// ignored.
+pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
+    let fail = |m: String| CliError::failure(m);
+    if a.no_sandbox {
+        return Err(fail("--no-sandbox is not available on macOS".into()));
+    }
+    if a.timeout.is_some() || a.json {
+        return Err(fail(
+            "--timeout and --json are not available on macOS yet".into(),
+        ));
+    }
+    let root =
+        capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME".into()))?;
+    let layout = Layout::new(root);
+    let cap = store::resolve(&layout, &a.capsule).map_err(|e| fail(e.to_string()))?;
+    let caller = std::env::current_dir().ok();
+    let cwd = match &caller {
+        Some(c) if c.starts_with(&cap.workspace) => c.clone(),
+        _ => cap.workspace.clone(),
+    };
+    let gate = capsule_policy::Gate::load(caller.as_deref().unwrap_or(&cap.workspace), None)
+        .map_err(|e| fail(format!("launch policy: {e}")))?;
+    let decision = gate.decide("capsule.exec", None, &cwd);
+    if let Some(trace) = capsule_policy::trace_path(None) {
+        if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
+            tracing::warn!(
+                "cannot append to the launch-policy trace {}: {e}",
+                trace.display()
+            );
+        }
+    }
+    if !decision.allowed {
+        return Err(CliError::new(
+            exit::DENIED,
+            format!(
+                "denied by the launch policy: {}; nothing ran",
+                decision.reason
+            ),
+        ));
+    }
+    let policy = flags(a, &cap.policy, &layout, &cap.bundle_dir)?;
+    if policy.network.mode == NetworkMode::Allowlist {
+        return Err(CliError::new(
+            exit::SANDBOX_FAILED,
+            "network allowlist on macOS needs capsule's proxy, which the macOS executor does not start yet; nothing ran (use --no-network or --open-network)",
+        ));
+    }
+    let sandbox_exec = Path::new(SANDBOX_EXEC);
+    let x = MacExec {
+        policy: &policy,
+        bundle_dir: &cap.bundle_dir,
+        proxy_port: None,
+        allow_keychain: false,
+        env: clean_env(std::env::vars_os(), &policy.pass_env),
+        cwd: &cwd,
+        command: &a.command,
+        sandbox_exec,
+        log: Some(Path::new(LOG)),
+    };
+    match run(&x) {
+        Ok(st) => Ok(exit_code(st)),
+        Err(e) => Err(CliError::new(
+            exit::SANDBOX_FAILED,
+            format!("{e}; nothing ran"),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -137,7 +137,20 @@ pub fn exec(a: ExecArgs) -> CliResult {
     imp::exec(a)
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(target_os = "macos")]
+mod imp {
+    use super::*;
+    /// The macOS executor (Seatbelt), in `crate::macos`.
+    pub fn exec(a: ExecArgs) -> CliResult {
+        crate::macos::exec_cli(&a, effective_policy)
+    }
+}
+
+// type-checks the macOS hookup on Linux test builds
+#[cfg(test)]
+const _: crate::macos::PolicyFlags = effective_policy;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
 mod imp {
     use super::*;
     pub fn exec(_: ExecArgs) -> CliResult {
