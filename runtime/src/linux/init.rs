@@ -294,7 +294,15 @@ fn command(cx: &Ctx<'_>, go: RawFd) -> ! {
             } else {
                 vec![]
             },
-            extra_readable: vec![],
+            // Landlock treats /dev as hidden but for devices; a home on the host's
+            // /dev/shm (bound at the same path) stays readable like any home
+            extra_readable: plan
+                .policy
+                .home
+                .iter()
+                .filter(|h| h.starts_with("/dev/"))
+                .cloned()
+                .collect(),
             all_devices: false,
             tcp_connect_ports: vec![],
         };

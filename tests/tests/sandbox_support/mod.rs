@@ -150,7 +150,7 @@ impl Capsule {
         let mut c = self.capsule();
         c.arg("exec").arg(NAME).args(flags).arg("--").args(argv);
         c.stdin(Stdio::null());
-        c.output().expect("run capsule")
+        c.output().unwrap_or_else(|e| panic!("run capsule: {e}"))
     }
 
     pub fn exec(&self, argv: &[&str]) -> Output {
