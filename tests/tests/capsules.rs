@@ -1,0 +1,898 @@
+//! End-to-end tests of `capsule open / verify / close / list / inspect / demo` (issue 2):
+//! Kitsoki's library opens and verifies unchanged, materialization is hermetic and
+//! reproducible, the tree digest matches an independent implementation, `--source`
+//! leaves the operator's checkout byte-for-byte unchanged, pinned sources come from the
+//! cache, bad input fails on one line with nothing left behind, config.json is valid.
+
+use capsule_e2e::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn json_of(o: &std::process::Output) -> Value {
+    serde_json::from_str(stdout(o).trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", stdout(o), stderr(o)))
+}
+
+/// Run the capsule binary as the current user with CAPSULE_ROOT=root.
+fn cap(root: &Path, args: &[&str]) -> std::process::Output {
+    run(Runner::Current.capsule(root).args(args))
+}
+
+/// The tree digest, computed independently in Python.
+fn python_digest(ws: &Path) -> String {
+    const PY: &str = r#"
+import hashlib, os, sys
+SKIP_D = {b'.git', b'.worktrees', b'peers'}
+SKIP_F = {b'capsule-manifest.json', b'.kitsoki-capsule', b'.git'}
+files = []
+def walk(d, rel):
+    for e in os.scandir(d):
+        r = rel + b'/' + e.name if rel else e.name
+        if e.is_dir(follow_symlinks=False):
+            if e.name not in SKIP_D:
+                walk(e.path, r)
+        elif e.name in SKIP_F:
+            continue
+        elif e.is_symlink():
+            files.append((r, os.readlink(e.path)))
+        elif e.is_file(follow_symlinks=False):
+            with open(e.path, 'rb') as f:
+                files.append((r, f.read()))
+walk(os.fsencode(sys.argv[1]), b'')
+files.sort(key=lambda x: x[0])
+h = hashlib.sha256()
+for p, data in files:
+    h.update(p + b'\0' + len(data).to_bytes(8, 'big') + data)
+print(h.hexdigest())
+"#;
+    let o = run(Command::new("python3").arg("-c").arg(PY).arg(ws));
+    assert_ok(&o, "python digest");
+    stdout(&o).trim().to_string()
+}
+
+/// Entries of a folder (including hidden ones); empty if it does not exist.
+fn entries(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => {
+            let mut v: Vec<String> = rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+fn kitsoki_specs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(kitsoki_capsules())
+        .expect("kitsoki capsules")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("capsule.yaml").is_file())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A git CLI command isolated from the machine's configuration, with Kitsoki's identity.
+fn plain_git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Kitsoki Capsule")
+        .env("GIT_AUTHOR_EMAIL", "capsule@kitsoki.dev")
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_NAME", "Kitsoki Capsule")
+        .env("GIT_COMMITTER_EMAIL", "capsule@kitsoki.dev")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z");
+    c
+}
+
+fn git_ok(dir: &Path, args: &[&str]) -> String {
+    let o = run(plain_git(dir).args(args));
+    assert_ok(&o, &format!("git {args:?}"));
+    stdout(&o).trim().to_string()
+}
+
+#[test]
+fn kitsoki_library_opens_verifies_and_closes_for_every_runner() {
+    let specs = kitsoki_specs();
+    assert_eq!(specs.len(), 14, "Kitsoki ships 14 capsules");
+    for runner in runners() {
+        let s = scratch();
+        runner.own(s.path());
+        let root = s.path().join("root");
+        for spec in &specs {
+            let o = run(runner.capsule(&root).arg("open").arg(spec).arg("--json"));
+            assert_ok(&o, &format!("[{}] open {}", runner.label(), spec.display()));
+            let j = json_of(&o);
+            let name = j["name"].as_str().expect("name").to_string();
+            let ws = PathBuf::from(j["workspace"].as_str().expect("workspace"));
+            assert!(Path::new(j["bundle"].as_str().expect("bundle"))
+                .join("policy.json")
+                .is_file());
+            assert!(
+                !Path::new(j["bundle"].as_str().unwrap()).starts_with(&ws),
+                "bundle outside the workspace"
+            );
+            assert_eq!(
+                std::fs::read_to_string(ws.join(".kitsoki-capsule")).unwrap(),
+                format!("{name}\n")
+            );
+            let exclude = std::fs::read_to_string(ws.join(".git/info/exclude")).unwrap();
+            assert!(
+                exclude.contains("/capsule-manifest.json") && exclude.contains("/.kitsoki-capsule")
+            );
+            let manifest: Value = serde_json::from_str(
+                &std::fs::read_to_string(ws.join("capsule-manifest.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(manifest["capsule_name"], name.as_str());
+            assert_eq!(manifest["source"]["synthetic"], true);
+            assert_eq!(manifest["source"]["head"], j["head"]);
+            assert_eq!(manifest["capsule"]["policy_digest"], j["policy_digest"]);
+            // tree digest = an independent implementation
+            let digest = j["tree_digest"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("sha256:")
+                .to_string();
+            assert_eq!(digest, python_digest(&ws), "[{name}] tree digest");
+            if name == "slidey-edit-kitsoki-pitch" {
+                assert_eq!(j["head"], "0ffa68881b5943e255c47ef190cf411acf851461");
+            }
+            let o = run(runner.capsule(&root).args(["verify", &name, "--json"]));
+            assert_ok(&o, &format!("[{}] verify {name}", runner.label()));
+            let v = json_of(&o);
+            assert_eq!(v["ok"], true, "{v}");
+            let probes = v["probes"].as_array().unwrap();
+            assert!(!probes.is_empty(), "[{name}] has probes");
+            assert!(probes.iter().all(|p| p["ok"] == true), "{v}");
+        }
+        let o = run(runner.capsule(&root).args(["list", "--json"]));
+        assert_ok(&o, "list");
+        assert_eq!(json_of(&o)["capsules"].as_array().unwrap().len(), 14);
+        for spec in &specs {
+            let name = spec.file_name().unwrap().to_str().unwrap();
+            // a few Kitsoki capsules are dirty by design but unchanged since open
+            let o = run(runner.capsule(&root).args(["close", name]));
+            assert_ok(&o, &format!("close {name}"));
+        }
+        assert!(entries(&root.join("workspaces")).is_empty());
+        assert!(entries(&root.join("bundles")).is_empty());
+    }
+}
+
+#[test]
+fn verify_a_spec_directly_and_detect_broken_probes() {
+    let s = scratch();
+    let root = s.path().join("root");
+    let spec = kitsoki_capsules().join("corpus-forge-red-green");
+    let o = cap(&root, &["verify", spec.to_str().unwrap(), "--json"]);
+    assert_ok(&o, "verify spec");
+    assert_eq!(json_of(&o)["ok"], true);
+    assert!(
+        entries(&root.join("workspaces")).is_empty(),
+        "temporary capsule left behind"
+    );
+    // break an open capsule: the probe must fail and verify exit non-zero
+    let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+    assert_ok(&o, "open");
+    let ws = PathBuf::from(json_of(&o)["workspace"].as_str().unwrap());
+    std::fs::write(ws.join("README.md"), "edited\n").unwrap();
+    let o = cap(&root, &["verify", "corpus-forge-red-green"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("clean-tree"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn our_fixture_covers_overlay_mkdir_branch_allow_empty_and_default_remote() {
+    let s = scratch();
+    let root = s.path().join("root");
+    let spec = fixtures().join("capsules/features");
+    let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+    assert_ok(&o, "open features");
+    let j = json_of(&o);
+    let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+    assert_eq!(j["branch"], "trunk");
+    assert!(ws.join("empty/dir").is_dir());
+    assert!(ws.join("peers/origin.git/HEAD").is_file());
+    let url = git_ok(&ws, &["remote", "get-url", "origin"]);
+    assert_eq!(
+        url,
+        ws.join("peers/origin.git").display().to_string(),
+        "remote URL points at the final workspace"
+    );
+    assert_eq!(
+        std::fs::read_link(ws.join("bin/link")).unwrap(),
+        PathBuf::from("tool.sh")
+    );
+    assert_eq!(
+        j["tree_digest"].as_str().unwrap(),
+        format!("sha256:{}", python_digest(&ws))
+    );
+    let o = cap(&root, &["verify", "features", "--json"]);
+    assert_ok(&o, "verify features");
+    let v = json_of(&o);
+    assert_eq!(v["probes"].as_array().unwrap().len(), 8);
+    // the sandbox block resolved into policy.json
+    let policy: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(j["bundle"].as_str().unwrap()).join("policy.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(policy["network"]["mode"], "allowlist");
+    assert_eq!(policy["network"]["allow"][1], "*.crates.io:443");
+    assert_eq!(policy["devices"][0], "fuse");
+    assert_eq!(policy["pass_env"][0], "TERM");
+    assert!(policy["hidden"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(
+            |h| h["path"] == ws.join("secrets").display().to_string() && h["reason"] == "requested"
+        ));
+    assert!(policy["hidden"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["path"]
+            == std::fs::canonicalize(&root)
+                .unwrap()
+                .join("bundles")
+                .display()
+                .to_string()));
+}
+
+#[test]
+fn two_opens_give_the_git_cli_head() {
+    let s = scratch();
+    let root = s.path().join("root");
+    let spec = fixtures().join("capsules/features");
+    let mut heads = Vec::new();
+    for (name, dest) in [
+        ("one", s.path().join("ws-one")),
+        ("two", s.path().join("elsewhere/ws-two")),
+    ] {
+        let o = cap(
+            &root,
+            &[
+                "open",
+                spec.to_str().unwrap(),
+                "--name",
+                name,
+                "--dest",
+                dest.to_str().unwrap(),
+                "--json",
+            ],
+        );
+        assert_ok(&o, "open");
+        let j = json_of(&o);
+        assert_eq!(
+            j["workspace"],
+            std::fs::canonicalize(&dest).unwrap().display().to_string()
+        );
+        heads.push((
+            j["head"].as_str().unwrap().to_string(),
+            j["tree_digest"].as_str().unwrap().to_string(),
+        ));
+    }
+    assert_eq!(heads[0], heads[1]);
+    // the same steps with the git CLI
+    let g = s.path().join("by-hand");
+    std::fs::create_dir_all(g.join("empty/dir")).unwrap();
+    std::fs::create_dir_all(g.join("src")).unwrap();
+    git_ok(&g, &["init", "-q", "--initial-branch=trunk"]);
+    std::fs::write(g.join("src/lib.txt"), "lib\n").unwrap();
+    git_ok(&g, &["add", "-A"]);
+    git_ok(&g, &["commit", "-q", "-m", "first"]);
+    git_ok(&g, &["branch", "topic"]);
+    git_ok(
+        &g,
+        &["commit", "-q", "-m", "nothing changed", "--allow-empty"],
+    );
+    assert_eq!(heads[0].0, git_ok(&g, &["rev-parse", "HEAD"]));
+    // and a Kitsoki spec
+    let o = cap(
+        &root,
+        &[
+            "open",
+            kitsoki_capsules()
+                .join("visual-story-two-revisions")
+                .to_str()
+                .unwrap(),
+            "--json",
+        ],
+    );
+    assert_ok(&o, "open visual");
+    let g = s.path().join("by-hand-2");
+    std::fs::create_dir_all(g.join("stories/demo")).unwrap();
+    git_ok(&g, &["init", "-q", "--initial-branch=main"]);
+    for (content, msg) in [("scene: one\n", "one"), ("scene: two\n", "two")] {
+        std::fs::write(g.join("stories/demo/app.yaml"), content).unwrap();
+        git_ok(&g, &["add", "-A"]);
+        git_ok(&g, &["commit", "-q", "-m", msg]);
+    }
+    assert_eq!(
+        json_of(&o)["head"].as_str().unwrap(),
+        git_ok(&g, &["rev-parse", "HEAD"])
+    );
+}
+
+#[test]
+fn hostile_global_git_config_changes_nothing() {
+    let s = scratch();
+    let specs = [
+        kitsoki_capsules().join("mid-rebase-conflict"),
+        kitsoki_capsules().join("diverged-remote"),
+        fixtures().join("capsules/features"),
+    ];
+    // baseline, clean environment
+    let base_root = s.path().join("base");
+    let mut base = Vec::new();
+    for spec in &specs {
+        let o = cap(&base_root, &["open", spec.to_str().unwrap(), "--json"]);
+        assert_ok(&o, "baseline open");
+        let j = json_of(&o);
+        let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+        let conflict = std::fs::read(ws.join("file.txt")).ok();
+        base.push((j["head"].clone(), j["tree_digest"].clone(), conflict));
+    }
+    // a hostile operator configuration
+    let home = s.path().join("evil-home");
+    let hooks = home.join("hooks");
+    let tmpl = home.join("template");
+    let marker = s.path().join("HOOK-RAN");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::create_dir_all(tmpl.join("hooks")).unwrap();
+    std::fs::create_dir_all(tmpl.join("info")).unwrap();
+    std::fs::write(tmpl.join("info/exclude"), "*.txt\n*.yaml\n").unwrap();
+    let hook = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    for h in [
+        "pre-commit",
+        "post-commit",
+        "post-checkout",
+        "commit-msg",
+        "prepare-commit-msg",
+        "pre-push",
+        "pre-rebase",
+        "reference-transaction",
+    ] {
+        for d in [&hooks, &tmpl.join("hooks")] {
+            let p = d.join(h);
+            std::fs::write(&p, &hook).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    let cfg = home.join(".gitconfig");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[merge]\n\tconflictStyle = diff3\n[commit]\n\tgpgsign = true\n[core]\n\thooksPath = {}\n\tautocrlf = true\n[init]\n\ttemplateDir = {}\n\tdefaultBranch = evil\n[user]\n\tname = Evil\n\temail = evil@example.invalid\n[rebase]\n\tautoStash = true\n",
+            hooks.display(),
+            tmpl.display()
+        ),
+    )
+    .unwrap();
+    let evil_root = s.path().join("evil");
+    for (spec, (head, digest, conflict)) in specs.iter().zip(&base) {
+        let mut c = Runner::Current.capsule(&evil_root);
+        c.env("HOME", &home)
+            .env("GIT_CONFIG_GLOBAL", &cfg)
+            .env("GIT_TEMPLATE_DIR", &tmpl)
+            .env("GIT_AUTHOR_NAME", "Evil")
+            .env("GIT_COMMITTER_DATE", "2001-01-01T00:00:00Z")
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .args(["open", spec.to_str().unwrap(), "--json"]);
+        let o = run(&mut c);
+        assert_ok(&o, "open under hostile config");
+        let j = json_of(&o);
+        assert_eq!(
+            &j["head"],
+            head,
+            "{}: HEAD changed by the operator's config",
+            spec.display()
+        );
+        assert_eq!(
+            &j["tree_digest"],
+            digest,
+            "{}: digest changed",
+            spec.display()
+        );
+        let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+        assert_eq!(&std::fs::read(ws.join("file.txt")).ok(), conflict);
+    }
+    assert!(
+        !marker.exists(),
+        "a hook from the operator's configuration ran"
+    );
+}
+
+/// A checkout with hostile local configuration: a smudge filter, fsmonitor and hooks that
+/// leave a marker, a linked worktree on a detached HEAD, packed refs, dirt.
+fn hostile_checkout(s: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let src = s.join("home/projects/app");
+    let marker = s.join("SOURCE-CONFIG-RAN");
+    std::fs::create_dir_all(src.join("src")).unwrap();
+    git_ok(&src, &["init", "-q", "--initial-branch=dev"]);
+    std::fs::write(src.join("src/a.txt"), "alpha\n").unwrap();
+    std::fs::write(src.join(".gitattributes"), "*.txt filter=evil\n").unwrap();
+    std::os::unix::fs::symlink("src/a.txt", src.join("link")).unwrap();
+    git_ok(&src, &["add", "-A"]);
+    git_ok(&src, &["commit", "-q", "-m", "one"]);
+    std::fs::write(src.join("src/b.txt"), "beta\n").unwrap();
+    git_ok(&src, &["add", "-A"]);
+    git_ok(&src, &["commit", "-q", "-m", "two"]);
+    git_ok(&src, &["pack-refs", "--all"]);
+    git_ok(&src, &["gc", "-q"]);
+    std::fs::write(src.join("src/c.txt"), "loose\n").unwrap();
+    git_ok(&src, &["add", "-A"]);
+    git_ok(&src, &["commit", "-q", "-m", "three (loose objects)"]);
+    let wt = s.join("home/projects/app-wt");
+    git_ok(
+        &src,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            wt.to_str().unwrap(),
+            "HEAD~1",
+        ],
+    );
+    let m = marker.display();
+    git_ok(
+        &src,
+        &[
+            "config",
+            "filter.evil.smudge",
+            &format!("touch {m}; sed s/a/EVIL/"),
+        ],
+    );
+    git_ok(
+        &src,
+        &["config", "filter.evil.clean", &format!("touch {m}; cat")],
+    );
+    git_ok(&src, &["config", "core.fsmonitor", &format!("touch {m}")]);
+    let hooks = s.join("src-hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    for h in [
+        "post-checkout",
+        "post-index-change",
+        "reference-transaction",
+    ] {
+        let p = hooks.join(h);
+        std::fs::write(&p, format!("#!/bin/sh\ntouch {m}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    git_ok(&src, &["config", "core.hooksPath", hooks.to_str().unwrap()]);
+    std::fs::write(src.join("src/a.txt"), "alpha, edited\n").unwrap();
+    std::fs::write(src.join("untracked.txt"), "u\n").unwrap();
+    (src, wt, marker)
+}
+
+#[test]
+fn source_checkout_is_left_byte_for_byte_unchanged() {
+    let s = scratch();
+    let (src, wt, marker) = hostile_checkout(s.path());
+    let root = s.path().join("root");
+    let before = (hash_tree(&src), hash_tree(&wt));
+    let head = git_ok(&src, &["rev-parse", "HEAD"]);
+    let wt_head = git_ok(&wt, &["rev-parse", "HEAD"]);
+
+    let o = cap(
+        &root,
+        &["open", "--source", src.to_str().unwrap(), "--json"],
+    );
+    assert_ok(&o, "open --source");
+    let j = json_of(&o);
+    assert_eq!(j["name"], "app");
+    assert_eq!(j["head"], head.as_str());
+    assert_eq!(j["branch"], "dev");
+    let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/a.txt")).unwrap(),
+        "alpha\n",
+        "committed content, no smudge filter"
+    );
+    assert!(ws.join("src/c.txt").is_file());
+    assert!(!ws.join("untracked.txt").exists());
+    assert_eq!(
+        std::fs::read_link(ws.join("link")).unwrap(),
+        PathBuf::from("src/a.txt")
+    );
+    // a real, independent repository: clean status, full history, no alternates
+    assert_eq!(git_ok(&ws, &["status", "--porcelain"]), "");
+    assert_eq!(git_ok(&ws, &["rev-list", "--count", "HEAD"]), "3");
+    assert!(!ws.join(".git/objects/info/alternates").exists());
+    git_ok(&ws, &["fsck", "--no-progress"]);
+    let policy: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(j["bundle"].as_str().unwrap()).join("policy.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(policy["workspace"], ws.display().to_string());
+
+    let o = cap(
+        &root,
+        &[
+            "open",
+            "--source",
+            wt.to_str().unwrap(),
+            "--name",
+            "wt",
+            "--json",
+        ],
+    );
+    assert_ok(&o, "open --source linked worktree");
+    let j2 = json_of(&o);
+    assert_eq!(j2["head"], wt_head.as_str());
+    assert_eq!(j2["branch"], Value::Null, "detached HEAD stays detached");
+    let ws2 = PathBuf::from(j2["workspace"].as_str().unwrap());
+    assert!(!ws2.join("src/c.txt").exists());
+    assert_eq!(git_ok(&ws2, &["status", "--porcelain"]), "");
+
+    for n in ["app", "wt"] {
+        assert_ok(&cap(&root, &["close", n]), "close");
+    }
+    assert!(!ws.exists() && !ws2.exists());
+    assert_eq!(
+        (hash_tree(&src), hash_tree(&wt)),
+        before,
+        "the operator's checkout changed"
+    );
+    assert!(
+        !marker.exists(),
+        "the source's filter, fsmonitor or hooks ran"
+    );
+}
+
+#[test]
+fn pinned_source_is_served_from_the_cache_the_second_time() {
+    let s = scratch();
+    let upstream = s.path().join("upstream");
+    std::fs::create_dir_all(&upstream).unwrap();
+    git_ok(&upstream, &["init", "-q", "--initial-branch=main"]);
+    std::fs::write(upstream.join("pinned.txt"), "pinned\n").unwrap();
+    git_ok(&upstream, &["add", "-A"]);
+    git_ok(&upstream, &["commit", "-q", "-m", "pinned"]);
+    let commit = git_ok(&upstream, &["rev-parse", "HEAD"]);
+    std::fs::write(upstream.join("pinned.txt"), "later\n").unwrap();
+    git_ok(&upstream, &["commit", "-q", "-am", "later"]);
+    let spec = s.path().join("pinned.yaml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name: pinned\nsource:\n  repo: {}\n  commit: {commit}\nverify:\n  probes:\n    - name: content\n      run: test \"$(cat pinned.txt)\" = pinned\n",
+            upstream.display()
+        ),
+    )
+    .unwrap();
+    let root = s.path().join("root");
+    let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+    assert_ok(&o, "first open");
+    let j = json_of(&o);
+    assert_eq!(j["read_source"], true);
+    assert_eq!(j["head"], commit.as_str());
+    assert_ok(&cap(&root, &["verify", "pinned"]), "verify pinned");
+    assert_ok(&cap(&root, &["close", "pinned"]), "close");
+    std::fs::rename(&upstream, s.path().join("upstream-gone")).unwrap();
+    let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+    assert_ok(&o, "second open without the source");
+    let j = json_of(&o);
+    assert_eq!(j["read_source"], false);
+    assert_eq!(j["head"], commit.as_str());
+    let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("pinned.txt")).unwrap(),
+        "pinned\n"
+    );
+}
+
+#[test]
+fn bad_inputs_fail_on_one_line_and_leave_nothing_behind() {
+    let s = scratch();
+    let root = s.path().join("root");
+    let bad = fixtures().join("capsules/bad");
+    let cases: &[(&str, &[&str])] = &[
+        ("malformed.yaml", &["malformed.yaml:7:"]),
+        (
+            "unknown-action.yaml",
+            &["unknown-action.yaml:8:15:", "source.steps[1]", "teleport"],
+        ),
+        (
+            "dotdot.yaml",
+            &["dotdot.yaml:", "source.steps[0]", "escapes"],
+        ),
+        (
+            "absolute.yaml",
+            &["absolute.yaml:", "source.steps[0]", "absolute"],
+        ),
+        (
+            "symlink.yaml",
+            &["symlink.yaml:", "source.steps[2]", "symlink"],
+        ),
+        (
+            "failing-step.yaml",
+            &[
+                "failing-step.yaml:",
+                "source.steps[2] (git)",
+                "no-such-branch",
+            ],
+        ),
+        ("sandbox-typo.yaml", &["sandbox-typo.yaml:10:3:", "hiden"]),
+        (
+            "digest-mismatch.yaml",
+            &["digest-mismatch.yaml", "tree_digest"],
+        ),
+        (
+            "probe-dir.yaml",
+            &["probe-dir.yaml:", "probes[0]", "escapes"],
+        ),
+        (
+            "overlay-escape",
+            &["overlay-escape/capsule.yaml", "overlay", "escapes"],
+        ),
+    ];
+    for (f, needles) in cases {
+        let o = cap(&root, &["open", bad.join(f).to_str().unwrap()]);
+        assert!(!o.status.success(), "{f} opened");
+        let err = stderr(&o);
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{f}: not one line: {err}"
+        );
+        assert!(err.starts_with("capsule: "), "{err}");
+        for n in *needles {
+            assert!(err.contains(n), "{f}: {err:?} lacks {n:?}");
+        }
+        assert!(
+            entries(&root.join("workspaces")).is_empty(),
+            "{f}: left {:?}",
+            entries(&root.join("workspaces"))
+        );
+        assert!(
+            entries(&root.join("bundles")).is_empty(),
+            "{f}: left {:?}",
+            entries(&root.join("bundles"))
+        );
+    }
+    assert!(!Path::new("/tmp/capsule-escaped.txt").exists());
+    assert!(!Path::new("/tmp/capsule-escape").exists());
+    // non-empty --dest, with nothing added to it
+    let dest = s.path().join("busy");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::write(dest.join("keep"), "x").unwrap();
+    let o = cap(
+        &root,
+        &[
+            "open",
+            fixtures().join("capsules/features").to_str().unwrap(),
+            "--dest",
+            dest.to_str().unwrap(),
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+    assert_eq!(entries(&dest), vec!["keep".to_string()]);
+    assert_eq!(
+        entries(s.path())
+            .iter()
+            .filter(|e| e.starts_with('.'))
+            .count(),
+        0,
+        "temp dir next to --dest left behind"
+    );
+    // missing and non-git sources
+    let o = cap(
+        &root,
+        &[
+            "open",
+            "--source",
+            s.path().join("missing").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("missing"),
+        "{}",
+        stderr(&o)
+    );
+    let plain = s.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let o = cap(&root, &["open", "--source", plain.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("not a git"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o).trim_end().lines().count(), 1);
+    assert!(entries(&root.join("workspaces")).is_empty());
+    assert!(entries(&root.join("bundles")).is_empty());
+    // a name that is already open
+    assert_ok(
+        &cap(
+            &root,
+            &[
+                "open",
+                kitsoki_capsules().join("clean-repo").to_str().unwrap(),
+            ],
+        ),
+        "open",
+    );
+    let o = cap(
+        &root,
+        &[
+            "open",
+            kitsoki_capsules().join("clean-repo").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("already open"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn close_refuses_a_folder_without_the_sentinel_and_changed_work() {
+    let s = scratch();
+    let root = s.path().join("root");
+    let o = cap(
+        &root,
+        &[
+            "open",
+            kitsoki_capsules().join("clean-repo").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_ok(&o, "open");
+    let j = json_of(&o);
+    let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+    let bundle = PathBuf::from(j["bundle"].as_str().unwrap());
+    std::fs::write(ws.join("work.txt"), "precious\n").unwrap();
+    let o = cap(&root, &["close", "clean-repo"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--force"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(ws.join("work.txt").exists());
+    std::fs::remove_file(ws.join(".kitsoki-capsule")).unwrap();
+    let o = cap(&root, &["close", ws.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("sentinel"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(ws.is_dir() && bundle.is_dir());
+    let o = cap(&root, &["close", ws.to_str().unwrap(), "--force"]);
+    assert_ok(&o, "close --force");
+    assert!(
+        ws.join("work.txt").exists(),
+        "a folder without the sentinel is never removed"
+    );
+    assert!(!bundle.exists());
+    // unknown capsule
+    let o = cap(&root, &["close", "nope"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("no open capsule"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn config_json_is_a_valid_oci_runtime_spec() {
+    let s = scratch();
+    let root = s.path().join("root");
+    let live = s.path().join("live.yaml");
+    std::fs::write(&live, "name: live\nsource:\n  synthetic: true\n  steps: [{action: commit, message: x, allow_empty: true}]\nnetwork: live\n").unwrap();
+    for (spec, netns) in [
+        (fixtures().join("capsules/features"), true),
+        (kitsoki_capsules().join("clean-repo"), true),
+        (live, false),
+    ] {
+        let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+        assert_ok(&o, "open");
+        let j = json_of(&o);
+        let name = j["name"].as_str().unwrap().to_string();
+        let ws = j["workspace"].as_str().unwrap().to_string();
+        let o = cap(&root, &["inspect", &name, "--json"]);
+        assert_ok(&o, "inspect");
+        let i = json_of(&o);
+        assert_eq!(i["config_valid"], true, "{}", i["config_error"]);
+        let c = &i["config"];
+        let ver = c["ociVersion"].as_str().unwrap();
+        assert!(ver.starts_with("1."), "{ver}");
+        assert_eq!(c["root"]["path"], "/");
+        assert_eq!(c["root"]["readonly"], true);
+        assert_eq!(c["process"]["cwd"], ws.as_str());
+        assert!(!c["process"]["args"].as_array().unwrap().is_empty());
+        let mounts = c["mounts"].as_array().unwrap();
+        assert!(mounts
+            .iter()
+            .all(|m| m["destination"].as_str().unwrap().starts_with('/')));
+        let wsm = mounts
+            .iter()
+            .find(|m| m["destination"] == ws.as_str())
+            .expect("workspace mount");
+        assert_eq!(wsm["type"], "bind");
+        assert!(wsm["options"].as_array().unwrap().iter().any(|o| o == "rw"));
+        let masked = c["linux"]["maskedPaths"].as_array().unwrap();
+        let policy = &i["policy"];
+        for h in policy["hidden"].as_array().unwrap() {
+            assert!(
+                masked.contains(&h["path"]),
+                "hidden {} not masked",
+                h["path"]
+            );
+        }
+        assert!(c["linux"]["readonlyPaths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().ends_with("capsule-manifest.json")));
+        let ns: Vec<&str> = c["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
+        for t in ["mount", "pid", "user"] {
+            assert!(ns.contains(&t), "{ns:?}");
+        }
+        assert_eq!(ns.contains(&"network"), netns, "{name}: {ns:?}");
+        assert!(i["policy_in_words"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("network: ")));
+        // human inspect mentions the plain-words policy
+        let o = cap(&root, &["inspect", &name]);
+        assert_ok(&o, "inspect human");
+        assert!(stdout(&o).contains("valid OCI runtime spec"));
+    }
+    // a tampered policy.json is refused (its digest no longer matches bundle.json)
+    let p = root.join("bundles/live/policy.json");
+    let t = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("\"open\"", "\"none\"");
+    std::fs::write(&p, t).unwrap();
+    let o = cap(&root, &["inspect", "live"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("digest"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn demo_runs_with_nothing_set_up() {
+    let s = scratch();
+    let o = cap(&s.path().join("unused-root"), &["demo", "--json"]);
+    assert_ok(&o, "demo");
+    let j = json_of(&o);
+    assert_eq!(j["closed"], true);
+    assert_eq!(j["verify"]["ok"], true);
+    let cmds = j["commands"].as_array().unwrap();
+    assert!(cmds.iter().any(|c| c["output"]
+        .as_str()
+        .unwrap()
+        .contains("hello from inside the capsule")));
+    assert!(!Path::new(j["capsule"]["workspace"].as_str().unwrap()).exists());
+    let o = cap(&s.path().join("unused-root"), &["demo"]);
+    assert_ok(&o, "demo human");
+    assert!(stdout(&o).contains("NOT inside the sandbox yet"));
+}
