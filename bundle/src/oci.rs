@@ -256,3 +256,83 @@ pub fn load_and_validate(path: &Path) -> Result<Spec> {
     validate(&spec).map_err(|v| Error::other(format!("{}: {}", path.display(), v.join("; "))))?;
     Ok(spec)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{HiddenPath, HiddenReason, NetworkPolicy};
+
+    fn policy(mode: NetworkMode) -> SandboxPolicy {
+        SandboxPolicy {
+            version: 1,
+            capsule_name: "c".into(),
+            workspace: "/w/c".into(),
+            read_only: vec!["/w/c/capsule-manifest.json".into()],
+            tmp_dir: "/b/c/tmp".into(),
+            home: Some("/home/u".into()),
+            home_layer: None,
+            cache_dir: None,
+            writable: vec![],
+            hidden: vec![HiddenPath {
+                path: "/home/u/.ssh".into(),
+                reason: HiddenReason::Credentials,
+            }],
+            revealed: vec![],
+            pass_env: vec![],
+            devices: vec![],
+            network: NetworkPolicy {
+                mode,
+                allow: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn rendered_config_validates_and_network_namespace_follows_mode() {
+        for (mode, netns) in [(NetworkMode::None, true), (NetworkMode::Open, false)] {
+            let s = render(&policy(mode), 1000, 1000).unwrap();
+            validate(&s).unwrap();
+            let has = s
+                .linux()
+                .as_ref()
+                .unwrap()
+                .namespaces()
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|n| n.typ() == LinuxNamespaceType::Network);
+            assert_eq!(has, netns);
+            let masked = s.linux().as_ref().unwrap().masked_paths().clone().unwrap();
+            assert!(masked.contains(&"/home/u/.ssh".to_string()));
+        }
+    }
+
+    #[test]
+    fn validation_catches_missing_and_relative_fields() {
+        let mut s = render(&policy(NetworkMode::None), 0, 0).unwrap();
+        s.set_version("2.0".into());
+        s.set_process(None);
+        s.set_root(None);
+        let mut m = s.mounts().clone().unwrap();
+        m.push(
+            MountBuilder::default()
+                .destination(PathBuf::from("relative"))
+                .typ("bind")
+                .source(PathBuf::from("also-relative"))
+                .build()
+                .unwrap(),
+        );
+        s.set_mounts(Some(m));
+        let errs = validate(&s).unwrap_err();
+        let all = errs.join("\n");
+        for n in [
+            "ociVersion",
+            "root is required",
+            "process is required",
+            "not absolute",
+            "absolute source",
+        ] {
+            assert!(all.contains(n), "{all}");
+        }
+    }
+}
