@@ -113,9 +113,10 @@ fn init_tracing() {
 }
 
 /// Print `value` as one line of JSON on stdout.
+/// A closed pipe (`capsule … --json | head`) is not worth a panic: the output is dropped.
 pub fn print_json(value: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string(value).unwrap_or_else(|_| "null".into())
-    );
+    use std::io::Write;
+    let line = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
