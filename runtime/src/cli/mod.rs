@@ -76,6 +76,16 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Output piped into `head` should end us quietly like any Unix tool, not panic. Only
+    // `exec` and `agent` keep SIGPIPE ignored: they supervise a sandbox (and the proxy's
+    // sockets) and must survive to write the exec record; the executor resets every signal
+    // disposition in the sandboxed child.
+    if !matches!(cli.command, Command::Exec(_) | Command::Agent(_)) {
+        // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => exit::report(&e),
