@@ -140,14 +140,24 @@ impl Ctx<'_> {
 
 /// Size of a rule's text with its parameters substituted.
 fn substituted_size(r: &Rule, params: &BTreeMap<String, String>) -> usize {
-    let text = crate::sbpl::render_rule(r).unwrap_or_default();
-    let mut n = text.len();
-    for (k, v) in params {
-        let pat = format!("(param \"{k}\")");
-        let count = text.matches(&pat).count();
-        n = n + count * v.len();
+    fn values(f: &Filter, params: &BTreeMap<String, String>) -> usize {
+        let v = |s: &Str| match s {
+            Str::Param(n) => params.get(n).map_or(0, |v| v.len()),
+            Str::Lit(_) => 0,
+        };
+        match f {
+            Filter::Literal(s) | Filter::Subpath(s) | Filter::GlobalName(s) => v(s),
+            Filter::RequireAll(fs) | Filter::RequireAny(fs) => {
+                fs.iter().map(|f| values(f, params)).sum()
+            }
+            Filter::RequireNot(f) | Filter::RemoteUnixSocket(f) | Filter::LocalUnixSocket(f) => {
+                values(f, params)
+            }
+            _ => 0,
+        }
     }
-    n
+    let text = crate::sbpl::render_rule(r).map_or(0, |t| t.len());
+    text + r.filters.iter().map(|f| values(f, params)).sum::<usize>()
 }
 
 /// Lint `profile` with its parameter map. Empty: clean.

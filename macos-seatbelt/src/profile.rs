@@ -266,16 +266,18 @@ struct Entry {
 
 fn entries(orig: &SandboxPolicy, e: &SandboxPolicy, task_tmp: &Path) -> Vec<Entry> {
     let mut out: Vec<Entry> = Vec::new();
+    let mut index: std::collections::HashMap<PathBuf, usize> = Default::default();
     let mut add = |path: &Path, original: Option<&Path>, prec, access, role, indexed| {
         let alias = original.filter(|o| crate::canon::lexical(o).ok().as_deref() != Some(path));
         let alias = alias.and_then(|o| crate::canon::lexical(o).ok());
-        if let Some(x) = out.iter_mut().find(|x| x.path == path) {
+        if let Some(x) = index.get(path).map(|&i| &mut out[i]) {
             if prec > x.prec {
                 (x.prec, x.access, x.role, x.indexed) = (prec, access, role, indexed);
             }
             x.aliases.extend(alias);
             return;
         }
+        index.insert(path.to_path_buf(), out.len());
         out.push(Entry {
             path: path.to_path_buf(),
             prec,
@@ -292,7 +294,11 @@ fn entries(orig: &SandboxPolicy, e: &SandboxPolicy, task_tmp: &Path) -> Vec<Entr
         add(p, Some(o), 2, Access::ReadOnly, "REVEALED", true);
     }
     add(&e.workspace, None, 3, Access::ReadWrite, "WORKSPACE", false);
-    let tmp_role = if e.tmp_dir == task_tmp { "TMPDIR" } else { "CAPSULE_TMP" };
+    let tmp_role = if e.tmp_dir == task_tmp {
+        "TMPDIR"
+    } else {
+        "CAPSULE_TMP"
+    };
     add(&e.tmp_dir, None, 3, Access::ReadWrite, tmp_role, false);
     for p in &e.writable {
         let (role, indexed) = if p == task_tmp {
@@ -396,7 +402,7 @@ pub fn generate(inp: &ProfileInputs<'_>, r: &dyn Resolver) -> Result<Generated, 
     ));
     for ops in [
         &["process-fork"][..],
-        &["process-exec"],
+        &["process-exec*"],
         &["file-read*"],
         &["sysctl-read"],
         &["pseudo-tty"],
@@ -496,23 +502,20 @@ pub fn generate(inp: &ProfileInputs<'_>, r: &dyn Resolver) -> Result<Generated, 
     items.push(Item::Comment(
         "reads and exec: hidden paths, carve-outs; deeper rules last".into(),
     ));
-    grouped(&["file-read*", "process-exec"], reads, &mut items);
+    grouped(&["file-read*", "process-exec*"], reads, &mut items);
     items.push(Item::Comment(
         "writes and hard links: only writable paths; deeper rules last".into(),
     ));
     grouped(&["file-write*", "file-link"], writes, &mut items);
 
     // hidden paths and their ancestors: no unlink/rename, no hard link
-    let mut anc: Vec<PathBuf> = Vec::new();
+    let mut anc: std::collections::BTreeSet<PathBuf> = Default::default();
     for e in es.iter().filter(|e| e.access == Access::Hidden) {
         for p in std::iter::once(&e.path).chain(&e.aliases) {
-            for a in p.ancestors() {
-                if !anc.iter().any(|x| x == a) {
-                    anc.push(a.to_path_buf());
-                }
-            }
+            anc.extend(p.ancestors().map(Path::to_path_buf));
         }
     }
+    let mut anc: Vec<PathBuf> = anc.into_iter().collect();
     anc.sort_by(|a, b| (a.components().count(), a).cmp(&(b.components().count(), b)));
     if !anc.is_empty() {
         items.push(Item::Comment(

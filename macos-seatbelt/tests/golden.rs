@@ -70,6 +70,8 @@ fn common_cases() -> Vec<(&'static str, Target, bool)> {
             false,
         ),
         ("process-exec", p("/Users/u/.cargo/env-helper"), false),
+        ("process-exec-interpreter", p("/Users/u/.ssh/x.sh"), false),
+        ("process-exec-interpreter", p("/bin/sh"), true),
         ("file-write-data", p("/Users/u/.cargo/bin/cargo"), false),
         ("file-write-data", ws("src/main.rs"), true),
         ("file-write-create", ws("target/debug/x"), true),
