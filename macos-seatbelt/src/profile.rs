@@ -20,7 +20,10 @@
 
 use crate::canon::{canonicalize, CanonError, Resolver};
 use crate::sbpl::{self, Action, Filter, Item, Modifier, Profile, Rule, Str};
-use capsule_bundle::policy::{Access, NetworkMode, SandboxPolicy};
+use capsule_bundle::policy::{
+    Access, HiddenPath, HiddenReason, NetworkMode, SandboxPolicy, HOME_AGENT_LOGINS,
+    HOME_CREDENTIALS, HOME_PERSONAL,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -211,6 +214,24 @@ pub fn effective_policy(
     for h in &mut e.hidden {
         h.path = canon(&h.path, "hidden", r)?;
     }
+    // The policy lists only default hidden paths that existed when the bundle was made;
+    // a rule can name one that does not exist yet (and someone may create it while the
+    // task runs), so Seatbelt hides all of them.
+    if let Some(home) = &e.home {
+        let lists = [
+            (HOME_CREDENTIALS, HiddenReason::Credentials),
+            (HOME_PERSONAL, HiddenReason::PersonalFiles),
+            (HOME_AGENT_LOGINS, HiddenReason::AgentLogins),
+        ];
+        for (list, reason) in lists {
+            for rel in list {
+                let path = canon(&home.join(rel), "hidden", r)?;
+                if !e.hidden.iter().any(|h| h.path == path) {
+                    e.hidden.push(HiddenPath { path, reason });
+                }
+            }
+        }
+    }
     let extra = [
         Some(inp.task_tmpdir()),
         p.home_layer.as_deref(),
@@ -287,8 +308,9 @@ fn entries(orig: &SandboxPolicy, e: &SandboxPolicy, task_tmp: &Path) -> Vec<Entr
             aliases: alias.into_iter().collect(),
         });
     };
-    for (h, o) in e.hidden.iter().zip(&orig.hidden) {
-        add(&h.path, Some(&o.path), 1, Access::Hidden, "HIDDEN", true);
+    for (i, h) in e.hidden.iter().enumerate() {
+        let original = orig.hidden.get(i).map(|o| o.path.as_path());
+        add(&h.path, original, 1, Access::Hidden, "HIDDEN", true);
     }
     for (p, o) in e.revealed.iter().zip(&orig.revealed) {
         add(p, Some(o), 2, Access::ReadOnly, "REVEALED", true);
