@@ -41,6 +41,9 @@ pub use trace::{append_trace, trace_path, TRACE_ENV};
 
 use std::path::{Path, PathBuf};
 
+/// Environment variable naming the configuration file when no `--config` is given.
+pub const CONFIG_ENV: &str = "CAPSULE_POLICY_CONFIG";
+
 /// The loaded gate: configuration found for one asking process. Load it once per command and
 /// call [`Gate::decide`] for each launch.
 #[derive(Debug, Clone)]
@@ -58,11 +61,19 @@ impl Gate {
     ///
     /// Errors (unreadable file, malformed YAML, unknown key inside `agent_launch_policy`,
     /// bad path entry) display as one line `FILE:LINE:COLUMN: cause`.
+    ///
+    /// Without `config`, the environment variable `CAPSULE_POLICY_CONFIG` (when set and not
+    /// empty) names the file instead, exactly like `--config`; `capsule agent launch` sets it
+    /// for the `capsule exec` it starts so both decide under the same configuration.
     pub fn load(cwd: &Path, config: Option<&Path>) -> Result<Gate, ConfigError> {
         let home = std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from);
-        Self::load_with_home(cwd, config, home.as_deref())
+        let from_env = std::env::var_os(CONFIG_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        let config = config.map(Path::to_path_buf).or(from_env);
+        Self::load_with_home(cwd, config.as_deref(), home.as_deref())
     }
 
     /// [`Gate::load`] with an explicit home directory for `~` (tests, embedding).
