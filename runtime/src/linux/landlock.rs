@@ -35,7 +35,7 @@ use landlock::{
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -268,6 +268,37 @@ fn open_nofollow(path: &Path, last: OFlag) -> Result<Option<OwnedFd>, LandlockEr
     Ok(Some(fd))
 }
 
+/// Normalized bytes of an absolute path: `/` then the normal components joined by `/`.
+fn key(p: &Path) -> Vec<u8> {
+    let mut k = Vec::with_capacity(p.as_os_str().len());
+    for c in p.components() {
+        if let Component::Normal(n) = c {
+            k.push(b'/');
+            k.extend_from_slice(n.as_bytes());
+        }
+    }
+    if k.is_empty() {
+        k.push(b'/');
+    }
+    k
+}
+
+/// Strict ancestors of a normalized key, nearest first, ending with `/`.
+fn key_ancestors(k: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut end = if k == b"/" { None } else { Some(k.len()) };
+    std::iter::from_fn(move || {
+        let e = end?;
+        let cut = k[..e].iter().rposition(|&b| b == b'/')?;
+        if cut == 0 {
+            end = None;
+            Some(&k[..1])
+        } else {
+            end = Some(cut);
+            Some(&k[..cut])
+        }
+    })
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Dir,
@@ -344,8 +375,8 @@ impl Builder {
     fn cover(
         &mut self,
         dir: &Path,
-        hidden: &BTreeSet<PathBuf>,
-        ancestors: &BTreeSet<PathBuf>,
+        hidden: &HashSet<Vec<u8>>,
+        ancestors: &HashSet<Vec<u8>>,
         read: BitFlags<AccessFs>,
         list_ancestors: bool,
     ) -> Result<(), LandlockError> {
@@ -381,10 +412,11 @@ impl Builder {
         for n in names {
             let name = OsStr::from_bytes(&n);
             let child = dir.join(name);
-            if hidden.contains(&child) {
+            let ck = key(&child);
+            if hidden.contains(&ck) {
                 continue;
             }
-            if ancestors.contains(&child) {
+            if ancestors.contains(&ck) {
                 // must be a real directory (not a symlink) to recurse into
                 self.cover(&child, hidden, ancestors, read, list_ancestors)?;
                 continue;
@@ -465,27 +497,38 @@ impl LandlockRuleset {
         };
 
         // 1. read: "/" minus hidden paths (and /dev unless all devices)
-        let mut hidden: BTreeSet<PathBuf> = BTreeSet::new();
+        // paths as normalized bytes: cheap to hash and compare
+        let mut hidden: HashSet<Vec<u8>> = HashSet::new();
         for h in &policy.hidden {
             components(&h.path)?;
-            hidden.insert(h.path.clone());
+            hidden.insert(key(&h.path));
+            // a hidden symlink (`~/.aws -> /data/aws`) hides its target too: reads follow it
+            let is_link = std::fs::symlink_metadata(&h.path)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
+            if is_link {
+                if let Ok(target) = std::fs::canonicalize(&h.path) {
+                    hidden.insert(key(&target));
+                }
+            }
         }
         if !opts.all_devices {
-            hidden.insert(PathBuf::from("/dev"));
+            hidden.insert(key(Path::new("/dev")));
         }
-        let hide_all = hidden.contains(Path::new("/"));
+        let hide_all = hidden.contains(&key(Path::new("/")));
         // drop hidden paths below other hidden paths
-        let hidden: BTreeSet<PathBuf> = hidden
+        // (by looking up each one's ancestors: linear in the number of hidden paths)
+        let hidden: HashSet<Vec<u8>> = hidden
             .iter()
-            .filter(|h| !hidden.iter().any(|o| o != *h && h.starts_with(o)))
+            .filter(|h| !key_ancestors(h).any(|a| hidden.contains(a)))
             .cloned()
             .collect();
-        let mut ancestors: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut ancestors: HashSet<Vec<u8>> = HashSet::new();
         for h in &hidden {
-            let mut p = h.parent();
-            while let Some(a) = p {
-                ancestors.insert(a.to_path_buf());
-                p = a.parent();
+            for a in key_ancestors(h) {
+                if !ancestors.insert(a.to_vec()) {
+                    break; // and all above it are in already
+                }
             }
         }
         if !hide_all {
@@ -628,3 +671,19 @@ pub fn restrict(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_ancestors() {
+        assert_eq!(key(Path::new("/")), b"/".to_vec());
+        assert_eq!(key(Path::new("/a//b/")), b"/a/b".to_vec());
+        let k = key(Path::new("/a/b/c"));
+        let a: Vec<&[u8]> = key_ancestors(&k).collect();
+        assert_eq!(a, vec![&b"/a/b"[..], &b"/a"[..], &b"/"[..]]);
+        assert_eq!(key_ancestors(b"/").count(), 0);
+        assert_eq!(key_ancestors(b"/a").collect::<Vec<_>>(), vec![&b"/"[..]]);
+    }
+}

@@ -139,6 +139,10 @@ fn tree() -> Tree {
     }
     std::os::unix::fs::symlink(root.join("home/.ssh/id_rsa"), root.join("home/link-to-key"))
         .unwrap();
+    // a hidden folder that is a symlink to data elsewhere
+    fs::create_dir_all(root.join("data/aws")).unwrap();
+    fs::write(root.join("data/aws/credentials"), "AWS").unwrap();
+    std::os::unix::fs::symlink(root.join("data/aws"), root.join("home/.aws")).unwrap();
     Tree { _dir: dir, root }
 }
 
@@ -161,6 +165,10 @@ fn policy(t: &Tree, mode: NetworkMode) -> SandboxPolicy {
             HiddenPath {
                 path: t.p("home/.cargo"),
                 reason: HiddenReason::Requested,
+            },
+            HiddenPath {
+                path: t.p("home/.aws"),
+                reason: HiddenReason::Credentials,
             },
             HiddenPath {
                 path: t.p("state"),
@@ -234,6 +242,10 @@ fn hidden_revealed_writable_and_read_only() {
         check(&p, &o, || read_errno(&key), libc::EACCES, 0);
         let link = t.p("home/link-to-key");
         check(&p, &o, || read_errno(&link), libc::EACCES, 0);
+        let aws = t.p("home/.aws/credentials");
+        check(&p, &o, || read_errno(&aws), libc::EACCES, 0);
+        let aws_target = t.p("data/aws/credentials");
+        check(&p, &o, || read_errno(&aws_target), libc::EACCES, 0);
         let cred = t.p("home/.cargo/credentials");
         check(&p, &o, || read_errno(&cred), libc::EACCES, 0);
         let state = t.p("state/bundles/c/policy.json");
@@ -554,5 +566,50 @@ fn report_says_what_it_cannot_do() {
         assert!(rep.path_rules > 5);
         let done = in_child(Some(r), || 0);
         assert_eq!(done, Outcome::Exited(0));
+    }
+}
+
+/// Not a timed assertion: prints the median cost of building and enforcing the ruleset with
+/// 0, 20 and 200 hidden sibling projects. Run with
+/// `cargo test -p capsule-runtime --release --lib bench_hidden_paths -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_hidden_paths() {
+    let t = tree();
+    for n in [0usize, 20, 200] {
+        let mut p = policy(&t, NetworkMode::None);
+        let projects = t.p(&format!("projects-{n}"));
+        for i in 0..n {
+            let d = projects.join(format!("p{i:03}"));
+            fs::create_dir_all(&d).unwrap();
+            p.hidden.push(HiddenPath {
+                path: d,
+                reason: HiddenReason::SiblingProject,
+            });
+        }
+        let mut builds = Vec::new();
+        for _ in 0..51 {
+            let start = std::time::Instant::now();
+            let rs = ruleset(&p, &weaker());
+            builds.push(start.elapsed());
+            drop(rs);
+        }
+        builds.sort();
+        println!("  build only: median {:?}", builds[builds.len() / 2]);
+        let mut times = Vec::new();
+        for _ in 0..51 {
+            let start = std::time::Instant::now();
+            let rs = ruleset(&p, &weaker());
+            // enforce in a child: time the build in the parent, the restriction in the child
+            let out = in_child(Some(rs), || 0);
+            assert_eq!(out, Outcome::Exited(0));
+            times.push(start.elapsed());
+        }
+        times.sort();
+        let rules = ruleset(&p, &weaker()).report().path_rules;
+        println!(
+            "landlock build+fork+restrict, {n:3} hidden siblings: median {:?} ({rules} path rules)",
+            times[times.len() / 2]
+        );
     }
 }
