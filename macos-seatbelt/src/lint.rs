@@ -235,7 +235,11 @@ pub fn lint(profile: &Profile, params: &BTreeMap<String, String>) -> Vec<Finding
             }
         }
         if r.is_filtered() {
-            filtered_ops.extend(r.operations.iter().cloned());
+            for op in &r.operations {
+                if !filtered_ops.contains(op) {
+                    filtered_ops.push(op.clone());
+                }
+            }
         }
         for m in &r.modifiers {
             match m {
