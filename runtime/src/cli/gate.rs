@@ -16,7 +16,10 @@
 //! `--raw` passes the arguments after `--` unchanged (`codex ARGS`), and refuses `--model` /
 //! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox by
 //! re-invoking this executable as `capsule exec <capsule> [-t] [--pass-env NAME]… -- BINARY
-//! ARGS…`, with the terminal passed through, and `agent launch` exits with its status.
+//! ARGS…` in the resolved working directory (entered through the gate's open handle), with
+//! the terminal passed through, and `agent launch` exits with its status. The child gets
+//! `CAPSULE_POLICY_CONFIG` (the configuration this gate used) so `capsule exec`'s own gate
+//! decides under the same file, and `CAPSULE_TRACE` when `--trace` was given.
 
 use crate::cli::print_json;
 use crate::exit::{self, CliError, CliResult};
@@ -52,7 +55,7 @@ pub struct GateArgs {
     /// Use this configuration file instead of searching upwards from the current directory
     /// for .kitsoki.yaml / .kitsoki.local.yaml. A `.kitsoki.yaml` named here still picks up
     /// the `.kitsoki.local.yaml` next to it.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "CAPSULE_POLICY_CONFIG")]
     pub config: Option<PathBuf>,
     /// Append every decision to FILE as one `agent.launch.policy` JSON line
     /// (default: $CAPSULE_TRACE when set).
@@ -388,6 +391,7 @@ fn launch(a: LaunchArgs) -> CliResult {
             .collect();
         let mut runner = vec!["capsule".to_string()];
         runner.extend(exec_args.iter().cloned());
+        // `runner` starts in `working_dir` (the resolved directory's handle)
         print_json(&json!({
             "backend": backend,
             "binary": binary,
@@ -409,6 +413,25 @@ fn launch(a: LaunchArgs) -> CliResult {
     cmd.args(&exec_args);
     if let Some(t) = trace_path(a.gate.trace.as_deref()) {
         cmd.env(capsule_policy::TRACE_ENV, t);
+    }
+    // `capsule exec` runs the gate again (verb capsule.exec): same configuration
+    if let Some(cfg) = d.config_files.first() {
+        cmd.env(capsule_policy::CONFIG_ENV, cfg);
+    }
+    // start in the directory the gate resolved, through its open handle (no second lookup)
+    if let Some(dir) = d.working_dir_handle() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = dir.as_raw_fd();
+        // SAFETY: fchdir is async-signal-safe; `fd` stays open in the parent until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fchdir(fd) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     let status = cmd.status().map_err(|e| {
         CliError::new(
