@@ -146,9 +146,12 @@ impl<'a> Lexer<'a> {
     }
 }
 
+/// A top-level form (or a comment between forms) and where it starts (line, column).
+pub type Located = (Result<Sexp, String>, usize, usize);
+
 /// Read the top-level forms of `text`; comments between forms are kept (as
 /// `Err(comment)`), comments inside a form are dropped.
-pub fn read_sexps(text: &str) -> Result<Vec<(Result<Sexp, String>, usize, usize)>, ParseError> {
+pub fn read_sexps(text: &str) -> Result<Vec<Located>, ParseError> {
     let mut lx = Lexer {
         chars: text.chars().peekable(),
         line: 1,

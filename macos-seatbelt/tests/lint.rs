@@ -40,7 +40,8 @@ fn a_clean_hand_written_profile_passes() {
 #[test]
 fn catches_each_forbidden_construct() {
     let ws = [("WS", "/Users/u/ws")];
-    let cases: &[(&str, &[(&str, &str)], Kind)] = &[
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Kind);
+    let cases: &[Case] = &[
         (
             "(allow file-frobnicate (subpath (param \"WS\")))",
             &ws,
