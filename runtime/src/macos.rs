@@ -83,6 +83,18 @@ fn first_line(b: &[u8]) -> String {
         .to_string()
 }
 
+/// The task's TMPDIR, removed when the task ends (or fails to start).
+struct TaskTmp(PathBuf);
+
+impl Drop for TaskTmp {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks the command may have left there
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::warn!("cannot remove the task's TMPDIR {}: {e}", self.0.display());
+        }
+    }
+}
+
 /// Run the command; its exit status on success.
 pub fn run(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
     let nonce = Nonce::random().map_err(MacError::Nonce)?;
@@ -92,6 +104,7 @@ pub fn run(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
         .mode(0o700)
         .create(&tmp)
         .map_err(|e| MacError::TmpDir(tmp.clone(), e))?;
+    let _cleanup = TaskTmp(tmp.clone());
     let mut inp = ProfileInputs::new(x.policy, nonce.clone());
     inp.tmpdir = Some(tmp);
     inp.proxy_port = x.proxy_port;
@@ -409,7 +422,10 @@ mod tests {
             tmp.starts_with(&format!("{}/task-capsule-", root.join("tmp").display())),
             "{tmp}"
         );
-        assert!(Path::new(tmp).is_dir());
+        assert!(
+            !Path::new(tmp).exists(),
+            "the task's TMPDIR is removed at the end"
+        );
         assert_eq!(home, root.join("home").to_str().unwrap());
         let profile = std::fs::read_to_string(root.join("profile.sb")).unwrap();
         assert!(profile.starts_with("(version 1)"));
@@ -430,6 +446,11 @@ mod tests {
         let e = run(&exec(&pol, &root, &f, &cmd)).unwrap_err();
         assert!(matches!(e, MacError::Nested(_)), "{e}");
         assert!(!marker.exists());
+        assert_eq!(
+            std::fs::read_dir(root.join("tmp")).unwrap().count(),
+            0,
+            "nothing left behind"
+        );
     }
 
     #[test]
