@@ -51,6 +51,9 @@ pub struct ExecArgs {
     /// Give the command a new pseudo-terminal of its own (for interactive programs).
     #[arg(short = 't', long = "tty")]
     pub tty: bool,
+    /// No GPU devices (`/dev/nvidia*`, `/dev/dri/*`) for the command.
+    #[arg(long)]
+    pub no_gpu: bool,
     /// Kill the command (and everything it started) after DURATION (e.g. 30s, 5m).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<Duration>,
@@ -264,15 +267,30 @@ mod imp {
         }
 
         let before = record::snapshot(&cap.workspace);
+        // the task's own environment (issue 5): home layer, caches, revealed projects,
+        // devices, no display
+        let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
+            use crate::home::sandbox::{extend, EnvError};
+            extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
+                .map(|_| ())
+                .map_err(|e| match e {
+                    EnvError::Device(_) => fail(e.to_string()),
+                    _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
+                })
+        };
         let mut plan = build_plan(&a, &policy, &cwd, isolation);
+        task_env(&mut plan)?;
+        let watch = crate::home::display::Watch::start(!a.tty);
         let mut result = linux::run(&plan, Hooks::default());
         if let Err(ExecError::Namespaces(msg)) = &result {
             // full isolation is refused here: only what the operator accepted may follow
             tracing::info!("namespaces refused: {msg}");
             isolation = weaker_or_refuse(&settings, &mut degradation)?;
             plan = build_plan(&a, &policy, &cwd, isolation);
+            task_env(&mut plan)?;
             result = linux::run(&plan, Hooks::default());
         }
+        let needs_display = watch.finish();
         if isolation == Isolation::Weaker {
             eprintln!(
                 "capsule: warning: weaker isolation (Landlock + seccomp, no namespaces): {}",
@@ -297,6 +315,21 @@ mod imp {
             }
         };
         rec.exit_status = code;
+        if needs_display && code != 0 {
+            use crate::home::display;
+            let what = rec
+                .argv
+                .first()
+                .map(String::as_str)
+                .unwrap_or("the command");
+            eprintln!("capsule: {what} {}", display::NEEDS_DISPLAY);
+            if let Err(e) = display::record(&events, &cap.name, &rec.argv, code) {
+                tracing::warn!(
+                    "cannot record the display event in {}: {e}",
+                    events.display()
+                );
+            }
+        }
         match (before, record::snapshot(&cap.workspace)) {
             (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
             (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),

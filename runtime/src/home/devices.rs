@@ -188,7 +188,7 @@ pub fn validate(entry: &str, dev_root: &Path) -> Result<PathBuf, DeviceError> {
     Ok(name)
 }
 
-/// GPU device nodes present under `dev_root`: `nvidia*` and everything in `dri/`.
+/// GPU device nodes present under `dev_root`: `nvidia*` and the nodes in `dri/`.
 pub fn gpu_devices(dev_root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(dev_root) {
@@ -199,8 +199,13 @@ pub fn gpu_devices(dev_root: &Path) -> Vec<PathBuf> {
             }
         }
     }
-    if dev_root.join("dri").is_dir() {
-        out.push(PathBuf::from("dri"));
+    if let Ok(rd) = std::fs::read_dir(dev_root.join("dri")) {
+        for e in rd.flatten() {
+            // device nodes only (not the by-path folder)
+            if e.file_type().is_ok_and(|t| !t.is_dir()) {
+                out.push(Path::new("dri").join(e.file_name()));
+            }
+        }
     }
     out.sort();
     out

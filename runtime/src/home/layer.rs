@@ -355,13 +355,20 @@ impl Walk<'_> {
                         }
                         _ => None,
                     };
+                    // a folder made only to hold a cache's mount point is not a change
+                    let holds_excluded = self
+                        .layer
+                        .excluded
+                        .iter()
+                        .any(|e| e.starts_with(&path) && e != &path);
                     if real_dir.is_none() {
-                        let mut c = base(add_or_change, EntryType::Dir);
-                        c.mode = Some(st.st_mode & 0o777);
-                        self.push(filter, c);
-                    } else if is_opaque(&sub) {
+                        if !(holds_excluded && real_st.is_none()) {
+                            let mut c = base(add_or_change, EntryType::Dir);
+                            c.mode = Some(st.st_mode & 0o777);
+                            self.push(filter, c);
+                        }
+                    } else if let Some(rd) = real_dir.as_ref().filter(|_| is_opaque(&sub)) {
                         // every real entry not in the layer was removed
-                        let rd = real_dir.as_ref().expect("checked");
                         let keep: BTreeSet<OsString> = fsat::list(&sub)?.into_iter().collect();
                         for n in fsat::list(rd)? {
                             let p = path.join(&n);

@@ -5,13 +5,19 @@
 //! - [`layer`]: the home layer (an overlayfs upper directory) — review, apply, discard.
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
 //! - [`devices`]: the device allowlist and validation of `sandbox.devices`.
+//! - [`sandbox`]: all of the above wired into an exec's mount plan; [`display`]: telling
+//!   a command that failed for want of a display.
 
 pub mod baseline;
 pub mod caches;
 pub mod devices;
+#[cfg(target_os = "linux")]
+pub mod display;
 pub mod fsat;
 pub mod layer;
 pub mod reveal;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
 
 use capsule_bundle::policy::{SandboxPolicy, HOME_AGENT_LOGINS, HOME_CREDENTIALS};
 use std::path::{Path, PathBuf};

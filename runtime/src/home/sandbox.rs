@@ -1,0 +1,289 @@
+//! Wiring the task's own environment into an exec's plan ([`crate::linux::ExecPlan`]):
+//!
+//! - the home directory becomes an overlay (lower = the real home, upper/work in the
+//!   bundle, see [`super::layer`]), mounted right after the home's own read-only bind and
+//!   before every deeper step, so hidden paths are still masked on top of it;
+//! - each package cache becomes an overlay over the person's cache (or the capsule's own
+//!   directory when the person has none), right after the home overlay;
+//! - the folders opened with `capsule reveal add` for the capsule's source folder are bound
+//!   read-only twice: at their own path, and at the path the source's relative references
+//!   reach from the workspace (`<workspace>/../shared`), so `../shared` works from the copy
+//!   exactly as from the source folder;
+//! - `/dev` gets the GPU's nodes (unless `--no-gpu`) and the validated `sandbox.devices`;
+//! - no display: `DISPLAY`, `WAYLAND_DISPLAY`, `WAYLAND_SOCKET`, `XAUTHORITY` are removed.
+//!
+//! The plan's policy (the Landlock input) gets the home and the caches as writable roots and
+//! the revealed views as readable, under full isolation only: without namespaces there is no
+//! overlay, and the real home must stay read-only.
+
+use super::{caches, devices, layer, reveal};
+use crate::linux::plan::{option_safe, MountStep};
+use crate::linux::{ExecPlan, Isolation};
+use crate::settings::Settings;
+use capsule_bundle::store::OpenCapsule;
+use std::path::{Path, PathBuf};
+
+/// Why the environment could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// A refused or unusable `sandbox.devices` entry (bad input).
+    #[error(transparent)]
+    Device(#[from] devices::DeviceError),
+    /// The layer or caches could not be made.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Environment variables that would point a program at a display server.
+pub const DISPLAY_ENV: &[&str] = &["DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET", "XAUTHORITY"];
+
+fn dst(s: &MountStep) -> Option<&Path> {
+    match s {
+        MountStep::Bind { dst, .. }
+        | MountStep::Tmpfs { dst, .. }
+        | MountStep::Overlay { dst, .. }
+        | MountStep::Proc { dst }
+        | MountStep::Dev { dst, .. }
+        | MountStep::Mask { dst, .. }
+        | MountStep::ReadOnly { dst }
+        | MountStep::Symlink { dst, .. }
+        | MountStep::Dir { dst } => Some(dst),
+    }
+}
+
+/// Index before the trailing `ReadOnly` seals of a plan.
+fn before_seals(steps: &[MountStep]) -> usize {
+    let mut i = steps.len();
+    while i > 0 && matches!(steps[i - 1], MountStep::ReadOnly { .. }) {
+        i -= 1;
+    }
+    i
+}
+
+/// Where the home overlay goes: right after a bind of the home itself, else before the
+/// first step strictly below home, else before the seals.
+fn home_position(steps: &[MountStep], home: &Path) -> usize {
+    if let Some(i) = steps
+        .iter()
+        .position(|s| matches!(s, MountStep::Bind { dst, .. } if dst == home))
+    {
+        return i + 1;
+    }
+    steps
+        .iter()
+        .position(|s| dst(s).is_some_and(|d| d.starts_with(home) && d != home))
+        .unwrap_or_else(|| before_seals(steps))
+}
+
+fn safe(p: &Path) -> Result<(), EnvError> {
+    if option_safe(p) {
+        Ok(())
+    } else {
+        Err(EnvError::Setup(format!(
+            "{}: contains ',', ':' or '\\', which overlay mount options cannot carry; move the capsule root or home",
+            p.display()
+        )))
+    }
+}
+
+/// The view of `revealed` (canonical) seen from `workspace` through the same relative
+/// path as from `source`: `source/../shared` -> `workspace/../shared`.
+pub fn mapped_path(revealed: &Path, source: &Path, workspace: &Path) -> PathBuf {
+    let rel = reveal::relative_to(revealed, source);
+    reveal::normalize(&workspace.join(rel))
+}
+
+/// What [`extend`] added, for the exec record and `inspect`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct EnvReport {
+    pub home_layer: Option<PathBuf>,
+    pub caches: Vec<String>,
+    pub revealed: Vec<(PathBuf, PathBuf)>,
+    pub devices: Vec<String>,
+}
+
+/// Add the task's environment to `plan` (see the module docs).
+pub fn extend(
+    plan: &mut ExecPlan,
+    cap: &OpenCapsule,
+    settings: &Settings,
+    gpu: bool,
+    capsule_root: &Path,
+) -> Result<EnvReport, EnvError> {
+    let mut report = EnvReport::default();
+    plan.env
+        .retain(|(k, _)| !DISPLAY_ENV.iter().any(|d| k.as_os_str() == *d));
+    // devices: refuse bad spec entries whatever the isolation
+    let dev_root = Path::new("/dev");
+    let names = devices::device_plan(&cap.policy.devices, gpu, dev_root)?;
+    let extra: Vec<String> = names
+        .iter()
+        .filter(|n| {
+            !devices::DEFAULT_DEVICES
+                .iter()
+                .any(|d| Path::new(d) == n.as_path())
+        })
+        .map(|n| n.display().to_string())
+        .collect();
+    report.devices = extra.clone();
+    plan.policy.devices = extra.clone();
+    for s in plan.mounts.iter_mut() {
+        if let MountStep::Dev { extra: e, .. } = s {
+            *e = extra.clone();
+        }
+    }
+    if plan.isolation != Isolation::Full {
+        return Ok(report);
+    }
+    let setup = |e: String| EnvError::Setup(e);
+    let root = std::fs::canonicalize(capsule_root).unwrap_or_else(|_| capsule_root.to_path_buf());
+
+    if let Some(home) = cap.policy.home.clone().filter(|h| h.is_dir()) {
+        let cache_dirs = caches::host_cache_dirs(&home);
+        let lay = super::layer_for(&cap.bundle_dir, &cap.policy, Some(&root))
+            .ok_or_else(|| setup("no home layer".into()))?;
+        let mut skip = lay.excluded.clone();
+        skip.extend(lay.hidden.iter().cloned());
+        let paths =
+            layer::prepare(&cap.bundle_dir, &home, &skip).map_err(|e| setup(e.to_string()))?;
+        for p in [&home, &paths.upper, &paths.work] {
+            safe(p)?;
+        }
+        let mut at = home_position(&plan.mounts, &home);
+        plan.mounts.insert(
+            at,
+            MountStep::Overlay {
+                lower: vec![home.clone()],
+                upper: paths.upper.clone(),
+                work: paths.work.clone(),
+                dst: home.clone(),
+            },
+        );
+        at += 1;
+        plan.policy.writable.push(home.clone());
+        report.home_layer = Some(paths.upper);
+
+        let layers = caches::prepare(&cap.bundle_dir, &cache_dirs).map_err(|e| {
+            setup(format!(
+                "package caches in {}: {e}",
+                cap.bundle_dir.display()
+            ))
+        })?;
+        for c in layers {
+            // a cache inside a hidden path stays hidden (its mask comes later anyway)
+            safe(&c.upper)?;
+            safe(&c.work)?;
+            let step = match &c.lower {
+                Some(lower) => {
+                    safe(lower)?;
+                    MountStep::Overlay {
+                        lower: vec![lower.clone()],
+                        upper: c.upper.clone(),
+                        work: c.work.clone(),
+                        dst: c.target.clone(),
+                    }
+                }
+                None => MountStep::Bind {
+                    src: c.upper.clone(),
+                    dst: c.target.clone(),
+                    rw: true,
+                    optional: false,
+                },
+            };
+            plan.mounts.insert(at, step);
+            at += 1;
+            plan.policy.writable.push(c.target.clone());
+            report.caches.push(c.tool.to_string());
+        }
+    }
+
+    if let Some(source) = &cap.record.source {
+        let source = std::fs::canonicalize(source).unwrap_or_else(|_| source.clone());
+        for r in reveal::opened_for(settings, &source) {
+            let Ok(r) = std::fs::canonicalize(&r) else {
+                tracing::warn!("revealed folder {} is gone; skipped", r.display());
+                continue;
+            };
+            let mapped = mapped_path(&r, &source, &cap.workspace);
+            let at = before_seals(&plan.mounts);
+            let mut steps = vec![MountStep::Bind {
+                src: r.clone(),
+                dst: r.clone(),
+                rw: false,
+                optional: true,
+            }];
+            plan.policy.revealed.push(r.clone());
+            let overlaps_ws =
+                mapped.starts_with(&cap.workspace) || cap.workspace.starts_with(&mapped);
+            if mapped != r
+                && !overlaps_ws
+                && mapped.starts_with(&root)
+                && !mapped.starts_with(root.join("bundles"))
+            {
+                steps.push(MountStep::Bind {
+                    src: r.clone(),
+                    dst: mapped.clone(),
+                    rw: false,
+                    optional: true,
+                });
+                plan.policy.revealed.push(mapped.clone());
+            } else if mapped != r {
+                tracing::warn!(
+                    "revealed folder {}: its place next to the workspace ({}) is not inside the capsule root; only its own path is shown",
+                    r.display(),
+                    mapped.display()
+                );
+            }
+            for (i, s) in steps.into_iter().enumerate() {
+                plan.mounts.insert(at + i, s);
+            }
+            report.revealed.push((r, mapped));
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_paths() {
+        let ws = Path::new("/root/.local/share/capsule/workspaces/app");
+        assert_eq!(
+            mapped_path(Path::new("/src/shared"), Path::new("/src/app"), ws),
+            PathBuf::from("/root/.local/share/capsule/workspaces/shared")
+        );
+        assert_eq!(
+            mapped_path(Path::new("/src/libs/x"), Path::new("/src/app"), ws),
+            PathBuf::from("/root/.local/share/capsule/workspaces/libs/x")
+        );
+    }
+
+    #[test]
+    fn home_overlay_goes_before_deeper_steps() {
+        let home = Path::new("/root");
+        let steps = vec![
+            MountStep::Bind {
+                src: "/usr".into(),
+                dst: "/usr".into(),
+                rw: false,
+                optional: true,
+            },
+            MountStep::Bind {
+                src: "/root".into(),
+                dst: "/root".into(),
+                rw: false,
+                optional: true,
+            },
+            MountStep::Mask {
+                dst: "/root/.ssh".into(),
+                carve_outs: false,
+            },
+            MountStep::ReadOnly { dst: "/x".into() },
+        ];
+        assert_eq!(home_position(&steps, home), 2);
+        assert_eq!(home_position(&steps[2..], home), 0);
+        assert_eq!(before_seals(&steps), 3);
+    }
+}
