@@ -115,6 +115,16 @@ else
   T_SMALL=$(median_ms "$CHECK_SMALL")
 fi
 
+# CPU time per run from perf (task-clock): robust when other work shares the machine.
+CPU="n/a (perf not usable)"
+if command -v perf >/dev/null && perf stat -r 1 /bin/true >/dev/null 2>&1; then
+  clock() { (cd "$BASE/big" && perf stat -x, -e task-clock -r "$RUNS" "$@" 2>&1 >/dev/null | awk -F, '/task-clock/ {printf "%.3f", $1}'); }
+  C_TRUE=$(clock /bin/true)
+  C_VERSION=$(clock "$BIN" --version)
+  C_BIG=$(clock "$BIN" policy check --working-dir d42)
+  CPU="true $C_TRUE ms, capsule --version $C_VERSION ms, policy check $C_BIG ms (task-clock, mean of $RUNS)"
+fi
+
 # Does it walk the tree? Count directory reads and opens under the repository.
 WALK="n/a (strace not installed)"
 if command -v strace >/dev/null; then
@@ -127,10 +137,10 @@ if command -v strace >/dev/null; then
   WALK="directories listed: ${listed:-none}; listings of the work tree: $tree_reads; syscalls naming a path in the repo: $under (the repo has $FILES files)"
 fi
 
-python3 - "$T_TRUE" "$T_BIG" "$T_SMALL" "$FILES" "$WALK" "$T_VERSION" <<'EOF'
+python3 - "$T_TRUE" "$T_BIG" "$T_SMALL" "$FILES" "$WALK" "$T_VERSION" "$CPU" <<'EOF'
 import sys
 t_true, t_big, t_small = map(float, sys.argv[1:4])
-files, walk, t_version = sys.argv[4], sys.argv[5], float(sys.argv[6])
+files, walk, t_version, cpu = sys.argv[4], sys.argv[5], float(sys.argv[6]), sys.argv[7]
 own = t_big - t_true
 print(f"median `true`                          : {t_true:8.3f} ms")
 print(f"median `capsule --version`             : {t_version:8.3f} ms   (process start-up, no gate)")
@@ -139,5 +149,6 @@ print(f"median `capsule policy check` (  1000 files): {t_small:8.3f} ms")
 print(f"gate's own cost (check - true)        : {own:8.3f} ms   target < 5 ms: {'PASS' if own < 5 else 'FAIL'}")
 print(f"gate alone (check - --version)        : {t_big - t_version:8.3f} ms")
 print(f"{files} files vs 1000 files          : ratio {t_big / t_small:5.2f} (1.0 = independent of tree size)")
+print(f"cpu time                              : {cpu}")
 print(f"tree walk                             : {walk}")
 EOF
