@@ -29,41 +29,98 @@ enum Kind {
 }
 
 /// The tree digest of `root` (lower-case hex).
+///
+/// Files are read in parallel in batches (reading dominates for large trees) and hashed
+/// in order.
 pub fn tree_digest(root: &Path) -> Result<String> {
     let mut files: Vec<(Vec<u8>, Kind)> = Vec::new();
     walk(root, &mut Vec::new(), &mut files)?;
     files.sort_by(|a, b| a.0.cmp(&b.0));
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
     let mut h = Sha256::new();
-    let mut buf = Vec::new();
-    for (rel, kind) in &files {
-        let path = root.join(std::ffi::OsStr::from_bytes(rel));
-        buf.clear();
-        match kind {
-            Kind::Link => {
-                let t = std::fs::read_link(&path).at(&path)?;
-                buf.extend_from_slice(t.as_os_str().as_bytes());
+    const BATCH: usize = 512;
+    for batch in files.chunks(BATCH) {
+        let mut contents: Vec<Option<Result<Vec<u8>>>> = (0..batch.len()).map(|_| None).collect();
+        if threads == 1 || batch.len() < 32 {
+            for (slot, f) in contents.iter_mut().zip(batch) {
+                *slot = Some(read_entry(root, f));
             }
-            Kind::File => {
-                let mut f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                    .open(&path)
-                    .at(&path)?;
-                if !f.metadata().at(&path)?.is_file() {
-                    return Err(Error::other(format!(
-                        "{}: changed type while computing the tree digest",
-                        path.display()
-                    )));
+        } else {
+            let per = batch.len().div_ceil(threads);
+            std::thread::scope(|sc| {
+                for (slots, fs) in contents.chunks_mut(per).zip(batch.chunks(per)) {
+                    sc.spawn(move || {
+                        for (slot, f) in slots.iter_mut().zip(fs) {
+                            *slot = Some(read_entry(root, f));
+                        }
+                    });
                 }
-                f.read_to_end(&mut buf).at(&path)?;
-            }
+            });
         }
-        h.update(rel);
-        h.update([0u8]);
-        h.update((buf.len() as u64).to_be_bytes());
-        h.update(&buf);
+        for ((rel, _), data) in batch.iter().zip(contents) {
+            let data = data.ok_or_else(|| Error::other("tree digest: a file was not read"))??;
+            h.update(rel);
+            h.update([0u8]);
+            h.update((data.len() as u64).to_be_bytes());
+            h.update(&data);
+        }
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// The digest over `(path, content)` pairs already in bytewise path order (e.g. the
+/// entries of a fresh index), applying the same skip rules. `None` if a content is missing.
+pub fn digest_entries<'a>(
+    entries: impl Iterator<Item = (&'a [u8], Option<Vec<u8>>)>,
+) -> Option<String> {
+    let mut h = Sha256::new();
+    for (path, data) in entries {
+        let comps: Vec<&[u8]> = path.split(|b| *b == b'/').collect();
+        let (last, dirs) = comps.split_last()?;
+        if dirs
+            .iter()
+            .any(|d| SKIP_DIRS.iter().any(|s| s.as_bytes() == *d))
+            || SKIP_FILES.iter().any(|s| s.as_bytes() == *last)
+        {
+            continue;
+        }
+        let data = data?;
+        h.update(path);
+        h.update([0u8]);
+        h.update((data.len() as u64).to_be_bytes());
+        h.update(&data);
+    }
+    Some(hex::encode(h.finalize()))
+}
+
+fn read_entry(root: &Path, (rel, kind): &(Vec<u8>, Kind)) -> Result<Vec<u8>> {
+    let path = root.join(std::ffi::OsStr::from_bytes(rel));
+    match kind {
+        Kind::Link => {
+            let t = std::fs::read_link(&path).at(&path)?;
+            Ok(t.as_os_str().as_bytes().to_vec())
+        }
+        Kind::File => {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+                .at(&path)?;
+            let md = f.metadata().at(&path)?;
+            if !md.is_file() {
+                return Err(Error::other(format!(
+                    "{}: changed type while computing the tree digest",
+                    path.display()
+                )));
+            }
+            let mut buf = Vec::with_capacity(md.len() as usize);
+            f.read_to_end(&mut buf).at(&path)?;
+            Ok(buf)
+        }
+    }
 }
 
 fn walk(dir: &Path, prefix: &mut Vec<u8>, out: &mut Vec<(Vec<u8>, Kind)>) -> Result<()> {

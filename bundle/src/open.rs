@@ -182,8 +182,10 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         .tempdir_in(&bundles)
         .at(&bundles)?;
     let ws = ws_tmp.path();
+    let t0 = std::time::Instant::now();
 
     let mut read_source = None;
+    let mut known_digest: Option<String> = None;
     let (synthetic, repo_field, commit_field) = match (&spec, &source_dir) {
         (Some(s), _) => match &s.source {
             Source::Synthetic { .. } => {
@@ -203,21 +205,39 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
                             msg: format!("source: {e}"),
                         })?;
                 read_source = Some(read);
-                crate::source::from_pinned(&clayout.repo_cache_dir(), commit, default_branch, ws)?;
+                let imp = crate::source::from_pinned(
+                    &clayout.repo_cache_dir(),
+                    commit,
+                    default_branch,
+                    ws,
+                )?;
+                if s.overlay.is_none() {
+                    known_digest = imp.tree_digest;
+                }
                 crate::materialize::apply_overlay(s, ws)?;
                 (false, Some(repo.clone()), Some(commit.clone()))
             }
         },
         (None, Some(src)) => {
             let imp = crate::source::from_checkout(src, ws)?;
+            known_digest = imp.tree_digest.clone();
             (false, Some(src.display().to_string()), Some(imp.commit))
         }
         _ => return Err(Error::other("nothing to open")),
     };
+    tracing::debug!("open {name}: materialized in {:?}", t0.elapsed());
     crate::materialize::exclude_provenance(ws)?;
-    crate::materialize::rewrite_paths(ws, ws, &ws_final)?;
+    if synthetic {
+        // only git steps record absolute paths (remote URLs, worktree links)
+        crate::materialize::rewrite_paths(ws, ws, &ws_final)?;
+    }
+    tracing::debug!("open {name}: paths rewritten at {:?}", t0.elapsed());
 
-    let digest = crate::digest::tree_digest(ws)?;
+    let digest = match known_digest {
+        Some(d) => d,
+        None => crate::digest::tree_digest(ws)?,
+    };
+    tracing::debug!("open {name}: tree digest at {:?}", t0.elapsed());
     if let Some(s) = &spec {
         if let Some(want) = &s.verify.tree_digest {
             if !crate::digest::matches(want, &digest) {
@@ -338,6 +358,7 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
             ws_final.display()
         )));
     }
+    tracing::debug!("open {name}: in place at {:?}", t0.elapsed());
     // both renamed: the TempDir guards now point at nothing
     drop(ws_tmp);
     drop(b_tmp);

@@ -21,6 +21,8 @@ use std::sync::atomic::AtomicBool;
 pub struct Imported {
     pub commit: String,
     pub branch: Option<String>,
+    /// Tree digest computed from the objects during checkout, when that is exact.
+    pub tree_digest: Option<String>,
 }
 
 /// Object folders of a repository: its own and, one level deep, its alternates.
@@ -130,8 +132,10 @@ fn set_head(git_dir: &Path, commit: &str, branch: Option<&str>) -> Result<()> {
 }
 
 /// Check out HEAD's tree into the (empty) work tree of the repository at `dest` with gix,
-/// and write the index.
-fn checkout_head(dest: &Path) -> Result<()> {
+/// and write the index. Returns the tree digest when it could be computed from the
+/// objects alongside the checkout (no `.gitattributes` that could convert content);
+/// `None` means: compute it from the files.
+fn checkout_head(dest: &Path) -> Result<Option<String>> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Error::other(format!("{}: checkout: {what}: {e}", dest.display()))
     };
@@ -140,6 +144,26 @@ fn checkout_head(dest: &Path) -> Result<()> {
     let commit = repo.head_commit().map_err(|e| fail("HEAD", &e))?;
     let tree = commit.tree_id().map_err(|e| fail("tree", &e))?.detach();
     let mut index = repo.index_from_tree(&tree).map_err(|e| fail("index", &e))?;
+    // the digest from the blobs, in a second thread while the files are written
+    let entries: Vec<(Vec<u8>, gix::ObjectId)> = index
+        .entries()
+        .iter()
+        .filter(|e| e.mode != gix::index::entry::Mode::COMMIT)
+        .map(|e| (e.path(&index).to_vec(), e.id))
+        .collect();
+    let convertible = entries
+        .iter()
+        .any(|(p, _)| p == b".gitattributes" || p.ends_with(b"/.gitattributes"));
+    let sync_repo = repo.clone().into_sync();
+    let digest_thread = (!convertible).then(|| {
+        std::thread::spawn(move || -> Option<String> {
+            let repo = sync_repo.to_thread_local();
+            crate::digest::digest_entries(entries.iter().map(|(p, id)| {
+                let data = repo.find_blob(*id).ok().map(|b| b.data.clone());
+                (p.as_slice(), data)
+            }))
+        })
+    });
     let mut opts = repo
         .checkout_options(gix::worktree::stack::state::attributes::Source::IdMapping)
         .map_err(|e| fail("options", &e))?;
@@ -155,16 +179,26 @@ fn checkout_head(dest: &Path) -> Result<()> {
     let outcome =
         gix::worktree::state::checkout(&mut index, dest, objects, &files, &bytes, &interrupt, opts)
             .map_err(|e| fail("write files", &e))?;
+    let digest = digest_thread.and_then(|t| t.join().ok().flatten());
     if let Some(first) = outcome.errors.first() {
         return Err(fail(
             "write files",
             &format!("{} ({} errors)", first.path, outcome.errors.len()),
         ));
     }
+    if !outcome.collisions.is_empty() {
+        return Err(fail(
+            "write files",
+            &format!(
+                "{} paths collide on this filesystem",
+                outcome.collisions.len()
+            ),
+        ));
+    }
     index
         .write(Default::default())
         .map_err(|e| fail("write index", &e))?;
-    Ok(())
+    Ok(digest)
 }
 
 /// Make `dest` (an existing empty folder) a fresh clone of `source`'s HEAD.
@@ -182,8 +216,10 @@ pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
     let srcs = object_dirs(&common);
     let shallow = common.join("shallow");
     drop(src);
+    let t0 = std::time::Instant::now();
     let git_dir = init_repo(dest)?;
     copy_objects(&srcs, &git_dir.join("objects"))?;
+    tracing::debug!("--source: objects copied in {:?}", t0.elapsed());
     if std::fs::symlink_metadata(&shallow)
         .map(|m| m.is_file())
         .unwrap_or(false)
@@ -191,10 +227,12 @@ pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
         std::fs::copy(&shallow, git_dir.join("shallow")).at(&shallow)?;
     }
     set_head(&git_dir, &head.commit, head.branch.as_deref())?;
-    checkout_head(dest)?;
+    let tree_digest = checkout_head(dest)?;
+    tracing::debug!("--source: checked out at {:?}", t0.elapsed());
     Ok(Imported {
         commit: head.commit,
         branch: head.branch,
+        tree_digest,
     })
 }
 
@@ -303,9 +341,10 @@ pub fn from_pinned(cache_dir: &Path, commit: &str, branch: &str, dest: &Path) ->
     let git_dir = init_repo(dest)?;
     copy_objects(&object_dirs(&entry), &git_dir.join("objects"))?;
     set_head(&git_dir, commit, Some(branch))?;
-    checkout_head(dest)?;
+    let tree_digest = checkout_head(dest)?;
     Ok(Imported {
         commit: commit.to_string(),
         branch: Some(branch.to_string()),
+        tree_digest,
     })
 }

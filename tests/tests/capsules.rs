@@ -502,6 +502,10 @@ fn source_checkout_is_left_byte_for_byte_unchanged() {
     assert_eq!(j["branch"], "dev");
     let ws = PathBuf::from(j["workspace"].as_str().unwrap());
     assert_eq!(
+        j["tree_digest"].as_str().unwrap(),
+        format!("sha256:{}", python_digest(&ws))
+    );
+    assert_eq!(
         std::fs::read_to_string(ws.join("src/a.txt")).unwrap(),
         "alpha\n",
         "committed content, no smudge filter"
@@ -597,6 +601,11 @@ fn pinned_source_is_served_from_the_cache_the_second_time() {
     assert_eq!(
         std::fs::read_to_string(ws.join("pinned.txt")).unwrap(),
         "pinned\n"
+    );
+    // computed from the objects during checkout (no .gitattributes): same as the files
+    assert_eq!(
+        j["tree_digest"].as_str().unwrap(),
+        format!("sha256:{}", python_digest(&ws))
     );
 }
 
