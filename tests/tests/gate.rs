@@ -468,3 +468,86 @@ fn agent_launch_denied_prints_no_plan() {
         .env("PATH", "/usr/bin:/bin"));
     assert_eq!(code(&o), 127, "{}", stderr(&o));
 }
+
+/// Without `--dry-run`, `agent launch` runs the backend through `capsule exec` in the
+/// capsule's sandbox: in the resolved working directory, with the mapped arguments, the
+/// backend's environment passed by name, and the backend's exit status.
+#[test]
+fn agent_launch_runs_the_backend_through_capsule_exec() {
+    for runner in runners() {
+        let who = runner.label().to_string();
+        let tmp = scratch();
+        let root = std::fs::canonicalize(tmp.path()).expect("canon");
+        let proj = root.join("proj");
+        write(&proj.join("README"), "hello\n");
+        git(&proj, &["init", "-q", "-b", "main"]);
+        git(&proj, &["add", "README"]);
+        git(&proj, &["commit", "-q", "-m", "one"]);
+        write(
+            &root.join(".kitsoki.yaml"),
+            "agent_launch_policy:\n  require_capsule: true\n  allowed_roots: [./capsule-root/workspaces]\n",
+        );
+        let capsule_root = root.join("capsule-root");
+        std::fs::create_dir_all(&capsule_root).expect("mkdir");
+        runner.own(&capsule_root);
+        let o = run(runner
+            .capsule(&capsule_root)
+            .current_dir(&root)
+            .args(["open", "--source", "proj", "--name", "c1"]));
+        assert_ok(&o, &format!("{who}: capsule open --source"));
+        let ws = capsule_root.join("workspaces/c1");
+        // the fake backend lives in the workspace, so the sandbox can see it
+        let fake = ws.join(".bin/codex");
+        write(
+            &fake,
+            "#!/bin/sh\necho \"ran in $(pwd) args: $*\"\necho \"key: ${OPENAI_API_KEY:+set}\"\nexit ${FAKE_STATUS:-0}\n",
+        );
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::create_dir_all(ws.join("sub")).expect("mkdir");
+        runner.own(&ws);
+        let secret = "sk-run-5e8f0c1d";
+        let launch = |status: &str| {
+            run(runner
+                .capsule(&capsule_root)
+                .current_dir(&root)
+                .env(
+                    "PATH",
+                    format!("{}:/usr/local/bin:/usr/bin:/bin", ws.join(".bin").display()),
+                )
+                .env("OPENAI_API_KEY", secret)
+                .args([
+                    "agent",
+                    "launch",
+                    "--backend",
+                    "codex",
+                    "--working-dir",
+                    "capsule-root/workspaces/c1/sub",
+                    "--model",
+                    "m1",
+                    "--pass-env",
+                    "FAKE_STATUS",
+                    "--",
+                    "do it",
+                ])
+                .env("FAKE_STATUS", status))
+        };
+        let o = launch("0");
+        assert_ok(&o, &format!("{who}: agent launch"));
+        let out = stdout(&o);
+        assert!(
+            out.contains(&format!(
+                "ran in {} args: exec -m m1 do it",
+                ws.join("sub").display()
+            )),
+            "{who}: {out} {}",
+            stderr(&o)
+        );
+        assert!(
+            out.contains("key: set"),
+            "{who}: the backend's key was not passed: {out}"
+        );
+        assert!(!out.contains(secret) && !stderr(&o).contains(secret));
+        let o = launch("7");
+        assert_eq!(code(&o), 7, "{who}: {} {}", stdout(&o), stderr(&o));
+    }
+}
