@@ -249,14 +249,17 @@ pub(crate) fn decide(req: Request<'_>) -> Decision {
                 g.root.display(),
                 p.display()
             ))
-        } else if let Some(g) = d.git.as_ref().filter(|g| paths::is_inside(&g.git_dir, p)) {
-            Some(format!(
-                "the git repository of {shown} ({}) is inside protected root {}",
-                g.git_dir.display(),
-                p.display()
-            ))
         } else {
-            None
+            d.git
+                .as_ref()
+                .filter(|g| paths::is_inside(&g.git_dir, p))
+                .map(|g| {
+                    format!(
+                        "the git repository of {shown} ({}) is inside protected root {}",
+                        g.git_dir.display(),
+                        p.display()
+                    )
+                })
         };
         let Some(what) = what else { continue };
         if carve.is_some() {
