@@ -10,8 +10,9 @@
 #
 # Usage: hack/bench-policy.sh [FILES]      (default 100000)
 # Env:   CAPSULE_BIN=path/to/capsule       (default: target/release/capsule, built if missing)
-#        RUNS=N                            (hyperfine runs / loop iterations, default 200)
-# Uses hyperfine when installed (Debian package `hyperfine`), else a timing loop.
+#        RUNS=N                            (rounds of the timing loop and hyperfine runs, default 200)
+# Medians come from an interleaved timing loop (robust to load from other work); hyperfine
+# (Debian package `hyperfine`), when installed, also prints its own report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${1:-100000}
@@ -76,44 +77,38 @@ CHECK_SMALL="cd $BASE/small && $BIN policy check --working-dir d42 --json >/dev/
 TRUE="cd $BASE/big && /bin/true"
 VERSION="cd $BASE/big && $BIN --version >/dev/null"
 
-median_ms() { # median wall time in ms of running "$1" RUNS times via sh -c
-  python3 - "$1" "$RUNS" <<'EOF'
+# Interleaved timing loop: each round runs every command once, in turn, so load from other
+# work on the machine hits all of them alike. Prints medians in ms: true, --version, big, small.
+interleaved() {
+  python3 - "$BIN" "$BASE" "$RUNS" <<'EOF'
 import subprocess, sys, time, statistics
-cmd, runs = sys.argv[1], int(sys.argv[2])
-ts = []
-for _ in range(runs):
-    t = time.perf_counter()
-    subprocess.run(["sh", "-c", cmd], check=False)
-    ts.append((time.perf_counter() - t) * 1000)
-print(f"{statistics.median(ts):.3f}")
+bin_, base, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cmds = [
+    (["/bin/true"], f"{base}/big"),
+    ([bin_, "--version"], f"{base}/big"),
+    ([bin_, "policy", "check", "--working-dir", "d42", "--json"], f"{base}/big"),
+    ([bin_, "policy", "check", "--working-dir", "d42", "--json"], f"{base}/small"),
+]
+ts = [[] for _ in cmds]
+for r in range(runs + 10):
+    for i, (argv, cwd) in enumerate(cmds):
+        t = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, check=False)
+        if r >= 10:  # warm-up rounds
+            ts[i].append((time.perf_counter() - t) * 1000)
+print(" ".join(f"{statistics.median(x):.3f}" for x in ts))
 EOF
 }
 
 if command -v hyperfine >/dev/null; then
-  json=$BASE/hyperfine.json
-  hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$json" \
+  # hyperfine's own report, for the eye; the numbers below come from the interleaved loop
+  hyperfine -N --warmup 20 --runs "$RUNS" \
     -n true "sh -c '$TRUE'" \
     -n "capsule --version" "sh -c '$VERSION'" \
     -n "policy check, $FILES files" "sh -c '$CHECK_BIG'" \
     -n "policy check, 1000 files" "sh -c '$CHECK_SMALL'" >&2
-  read -r T_TRUE T_VERSION T_BIG T_SMALL < <(python3 - "$json" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))["results"]
-print(" ".join(f"{x['median'] * 1000:.3f}" for x in r))
-EOF
-)
-  # CPU time (user + system, mean) is steadier than wall time on a busy machine
-  python3 - "$json" >&2 <<'EOF'
-import json, sys
-for x in json.load(open(sys.argv[1]))["results"]:
-    print(f"cpu (user+sys, mean) {x['command']:<32}: {(x['user'] + x['system']) * 1000:7.3f} ms")
-EOF
-else
-  T_TRUE=$(median_ms "$TRUE")
-  T_VERSION=$(median_ms "$VERSION")
-  T_BIG=$(median_ms "$CHECK_BIG")
-  T_SMALL=$(median_ms "$CHECK_SMALL")
 fi
+read -r T_TRUE T_VERSION T_BIG T_SMALL < <(interleaved)
 
 # CPU time per run from perf (task-clock): robust when other work shares the machine.
 CPU="n/a (perf not usable)"
