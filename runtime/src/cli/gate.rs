@@ -46,6 +46,15 @@ pub enum AgentCommand {
     /// `--dry-run` prints the plan as JSON (backend, binary, argv, working directory,
     /// environment names with values redacted, and the gate's decision). A denied launch
     /// exits with status 3 before any plan is printed or anything starts.
+    ///
+    /// Without `--dry-run` the backend runs inside the capsule's sandbox through
+    /// `capsule exec`, in the resolved working directory, and `agent launch` exits with the
+    /// backend's status. The backend binary (found on PATH) must be visible inside the
+    /// sandbox.
+    #[command(after_help = "Examples:\n  \
+        capsule agent launch --backend codex --working-dir WORKSPACE --dry-run -- \"fix the test\"\n  \
+        capsule agent launch --backend codex --working-dir WORKSPACE --effort high -- \"fix the test\"\n  \
+        capsule agent launch --backend claude --interactive --working-dir WORKSPACE --model opus")]
     Launch(LaunchArgs),
 }
 
