@@ -154,6 +154,9 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
         Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
         Stdio::Inherit => None,
     };
+    // The children allocate between clone and execve: other threads of ours must not hold
+    // allocator locks then (the stderr relay of `home::display` blocks in read(2)).
+    note_threads();
     let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
 
@@ -330,6 +333,14 @@ fn supervise(
     use std::os::fd::AsRawFd;
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(std::io::Error::from)?;
+    // a pidfd tells us init ended even if a stray thread of ours swallowed the SIGCHLD
+    // SAFETY: pidfd_open on our own child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+    // SAFETY: fcntl on our own descriptor.
+    unsafe {
+        let fl = libc::fcntl(rep_r, libc::F_GETFL);
+        libc::fcntl(rep_r, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
     let deadline = plan.timeout.map(|t| Instant::now() + t);
     let mut report = Vec::new();
     let mut rep_open = true;
@@ -348,6 +359,12 @@ fn supervise(
                 revents: 0,
             });
         }
+        fds.push(libc::pollfd {
+            fd: pidfd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let pidfd_idx = fds.len() - 1;
         let relay_base = fds.len();
         if let Some(r) = &relay {
             fds.extend(r.pollfds());
@@ -389,7 +406,8 @@ fn supervise(
         if let Some(r) = relay.as_mut() {
             r.pump(&fds[relay_base..]);
         }
-        if fds[0].revents != 0 {
+        let init_ended = pidfd >= 0 && fds[pidfd_idx].revents != 0;
+        if fds[0].revents != 0 || init_ended {
             while let Ok(Some(info)) = sfd.read_signal() {
                 let sig = info.ssi_signo as libc::c_int;
                 if sig == libc::SIGCHLD {
@@ -408,6 +426,7 @@ fn supervise(
             // SAFETY: waiting for our own child.
             let w = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
             if w == pid {
+                sys::close(pidfd);
                 // drain what is left of the report and the terminal output
                 if let Some(r) = relay.as_mut() {
                     r.drain();
@@ -422,5 +441,15 @@ fn supervise(
                 return Ok((status, timed_out, report));
             }
         }
+    }
+}
+
+/// Log (debug) when other threads are alive at clone time.
+fn note_threads() {
+    let n = std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1);
+    if n > 1 {
+        tracing::debug!("{n} threads alive when starting the sandbox");
     }
 }

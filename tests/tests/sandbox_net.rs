@@ -1,0 +1,164 @@
+//! Adversarial network tests: no channel to host services (unix sockets by path, abstract
+//! sockets, TCP on the host's loopback), loopback of the sandbox's own works, and the
+//! network flags do what they say. Servers only ever listen on this machine's loopback.
+mod sandbox_support;
+use sandbox_support::*;
+use std::io::{Read, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener};
+
+/// Python that tries to connect and prints CONNECTED on success.
+fn py_connect(kind: &str, target: &str) -> String {
+    match kind {
+        "unix" => format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect({target:?}); print('CONNECTED', s.recv(16))\nexcept OSError as e: print('refused', e)"
+        ),
+        "abstract" => format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(b'\\0' + {target:?}.encode()); print('CONNECTED', s.recv(16))\nexcept OSError as e: print('refused', e)"
+        ),
+        _ => format!(
+            "import socket\ns=socket.socket()\ns.settimeout(3)\ntry:\n s.connect(('127.0.0.1', {target})); print('CONNECTED', s.recv(16))\nexcept OSError as e: print('refused', e)"
+        ),
+    }
+}
+
+/// Accept connections forever in a thread, greeting each with "hello".
+fn serve_unix(l: UnixListener) {
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let _ = s.write_all(b"hello");
+        }
+    });
+}
+
+#[test]
+fn host_unix_sockets_are_unreachable() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let id = std::process::id();
+        // where host services live: /run (docker, D-Bus), /tmp (X11, ssh-agent)
+        let paths = [
+            format!("/run/capsule-test-{id}.sock"),
+            format!("/tmp/capsule-test-{id}.sock"),
+        ];
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+            let l = UnixListener::bind(p).unwrap();
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .unwrap();
+            serve_unix(l);
+            // the host can connect (the test can fail)
+            let mut s = std::os::unix::net::UnixStream::connect(p).unwrap();
+            let mut b = [0u8; 5];
+            s.read_exact(&mut b).unwrap();
+            let o = c.exec(&["python3", "-c", &py_connect("unix", p)]);
+            let _ = std::fs::remove_file(p);
+            assert!(
+                out(&o).starts_with("refused"),
+                "{p}: {} {}",
+                out(&o),
+                err(&o)
+            );
+        }
+    });
+}
+
+#[test]
+fn host_abstract_sockets_are_unreachable() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let name = format!("capsule-test-abstract-{}-{}", std::process::id(), r.uid());
+        let l = UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+            .unwrap();
+        serve_unix(l);
+        for flags in [&[][..], &["--open-network"][..]] {
+            let o = c.exec_with(flags, &["python3", "-c", &py_connect("abstract", &name)]);
+            assert!(
+                out(&o).starts_with("refused"),
+                "{flags:?}: {} {}",
+                out(&o),
+                err(&o)
+            );
+        }
+        // with no sandbox at all it connects (so the test can fail)
+        let o = c.exec_with(
+            &["--no-sandbox"],
+            &["python3", "-c", &py_connect("abstract", &name)],
+        );
+        assert!(out(&o).starts_with("CONNECTED"), "{} {}", out(&o), err(&o));
+    });
+}
+
+#[test]
+fn host_loopback_tcp_is_unreachable_unless_open_network() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let _ = s.write_all(b"hello");
+            }
+        });
+        let o = c.exec(&["python3", "-c", &py_connect("tcp", &port.to_string())]);
+        assert!(out(&o).starts_with("refused"), "{} {}", out(&o), err(&o));
+        let o = c.exec_with(
+            &["--no-network"],
+            &["python3", "-c", &py_connect("tcp", &port.to_string())],
+        );
+        assert!(out(&o).starts_with("refused"), "{} {}", out(&o), err(&o));
+        let o = c.exec_with(
+            &["--open-network"],
+            &["python3", "-c", &py_connect("tcp", &port.to_string())],
+        );
+        assert!(
+            out(&o).starts_with("CONNECTED"),
+            "--open-network: {} {}",
+            out(&o),
+            err(&o)
+        );
+    });
+}
+
+const LOOPBACK_PAIR: &str = r#"
+import socket, threading
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+port = srv.getsockname()[1]
+def serve():
+    c, _ = srv.accept(); c.sendall(b"pong:" + c.recv(16)); c.close()
+t = threading.Thread(target=serve); t.start()
+cl = socket.create_connection(("127.0.0.1", port), timeout=5); cl.sendall(b"ping")
+print(cl.recv(32).decode()); t.join()
+"#;
+
+#[test]
+fn loopback_inside_works_and_no_network_refuses_it() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let o = c.exec(&["python3", "-c", LOOPBACK_PAIR]);
+        ok(&o, "server and client on the sandbox's loopback");
+        assert_eq!(out(&o), "pong:ping\n");
+        let o = c.exec(&["sh", "-c", "cat /sys/class/net/lo/operstate 2>/dev/null; ip -o link show lo 2>/dev/null | grep -c UP"]);
+        assert!(out(&o).contains('1'), "loopback is up: {}", out(&o));
+        let o = c.exec_with(&["--no-network"], &["python3", "-c", LOOPBACK_PAIR]);
+        assert!(
+            !o.status.success() && !out(&o).contains("pong"),
+            "--no-network allowed TCP: {}",
+            out(&o)
+        );
+    });
+}
+
+#[test]
+fn only_loopback_interface_exists() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let o = c.exec(&[
+            "sh",
+            "-c",
+            "ls /proc/net/dev >/dev/null && tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+        ]);
+        ok(&o, "interfaces");
+        assert_eq!(out(&o).trim(), "lo");
+    });
+}
