@@ -10,7 +10,9 @@
 //!   reach from the workspace (`<workspace>/../shared`), so `../shared` works from the copy
 //!   exactly as from the source folder;
 //! - `/dev` gets the GPU's nodes (unless `--no-gpu`) and the validated `sandbox.devices`;
-//! - no display: `DISPLAY`, `WAYLAND_DISPLAY`, `WAYLAND_SOCKET`, `XAUTHORITY` are removed.
+//! - no display: `DISPLAY`, `WAYLAND_DISPLAY`, `WAYLAND_SOCKET`, `XAUTHORITY` are removed;
+//! - `~/.npmrc` (hidden: it holds auth tokens) is shown as a filtered copy without its auth
+//!   lines, read-only, so npm still finds its registry settings.
 //!
 //! The plan's policy (the Landlock input) gets the home and the caches as writable roots and
 //! the revealed views as readable, under full isolation only: without namespaces there is no
@@ -194,6 +196,25 @@ pub fn extend(
             at += 1;
             plan.policy.writable.push(c.target.clone());
             report.caches.push(c.tool.to_string());
+        }
+
+        // npm reads registry settings from ~/.npmrc, which is hidden for its auth lines:
+        // show a copy without them, read-only, over the mask
+        let npmrc = home.join(".npmrc");
+        if let Ok(text) = std::fs::read_to_string(&npmrc) {
+            let copy = cap.bundle_dir.join("npmrc.filtered");
+            std::fs::write(&copy, caches::filtered_npmrc(&text))
+                .map_err(|e| setup(format!("{}: {e}", copy.display())))?;
+            let at = before_seals(&plan.mounts);
+            plan.mounts.insert(
+                at,
+                MountStep::Bind {
+                    src: copy,
+                    dst: npmrc,
+                    rw: false,
+                    optional: false,
+                },
+            );
         }
     }
 
