@@ -7,7 +7,7 @@
 # Usage: hack/bench-open.sh [FILES] [RUNS]
 #   CAPSULE_BIN=path   binary to measure (default: target/release/capsule, built if missing)
 #   BENCH_DIR=path     scratch folder (default: a new folder in /dev/shm, else /tmp)
-# Uses hyperfine when installed, else a small loop of `date +%s%N`.
+# Runs are interleaved (a loop of `date +%s%N`); BENCH_HYPERFINE=1 uses hyperfine instead.
 set -euo pipefail
 
 FILES=${1:-20000}
@@ -48,9 +48,6 @@ git -C "$SRC" commit -q -m fixture
 git -C "$SRC" gc -q
 echo "fixture: $(git -C "$SRC" ls-files | wc -l) tracked files, $(du -sh "$SRC/.git" | cut -f1) .git" >&2
 
-i=0
-next() { i=$((i + 1)); echo "$WORK/out-$i"; }
-
 CMD_CAPSULE="n=\$(date +%s%N); $BIN open --source $SRC --name b\$n --dest $WORK/o/c\$n >/dev/null"
 CMD_CLONE="n=\$(date +%s%N); git clone -q --local $SRC $WORK/o/g\$n"
 CMD_CLONE_NH="n=\$(date +%s%N); git clone -q --local --no-hardlinks $SRC $WORK/o/h\$n"
@@ -58,18 +55,12 @@ CMD_WT="n=\$(date +%s%N); git -C $SRC worktree add -q --detach $WORK/o/w\$n"
 CLEAN="rm -rf $WORK/o $CAPSULE_ROOT; git -C $SRC worktree prune; mkdir -p $WORK/o"
 eval "$CLEAN"
 
-median_loop() { # name, command
-  local name=$1 cmd=$2 t=() s e
-  for _ in $(seq "$RUNS"); do
-    eval "$CLEAN"
-    s=$(date +%s%N); bash -c "$cmd"; e=$(date +%s%N)
-    t+=($(( (e - s) / 1000 )))
-  done
-  printf '%s\n' "${t[@]}" | sort -n | awk -v n="$name" '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%s %.1f\n", n, m/1000}'
-}
-
+# Interleaved runs (each round runs every command once) so that load drift on a shared
+# machine hits all commands alike; medians per command.
+NAMES=(capsule-open-source git-clone-local git-clone-no-hardlinks git-worktree-add)
+CMDS=("$CMD_CAPSULE" "$CMD_CLONE" "$CMD_CLONE_NH" "$CMD_WT")
 RESULTS=$WORK/results.txt
-if command -v hyperfine >/dev/null 2>&1; then
+if [ "${BENCH_HYPERFINE:-0}" = 1 ] && command -v hyperfine >/dev/null 2>&1; then
   hyperfine -N --runs "$RUNS" --warmup 1 --prepare "bash -c '$CLEAN'" --export-json "$WORK/h.json" \
     -n capsule-open-source "bash -c '$CMD_CAPSULE'" \
     -n git-clone-local "bash -c '$CMD_CLONE'" \
@@ -81,12 +72,17 @@ for r in json.load(open(sys.argv[1]))["results"]:
     print(r["command"], "%.1f" % (r["median"] * 1000))
 PY
 else
-  {
-    median_loop capsule-open-source "$CMD_CAPSULE"
-    median_loop git-clone-local "$CMD_CLONE"
-    median_loop git-clone-no-hardlinks "$CMD_CLONE_NH"
-    median_loop git-worktree-add "$CMD_WT"
-  } > "$RESULTS"
+  : > "$WORK/raw.txt"
+  for round in $(seq 0 "$RUNS"); do # round 0 is a warm-up
+    for k in "${!CMDS[@]}"; do
+      eval "$CLEAN"
+      s=$(date +%s%N); bash -c "${CMDS[$k]}"; e=$(date +%s%N)
+      [ "$round" = 0 ] || echo "${NAMES[$k]} $(( (e - s) / 1000 ))" >> "$WORK/raw.txt"
+    done
+  done
+  for n in "${NAMES[@]}"; do
+    grep "^$n " "$WORK/raw.txt" | awk '{print $2}' | sort -n | awk -v n="$n" '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%s %.1f\n", n, m/1000}'
+  done > "$RESULTS"
 fi
 eval "$CLEAN"
 
