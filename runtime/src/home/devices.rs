@@ -194,7 +194,8 @@ pub fn gpu_devices(dev_root: &Path) -> Vec<PathBuf> {
     if let Ok(rd) = std::fs::read_dir(dev_root) {
         for e in rd.flatten() {
             let n = e.file_name();
-            if n.to_string_lossy().starts_with("nvidia") {
+            let node = e.file_type().is_ok_and(|t| !t.is_dir());
+            if node && n.to_string_lossy().starts_with("nvidia") {
                 out.push(PathBuf::from(n));
             }
         }
@@ -313,6 +314,36 @@ mod tests {
         assert!(refused_by_number(false, mk(5, 1)).is_some()); // console
         assert_eq!(refused_by_number(false, mk(5, 0)), None); // tty
         assert!(refused_by_number(true, mk(8, 0)).is_some()); // sda
+    }
+
+    #[test]
+    fn gpu_nodes_unless_turned_off() {
+        let d = tempfile::tempdir().unwrap();
+        for n in [
+            "nvidia0",
+            "nvidiactl",
+            "null",
+            "sda",
+            "dri/card0",
+            "dri/renderD128",
+        ] {
+            let p = d.path().join(n);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"").unwrap();
+        }
+        std::fs::create_dir_all(d.path().join("dri/by-path")).unwrap();
+        std::fs::create_dir_all(d.path().join("nvidia-caps")).unwrap();
+        let want: Vec<PathBuf> = ["dri/card0", "dri/renderD128", "nvidia0", "nvidiactl"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(gpu_devices(d.path()), want);
+        let with = device_plan(&[], true, d.path()).unwrap();
+        assert_eq!(with, [&[PathBuf::from("null")][..], &want[..]].concat());
+        let without = device_plan(&[], false, d.path()).unwrap();
+        assert_eq!(without, vec![PathBuf::from("null")]);
+        // the spec cannot ask for a disk even when it exists
+        assert!(device_plan(&["sda".into()], false, d.path()).is_err());
     }
 
     #[test]
