@@ -34,7 +34,7 @@ enum Kind {
 /// in order.
 pub fn tree_digest(root: &Path) -> Result<String> {
     let mut files: Vec<(Vec<u8>, Kind)> = Vec::new();
-    walk(root, &mut Vec::new(), &mut files)?;
+    walk(root, &[], &mut files)?;
     files.sort_by(|a, b| a.0.cmp(&b.0));
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -123,13 +123,13 @@ fn read_entry(root: &Path, (rel, kind): &(Vec<u8>, Kind)) -> Result<Vec<u8>> {
     }
 }
 
-fn walk(dir: &Path, prefix: &mut Vec<u8>, out: &mut Vec<(Vec<u8>, Kind)>) -> Result<()> {
+fn walk(dir: &Path, prefix: &[u8], out: &mut Vec<(Vec<u8>, Kind)>) -> Result<()> {
     for entry in std::fs::read_dir(dir).at(dir)? {
         let entry = entry.at(dir)?;
         let name = entry.file_name();
         let name_b = name.as_bytes();
         let ft = entry.file_type().at(entry.path())?;
-        let mut rel = prefix.clone();
+        let mut rel = prefix.to_vec();
         if !rel.is_empty() {
             rel.push(b'/');
         }
@@ -138,7 +138,7 @@ fn walk(dir: &Path, prefix: &mut Vec<u8>, out: &mut Vec<(Vec<u8>, Kind)>) -> Res
             if SKIP_DIRS.iter().any(|s| s.as_bytes() == name_b) {
                 continue;
             }
-            walk(&entry.path(), &mut rel, out)?;
+            walk(&entry.path(), &rel, out)?;
         } else if SKIP_FILES.iter().any(|s| s.as_bytes() == name_b) {
             continue;
         } else if ft.is_symlink() {

@@ -905,3 +905,48 @@ fn demo_runs_with_nothing_set_up() {
     assert_ok(&o, "demo human");
     assert!(stdout(&o).contains("NOT inside the sandbox yet"));
 }
+
+#[test]
+fn open_finds_a_name_under_capsules_in_a_parent_folder() {
+    let s = scratch();
+    let proj = s.path().join("proj");
+    std::fs::create_dir_all(proj.join("capsules/tiny")).unwrap();
+    std::fs::create_dir_all(proj.join("deep/er")).unwrap();
+    std::fs::write(
+        proj.join("capsules/tiny/capsule.yaml"),
+        "name: tiny\nsource:\n  synthetic: true\n  steps:\n    - {action: write, path: t.txt, content: \"t\\n\"}\n    - {action: commit, message: t}\n",
+    )
+    .unwrap();
+    let root = s.path().join("root");
+    let o = run(Runner::Current
+        .capsule(&root)
+        .current_dir(proj.join("deep/er"))
+        .args(["open", "tiny", "--json"]));
+    assert_ok(&o, "open by name");
+    let j = json_of(&o);
+    assert_eq!(j["name"], "tiny");
+    assert_eq!(
+        j["spec_path"],
+        std::fs::canonicalize(proj.join("capsules/tiny/capsule.yaml"))
+            .unwrap()
+            .display()
+            .to_string()
+    );
+    // and by workspace path from inside it
+    let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+    let o = run(Runner::Current
+        .capsule(&root)
+        .current_dir(&ws)
+        .args(["verify", ".", "--json"]));
+    assert_ok(&o, "verify .");
+    assert_eq!(json_of(&o)["capsule_name"], "tiny");
+    let o = run(Runner::Current
+        .capsule(&root)
+        .current_dir(proj.join("deep"))
+        .args(["open", "nonesuch"]));
+    assert!(
+        !o.status.success() && stderr(&o).contains("capsules/nonesuch/capsule.yaml"),
+        "{}",
+        stderr(&o)
+    );
+}
