@@ -24,8 +24,8 @@ pub struct Ctx<'a> {
     pub envp: &'a [CString],
     pub report: RawFd,
     pub sync: RawFd,
-    pub pty_slave: Option<RawFd>,
-    pub pty_master: Option<RawFd>,
+    /// Console socket (`-t`): init sends the master of the pair it opens inside.
+    pub pty_sock: Option<RawFd>,
     pub old_mask: &'a SigSet,
     pub seccomp: Option<&'a SeccompProgram>,
     pub namespaces: &'a [&'static str],
@@ -58,9 +58,6 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         exit(crate::exit::SANDBOX_FAILED as i32);
     }
     sys::close(cx.sync);
-    if let Some(m) = cx.pty_master {
-        sys::close(m);
-    }
     if full {
         if let Err(e) = mounts::build_root(&cx.plan.mounts) {
             fail(cx.report, e.to_string());
@@ -77,6 +74,23 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         fail(cx.report, format!("becoming a subreaper: {e}"));
     }
 
+    let mut pty_slave = None;
+    if let Some(sock) = cx.pty_sock {
+        match super::pty::open_here() {
+            Ok((master, slave)) => {
+                if let Err(e) = super::pty::send_fd(sock, master) {
+                    fail(cx.report, format!("handing the terminal to capsule: {e}"));
+                }
+                sys::close(master);
+                pty_slave = Some(slave);
+            }
+            Err(e) => fail(
+                cx.report,
+                format!("opening a pseudo-terminal in the sandbox: {e}"),
+            ),
+        }
+        sys::close(sock);
+    }
     let (go_r, go_w) = match sys::pipe() {
         Ok(p) => p,
         Err(e) => fail(cx.report, format!("pipe: {e}")),
@@ -91,10 +105,10 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     }
     if child == 0 {
         sys::close(go_w);
-        command(&cx, go_r)
+        command(&cx, go_r, pty_slave)
     }
     sys::close(go_r);
-    if let Some(s) = cx.pty_slave {
+    if let Some(s) = pty_slave {
         sys::close(s);
     }
     for h in hooks.inside {
@@ -228,7 +242,7 @@ fn children() -> Vec<libc::pid_t> {
 }
 
 /// The command's process: last steps, then `execve`. Never returns.
-fn command(cx: &Ctx<'_>, go: RawFd) -> ! {
+fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
     let plan = cx.plan;
     let rep = cx.report;
     if plan.isolation != Isolation::Full {
@@ -238,7 +252,7 @@ fn command(cx: &Ctx<'_>, go: RawFd) -> ! {
     // SAFETY: resetting dispositions the Rust runtime changed (SIGPIPE is ignored there).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if plan.stdio == Stdio::Tty {
-        if let Some(s) = cx.pty_slave {
+        if let Some(s) = pty_slave {
             if let Err(e) = super::pty::Pty::attach_slave(s) {
                 fail(rep, format!("attaching the pseudo-terminal: {e}"));
             }

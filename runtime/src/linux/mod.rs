@@ -150,7 +150,7 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
         Isolation::None => None,
         _ => Some(seccomp::SeccompProgram::build().map_err(|e| ExecError::Setup(e.to_string()))?),
     };
-    let pty = match plan.stdio {
+    let mut pty = match plan.stdio {
         Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
         Stdio::Inherit => None,
     };
@@ -212,8 +212,7 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
             envp: &envp,
             report: rep_w,
             sync: sync_r,
-            pty_slave: pty.as_ref().map(|p| p.slave),
-            pty_master: pty.as_ref().map(|p| p.master),
+            pty_sock: pty.as_ref().map(|p| p.child_sock),
             old_mask: &old_mask,
             seccomp: seccomp.as_ref(),
             namespaces: &namespaces,
@@ -223,8 +222,9 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
     let pid = pid as libc::pid_t;
     sys::close(rep_w);
     sys::close(sync_r);
-    if let Some(p) = &pty {
-        sys::close(p.slave);
+    if let Some(p) = pty.as_mut() {
+        sys::close(p.child_sock);
+        p.child_sock = -1;
     }
     if plan.isolation == Isolation::Full {
         if let Err(e) = write_id_maps(pid) {
@@ -242,7 +242,7 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
     let _ = sys::write_all(sync_w, &[1]);
     sys::close(sync_w);
 
-    let waited = supervise(pid, plan, rep_r, pty.as_ref(), &mask);
+    let waited = supervise(pid, plan, rep_r, pty.as_mut(), &mask);
     restore(&old_mask);
     sys::close(rep_r);
     drop(pty);
@@ -326,7 +326,7 @@ fn supervise(
     pid: libc::pid_t,
     plan: &ExecPlan,
     rep_r: RawFd,
-    pty: Option<&pty::Pty>,
+    mut pty: Option<&mut pty::Pty>,
     mask: &SigSet,
 ) -> std::io::Result<(libc::c_int, bool, Vec<u8>)> {
     use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -345,7 +345,7 @@ fn supervise(
     let mut report = Vec::new();
     let mut rep_open = true;
     let mut timed_out = false;
-    let mut relay = pty.map(|p| p.relay());
+    let mut relay: Option<pty::Relay> = None;
     loop {
         let mut fds = vec![libc::pollfd {
             fd: sfd.as_raw_fd(),
@@ -365,6 +365,15 @@ fn supervise(
             revents: 0,
         });
         let pidfd_idx = fds.len() - 1;
+        let console_idx = fds.len();
+        fds.push(libc::pollfd {
+            fd: match &pty {
+                Some(p) if relay.is_none() => p.sock,
+                _ => -1,
+            },
+            events: libc::POLLIN,
+            revents: 0,
+        });
         let relay_base = fds.len();
         if let Some(r) = &relay {
             fds.extend(r.pollfds());
@@ -401,6 +410,15 @@ fn supervise(
             match sys::read(rep_r, &mut buf) {
                 Ok(0) | Err(_) => rep_open = false,
                 Ok(k) => report.extend_from_slice(&buf[..k]),
+            }
+        }
+        if fds[console_idx].revents != 0 {
+            if let Some(p) = pty.as_mut() {
+                match p.receive_master() {
+                    Ok(_) => relay = Some(p.relay()),
+                    // init is gone before sending: its report says why
+                    Err(_) => pty = None,
+                }
             }
         }
         if let Some(r) = relay.as_mut() {

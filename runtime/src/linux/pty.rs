@@ -1,56 +1,52 @@
 //! `exec -t`: a new pseudo-terminal of the command's own, relayed to the caller's
 //! terminal (raw mode while it runs), with window size changes passed on.
 //!
-//! The pair is opened on the host before the sandbox is made; the command gets the slave
-//! as its controlling terminal (`setsid` + `TIOCSCTTY`), the caller keeps the master.
+//! Init opens the pair on the sandbox's own devpts (so `ttyname` and `/dev/pts/N` work
+//! inside) and sends the master to the caller over a socket (`SCM_RIGHTS`); the command
+//! gets the slave as its controlling terminal (`setsid` + `TIOCSCTTY`).
 
 use super::sys;
 use std::io;
 use std::os::fd::RawFd;
 
-/// A pseudo-terminal pair and the caller's saved terminal mode.
+/// The caller's side of `-t`: a socket on which init sends the master of a pair it opens
+/// inside the sandbox (so the command's terminal lives in the sandbox's own devpts and
+/// `ttyname` works), and the caller's saved terminal mode.
 pub struct Pty {
+    /// Our end of the console socket.
+    pub sock: RawFd,
+    /// The end init gets.
+    pub child_sock: RawFd,
+    /// The master, once received (-1 before).
     pub master: RawFd,
-    pub slave: RawFd,
     saved: Option<libc::termios>,
 }
 
 impl Pty {
-    /// Open a pair, copy the caller's window size, and put the caller's terminal (if
-    /// stdin is one) in raw mode until drop.
+    /// Make the console socket and put the caller's terminal (if stdin is one) in raw
+    /// mode until drop.
     pub fn open() -> io::Result<Pty> {
-        // SAFETY: plain libc calls on descriptors we own; buffers sized as required.
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: valid out-array of two ints.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        } < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        let mut pty = Pty {
+            sock: fds[0],
+            child_sock: fds[1],
+            master: -1,
+            saved: None,
+        };
+        // SAFETY: termios calls on fd 0 with valid structs.
         unsafe {
-            let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-            if master < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::grantpt(master) < 0 || libc::unlockpt(master) < 0 {
-                let e = io::Error::last_os_error();
-                libc::close(master);
-                return Err(e);
-            }
-            let mut name = [0 as libc::c_char; 128];
-            if libc::ptsname_r(master, name.as_mut_ptr(), name.len()) != 0 {
-                let e = io::Error::last_os_error();
-                libc::close(master);
-                return Err(e);
-            }
-            let slave = libc::open(
-                name.as_ptr(),
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            );
-            if slave < 0 {
-                let e = io::Error::last_os_error();
-                libc::close(master);
-                return Err(e);
-            }
-            let mut pty = Pty {
-                master,
-                slave,
-                saved: None,
-            };
-            pty.copy_winsize();
             if libc::isatty(0) == 1 {
                 let mut t: libc::termios = std::mem::zeroed();
                 if libc::tcgetattr(0, &mut t) == 0 {
@@ -60,8 +56,36 @@ impl Pty {
                     libc::tcsetattr(0, libc::TCSANOW, &raw);
                 }
             }
-            Ok(pty)
         }
+        Ok(pty)
+    }
+
+    /// Receive the master from init (blocking until it arrives or init is gone).
+    pub fn receive_master(&mut self) -> io::Result<RawFd> {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!(RawFd);
+        let msg = recvmsg::<()>(
+            self.sock,
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                if let Some(&fd) = fds.first() {
+                    self.master = fd;
+                    self.copy_winsize();
+                    return Ok(fd);
+                }
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the sandbox sent no terminal",
+        ))
     }
 
     fn copy_winsize(&self) {
@@ -121,7 +145,52 @@ impl Drop for Pty {
             unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) };
         }
         sys::close(self.master);
+        sys::close(self.sock);
+        sys::close(self.child_sock);
     }
+}
+
+/// In the sandbox: open a pair on its own `/dev/ptmx`; returns (master, slave).
+pub fn open_here() -> io::Result<(RawFd, RawFd)> {
+    // SAFETY: open/ioctl on descriptors we own.
+    unsafe {
+        let master = libc::open(
+            c"/dev/ptmx".as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if master < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let unlock: libc::c_int = 0;
+        if libc::ioctl(master, libc::TIOCSPTLCK, &unlock) < 0 {
+            let e = io::Error::last_os_error();
+            libc::close(master);
+            return Err(e);
+        }
+        // TIOCGPTPEER: the slave without a path lookup
+        let slave = libc::ioctl(
+            master,
+            0x5441,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if slave < 0 {
+            let e = io::Error::last_os_error();
+            libc::close(master);
+            return Err(e);
+        }
+        Ok((master, slave))
+    }
+}
+
+/// Send `fd` over the console socket.
+pub fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [fd];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(b"t")];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None)
+        .map(drop)
+        .map_err(io::Error::from)
 }
 
 /// Copies bytes between the caller and the pseudo-terminal.
