@@ -514,6 +514,16 @@ enum GoTok {
     Newline,
 }
 
+/// Does a word of go.mod end before byte `i` (space, bracket, quote, comment, arrow)?
+fn ends_word(b: &[u8], i: usize) -> bool {
+    let next = b.get(i + 1);
+    matches!(
+        b[i],
+        b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')' | b'"' | b'`'
+    ) || (b[i] == b'/' && next == Some(&b'/'))
+        || (b[i] == b'=' && next == Some(&b'>'))
+}
+
 /// Tokenize go.mod / go.work: identifiers, interpreted ("…") and raw (`…`) strings,
 /// `(`, `)`, `=>`, newlines; `//` comments dropped.
 fn go_tokens(text: &str) -> Result<Vec<(usize, GoTok)>, String> {
@@ -596,14 +606,7 @@ fn go_tokens(text: &str) -> Result<Vec<(usize, GoTok)>, String> {
             }
             _ => {
                 let start = i;
-                while i < b.len()
-                    && !matches!(
-                        b[i],
-                        b' ' | b'\t' | b'\r' | b'\n' | b'(' | b')' | b'"' | b'`'
-                    )
-                    && !(b[i] == b'/' && b.get(i + 1) == Some(&b'/'))
-                    && !(b[i] == b'=' && b.get(i + 1) == Some(&b'>'))
-                {
+                while i < b.len() && !ends_word(b, i) {
                     i += 1;
                 }
                 out.push((line, GoTok::Word(text[start..i].to_string())));
