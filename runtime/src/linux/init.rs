@@ -314,7 +314,8 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
                 .policy
                 .home
                 .iter()
-                .filter(|h| h.starts_with("/dev/"))
+                // only with mounts hiding what lies inside; alone, Landlock could not
+                .filter(|h| full && h.starts_with("/dev/"))
                 .cloned()
                 .collect(),
             all_devices: false,
