@@ -228,6 +228,12 @@ pub fn apply(step: &MountStep) -> R<()> {
             let what = || format!("hiding {}", dst.display());
             let d = ctx(under(NEW, dst), what)?;
             match sys::kind(&d) {
+                // missing because a shallower mask's tmpfs covers it: with carve-outs it
+                // still needs its own tmpfs (deeper steps mount inside; a seal follows)
+                Kind::Missing if *carve_outs => {
+                    ctx(mount_point(&d, true), what)?;
+                    ctx(tmpfs(&d, 0o755), what)
+                }
                 Kind::Missing => Ok(()),
                 // a symlink points elsewhere; its target is masked on its own (policy
                 // paths are canonical) and mounting on it would follow it
