@@ -420,3 +420,37 @@ fn no_display_and_a_failure_for_want_of_one_is_said_once() {
         assert!(!stderr(&o).contains("needs a display"));
     }
 }
+
+#[test]
+fn default_layout_with_the_capsule_root_inside_home() {
+    // capsule's default root is ~/.local/share/capsule: the layer's upper directory then
+    // lies inside the overlay's lower layer (the home), which overlayfs accepts as long as
+    // nothing looks it up through the overlay (the capsule root is hidden there)
+    for r in runners() {
+        let mut e = Env::new(&r);
+        e.root = e.home.join(".local/share/capsule");
+        std::fs::create_dir_all(&e.root).unwrap();
+        r.own(&e.home);
+        e.open("in-home");
+        let o = e.sh(
+            "in-home",
+            "echo hi > ~/new-file && cat ~/new-file && ls ~/.local/share/capsule/bundles 2>&1 | wc -l",
+        );
+        assert_ok(&o, "exec with the capsule root in home");
+        // the bundles (the layer itself included) stay hidden
+        assert_eq!(stdout(&o), "hi\n0\n", "{}", r.label());
+        assert!(!e.home.join("new-file").exists());
+        assert_eq!(
+            changes(&e, "in-home"),
+            set(&[("new-file", "added")]),
+            "{}",
+            r.label()
+        );
+        let o = e.capsule(&["home", "apply", "in-home"]);
+        assert_ok(&o, "apply");
+        assert_eq!(
+            std::fs::read_to_string(e.home.join("new-file")).unwrap(),
+            "hi\n"
+        );
+    }
+}
