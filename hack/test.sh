@@ -9,4 +9,4 @@ if [ "$(id -u)" = 0 ] && getent passwd "${CAPSULE_TEST_USER:-capsule-ci}" >/dev/
   export CAPSULE_TEST_REQUIRE_USER=1
 fi
 cargo build --workspace --bins
-cargo test --workspace -- "$@"
+cargo test --workspace --no-fail-fast -- "$@"
