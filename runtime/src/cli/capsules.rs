@@ -16,7 +16,7 @@ use clap::Args;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The example spec `capsule demo` opens (shipped inside the binary).
 pub const DEMO_SPEC: &str = include_str!("../../examples-spec/demo/capsule.yaml");
@@ -199,8 +199,9 @@ pub struct ProbeResult {
 /// THE place probe execution happens. For now: `sh -c <run>` in the workspace (or the
 /// probe's `dir` inside it) with a minimal clean environment (PATH, an empty HOME, LANG,
 /// Kitsoki's fixed git identity, no global/system git config), killed after
-/// [`PROBE_TIMEOUT`]. It is not yet sandboxed; once `capsule exec` lands this should run
-/// the probe through the Linux/macOS executor with the capsule's policy instead.
+/// [`PROBE_TIMEOUT`]. On Linux it runs inside the capsule's sandbox (the executor of
+/// `capsule exec`, with the capsule's own policy and network mode; HOME is an empty folder
+/// in the capsule's tmp); elsewhere it is not sandboxed yet.
 pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
     let expect = if probe.expect_zero { "zero" } else { "nonzero" };
     let mut res = ProbeResult {
@@ -278,24 +279,51 @@ pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
             cmd.stderr(Stdio::null());
         }
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            res.output = format!("cannot run sh: {e}");
-            return res;
+    // Linux: in the capsule's sandbox with its own policy and network mode (issue 4)
+    #[cfg(target_os = "linux")]
+    let status = {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::ExitStatusExt;
+        let env = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+            .collect();
+        match crate::cli::exec::run_probe(
+            cap,
+            &probe.run,
+            &cwd,
+            env,
+            PROBE_TIMEOUT,
+            out_file.as_raw_fd(),
+        ) {
+            Ok(code) => code.map(|c| std::process::ExitStatus::from_raw((c & 0xff) << 8)),
+            Err(e) => {
+                res.output = format!("probe did not run: {e}");
+                return res;
+            }
         }
     };
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if start.elapsed() > PROBE_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
+    #[cfg(not(target_os = "linux"))]
+    let status = {
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                res.output = format!("cannot run sh: {e}");
+                return res;
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(_) => break None,
+        };
+        let start = std::time::Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if start.elapsed() > PROBE_TIMEOUT => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break None,
+            }
         }
     };
     use std::io::{Read, Seek};

@@ -140,6 +140,9 @@ pub fn exec(a: ExecArgs) -> CliResult {
     imp::exec(a)
 }
 
+#[cfg(target_os = "linux")]
+pub use imp::run_probe;
+
 #[cfg(target_os = "macos")]
 mod imp {
     use super::*;
@@ -347,6 +350,90 @@ mod imp {
         match result {
             Ok(_) => Ok(ExitCode::from(code)),
             Err(e) => Err(CliError::new(code, e.to_string())),
+        }
+    }
+
+    /// Run a probe script (`sh -c script`) of `cap` in its sandbox, with the capsule's own
+    /// policy (the spec's network mode) and exactly `env`; stdin is `/dev/null`, stdout and
+    /// stderr go to `out`. Isolation as for `exec` (never a silent fallback). Returns the
+    /// exit status (the command's own, 128+N, 124 on timeout, 126/127) or why nothing ran.
+    pub fn run_probe(
+        cap: &store::OpenCapsule,
+        script: &str,
+        cwd: &Path,
+        env: Vec<(OsString, OsString)>,
+        timeout: Duration,
+        out: std::os::fd::RawFd,
+    ) -> Result<Option<i32>, String> {
+        let settings = capsule_root()
+            .map(|r| Layout::new(r).settings_file())
+            .and_then(|f| Settings::load(&f).ok())
+            .unwrap_or_default();
+        let policy = &cap.policy;
+        let mut degradation = Vec::new();
+        let mut isolation = if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+            weaker_or_refuse(&settings, &mut degradation).map_err(|e| e.message)?
+        } else {
+            Isolation::Full
+        };
+        // an empty HOME of the probe's own, in the capsule's tmp (its /tmp inside)
+        let home = tempfile::Builder::new()
+            .prefix("probe-home-")
+            .tempdir_in(&policy.tmp_dir)
+            .map_err(|e| {
+                format!(
+                    "cannot make a probe HOME in {}: {e}",
+                    policy.tmp_dir.display()
+                )
+            })?;
+        let make = |iso: Isolation| {
+            let full = iso == Isolation::Full;
+            let home_inside = match (full, home.path().file_name()) {
+                (true, Some(n)) => Path::new("/tmp").join(n),
+                _ => home.path().to_path_buf(),
+            };
+            let mut env: Vec<(OsString, OsString)> =
+                env.iter().filter(|(k, _)| k != "HOME").cloned().collect();
+            env.push(("HOME".into(), home_inside.into_os_string()));
+            ExecPlan {
+                argv: vec!["sh".into(), "-c".into(), script.into()],
+                env,
+                cwd: cwd.to_path_buf(),
+                mounts: if full {
+                    plan::mount_plan(policy, &policy.devices)
+                } else {
+                    Vec::new()
+                },
+                isolation: iso,
+                new_netns: policy.network.mode != NetworkMode::Open,
+                hostname: format!("capsule-{}", policy.capsule_name)
+                    .chars()
+                    .take(64)
+                    .collect(),
+                policy: if full {
+                    plan::sandbox_view(policy)
+                } else {
+                    policy.clone()
+                },
+                network_off: policy.network.mode == NetworkMode::Off,
+                stdio: Stdio::Redirect {
+                    stdout: out,
+                    stderr: out,
+                },
+                timeout: Some(timeout),
+            }
+        };
+        let mut result = linux::run(&make(isolation), Hooks::default());
+        if let Err(ExecError::Namespaces(_)) = &result {
+            isolation = weaker_or_refuse(&settings, &mut degradation).map_err(|e| e.message)?;
+            result = linux::run(&make(isolation), Hooks::default());
+        }
+        match result {
+            Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
+            Ok(o) => Ok(Some(o.termination.exit_status() as i32)),
+            Err(ExecError::NotFound { .. }) => Ok(Some(exit::NOT_FOUND as i32)),
+            Err(ExecError::NotExecutable { .. }) => Ok(Some(exit::NOT_EXECUTABLE as i32)),
+            Err(e) => Err(e.to_string()),
         }
     }
 

@@ -258,6 +258,28 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
             }
         }
     }
+    if let Stdio::Redirect { stdout, stderr } = plan.stdio {
+        // SAFETY: dup2/open on descriptors we own.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+            if null < 0
+                || libc::dup2(null, 0) < 0
+                || libc::dup2(stdout, 1) < 0
+                || libc::dup2(stderr, 2) < 0
+            {
+                fail(
+                    rep,
+                    format!(
+                        "redirecting the command's output: {}",
+                        std::io::Error::last_os_error()
+                    ),
+                );
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
     let cwd = match CString::new(plan.cwd.as_os_str().as_encoded_bytes()) {
         Ok(c) => c,
         Err(_) => fail(rep, "working directory contains a NUL byte".into()),

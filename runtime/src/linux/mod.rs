@@ -152,7 +152,7 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
     };
     let mut pty = match plan.stdio {
         Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
-        Stdio::Inherit => None,
+        Stdio::Inherit | Stdio::Redirect { .. } => None,
     };
     // The children allocate between clone and execve: other threads of ours must not hold
     // allocator locks then (the stderr relay of `home::display` blocks in read(2)).

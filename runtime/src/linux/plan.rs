@@ -60,6 +60,9 @@ pub enum Stdio {
     Inherit,
     /// A new pseudo-terminal, relayed by the caller (`-t`).
     Tty,
+    /// stdin from `/dev/null`, stdout and stderr to these descriptors of the caller
+    /// (e.g. probes capturing their output in a file).
+    Redirect { stdout: i32, stderr: i32 },
 }
 
 /// Which isolation the exec runs under.
@@ -249,7 +252,10 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
                 }
             }
             Rule::Reveal => steps.push(bind(false, true)),
-            Rule::Write => steps.push(bind(true, false)),
+            // the workspace must exist; an extra writable path that does not (yet) exist is
+            // skipped: the runtime never creates host paths, and inside the workspace it is
+            // writable anyway
+            Rule::Write => steps.push(bind(true, path != &policy.workspace)),
             Rule::ReadOnly => steps.push(bind(false, true)),
         }
     }
