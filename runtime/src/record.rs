@@ -54,6 +54,8 @@ pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
         .status(gix::progress::Discard)
         .map_err(|e| format!("gix status: {e}"))?
         .index_worktree_submodules(None)
+        // small workspaces are the common case: threads cost more than they save
+        .index_worktree_options_mut(|o| o.thread_limit = Some(1))
         .untracked_files(gix::status::UntrackedFiles::Files);
     let iter = status
         .into_index_worktree_iter(Vec::new())

@@ -173,6 +173,8 @@ mod imp {
     use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
     use crate::record::{self, ExecRecord};
     use crate::settings::Settings;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
     pub fn exec(a: ExecArgs) -> CliResult {
         let started = Instant::now();
@@ -181,6 +183,7 @@ mod imp {
             capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME"))?;
         let layout = Layout::new(root);
         let cap = store::resolve(&layout, &a.capsule).map_err(|e| fail(e.to_string()))?;
+        tracing::debug!("resolved capsule: {:?}", started.elapsed());
         let caller_cwd = std::env::current_dir().ok();
         let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
 
@@ -189,6 +192,7 @@ mod imp {
         let gate = capsule_policy::Gate::load(&gate_from, None)
             .map_err(|e| fail(format!("launch policy: {e}")))?;
         let decision = gate.decide("capsule.exec", None, &cwd);
+        tracing::debug!("gate decided: {:?}", started.elapsed());
         if let Some(trace) = capsule_policy::trace_path(None) {
             if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
                 tracing::warn!(
@@ -269,7 +273,19 @@ mod imp {
             ));
         }
 
-        let before = record::snapshot(&cap.workspace);
+        // the workspace snapshot the record compares against is taken while init builds
+        // the sandbox, before the command is released
+        let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
+        let snapshot_hooks = || {
+            let slot = before.clone();
+            let ws = cap.workspace.clone();
+            Hooks {
+                before_release: Some(Box::new(move || {
+                    *slot.borrow_mut() = Some(record::snapshot(&ws));
+                })),
+                ..Hooks::default()
+            }
+        };
         // the task's own environment (issue 5): home layer, caches, revealed projects,
         // devices, no display
         let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
@@ -284,14 +300,16 @@ mod imp {
         let mut plan = build_plan(&a, &policy, &cwd, isolation);
         task_env(&mut plan)?;
         let watch = crate::home::display::Watch::start(!a.tty);
-        let mut result = linux::run(&plan, Hooks::default());
+        tracing::debug!("plan ready: {:?}", started.elapsed());
+        let mut result = linux::run(&plan, snapshot_hooks());
+        tracing::debug!("command ended: {:?}", started.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {
             // full isolation is refused here: only what the operator accepted may follow
             tracing::info!("namespaces refused: {msg}");
             isolation = weaker_or_refuse(&settings, &mut degradation)?;
             plan = build_plan(&a, &policy, &cwd, isolation);
             task_env(&mut plan)?;
-            result = linux::run(&plan, Hooks::default());
+            result = linux::run(&plan, snapshot_hooks());
         }
         let needs_display = watch.finish();
         if isolation == Isolation::Weaker {
@@ -333,10 +351,15 @@ mod imp {
                 );
             }
         }
+        let before = before
+            .borrow_mut()
+            .take()
+            .unwrap_or_else(|| Err("the command did not start".into()));
         match (before, record::snapshot(&cap.workspace)) {
             (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
             (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
         }
+        tracing::debug!("snapshot after: {:?}", started.elapsed());
         rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         if let Err(e) = rec.append(&events) {
             eprintln!(

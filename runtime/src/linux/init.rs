@@ -29,6 +29,8 @@ pub struct Ctx<'a> {
     pub old_mask: &'a SigSet,
     pub seccomp: Option<&'a SeccompProgram>,
     pub namespaces: &'a [&'static str],
+    /// When the caller started `run` (for debug timings).
+    pub t0: std::time::Instant,
 }
 
 fn exit(code: i32) -> ! {
@@ -57,7 +59,6 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
         exit(crate::exit::SANDBOX_FAILED as i32);
     }
-    sys::close(cx.sync);
     if full {
         if let Err(e) = mounts::build_root(&cx.plan.mounts) {
             fail(cx.report, e.to_string());
@@ -91,6 +92,7 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         }
         sys::close(sock);
     }
+    tracing::debug!("init: root built: {:?}", cx.t0.elapsed());
     let (go_r, go_w) = match sys::pipe() {
         Ok(p) => p,
         Err(e) => fail(cx.report, format!("pipe: {e}")),
@@ -121,6 +123,14 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
             );
         }
     }
+    // the caller's go-ahead (it may have work to finish first); end of file: it died
+    let mut b = [0u8; 1];
+    if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
+        // SAFETY: killing our own child.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        exit(crate::exit::SANDBOX_FAILED as i32);
+    }
+    sys::close(cx.sync);
     let _ = sys::write_all(go_w, &[1]);
     sys::close(go_w);
     // nothing in the sandbox may ptrace or read init's memory
@@ -343,6 +353,7 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
             all_devices: false,
             tcp_connect_ports: vec![],
         };
+        tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
         match ll::restrict(&plan.policy, &opts) {
             Ok(r) => {
                 let missing: Vec<String> =
@@ -369,6 +380,7 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
             applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();
         }
     }
+    tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
     send(rep, &Report::Layers { applied });
     if let Err(e) = sys::cloexec_from(3) {
         fail(rep, format!("closing inherited descriptors: {e}"));

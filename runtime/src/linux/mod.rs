@@ -105,6 +105,10 @@ pub type InitHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
 pub struct Hooks {
     /// Run by init inside the sandbox, in order.
     pub inside: Vec<InitHook>,
+    /// Run by the caller while init builds the sandbox, before the command is released
+    /// (e.g. the workspace snapshot the exec record compares against). Runs with the
+    /// executor's signals blocked; threads it starts inherit that mask.
+    pub before_release: Option<Box<dyn FnOnce()>>,
 }
 
 /// Messages on the report pipe, one JSON line each.
@@ -133,7 +137,8 @@ pub(crate) fn kill_all_signal() -> libc::c_int {
 }
 
 /// Run `plan`'s command in the sandbox and wait for it.
-pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
+pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> {
+    let hooks_before_release = hooks.before_release.take();
     let start = Instant::now();
     let setup = |what: &str, e: std::io::Error| ExecError::Setup(format!("{what}: {e}"));
     let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes().to_vec()))?;
@@ -216,10 +221,12 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
             old_mask: &old_mask,
             seccomp: seccomp.as_ref(),
             namespaces: &namespaces,
+            t0: start,
         };
         init::main(ctx, hooks)
     }
     let pid = pid as libc::pid_t;
+    tracing::debug!("run: cloned: {:?}", start.elapsed());
     sys::close(rep_w);
     sys::close(sync_r);
     if let Some(p) = pty.as_mut() {
@@ -239,7 +246,13 @@ pub fn run(plan: &ExecPlan, hooks: Hooks) -> Result<ExecOutcome, ExecError> {
             return Err(setup("writing the user namespace's id maps", e));
         }
     }
+    // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
+    if let Some(f) = hooks_before_release {
+        f();
+    }
+    // second byte: the command may start
+    let _ = sys::write_all(sync_w, &[2]);
     sys::close(sync_w);
 
     let waited = supervise(pid, plan, rep_r, pty.as_mut(), &mask);

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Benchmark: the cost of starting a command in a capsule's sandbox.
+#
+#   capsule exec <capsule> -- /bin/true    vs    /bin/true bare
+#                                           vs    bwrap with an equivalent policy
+#                                           vs    runc run of an equivalent bundle (if runc is installed)
+# and the same with 200 hidden paths (capsule: --hide x200; bwrap: --tmpfs x200).
+#
+# Prints median wall time per start (ms) and the ratio to bwrap. Not a test: run it by
+# hand (`hack/bench-exec.sh [RUNS]`); needs bubblewrap (`apt-get install -y bubblewrap`),
+# optionally runc (`apt-get install -y runc`, as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${1:-200}"
+
+cargo build --release -q -p capsule-runtime
+BIN="$PWD/target/release/capsule"
+command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
+
+W="$(mktemp -d /dev/shm/bench-exec-XXXXXX)"
+trap 'rm -rf "$W"' EXIT
+export CAPSULE_ROOT="$W/root" HOME="$W/home"
+mkdir -p "$HOME/.ssh" "$W/src"
+echo secret >"$HOME/.ssh/id_rsa"
+git -C "$W/src" init -q
+echo hi >"$W/src/README"
+git -C "$W/src" -c user.name=b -c user.email=b@example.invalid add -A
+git -C "$W/src" -c user.name=b -c user.email=b@example.invalid commit -qm init
+"$BIN" open --source "$W/src" --name bench >/dev/null
+WS="$(cd "$CAPSULE_ROOT/workspaces/bench" && pwd -P)"
+TMPD="$CAPSULE_ROOT/bundles/bench/tmp"
+
+HIDE_ARGS=()
+BWRAP_HIDE=()
+for i in $(seq 1 200); do
+  mkdir -p "$HOME/hidden/d$i"
+  HIDE_ARGS+=(--hide "$HOME/hidden/d$i")
+  BWRAP_HIDE+=(--tmpfs "$HOME/hidden/d$i")
+done
+
+# bwrap with the same shape of policy: new user/pid/net/ipc/uts namespaces, read-only
+# system dirs and home, credentials masked, workspace rw, capsule tmp at /tmp, minimal
+# /dev, fresh /proc, clean env, no capabilities, dies with its parent.
+BWRAP=(bwrap --unshare-user --unshare-pid --unshare-net --unshare-ipc --unshare-uts
+  --die-with-parent --new-session --cap-drop ALL --clearenv --setenv PATH /usr/bin:/bin
+  --setenv TMPDIR /tmp --ro-bind /usr /usr --ro-bind /etc /etc --ro-bind /opt /opt
+  --ro-bind /var /var --ro-bind /home /home --ro-bind "$HOME" "$HOME")
+for l in bin sbin lib lib64; do
+  if [ -L "/$l" ]; then BWRAP+=(--symlink "$(readlink "/$l")" "/$l"); elif [ -d "/$l" ]; then BWRAP+=(--ro-bind "/$l" "/$l"); fi
+done
+BWRAP+=(--tmpfs "$HOME/.ssh" --dev /dev --proc /proc --bind "$TMPD" /tmp
+  --bind "$WS" "$WS" --ro-bind "$WS/capsule-manifest.json" "$WS/capsule-manifest.json"
+  --chdir "$WS")
+
+RUNC_OK=0
+if command -v runc >/dev/null && [ "$(id -u)" = 0 ]; then
+  B="$W/runc"
+  mkdir -p "$B/rootfs"
+  (cd "$B" && runc spec)
+  python3 - "$B/config.json" "$WS" <<'EOF'
+import json, sys
+p, ws = sys.argv[1], sys.argv[2]
+c = json.load(open(p))
+c["root"] = {"path": "rootfs", "readonly": True}
+c["process"]["terminal"] = False
+c["process"]["args"] = ["/bin/true"]
+c["process"]["cwd"] = "/"
+for d in ["/usr", "/etc", "/opt", "/var"]:
+    c["mounts"].append({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]})
+for l in ["bin", "sbin", "lib", "lib64"]:
+    c["mounts"].append({"destination": "/" + l, "type": "bind", "source": "/" + l, "options": ["rbind", "ro"]})
+c["mounts"].append({"destination": ws, "type": "bind", "source": ws, "options": ["rbind", "rw"]})
+c["linux"]["namespaces"] = [{"type": t} for t in ["pid", "network", "ipc", "uts", "mount"]]
+json.dump(c, open(p, "w"))
+EOF
+  for d in usr etc opt var bin sbin lib lib64 proc dev sys tmp; do mkdir -p "$B/rootfs/$d"; done
+  mkdir -p "$B/rootfs$WS"
+  if runc run --bundle "$B" bench-probe >/dev/null 2>&1; then RUNC_OK=1; fi
+fi
+
+python3 - "$RUNS" "$RUNC_OK" "$BIN" "$WS" "$W" "${BWRAP[*]}" "${HIDE_ARGS[*]}" "${BWRAP_HIDE[*]}" <<'EOF'
+import os, statistics, subprocess, sys, time, shlex
+runs, runc_ok, bin_, ws, w = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3], sys.argv[4], sys.argv[5]
+bwrap = shlex.split(sys.argv[6]); hide = shlex.split(sys.argv[7]); bhide = shlex.split(sys.argv[8])
+env = dict(os.environ)
+def bench(argv, n=runs, cwd=ws):
+    for _ in range(max(5, n // 20)):  # warm-up
+        subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, check=True)
+    t = []
+    for _ in range(n):
+        s = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, check=True)
+        t.append((time.perf_counter() - s) * 1000)
+    return statistics.median(t)
+counter = [0]
+def runc():
+    counter[0] += 1
+    return ["runc", "run", "--bundle", w + "/runc", "bench-%d" % counter[0]]
+rows = []
+rows.append(("/bin/true (bare)", bench(["/bin/true"])))
+rows.append(("bwrap, equivalent policy", bench(bwrap + ["/bin/true"])))
+rows.append(("capsule exec", bench([bin_, "exec", "bench", "--", "/bin/true"])))
+rows.append(("bwrap + 200 hidden paths", bench(bwrap + bhide + ["/bin/true"])))
+rows.append(("capsule exec + 200 hidden paths", bench([bin_, "exec", "bench"] + hide + ["--", "/bin/true"])))
+if runc_ok:
+    class R:
+        def __iter__(self): return iter(runc())
+    t = []
+    for i in range(max(20, runs // 4)):
+        s = time.perf_counter()
+        subprocess.run(runc(), env=env, stdin=subprocess.DEVNULL, check=True, stdout=subprocess.DEVNULL)
+        t.append((time.perf_counter() - s) * 1000)
+    rows.append(("runc run (bundle, root)", statistics.median(t)))
+else:
+    rows.append(("runc run", float("nan")))
+bw = rows[1][1]
+print(f"{'variant':36} {'median ms':>10} {'vs bwrap':>9}")
+for name, m in rows:
+    print(f"{name:36} {m:10.2f} {m / bw:9.2f}")
+print(f"\n200 hidden paths add: capsule {rows[4][1] - rows[2][1]:.2f} ms, bwrap {rows[3][1] - rows[1][1]:.2f} ms  ({runs} runs each, medians)")
+EOF
