@@ -140,6 +140,11 @@ fn loopback_inside_works_and_no_network_refuses_it() {
         assert_eq!(out(&o), "pong:ping\n");
         let o = c.exec(&["sh", "-c", "cat /sys/class/net/lo/operstate 2>/dev/null; ip -o link show lo 2>/dev/null | grep -c UP"]);
         assert!(out(&o).contains('1'), "loopback is up: {}", out(&o));
+        let o = c.exec_with(
+            &["--no-network"],
+            &["sh", "-c", "ip -o link show lo | grep -c 'UP' || true"],
+        );
+        assert_eq!(out(&o).trim(), "0", "--no-network keeps loopback down");
         let o = c.exec_with(&["--no-network"], &["python3", "-c", LOOPBACK_PAIR]);
         assert!(
             !o.status.success() && !out(&o).contains("pong"),

@@ -66,7 +66,8 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         if let Err(e) = sys::sethostname(cx.plan.hostname.as_bytes()) {
             fail(cx.report, format!("setting the hostname: {e}"));
         }
-        if cx.plan.new_netns {
+        // `--no-network`: loopback stays down (and Landlock refuses TCP as well)
+        if cx.plan.new_netns && !cx.plan.network_off {
             if let Err(e) = sys::loopback_up() {
                 fail(cx.report, format!("bringing loopback up: {e}"));
             }
