@@ -211,3 +211,33 @@ fn allow_write_hide_and_reveal() {
         assert_eq!(code(&o), 1, "{}", err(&o));
     });
 }
+
+#[test]
+fn kernel_knobs_and_system_secrets_stay_out_of_reach() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // root runs mapped to itself: file modes alone would let it write these
+        let script = r#"
+            (echo h > /proc/sysrq-trigger) 2>/dev/null && echo WROTE-sysrq
+            (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null && echo WROTE-sysctl
+            cat /etc/shadow 2>/dev/null | head -c 4 | grep -q . && echo READ-shadow
+            cat /proc/kcore 2>/dev/null | head -c 4 | grep -q . && echo READ-kcore
+            ls /dev | tr '\n' ' '
+        "#;
+        let o = c.sh(script);
+        let s = out(&o);
+        assert!(!s.contains("WROTE") && !s.contains("READ"), "{s}");
+        for d in ["sda", "vda", "mem", "kmsg", "input"] {
+            assert!(
+                !s.split_whitespace().any(|x| x == d),
+                "/dev/{d} present: {s}"
+            );
+        }
+        for d in ["null", "zero", "urandom", "tty", "pts", "shm"] {
+            assert!(
+                s.split_whitespace().any(|x| x == d),
+                "/dev/{d} missing: {s}"
+            );
+        }
+    });
+}
