@@ -214,7 +214,8 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
             && (!p.starts_with("/dev") || (p.starts_with("/dev/shm") && p != Path::new("/dev/shm")))
             && p != Path::new("/tmp")
     });
-    rules.sort_by(|a, b| (depth(&a.0), a.1).cmp(&(depth(&b.0), b.1)));
+    // deeper rules later, stronger precedence later; path last so duplicates are adjacent
+    rules.sort_by(|a, b| (depth(&a.0), a.1, &a.0).cmp(&(depth(&b.0), b.1, &b.0)));
     rules.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
 
     let binds: Vec<PathBuf> = rules
