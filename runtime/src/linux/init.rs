@@ -206,7 +206,9 @@ fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
             unsafe { libc::kill(child, sig) };
         }
     }
+    tracing::debug!("init: command ended: {:?}", cx.t0.elapsed());
     kill_rest(full);
+    tracing::debug!("init: the rest killed: {:?}", cx.t0.elapsed());
     let st = main_status.unwrap_or(0);
     if libc::WIFSIGNALED(st) {
         let s = libc::WTERMSIG(st);

@@ -457,6 +457,7 @@ fn supervise(
             // SAFETY: waiting for our own child.
             let w = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
             if w == pid {
+                tracing::debug!("run: init reaped");
                 sys::close(pidfd);
                 // drain what is left of the report and the terminal output
                 if let Some(r) = relay.as_mut() {
