@@ -20,6 +20,17 @@
 //! The report pipe carries JSON lines from init and the command's setup: a failed setup
 //! step, the layers that were applied, an `execve` failure, the command's signal.
 //!
+//! Known limits (measured or reasoned, not hidden):
+//! - A unix socket that lives inside a *visible* read-only tree (e.g. somewhere in the home
+//!   outside the hidden paths) can still be connected to: connect(2) ignores read-only
+//!   mounts and Landlock only scopes path sockets from ABI 9. The usual host services live
+//!   in /run, /tmp and $XDG_RUNTIME_DIR, none of which the sandbox shows.
+//! - Root runs mapped to itself, so root-owned files keep their owner permissions; writable
+//!   kernel knobs under /proc are read-only mounts and root-only system secrets are masked
+//!   ([`plan::SYSTEM_SECRETS`]).
+//! - A workspace under the host's /tmp is bound inside the capsule's /tmp, whose skeleton
+//!   directories then appear in the bundle's tmp.
+//!
 //! [`run`] must be called while the calling process is single-threaded (the children
 //! allocate between `clone` and `execve`); start host-side threads (e.g. a network proxy)
 //! after it has spawned, and bind their sockets before.
