@@ -14,3 +14,38 @@ fn true_and_exit_codes() {
         assert_eq!(code(&c.exec(&["/etc/passwd"])), 126);
     });
 }
+
+#[test]
+fn launch_policy_denial_starts_nothing() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // the operator's project, whose .kitsoki.yaml protects the capsule's workspace
+        let proj = c.dir.path().join("proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        std::fs::write(
+            proj.join(".kitsoki.yaml"),
+            format!(
+                "agent_launch_policy:\n  enabled: true\n  protected_roots: ['{}']\n",
+                c.ws.display()
+            ),
+        )
+        .unwrap();
+        r.own(&proj);
+        let mut cmd = c.capsule();
+        cmd.current_dir(&proj)
+            .args(["exec", NAME, "--", "sh", "-c", "echo ran > ran.txt"]);
+        let o = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+        assert_eq!(code(&o), 3, "{}", err(&o));
+        assert!(
+            err(&o).contains("denied by the launch policy"),
+            "{}",
+            err(&o)
+        );
+        assert!(!c.ws.join("ran.txt").exists(), "the command ran");
+        // without the protection it runs (so the test can fail)
+        std::fs::remove_file(proj.join(".kitsoki.yaml")).unwrap();
+        let o = cmd.output().unwrap();
+        ok(&o, "allowed");
+        assert!(c.ws.join("ran.txt").exists());
+    });
+}
