@@ -44,11 +44,20 @@ fn stat_of(path: &Path) -> Option<(u64, i64, i64, u32, u64)> {
     Some((md.size(), md.mtime(), md.mtime_nsec(), md.mode(), md.ino()))
 }
 
+/// Open `workspace`'s repository for snapshots: isolated, every `filter.*` section ignored.
+pub fn open_repo(workspace: &Path) -> Result<gix::Repository, String> {
+    let opts = gix::open::Options::isolated().filter_config_section(|_| false);
+    gix::open_opts(workspace, opts)
+        .map_err(|e| format!("{}: not a git repository ({e})", workspace.display()))
+}
+
 /// Take a snapshot of `workspace` (a git work tree). Errors are plain messages.
 pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
-    let opts = gix::open::Options::isolated().filter_config_section(|_| false);
-    let repo = gix::open_opts(workspace, opts)
-        .map_err(|e| format!("{}: not a git repository ({e})", workspace.display()))?;
+    snapshot_of(&open_repo(workspace)?, workspace)
+}
+
+/// Take a snapshot with an already opened repository (re-reads the index if it changed).
+pub fn snapshot_of(repo: &gix::Repository, workspace: &Path) -> Result<Snapshot, String> {
     let head = repo.head_id().ok().map(|id| id.to_string());
     let status = repo
         .status(gix::progress::Discard)

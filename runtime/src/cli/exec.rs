@@ -276,12 +276,20 @@ mod imp {
         // the workspace snapshot the record compares against is taken while init builds
         // the sandbox, before the command is released
         let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
+        // opened once, for the snapshot before and the one after
+        let repo: Rc<RefCell<Option<gix::Repository>>> = Rc::default();
         let snapshot_hooks = || {
             let slot = before.clone();
+            let repo = repo.clone();
             let ws = cap.workspace.clone();
             Hooks {
                 before_release: Some(Box::new(move || {
-                    *slot.borrow_mut() = Some(record::snapshot(&ws));
+                    let snap = record::open_repo(&ws).and_then(|r| {
+                        let s = record::snapshot_of(&r, &ws);
+                        *repo.borrow_mut() = Some(r);
+                        s
+                    });
+                    *slot.borrow_mut() = Some(snap);
                 })),
                 ..Hooks::default()
             }
@@ -355,7 +363,11 @@ mod imp {
             .borrow_mut()
             .take()
             .unwrap_or_else(|| Err("the command did not start".into()));
-        match (before, record::snapshot(&cap.workspace)) {
+        let after = match repo.borrow_mut().take() {
+            Some(r) => record::snapshot_of(&r, &cap.workspace),
+            None => record::snapshot(&cap.workspace),
+        };
+        match (before, after) {
             (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
             (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
         }
