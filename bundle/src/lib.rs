@@ -13,6 +13,7 @@
 pub mod digest;
 pub mod error;
 pub mod git;
+pub mod gitguard;
 pub mod gitinfo;
 pub mod layout;
 pub mod manifest;

@@ -279,7 +279,15 @@ pub fn close(layout: &Layout, reference: &str, force: bool) -> Result<Closed> {
 
 /// Why the workspace differs from the open, if it does (HEAD or tree digest).
 pub fn changed_since_open(cap: &OpenCapsule) -> Option<String> {
-    let head = crate::gitinfo::head(&cap.workspace).ok().map(|h| h.commit);
+    // the workspace's git directory was writable from the sandbox: a FIFO planted as HEAD
+    // or a ref must not block close forever
+    let ws = cap.workspace.clone();
+    let head = crate::gitguard::guarded("reading the workspace's HEAD", move || {
+        crate::gitinfo::head(&ws)
+    })
+    .ok()
+    .and_then(|h| h.ok())
+    .map(|h| h.commit);
     if head.is_some() && head != cap.record.head {
         return Some("HEAD moved".into());
     }
@@ -288,6 +296,41 @@ pub fn changed_since_open(cap: &OpenCapsule) -> Option<String> {
         Ok(_) => Some("files changed".into()),
         Err(e) => Some(format!("its files cannot be read ({e})")),
     }
+}
+
+/// Give every folder under `dir` (itself included) read, write and search permission for
+/// its owner, never following a symlink.
+fn make_removable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let md = std::fs::symlink_metadata(dir)?;
+    if !md.is_dir() {
+        return Ok(());
+    }
+    let mode = md.permissions().mode() & 0o7777;
+    if mode & 0o700 != 0o700 {
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a valid C string; AT_SYMLINK_NOFOLLOW refuses a symlink swapped in
+        if unsafe {
+            libc::fchmodat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                mode | 0o700,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            let _ = make_removable(&e.path());
+        }
+    }
+    Ok(())
 }
 
 /// Rename `dir` to a hidden sibling, then remove it, so a half-removed directory never
@@ -302,7 +345,16 @@ pub(crate) fn remove_dir_atomically(dir: &Path) -> Result<()> {
         .unwrap_or_default();
     let tomb = parent.join(format!(".closing-{base}-{}", std::process::id()));
     match std::fs::rename(dir, &tomb) {
-        Ok(()) => std::fs::remove_dir_all(&tomb).at(&tomb),
+        Ok(()) => match std::fs::remove_dir_all(&tomb) {
+            // a folder without search or write permission for its owner: the overlay's
+            // work/work (mode 000) of the home layer, or one a command made in the
+            // workspace; root ignores the mode, anyone else must restore it first
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                let _ = make_removable(&tomb);
+                std::fs::remove_dir_all(&tomb).at(&tomb)
+            }
+            r => r.at(&tomb),
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(dir, e)),
     }
