@@ -901,9 +901,17 @@ fn demo_runs_with_nothing_set_up() {
         .unwrap()
         .contains("hello from inside the capsule")));
     assert!(!Path::new(j["capsule"]["workspace"].as_str().unwrap()).exists());
+    // every refusal the demo shows really happened (the demo fails otherwise) and the
+    // planted key never reached the output
+    assert_eq!(j["unexpected"], 0);
+    assert_eq!(j["sandboxed"], true);
+    assert!(cmds.iter().all(|c| !c["output"].as_str().unwrap().contains("FAKE-DEMO-KEY")));
+    let refused = cmds.iter().filter(|c| c["exit_code"] != 0).count();
+    assert_eq!(refused, 5, "{cmds:?}");
     let o = cap(&s.path().join("unused-root"), &["demo"]);
     assert_ok(&o, "demo human");
-    assert!(stdout(&o).contains("NOT inside the sandbox yet"));
+    assert!(stdout(&o).contains("refused by the sandbox"));
+    assert!(!stdout(&o).contains("UNEXPECTEDLY"));
 }
 
 #[test]
