@@ -42,7 +42,28 @@ pub struct GitInfo {
 }
 
 /// Find the repository containing `dir` (canonical, absolute). Ok(None) when there is none.
+///
+/// The repository may be a capsule's workspace, written by a sandboxed command: a FIFO
+/// planted as HEAD or config would block the read forever, so it runs
+/// [`capsule_bundle::gitguard::guarded`]; a read given up on reports an error (HEAD
+/// unknown: the branch guard fails closed).
 pub fn probe(dir: &Path) -> Option<GitInfo> {
+    let d = dir.to_path_buf();
+    match capsule_bundle::gitguard::guarded("reading git facts", move || probe_now(&d)) {
+        Ok(info) => info,
+        Err(e) => Some(GitInfo {
+            root: dir.to_path_buf(),
+            git_dir: dir.to_path_buf(),
+            branch: None,
+            head: None,
+            bare: false,
+            linked_worktree: false,
+            error: Some(e.to_string()),
+        }),
+    }
+}
+
+fn probe_now(dir: &Path) -> Option<GitInfo> {
     use gix::discover::repository::Path as RepoPath;
     let opts = gix::discover::upwards::Options {
         current_dir: Some(dir),

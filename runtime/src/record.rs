@@ -8,6 +8,7 @@
 //! ignored, submodules skipped: nothing of the repository's configuration (filters,
 //! fsmonitor, hooks), which the sandboxed command can write, runs on the host.
 
+use capsule_bundle::gitguard;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -45,10 +46,17 @@ fn stat_of(path: &Path) -> Option<(u64, i64, i64, u32, u64)> {
 }
 
 /// Open `workspace`'s repository for snapshots: isolated, every `filter.*` section ignored.
+/// Its `.git` must be the workspace's own plain directory ([`gitguard::check_git_dir`]);
+/// a read that blocks on a FIFO, pipe or terminal the command planted is given up.
 pub fn open_repo(workspace: &Path) -> Result<gix::Repository, String> {
-    let opts = gix::open::Options::isolated().filter_config_section(|_| false);
-    gix::open_opts(workspace, opts)
-        .map_err(|e| format!("{}: not a git repository ({e})", workspace.display()))
+    let ws = workspace.to_path_buf();
+    gitguard::guarded("opening the workspace's repository", move || {
+        gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
+        let opts = gix::open::Options::isolated().filter_config_section(|_| false);
+        gix::open_opts(&ws, opts)
+            .map_err(|e| format!("{}: not a git repository ({e})", ws.display()))
+    })
+    .map_err(|e| e.to_string())?
 }
 
 /// Take a snapshot of `workspace` (a git work tree). Errors are plain messages.
@@ -57,7 +65,24 @@ pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
 }
 
 /// Take a snapshot with an already opened repository (re-reads the index if it changed).
+/// The workspace's `.git` is checked again (the command may have replaced it since the
+/// open), and the read runs [`gitguard::guarded`].
 pub fn snapshot_of(repo: &gix::Repository, workspace: &Path) -> Result<Snapshot, String> {
+    let (repo, ws) = (repo.clone(), workspace.to_path_buf());
+    gitguard::guarded("computing the workspace's changes", move || {
+        let git = gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
+        if repo.git_dir() != git || repo.common_dir() != git {
+            return Err(format!(
+                "{}: the repository is not the workspace's own .git; not read",
+                ws.display()
+            ));
+        }
+        snapshot_now(&repo, &ws)
+    })
+    .map_err(|e| e.to_string())?
+}
+
+fn snapshot_now(repo: &gix::Repository, workspace: &Path) -> Result<Snapshot, String> {
     let head = repo.head_id().ok().map(|id| id.to_string());
     let status = repo
         .status(gix::progress::Discard)
