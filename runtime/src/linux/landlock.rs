@@ -370,31 +370,31 @@ impl Builder {
         }
     }
 
-    /// Cover the tree below `dir` (an ancestor of some hidden path) with `read` rights,
-    /// leaving out hidden paths and recursing into directories that lead to them.
+    /// Cover the tree below `dir` (which leads to some point where visibility changes)
+    /// with `read` rights where visible: each entry takes the state of the point it is
+    /// (hidden, or visible again) or else the state of `dir`; entries that lead to further
+    /// points are walked into, the others get `read` when visible and nothing when hidden.
     fn cover(
         &mut self,
         dir: &Path,
-        hidden: &HashSet<Vec<u8>>,
-        ancestors: &HashSet<Vec<u8>>,
+        visible: bool,
+        pts: &Points,
         read: BitFlags<AccessFs>,
         list_ancestors: bool,
     ) -> Result<(), LandlockError> {
         let Some(dfd) = open_nofollow(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY)? else {
             return Ok(());
         };
-        if list_ancestors {
-            let again = dfd.try_clone().map_err(|e| LandlockError::Open {
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone().map_err(|e| LandlockError::Open {
                 path: dir.to_path_buf(),
                 source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-            })?;
-            self.grant(again, dir, AccessFs::ReadDir.into())?;
+            })
+        };
+        if list_ancestors {
+            self.grant(dup(&dfd)?, dir, AccessFs::ReadDir.into())?;
         }
-        let listing = dfd.try_clone().map_err(|e| LandlockError::Open {
-            path: dir.to_path_buf(),
-            source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
-        let mut d = nix::dir::Dir::from_fd(listing).map_err(|source| LandlockError::Open {
+        let mut d = nix::dir::Dir::from_fd(dup(&dfd)?).map_err(|source| LandlockError::Open {
             path: dir.to_path_buf(),
             source,
         })?;
@@ -409,16 +409,24 @@ impl Builder {
                 names.push(n.to_vec());
             }
         }
+        drop(d);
         for n in names {
             let name = OsStr::from_bytes(&n);
             let child = dir.join(name);
             let ck = key(&child);
-            if hidden.contains(&ck) {
+            let state = if pts.hidden.contains(&ck) {
+                false
+            } else if pts.visible.contains(&ck) {
+                true
+            } else {
+                visible
+            };
+            if pts.ancestors.contains(&ck) {
+                // walked into without following symlinks (open_nofollow in the call)
+                self.cover(&child, state, pts, read, list_ancestors)?;
                 continue;
             }
-            if ancestors.contains(&ck) {
-                // must be a real directory (not a symlink) to recurse into
-                self.cover(&child, hidden, ancestors, read, list_ancestors)?;
+            if !state {
                 continue;
             }
             let fd = match openat(
@@ -439,6 +447,53 @@ impl Builder {
             self.grant(fd, &child, read)?;
         }
         Ok(())
+    }
+}
+
+/// Where visibility changes, as normalized path bytes (cheap to hash and compare).
+struct Points {
+    /// Hidden paths.
+    hidden: HashSet<Vec<u8>>,
+    /// Paths readable again below a hidden one (revealed; a home under /dev).
+    visible: HashSet<Vec<u8>>,
+    /// Strict ancestors of all of the above.
+    ancestors: HashSet<Vec<u8>>,
+}
+
+impl Points {
+    fn new(hidden: HashSet<Vec<u8>>, visible: HashSet<Vec<u8>>) -> Self {
+        // state of the nearest point above `k` ("/" is visible)
+        let above = |k: &[u8]| -> bool {
+            for a in key_ancestors(k) {
+                if hidden.contains(a) {
+                    return false;
+                }
+                if visible.contains(a) {
+                    return true;
+                }
+            }
+            true
+        };
+        // keep only the points that change the state they sit in (linear in their number)
+        let hidden_kept: HashSet<Vec<u8>> = hidden.iter().filter(|h| above(h)).cloned().collect();
+        let visible_kept: HashSet<Vec<u8>> = visible
+            .iter()
+            .filter(|v| !hidden.contains(*v) && !above(v))
+            .cloned()
+            .collect();
+        let mut ancestors: HashSet<Vec<u8>> = HashSet::new();
+        for p in hidden_kept.iter().chain(&visible_kept) {
+            for a in key_ancestors(p) {
+                if !ancestors.insert(a.to_vec()) {
+                    break; // and all above it are in already
+                }
+            }
+        }
+        Points {
+            hidden: hidden_kept,
+            visible: visible_kept,
+            ancestors,
+        }
     }
 }
 
@@ -496,8 +551,7 @@ impl LandlockRuleset {
             rules: 0,
         };
 
-        // 1. read: "/" minus hidden paths (and /dev unless all devices)
-        // paths as normalized bytes: cheap to hash and compare
+        // 1. read: "/" minus hidden paths (and /dev unless all devices), plus revealed
         let mut hidden: HashSet<Vec<u8>> = HashSet::new();
         for h in &policy.hidden {
             components(&h.path)?;
@@ -512,44 +566,29 @@ impl LandlockRuleset {
                 }
             }
         }
+        let mut visible: HashSet<Vec<u8>> = HashSet::new();
+        for r in policy.revealed.iter().chain(&opts.extra_readable) {
+            components(r)?;
+            if std::fs::symlink_metadata(r).is_err() {
+                report.skipped.push(r.clone());
+            }
+            visible.insert(key(r));
+        }
         if !opts.all_devices {
             hidden.insert(key(Path::new("/dev")));
-        }
-        let hide_all = hidden.contains(&key(Path::new("/")));
-        // drop hidden paths below other hidden paths
-        // (by looking up each one's ancestors: linear in the number of hidden paths)
-        let hidden: HashSet<Vec<u8>> = hidden
-            .iter()
-            .filter(|h| !key_ancestors(h).any(|a| hidden.contains(a)))
-            .cloned()
-            .collect();
-        let mut ancestors: HashSet<Vec<u8>> = HashSet::new();
-        for h in &hidden {
-            for a in key_ancestors(h) {
-                if !ancestors.insert(a.to_vec()) {
-                    break; // and all above it are in already
+            // a home that lives under /dev (a tmpfs scratch home) stays what the policy says
+            if let Some(home) = &policy.home {
+                if home.starts_with("/dev") && home != Path::new("/dev") {
+                    visible.insert(key(home));
                 }
             }
         }
-        if !hide_all {
-            if hidden.is_empty() {
-                b.grant_path(Path::new("/"), read)?;
-            } else {
-                b.cover(
-                    Path::new("/"),
-                    &hidden,
-                    &ancestors,
-                    read,
-                    opts.list_ancestors,
-                )?;
-            }
-        }
-
-        // 2. revealed paths: readable again
-        for r in policy.revealed.iter().chain(&opts.extra_readable) {
-            if !b.grant_path(r, read)? {
-                report.skipped.push(r.clone());
-            }
+        let hide_all = hidden.contains(&key(Path::new("/")));
+        let pts = Points::new(hidden, visible);
+        if pts.hidden.is_empty() && !hide_all {
+            b.grant_path(Path::new("/"), read)?;
+        } else {
+            b.cover(Path::new("/"), !hide_all, &pts, read, opts.list_ancestors)?;
         }
 
         // 3. devices by name

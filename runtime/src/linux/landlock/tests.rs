@@ -613,3 +613,60 @@ fn bench_hidden_paths() {
         );
     }
 }
+
+#[test]
+fn hidden_inside_revealed_inside_hidden() {
+    if !have_abi(1) {
+        return;
+    }
+    let t = tree();
+    fs::write(t.p("home/.cargo/bin/token"), "T").unwrap();
+    let mut p = policy(&t, NetworkMode::None);
+    p.hidden.push(HiddenPath {
+        path: t.p("home/.cargo/bin/token"),
+        reason: HiddenReason::Requested,
+    });
+    let cargo = t.p("home/.cargo/bin/cargo");
+    check(&p, &weaker(), || read_errno(&cargo), 0, 0);
+    let token = t.p("home/.cargo/bin/token");
+    check(&p, &weaker(), || read_errno(&token), libc::EACCES, 0);
+    let cred = t.p("home/.cargo/credentials");
+    check(&p, &weaker(), || read_errno(&cred), libc::EACCES, 0);
+}
+
+#[test]
+fn a_home_under_dev_shm_keeps_its_own_rules() {
+    if !have_abi(3) || !Path::new("/dev/shm").is_dir() {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("capsule-landlock-shm-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let root = fs::canonicalize(dir.path()).unwrap();
+    fs::create_dir_all(root.join("home/.ssh")).unwrap();
+    fs::create_dir_all(root.join("ws")).unwrap();
+    fs::create_dir_all(root.join("tmp")).unwrap();
+    fs::write(root.join("home/.ssh/id_rsa"), "S").unwrap();
+    fs::write(root.join("home/notes.txt"), "n").unwrap();
+    fs::write(root.join("elsewhere.txt"), "e").unwrap();
+    let mut p = policy(&tree(), NetworkMode::None);
+    p.home = Some(root.join("home"));
+    p.workspace = root.join("ws");
+    p.tmp_dir = root.join("tmp");
+    p.read_only = vec![];
+    p.hidden = vec![HiddenPath {
+        path: root.join("home/.ssh"),
+        reason: HiddenReason::Credentials,
+    }];
+    p.revealed = vec![];
+    let notes = root.join("home/notes.txt");
+    check(&p, &weaker(), || read_errno(&notes), 0, 0);
+    let key = root.join("home/.ssh/id_rsa");
+    check(&p, &weaker(), || read_errno(&key), libc::EACCES, 0);
+    // the rest of /dev/shm stays hidden
+    let other = root.join("elsewhere.txt");
+    check(&p, &weaker(), || read_errno(&other), libc::EACCES, 0);
+    let ws = root.join("ws/x");
+    check(&p, &weaker(), || write_errno(&ws), 0, 0);
+}
