@@ -78,8 +78,34 @@ impl Manifest {
     /// Read and parse a manifest. Used for *identification* only (the launch gate, `list`);
     /// the runtime never takes policy from it, since the sandboxed command can write the
     /// workspace's directory entries.
+    ///
+    /// The file may have been replaced by the command (under weaker isolation the manifest
+    /// is writable): a symlink is not followed (it could point at a file the sandbox cannot
+    /// read), a FIFO or device is not opened blocking or read, and at most 1 MiB is read.
     pub fn read(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        const MAX_BYTES: u64 = 1 << 20;
+        let shown = path.display();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => format!("{shown}: a symlink (not followed)"),
+                _ => format!("{shown}: {e}"),
+            })?;
+        let md = f.metadata().map_err(|e| format!("{shown}: {e}"))?;
+        if !md.is_file() {
+            return Err(format!("{shown}: not a regular file (not read)"));
+        }
+        let mut text = String::new();
+        f.take(MAX_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{shown}: {e}"))?;
+        if text.len() as u64 > MAX_BYTES {
+            return Err(format!("{shown}: larger than {MAX_BYTES} bytes (not read)"));
+        }
         serde_json::from_str(&text)
             .map_err(|e| format!("{}:{}:{}: {}", path.display(), e.line(), e.column(), e))
     }

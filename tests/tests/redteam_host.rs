@@ -52,7 +52,9 @@ impl Env {
     }
     fn run(&self, args: &[&str]) -> Output {
         let mut c = self.runner.capsule(&self.root());
-        c.current_dir(self.dir.path()).args(args).stdin(Stdio::null());
+        c.current_dir(self.dir.path())
+            .args(args)
+            .stdin(Stdio::null());
         c.output().expect("run capsule")
     }
     fn open(&self, name: &str) -> PathBuf {
@@ -107,5 +109,102 @@ fn close_removes_folders_without_permissions() {
             "bundle (or a half-removed .closing-*) left behind"
         );
         assert_eq!(names(&e.root().join("workspaces")), Vec::<String>::new());
+    }
+}
+
+/// `capsule ARGS` as the runner inside a user namespace that may create no more (so
+/// `capsule exec` can only run under weaker isolation: Landlock + seccomp, no mounts).
+fn no_userns(e: &Env, args: &[&str]) -> Output {
+    let base = e.runner.capsule(&e.root());
+    let mut w = match &e.runner {
+        Runner::Current => Command::new("unshare"),
+        Runner::User { uid, gid, .. } => {
+            let mut w = Command::new("setpriv");
+            w.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .arg("unshare");
+            w
+        }
+    };
+    w.args(["-U", "-r", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
+        .arg(base.get_program())
+        .args(args);
+    w.env_clear();
+    for (k, v) in base.get_envs() {
+        if let Some(v) = v {
+            w.env(k, v);
+        }
+    }
+    w.current_dir(e.dir.path()).stdin(Stdio::null());
+    w.output().expect("run capsule in a user namespace")
+}
+
+/// `capsule inspect` prints the workspace's manifest, "informational". Under weaker
+/// isolation (no mounts) the command can replace it: a symlink to a file it cannot read
+/// must not be followed (serde's errors quote values), a FIFO must not block `inspect`,
+/// and a symlink to /dev/zero must not make it read forever.
+#[test]
+fn inspect_does_not_follow_a_replaced_manifest() {
+    let value = "HIDDEN-VALUE-0b7e";
+    for r in runners() {
+        eprintln!("--- runner {}", r.label());
+        let e = Env::new(&r);
+        // a host file hidden from the sandbox (capsule's own state) shaped like a manifest,
+        // so a followed link would print it whole
+        let secret = e.root().join("hidden.json");
+        std::fs::write(
+            &secret,
+            format!(
+                "{{\"capsule_name\": \"{value}\", \"workspace\": \"w\", \"opened_at\": \"t\"}}"
+            ),
+        )
+        .unwrap();
+        e.runner.own(&secret);
+        let o = no_userns(&e, &["isolation", "--accept-weaker", "on"]);
+        assert!(o.status.success(), "accept weaker: {}", stderr(&o));
+        let plants = [
+            (
+                "symlink",
+                format!("ln -s {} capsule-manifest.json", secret.display()),
+            ),
+            ("fifo", "mkfifo capsule-manifest.json".to_string()),
+            ("zero", "ln -s /dev/zero capsule-manifest.json".to_string()),
+        ];
+        for (i, (what, plant)) in plants.iter().enumerate() {
+            let name = format!("weak{i}");
+            e.open(&name);
+            let script = format!(
+                "cat {} 2>/dev/null && {{ echo 'secret readable inside'; exit 9; }}; rm capsule-manifest.json && {plant}",
+                secret.display()
+            );
+            let o = no_userns(&e, &["exec", &name, "--", "sh", "-c", &script]);
+            assert!(o.status.success(), "{what}: weaker exec: {}", stderr(&o));
+            // inspect, bounded in time (a FIFO or /dev/zero would block or grow forever)
+            let mut c = e.runner.capsule(&e.root());
+            c.current_dir(e.dir.path())
+                .args(["inspect", &name, "--json"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = c.spawn().expect("spawn inspect");
+            let t = std::time::Instant::now();
+            while child.try_wait().unwrap().is_none() {
+                if t.elapsed() > std::time::Duration::from_secs(20) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("{what}: capsule inspect hung on a replaced manifest");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let o = child.wait_with_output().unwrap();
+            assert!(o.status.success(), "{what}: inspect: {}", stderr(&o));
+            let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+            assert!(
+                !all.contains(value),
+                "{what}: inspect showed a hidden file through the manifest: {all}"
+            );
+        }
     }
 }
