@@ -53,7 +53,16 @@ fn fail(fd: RawFd, step: String) -> ! {
 /// Init's body; never returns.
 pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     let full = cx.plan.isolation == Isolation::Full;
-    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
+    // capsule's death: under full isolation init's own death ends the pid namespace;
+    // without one, init must first kill what the command left behind (its children and
+    // double-forked daemons re-parented to us), as on a timeout: kill_all_signal, handled
+    // in `supervise`, then `kill_rest`
+    let deathsig = if full {
+        libc::SIGKILL
+    } else {
+        super::kill_all_signal()
+    };
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, deathsig as libc::c_ulong, 0);
     // the parent writes our id maps, then one byte; end of file means it died
     let mut b = [0u8; 1];
     if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
