@@ -268,6 +268,59 @@ fn open_nofollow(path: &Path, last: OFlag) -> Result<Option<OwnedFd>, LandlockEr
     Ok(Some(fd))
 }
 
+/// Canonical targets of those of `paths` that are symbolic links. Looks at the file types
+/// its parent directories list (one `readdir` per parent with many hidden entries, instead
+/// of one `lstat` per path), and `lstat`s only where the listing does not say.
+fn hidden_link_targets<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<PathBuf> {
+    use std::collections::HashMap;
+    let mut by_parent: HashMap<&Path, Vec<&OsStr>> = HashMap::new();
+    for p in paths {
+        if let (Some(parent), Some(name)) = (p.parent(), p.file_name()) {
+            by_parent.entry(parent).or_default().push(name);
+        }
+    }
+    let mut links: Vec<PathBuf> = Vec::new();
+    let lstat_link = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
+    };
+    for (parent, names) in by_parent {
+        if names.len() <= 4 {
+            links.extend(
+                names
+                    .iter()
+                    .map(|n| parent.join(n))
+                    .filter(|p| lstat_link(p)),
+            );
+            continue;
+        }
+        let wanted: HashSet<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let Ok(mut d) = nix::dir::Dir::open(parent, flags, Mode::empty()) else {
+            continue; // no parent: nothing there to follow
+        };
+        for e in d.iter().flatten() {
+            let n = e.file_name().to_bytes();
+            if !wanted.contains(n) {
+                continue;
+            }
+            let p = parent.join(OsStr::from_bytes(n));
+            let is_link = match e.file_type() {
+                Some(t) => t == nix::dir::Type::Symlink,
+                None => lstat_link(&p),
+            };
+            if is_link {
+                links.push(p);
+            }
+        }
+    }
+    links
+        .into_iter()
+        .filter_map(|l| std::fs::canonicalize(l).ok())
+        .collect()
+}
+
 /// Normalized bytes of an absolute path: `/` then the normal components joined by `/`.
 fn key(p: &Path) -> Vec<u8> {
     let mut k = Vec::with_capacity(p.as_os_str().len());
@@ -556,15 +609,10 @@ impl LandlockRuleset {
         for h in &policy.hidden {
             components(&h.path)?;
             hidden.insert(key(&h.path));
-            // a hidden symlink (`~/.aws -> /data/aws`) hides its target too: reads follow it
-            let is_link = std::fs::symlink_metadata(&h.path)
-                .map(|m| m.file_type().is_symlink())
-                .unwrap_or(false);
-            if is_link {
-                if let Ok(target) = std::fs::canonicalize(&h.path) {
-                    hidden.insert(key(&target));
-                }
-            }
+        }
+        // a hidden symlink (`~/.aws -> /data/aws`) hides its target too: reads follow it
+        for target in hidden_link_targets(policy.hidden.iter().map(|h| h.path.as_path())) {
+            hidden.insert(key(&target));
         }
         let mut visible: HashSet<Vec<u8>> = HashSet::new();
         for r in policy.revealed.iter().chain(&opts.extra_readable) {
