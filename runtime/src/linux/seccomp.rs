@@ -84,6 +84,9 @@ const SECCOMP_DATA_ARCH: u32 = 4;
 const NATIVE_AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_X86_64
 #[cfg(target_arch = "aarch64")]
 const NATIVE_AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_AARCH64
+// other architectures are not supported: `SeccompProgram::build` says so
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const NATIVE_AUDIT_ARCH: u32 = 0;
 /// The x32 ABI marks its syscall numbers with this bit.
 #[cfg(target_arch = "x86_64")]
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
