@@ -264,6 +264,33 @@ fn i386_int80_is_refused() {
     // the baseline proves the 32-bit entry works on this kernel, so only the filter stops it
     assert_eq!(in_child(false, call), Outcome::Exited(0));
     assert_eq!(in_child(true, call), Outcome::Signaled(libc::SIGSYS));
+
+    // unshare(CLONE_NEWUSER) through the 32-bit table (i386 __NR_unshare = 310): the native
+    // rule would not see it, the arch check does
+    let unshare32 = || {
+        let mut eax: u32 = 310;
+        // SAFETY: unshare takes one integer argument in ebx (saved and restored around it,
+        // since Rust reserves rbx).
+        unsafe {
+            std::arch::asm!(
+                "xchg rbx, {flags}",
+                "int 0x80",
+                "xchg rbx, {flags}",
+                flags = inout(reg) libc::CLONE_NEWUSER as u64 => _,
+                inout("eax") eax,
+                options(nostack),
+            );
+        }
+        if eax == 0 {
+            0
+        } else {
+            (eax as i32).wrapping_neg()
+        }
+    };
+    assert_eq!(in_child(true, unshare32), Outcome::Signaled(libc::SIGSYS));
+    if unsafe { libc::getuid() } == 0 {
+        assert_eq!(in_child(false, unshare32), Outcome::Exited(0));
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
