@@ -72,7 +72,7 @@ pub struct SeccompProgram {
 }
 
 // classic BPF opcodes (linux/bpf_common.h)
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 #[cfg(target_arch = "x86_64")]
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
@@ -84,7 +84,7 @@ const SECCOMP_DATA_ARCH: u32 = 4;
 const NATIVE_AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_X86_64
 #[cfg(target_arch = "aarch64")]
 const NATIVE_AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_AARCH64
-// other architectures are not supported: `SeccompProgram::build` says so
+                                                                // other architectures are not supported: `SeccompProgram::build` says so
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const NATIVE_AUDIT_ARCH: u32 = 0;
 /// The x32 ABI marks its syscall numbers with this bit.
@@ -116,7 +116,7 @@ macro_rules! paste_sys {
 }
 
 /// Syscall numbers by name (libc's `SYS_*` under plain names).
-#[allow(non_upper_case_globals)]
+#[allow(non_upper_case_globals, clippy::unnecessary_cast)] // c_long is i64 on 64-bit targets
 mod sys {
     pub const add_key: i64 = libc::SYS_add_key as i64;
     pub const request_key: i64 = libc::SYS_request_key as i64;
