@@ -180,17 +180,55 @@ extern "C" {
     fn getuid() -> u32;
 }
 
-/// A copy of the binary the test user can execute (the checkout may sit in a 0700 home).
+/// The binary as the test user can execute it. The checkout may sit in a 0700 home, so
+/// when the test user cannot reach the built binary it gets one shared copy in
+/// `/dev/shm/capsule-e2e-bin/`, keyed by the binary's size and mtime and replaced
+/// atomically (running copies keep their inode), never one copy per test process.
 fn shared_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = Path::new("/dev/shm").join(format!("capsule-e2e-bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir bin dir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let src = capsule_bin();
+        if world_executable(&src) {
+            return src;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let md = std::fs::metadata(&src).expect("stat capsule binary");
+        let dir = Path::new("/dev/shm/capsule-e2e-bin");
+        std::fs::create_dir_all(dir).expect("mkdir bin dir");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let dst = dir.join("capsule");
-        std::fs::copy(capsule_bin(), &dst).expect("copy capsule binary");
-        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let stamp = dir.join("capsule.stamp");
+        let want = format!(
+            "{} {} {}",
+            src.display(),
+            md.size(),
+            md.mtime_nsec() + md.mtime() * 1_000_000_000
+        );
+        if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) && dst.exists() {
+            return dst;
+        }
+        let tmp = dir.join(format!("capsule.tmp{}", std::process::id()));
+        std::fs::copy(&src, &tmp).expect("copy capsule binary");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::rename(&tmp, &dst).expect("install shared capsule binary");
+        std::fs::write(&stamp, want).expect("write stamp");
         dst
+    })
+}
+
+/// Can any user execute `p` (every ancestor searchable by others, the file executable)?
+fn world_executable(p: &Path) -> bool {
+    let Ok(md) = std::fs::metadata(p) else {
+        return false;
+    };
+    if md.permissions().mode() & 0o001 == 0 {
+        return false;
+    }
+    p.ancestors().skip(1).all(|a| {
+        a.as_os_str().is_empty()
+            || std::fs::metadata(a)
+                .map(|m| m.permissions().mode() & 0o001 != 0)
+                .unwrap_or(false)
     })
 }
 
