@@ -365,8 +365,28 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
             all_devices: false,
             tcp_connect_ports: vec![],
         };
+        // files only root may read (shadow, private keys): under full isolation the mount
+        // plan masks them; without mounts Landlock alone must leave them out
+        let mut policy = std::borrow::Cow::Borrowed(&plan.policy);
+        // SAFETY: geteuid cannot fail.
+        let root = plan.policy.home.as_deref() == Some(std::path::Path::new("/root"))
+            || unsafe { libc::geteuid() } == 0;
+        if !full && root {
+            let p = policy.to_mut();
+            for s in super::plan::SYSTEM_SECRETS {
+                let path = std::path::PathBuf::from(s);
+                if std::fs::symlink_metadata(&path).is_ok()
+                    && !p.hidden.iter().any(|h| h.path == path)
+                {
+                    p.hidden.push(capsule_bundle::policy::HiddenPath {
+                        path,
+                        reason: capsule_bundle::policy::HiddenReason::Credentials,
+                    });
+                }
+            }
+        }
         tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
-        match ll::restrict(&plan.policy, &opts) {
+        match ll::restrict(&policy, &opts) {
             Ok(r) => {
                 let missing: Vec<String> =
                     r.missing().iter().map(|m| m.right.to_string()).collect();
