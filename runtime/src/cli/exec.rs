@@ -39,6 +39,11 @@ pub struct ExecArgs {
     /// Pass the host's environment variable NAME through (repeatable).
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Un-hide this coding agent's own login and configuration (claude: ~/.claude,
+    /// ~/.claude.json; codex: ~/.codex): read through the home layer, writes land in the
+    /// layer, never in the real home. Other agents' logins stay hidden.
+    #[arg(long = "agent-login", value_name = "AGENT", value_enum)]
+    pub agent_login: Option<crate::cli::gate::Backend>,
     /// No network at all: TCP refused even on the sandbox's own loopback.
     #[arg(long, conflicts_with = "open_network")]
     pub no_network: bool,
@@ -83,6 +88,9 @@ fn effective_policy(
     bundle_dir: &Path,
 ) -> Result<SandboxPolicy, CliError> {
     let mut p = base.clone();
+    if let Some(b) = a.agent_login {
+        crate::cli::gate::agent::unhide_login(&mut p, b);
+    }
     let root = std::fs::canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
     let own: Vec<PathBuf> = [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE]
         .iter()
@@ -211,7 +219,8 @@ mod imp {
             ));
         }
 
-        let policy = effective_policy(&a, &cap.policy, &layout, &cap.bundle_dir)?;
+        let base = with_current_hidden(&cap, &layout);
+        let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
         let events = cap.bundle_file(bundle_files::EVENTS);
         let argv: Vec<String> = a
@@ -228,6 +237,7 @@ mod imp {
             "hide": a.hide,
             "reveal": a.reveal,
             "pass_env": policy.pass_env,
+            "agent_login": a.agent_login.map(|b| b.name()),
             "no_sandbox": a.no_sandbox,
             "tty": a.tty,
             "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
@@ -404,7 +414,10 @@ mod imp {
             .map(|r| Layout::new(r).settings_file())
             .and_then(|f| Settings::load(&f).ok())
             .unwrap_or_default();
-        let policy = &cap.policy;
+        let current = capsule_root()
+            .map(|r| with_current_hidden(cap, &Layout::new(r)))
+            .unwrap_or_else(|| cap.policy.clone());
+        let policy = &current;
         let mut degradation = Vec::new();
         let mut isolation = if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
             weaker_or_refuse(&settings, &mut degradation).map_err(|e| e.message)?
@@ -470,6 +483,27 @@ mod imp {
             Err(ExecError::NotExecutable { .. }) => Ok(Some(exit::NOT_EXECUTABLE as i32)),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// `cap`'s policy with the default hidden paths resolved again now: `open` lists only
+    /// the credential, personal, agent-login and sibling-project paths that existed then,
+    /// and one made since (a first `~/.ssh` key, `aws configure`, a project cloned next to
+    /// the source) must be hidden all the same.
+    fn with_current_hidden(cap: &store::OpenCapsule, layout: &Layout) -> SandboxPolicy {
+        use capsule_bundle::policy::{default_hidden, HiddenInputs};
+        let mut p = cap.policy.clone();
+        let root = std::fs::canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
+        let now = default_hidden(&HiddenInputs {
+            home: p.home.as_deref(),
+            source_dir: cap.record.source.as_deref(),
+            capsule_root: Some(&root),
+        });
+        for h in now {
+            if !p.hidden.iter().any(|x| x.path == h.path) {
+                p.hidden.push(h);
+            }
+        }
+        p
     }
 
     /// Weaker isolation if the operator accepted it and the machine allows it; else the

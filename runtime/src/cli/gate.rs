@@ -21,6 +21,8 @@
 //! `CAPSULE_POLICY_CONFIG` (the configuration this gate used) so `capsule exec`'s own gate
 //! decides under the same file, and `CAPSULE_TRACE` when `--trace` was given.
 
+pub mod agent;
+
 use crate::cli::print_json;
 use crate::exit::{self, CliError, CliResult};
 use capsule_policy::{append_trace, trace_path, Decision, Gate};
@@ -97,7 +99,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Backend::Codex => "codex",
             Backend::Claude => "claude",
@@ -122,7 +124,16 @@ impl Backend {
                 "CLAUDE_CONFIG_DIR",
                 "CLAUDE_CODE_USE_BEDROCK",
                 "CLAUDE_CODE_USE_VERTEX",
+                "DISABLE_TELEMETRY",
+                "DISABLE_AUTOUPDATER",
             ],
+        }
+    }
+    /// Name prefixes of further variables the backend reads, passed by name when set.
+    fn env_prefixes(self) -> &'static [&'static str] {
+        match self {
+            Backend::Codex => &["OPENAI_", "CODEX_"],
+            Backend::Claude => &["ANTHROPIC_", "CLAUDE_CODE_"],
         }
     }
 }
@@ -158,6 +169,9 @@ pub struct LaunchArgs {
     /// Also pass this environment variable into the sandbox (repeatable).
     #[arg(long, value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Also let the backend reach HOST[:PORT] (repeatable; added to its default API hosts).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow_host: Vec<String>,
     #[command(flatten)]
     pub gate: GateArgs,
     /// Arguments for the backend (the prompt, flags).
@@ -267,20 +281,6 @@ fn print_human(d: &Decision) {
     }
 }
 
-/// Find an executable `name` on `$PATH`.
-fn which(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .filter(|d| d.is_absolute())
-        .map(|d| d.join(name))
-        .find(|p| {
-            std::fs::metadata(p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
-}
-
 /// The backend's arguments (after the binary).
 fn backend_argv(a: &LaunchArgs) -> Result<Vec<String>, CliError> {
     let usage = |m: String| CliError::new(exit::USAGE, m);
@@ -330,6 +330,10 @@ fn backend_argv(a: &LaunchArgs) -> Result<Vec<String>, CliError> {
 }
 
 fn launch(a: LaunchArgs) -> CliResult {
+    use capsule_bundle::layout::{capsule_root, Layout};
+    use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkMode};
+    use capsule_bundle::store;
+
     let backend = a.backend.name();
     // argument errors first: nothing is decided or recorded for a malformed command
     let args = backend_argv(&a)?;
@@ -340,6 +344,21 @@ fn launch(a: LaunchArgs) -> CliResult {
                 format!("--pass-env {n:?}: give a variable name"),
             ));
         }
+    }
+    for h in &a.allow_host {
+        if h.is_empty() || h.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(CliError::new(
+                exit::USAGE,
+                format!("--allow-host {h:?}: give HOST or HOST:PORT (no scheme, no path)"),
+            ));
+        }
+    }
+    let allowlist = agent::exec_has_allow_host();
+    if !a.allow_host.is_empty() && !allowlist {
+        return Err(CliError::new(
+            exit::USAGE,
+            "--allow-host: this build's `capsule exec` has no network allowlist yet".to_string(),
+        ));
     }
     let d = decide(&a.gate, "agent.launch", Some(backend), &a.working_dir)?;
     if !d.allowed {
@@ -359,33 +378,123 @@ fn launch(a: LaunchArgs) -> CliResult {
             a.working_dir.display()
         )));
     };
-    let binary = which(backend).ok_or_else(|| {
-        CliError::new(
-            exit::NOT_FOUND,
-            format!("{backend} not found on PATH; install the {backend} CLI or add its directory to PATH"),
-        )
-    })?;
-    // names passed into the sandbox: those set here, values never printed
-    let mut env_names: Vec<String> = COMMON_ENV
-        .iter()
-        .chain(a.backend.env_names())
-        .map(|s| s.to_string())
-        .chain(a.pass_env.iter().cloned())
-        .filter(|n| std::env::var_os(n).is_some())
-        .collect();
-    env_names.sort();
-    env_names.dedup();
     // the capsule is the exec target; the working directory when the gate found none
     let target = d
         .capsule
         .as_ref()
         .map(|c| c.root.clone())
         .unwrap_or_else(|| wd.clone());
-    let mut argv = vec![binary.display().to_string()];
+    // the capsule as `capsule exec` will load it (none: exec says why it cannot run)
+    let cap = capsule_root()
+        .map(Layout::new)
+        .and_then(|l| store::resolve(&l, &target.to_string_lossy()).ok());
+    let home = match &cap {
+        Some(c) => c.policy.home.clone(),
+        None => std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .and_then(|h| std::fs::canonicalize(h).ok()),
+    };
+    // its own login un-hidden, every other agent's hidden (existing or not)
+    let own_login: Vec<PathBuf> = home
+        .iter()
+        .flat_map(|h| a.backend.login_paths().iter().map(move |r| h.join(r)))
+        .collect();
+    let hide: Vec<PathBuf> = home
+        .iter()
+        .flat_map(|h| {
+            agent::other_logins(a.backend)
+                .into_iter()
+                .map(move |r| h.join(r))
+        })
+        .collect();
+    let view_policy = cap.as_ref().map(|c| {
+        let mut p = c.policy.clone();
+        agent::unhide_login(&mut p, a.backend);
+        p.hidden.extend(hide.iter().map(|h| HiddenPath {
+            path: h.clone(),
+            reason: HiddenReason::AgentLogins,
+        }));
+        p
+    });
+    let upper = cap
+        .as_ref()
+        .map(|c| crate::home::layer::layer_paths(&c.bundle_dir).upper);
+    let view = view_policy.as_ref().map(|p| agent::View {
+        policy: p,
+        upper: upper.as_deref(),
+    });
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    let resolved =
+        agent::resolve_binary(backend, &path_var, view.as_ref()).map_err(|e| match e {
+            agent::ResolveError::NotFound(_) => CliError::new(exit::NOT_FOUND, e.to_string()),
+            _ => CliError::failure(e.to_string()),
+        })?;
+
+    // names passed into the sandbox: those set here, values never printed
+    let set_here = |n: &str| std::env::var_os(n).is_some();
+    let defaults: Vec<(&str, &str)> = a
+        .backend
+        .default_env()
+        .iter()
+        .filter(|(n, _)| !set_here(n))
+        .copied()
+        .collect();
+    let prefixed = std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| a.backend.env_prefixes().iter().any(|p| k.starts_with(p)));
+    let mut env_names: Vec<String> = COMMON_ENV
+        .iter()
+        .chain(a.backend.env_names())
+        .map(|s| s.to_string())
+        .chain(a.pass_env.iter().cloned())
+        .chain(prefixed)
+        .filter(|n| set_here(n))
+        .chain(defaults.iter().map(|(n, _)| n.to_string()))
+        .collect();
+    env_names.sort();
+    env_names.dedup();
+
+    // network: the backend's API hosts, unless the capsule's spec chose open or no network
+    let mode = cap.as_ref().map(|c| c.policy.network.mode);
+    let mut allow_hosts: Vec<String> = match mode {
+        Some(NetworkMode::Open | NetworkMode::Off | NetworkMode::Replay) => Vec::new(),
+        _ => a
+            .backend
+            .default_hosts()
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    allow_hosts.extend(a.allow_host.iter().cloned());
+    allow_hosts.dedup();
+    let network_note = if allowlist || allow_hosts.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "this build's `capsule exec` has no network allowlist yet: {backend} gets the capsule's network ({}) and cannot reach {}",
+            mode.unwrap_or_default().as_str(),
+            allow_hosts.join(", ")
+        ))
+    };
+    if !allowlist {
+        allow_hosts.clear();
+    }
+
+    let mut argv = vec![resolved.binary.display().to_string()];
     argv.extend(args);
     let mut exec_args: Vec<String> = vec!["exec".into(), target.display().to_string()];
     if a.interactive {
         exec_args.push("-t".into());
+    }
+    exec_args.extend(["--agent-login".to_string(), backend.to_string()]);
+    for h in &hide {
+        exec_args.extend(["--hide".to_string(), h.display().to_string()]);
+    }
+    for r in &resolved.reveal {
+        exec_args.extend(["--reveal".to_string(), r.display().to_string()]);
+    }
+    for h in &allow_hosts {
+        exec_args.extend(["--allow-host".to_string(), h.clone()]);
     }
     for n in &env_names {
         exec_args.extend(["--pass-env".to_string(), n.clone()]);
@@ -403,16 +512,27 @@ fn launch(a: LaunchArgs) -> CliResult {
         // `runner` starts in `working_dir` (the resolved directory's handle)
         print_json(&json!({
             "backend": backend,
-            "binary": binary,
+            "binary": resolved.binary,
+            "found_on_path": resolved.found,
+            "interpreter": resolved.interpreter,
+            "reveal": resolved.reveal,
             "argv": argv,
             "working_dir": wd,
             "interactive": a.interactive,
             "raw": a.raw,
             "environment": environment,
+            "login": { "own": own_login, "hidden": hide },
+            "network": {
+                "allow_hosts": allow_hosts,
+                "note": network_note,
+            },
             "runner": runner,
             "launch_policy": d,
         }));
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(n) = &network_note {
+        eprintln!("capsule: note: {n}");
     }
 
     let me = std::env::current_exe().map_err(|e| {
@@ -420,6 +540,9 @@ fn launch(a: LaunchArgs) -> CliResult {
     })?;
     let mut cmd = std::process::Command::new(&me);
     cmd.args(&exec_args);
+    for (n, v) in &defaults {
+        cmd.env(n, v);
+    }
     if let Some(t) = trace_path(a.gate.trace.as_deref()) {
         cmd.env(capsule_policy::TRACE_ENV, t);
     }
