@@ -144,7 +144,9 @@ impl Env {
         let mut c = self.runner.capsule(&self.root);
         c.current_dir(&self.base)
             .env("HOME", &self.home)
-            .env("PATH", path);
+            .env("PATH", path)
+            // should a proxy ever start (allowlist), it resolves no real name
+            .env("CAPSULE_PROXY_TEST_RESOLVE", "nothing.test=127.0.0.1");
         c
     }
 

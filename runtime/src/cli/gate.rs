@@ -15,11 +15,14 @@
 //!
 //! `--raw` passes the arguments after `--` unchanged (`codex ARGS`), and refuses `--model` /
 //! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox by
-//! re-invoking this executable as `capsule exec <capsule> [-t] [--pass-env NAME]… -- BINARY
+//! re-invoking this executable as `capsule exec <capsule> [-t] --agent-login B [--hide
+//! OTHER_LOGIN]… [--reveal PACKAGE]… [--allow-host HOST]… [--pass-env NAME]… -- BINARY
 //! ARGS…` in the resolved working directory (entered through the gate's open handle), with
-//! the terminal passed through, and `agent launch` exits with its status. The child gets
-//! `CAPSULE_POLICY_CONFIG` (the configuration this gate used) so `capsule exec`'s own gate
-//! decides under the same file, and `CAPSULE_TRACE` when `--trace` was given.
+//! the terminal passed through, and `agent launch` exits with its status. What those flags
+//! carry (own login through the home layer, binary resolved once, API hosts) is decided in
+//! [`agent`]. The child gets `CAPSULE_POLICY_CONFIG` (the configuration this gate used) so
+//! `capsule exec`'s own gate decides under the same file, and `CAPSULE_TRACE` when
+//! `--trace` was given.
 
 pub mod agent;
 
@@ -51,8 +54,11 @@ pub enum AgentCommand {
     ///
     /// Without `--dry-run` the backend runs inside the capsule's sandbox through
     /// `capsule exec`, in the resolved working directory, and `agent launch` exits with the
-    /// backend's status. The backend binary (found on PATH) must be visible inside the
-    /// sandbox.
+    /// backend's status. It sees its own login (~/.claude, ~/.claude.json / ~/.codex) through
+    /// the capsule's home layer (its writes stay in the layer, never in your home), no other
+    /// agent's login, its binary (found on PATH, resolved once; a package in a hidden sibling
+    /// folder is revealed read-only), the environment variables it needs by name, and its
+    /// API hosts (when exec has the network allowlist).
     #[command(after_help = "Examples:\n  \
         capsule agent launch --backend codex --working-dir WORKSPACE --dry-run -- \"fix the test\"\n  \
         capsule agent launch --backend codex --working-dir WORKSPACE --effort high -- \"fix the test\"\n  \
