@@ -249,6 +249,7 @@ pub const HOME_PERSONAL: &[&str] = &[
 pub const HOME_AGENT_LOGINS: &[&str] = &[
     ".claude",
     ".claude.json",
+    ".claude.json.backup",
     ".codex",
     ".config/claude",
     ".gemini",
