@@ -20,7 +20,11 @@
 //!    swap, `acct`, `syslog`, quota; `clone`/`unshare` with `CLONE_NEWUSER`; `ioctl` with
 //!    `TIOCSTI`/`TIOCLINUX` compared on the low 32 bits of the request (the kernel ignores
 //!    the high ones, so `0xffffffff00005412` is still refused); `personality` with anything
-//!    other than the harmless personas (so ASLR cannot be switched off).
+//!    other than the harmless personas (so ASLR cannot be switched off); any mode with a
+//!    set-user-ID or set-group-ID bit in `chmod`/`fchmod`/`fchmodat(2)`/`open`/`openat`/
+//!    `creat`/`mknod(at)` (a set-id file made by root inside the sandbox would be a set-id
+//!    root file on the host). `openat2` gets `ENOSYS`: its mode sits in memory the filter
+//!    cannot read, and libc falls back to `openat`.
 //!
 //! `ptrace` is **allowed**, on purpose: debuggers and `strace` of the command's own children
 //! are ordinary work, the pid namespace hides host processes, and Landlock (every ABI)
@@ -118,6 +122,22 @@ macro_rules! paste_sys {
 /// Syscall numbers by name (libc's `SYS_*` under plain names).
 #[allow(non_upper_case_globals, clippy::unnecessary_cast)] // c_long is i64 on 64-bit targets
 mod sys {
+    pub const fchmod: i64 = libc::SYS_fchmod as i64;
+    pub const fchmodat: i64 = libc::SYS_fchmodat as i64;
+    /// `fchmodat2` (Linux 6.6): one number on every architecture.
+    pub const fchmodat2: i64 = 452;
+    pub const openat: i64 = libc::SYS_openat as i64;
+    /// `openat2`: its mode lives in a struct the filter cannot read.
+    pub const openat2: i64 = 437;
+    pub const mknodat: i64 = libc::SYS_mknodat as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const chmod: i64 = libc::SYS_chmod as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const open: i64 = libc::SYS_open as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const creat: i64 = libc::SYS_creat as i64;
+    #[cfg(target_arch = "x86_64")]
+    pub const mknod: i64 = libc::SYS_mknod as i64;
     pub const add_key: i64 = libc::SYS_add_key as i64;
     pub const request_key: i64 = libc::SYS_request_key as i64;
     pub const keyctl: i64 = libc::SYS_keyctl as i64;
@@ -258,6 +278,8 @@ fn prologue() -> Vec<sock_filter> {
         stmt(BPF_RET_K, kill),
     ]);
     p.extend([
+        jump(BPF_JMP_JEQ_K, sys::openat2 as u32, 0, 1),
+        stmt(BPF_RET_K, enosys),
         jump(BPF_JMP_JEQ_K, sys::clone3 as u32, 0, 1),
         stmt(BPF_RET_K, enosys),
     ]);
@@ -302,6 +324,39 @@ impl SeccompProgram {
                 SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
             ],
         );
+        // set-user-ID / set-group-ID bits: a file the sandbox makes set-id would be set-id
+        // on the host too (root inside is root's files outside), so no call may set them.
+        let mut mode_rules = vec![
+            (sys::fchmod, 1u8),
+            (sys::fchmodat, 2),
+            (sys::fchmodat2, 2),
+            (sys::openat, 3),
+            (sys::mknodat, 2),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        mode_rules.extend([
+            (sys::chmod, 1u8),
+            (sys::open, 2),
+            (sys::creat, 1),
+            (sys::mknod, 1),
+        ]);
+        for (nr, arg) in mode_rules {
+            rules.insert(
+                nr,
+                vec![
+                    SeccompRule::new(vec![cond(
+                        arg,
+                        SeccompCmpOp::MaskedEq(libc::S_ISUID as u64),
+                        libc::S_ISUID as u64,
+                    )?])?,
+                    SeccompRule::new(vec![cond(
+                        arg,
+                        SeccompCmpOp::MaskedEq(libc::S_ISGID as u64),
+                        libc::S_ISGID as u64,
+                    )?])?,
+                ],
+            );
+        }
         let mut not_allowed = Vec::new();
         for v in PERSONALITY_ALLOWED {
             not_allowed.push(cond(0, SeccompCmpOp::Ne, *v)?);
@@ -331,8 +386,9 @@ impl SeccompProgram {
                 "ioctl TIOCSTI (request compared on its low 32 bits)",
                 "ioctl TIOCLINUX (request compared on its low 32 bits)",
                 "personality other than PER_LINUX, PER_LINUX32, UNAME26 or a query",
+                "chmod/fchmod/fchmodat/fchmodat2/open/openat/creat/mknod/mknodat with a set-user-ID or set-group-ID bit in the mode (such a file would be set-id on the host)",
             ],
-            enosys: vec!["clone3"],
+            enosys: vec!["clone3", "openat2 (its mode cannot be inspected; libc falls back to openat)"],
             foreign_abis: if cfg!(target_arch = "x86_64") {
                 vec![
                     "i386 (int 0x80, sysenter): process killed",

@@ -55,7 +55,8 @@ fn program_shape() {
     assert!(p.instructions().len() > 40 && p.instructions().len() < 4096);
     let r = p.report();
     assert!(r.refused.contains(&"mount") && r.refused.contains(&"bpf"));
-    assert_eq!(r.enosys, vec!["clone3"]);
+    assert_eq!(r.enosys.len(), 2);
+    assert!(r.enosys[0] == "clone3" && r.enosys[1].starts_with("openat2"));
     // first instruction loads the arch, as our prologue does
     assert_eq!(p.instructions()[0].k, SECCOMP_DATA_ARCH);
 }
@@ -332,4 +333,110 @@ fn install_requires_no_new_privs_or_reports_it() {
         Err(_) => 2,
     });
     assert_eq!(out, Outcome::Exited(0));
+}
+
+#[test]
+fn set_id_bits_cannot_be_set() {
+    let dir = tempfile::Builder::new()
+        .tempdir_in("/dev/shm")
+        .expect("tmpdir");
+    let file = std::ffi::CString::new(dir.path().join("f").as_os_str().as_encoded_bytes()).unwrap();
+    let newf = std::ffi::CString::new(dir.path().join("g").as_os_str().as_encoded_bytes()).unwrap();
+    std::fs::write(dir.path().join("f"), "x").unwrap();
+    let (f, n) = (file.as_ptr() as usize, newf.as_ptr() as usize);
+    let suid = 0o4755 as libc::c_long;
+    let sgid = 0o2755 as libc::c_long;
+    type Call = Box<dyn Fn() -> i32>;
+    let calls: Vec<(&str, Call)> = vec![
+        #[cfg(target_arch = "x86_64")]
+        (
+            "chmod suid",
+            Box::new(move || rc_errno(unsafe { libc::syscall(libc::SYS_chmod, f, suid) })),
+        ),
+        (
+            "fchmodat sgid",
+            Box::new(move || {
+                rc_errno(unsafe { libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, f, sgid, 0) })
+            }),
+        ),
+        (
+            "fchmodat2 suid",
+            Box::new(move || rc_errno(unsafe { libc::syscall(452, libc::AT_FDCWD, f, suid, 0) })),
+        ),
+        (
+            "fchmod suid",
+            Box::new(move || {
+                let fd = unsafe { libc::open(f as *const libc::c_char, libc::O_RDONLY) };
+                rc_errno(unsafe { libc::syscall(libc::SYS_fchmod, fd, suid) })
+            }),
+        ),
+        (
+            "openat O_CREAT suid",
+            Box::new(move || {
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_openat,
+                        libc::AT_FDCWD,
+                        n,
+                        libc::O_CREAT | libc::O_WRONLY,
+                        suid,
+                    )
+                };
+                if rc >= 0 {
+                    unsafe { libc::unlink(n as *const libc::c_char) };
+                }
+                rc_errno(rc)
+            }),
+        ),
+    ];
+    for (what, call) in &calls {
+        // SAFETY (all calls above): valid C strings that outlive the children.
+        assert_eq!(
+            in_child(true, call),
+            Outcome::Exited(libc::EPERM),
+            "{what} with the filter"
+        );
+        // baseline: without the filter the call succeeds (the test's user owns the file)
+        assert_eq!(
+            in_child(false, call),
+            Outcome::Exited(0),
+            "{what} without the filter"
+        );
+    }
+    // ordinary modes still work
+    let plain = move || {
+        rc_errno(unsafe {
+            libc::syscall(
+                libc::SYS_fchmodat,
+                libc::AT_FDCWD,
+                f,
+                0o755 as libc::c_long,
+                0,
+            )
+        })
+    };
+    assert_eq!(in_child(true, plain), Outcome::Exited(0));
+    let create = move || {
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                n,
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644 as libc::c_long,
+            )
+        };
+        if rc >= 0 {
+            unsafe { libc::unlink(n as *const libc::c_char) };
+        }
+        rc_errno(rc)
+    };
+    assert_eq!(in_child(true, create), Outcome::Exited(0));
+    // openat2: ENOSYS with the filter, so libc falls back to openat
+    let o2 = move || {
+        let how = [libc::O_RDONLY as u64, 0u64, 0u64];
+        rc_errno(unsafe { libc::syscall(437, libc::AT_FDCWD, f, how.as_ptr(), 24usize) })
+    };
+    assert_eq!(in_child(true, o2), Outcome::Exited(libc::ENOSYS));
+    assert_eq!(in_child(false, o2), Outcome::Exited(0));
 }
