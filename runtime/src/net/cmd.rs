@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 /// Run the allowlist proxy in the foreground until interrupted.
 ///
-/// Prints one line per listener: `listening on tcp 127.0.0.1:PORT` / `listening on unix PATH`
-/// (`--json`: one JSON object per listener). Names resolve through the system resolver, or
+/// Prints one line per listener: `listening on tcp 127.0.0.1:PORT`, `listening on unix PATH`,
+/// `listening on relay 127.0.0.1:PORT` (`--json`: one JSON object per listener). Names resolve through the system resolver, or
 /// — in tests only — through the table in CAPSULE_PROXY_TEST_RESOLVE=name=ADDR,...
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -29,6 +29,10 @@ pub struct ProxyArgs {
     /// Listen on this unix socket.
     #[arg(long, value_name = "PATH")]
     pub unix: Option<PathBuf>,
+    /// Also run the sandbox-side relay on this loopback address, forwarding to `--unix`
+    /// (the whole allowlist path minus the sandbox; for benchmarks).
+    #[arg(long, value_name = "ADDR:PORT", requires = "unix")]
+    pub relay: Option<SocketAddr>,
     /// Append refusals (JSON lines) to this file.
     #[arg(long, value_name = "PATH")]
     pub refusal_log: Option<PathBuf>,
@@ -95,6 +99,17 @@ pub fn run(a: ProxyArgs) -> CliResult {
             let l = tokio::net::UnixListener::from_std(std_l)
                 .map_err(|e| CliError::failure(e.to_string()))?;
             announce(a.json, "unix", &path.display().to_string());
+            if let Some(r) = a.relay {
+                if !r.ip().is_loopback() {
+                    return Err(CliError::new(
+                        crate::exit::USAGE,
+                        format!("--relay {r}: the relay listens on loopback addresses only"),
+                    ));
+                }
+                let bound = super::relay::spawn(r, path)
+                    .map_err(|e| CliError::failure(format!("cannot listen on {r}: {e}")))?;
+                announce(a.json, "relay", &bound.to_string());
+            }
             cleanup = Some(path.clone());
             let p = proxy.clone();
             tasks.push(tokio::spawn(async move {

@@ -13,12 +13,16 @@
 pub mod addr;
 pub mod allowlist;
 pub mod cmd;
+#[cfg(target_os = "linux")]
+pub mod exec;
 pub mod host;
 pub mod http;
 pub mod proxy;
 pub mod refusal;
 pub mod relay;
 pub mod resolve;
+#[cfg(target_os = "linux")]
+pub mod splice;
 
 #[cfg(test)]
 mod proxy_tests;

@@ -42,7 +42,8 @@ pub struct Limits {
     pub connect_timeout: Duration,
     /// Connections served at once; further clients wait in the listen backlog.
     pub max_connections: usize,
-    /// Buffer size of each direction of a tunnel.
+    /// Buffer size of each direction of a tunnel where it is copied (not on Linux, where
+    /// tunnels use `splice`).
     pub buffer: usize,
 }
 
@@ -181,10 +182,7 @@ impl Proxy {
     }
 
     /// Serve one client connection to completion.
-    pub async fn handle<S>(&self, mut client: S)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send,
-    {
+    pub async fn handle<S: Conn>(&self, mut client: S) {
         let limits = &self.inner.cfg.limits;
         let read = tokio::time::timeout(
             limits.head_timeout,
@@ -260,13 +258,7 @@ impl Proxy {
         if !first.is_empty() && upstream.write_all(&first).await.is_err() {
             return;
         }
-        let _ = tokio::io::copy_bidirectional_with_sizes(
-            &mut client,
-            &mut upstream,
-            limits.buffer,
-            limits.buffer,
-        )
-        .await;
+        client.tunnel(upstream, limits.buffer).await;
     }
 
     async fn connect_any(
@@ -343,6 +335,38 @@ impl Proxy {
         }
     }
 }
+
+/// A client connection the proxy serves: a TCP or unix stream. Once a destination is
+/// allowed and connected, [`Conn::tunnel`] carries bytes both ways until both sides are done:
+/// with `splice(2)` on Linux (no copies through the proxy), else by copying.
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn tunnel(self, upstream: TcpStream, buffer: usize) -> impl Future<Output = ()> + Send;
+}
+
+macro_rules! conn {
+    ($t:ty) => {
+        impl Conn for $t {
+            async fn tunnel(self, upstream: TcpStream, buffer: usize) {
+                #[cfg(target_os = "linux")]
+                {
+                    let _ = buffer;
+                    if let Err(e) = super::splice::tunnel(&self, &upstream).await {
+                        tracing::debug!("tunnel ended: {e}");
+                    }
+                }
+                #[cfg(not(target_os = "linux"))]
+                {
+                    let (mut a, mut b) = (self, upstream);
+                    let _ =
+                        tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, buffer, buffer)
+                            .await;
+                }
+            }
+        }
+    };
+}
+conn!(TcpStream);
+conn!(tokio::net::UnixStream);
 
 /// Out of descriptors or a similar transient failure: say so and back off briefly instead
 /// of spinning.

@@ -6,11 +6,14 @@
 //! no runtime exists. [`bind`] first (so the port is listening before the command starts),
 //! then [`serve_blocking`] — or [`spawn`], which does both and serves on a thread.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
+#[cfg(not(target_os = "linux"))]
+use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::thread;
 
+#[cfg(not(target_os = "linux"))]
 const BUF: usize = 64 * 1024;
 const STACK: usize = 64 * 1024;
 
@@ -30,14 +33,34 @@ pub fn spawn(listen: SocketAddr, unix_path: &Path) -> io::Result<SocketAddr> {
     let l = bind(listen)?;
     let addr = l.local_addr()?;
     let path = unix_path.to_path_buf();
-    thread::Builder::new()
+    // the relay's threads never take a signal meant for the process (init forwards them)
+    let old = block_all_signals();
+    let r = thread::Builder::new()
         .name("capsule-relay".into())
         .spawn(move || {
             if let Err(e) = serve_blocking(l, &path) {
                 tracing::warn!("relay stopped: {e}");
             }
-        })?;
+        });
+    restore_signals(&old);
+    r?;
     Ok(addr)
+}
+
+fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-mask calls on sets we own.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    }
+}
+
+fn restore_signals(old: &libc::sigset_t) {
+    // SAFETY: restoring a mask pthread_sigmask gave us.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
 }
 
 /// Serve connections accepted on `listener`, each on its own pair of threads.
@@ -89,35 +112,70 @@ fn relay_one(client: TcpStream, path: &Path) {
         .name("capsule-relay-back".into())
         .stack_size(STACK)
         .spawn(move || {
-            pump(&u2, &c2);
-            let _ = c2.shutdown(Shutdown::Write);
+            if pump(&u2, &c2).is_err() {
+                let _ = c2.shutdown(Shutdown::Both);
+                let _ = u2.shutdown(Shutdown::Both);
+            }
         });
-    pump(&client, &upstream);
-    let _ = upstream.shutdown(Shutdown::Write);
+    if pump(&client, &upstream).is_err() {
+        let _ = client.shutdown(Shutdown::Both);
+        let _ = upstream.shutdown(Shutdown::Both);
+    }
     if let Ok(h) = back {
         let _ = h.join();
     }
 }
 
-/// Copy until end of stream or an error.
-fn pump(mut from: impl Read, mut to: impl Write) {
+/// Move everything `from` sends to `to`, then shut `to`'s write side: `splice` on Linux.
+#[cfg(target_os = "linux")]
+fn pump(from: &impl std::os::fd::AsRawFd, to: &impl std::os::fd::AsRawFd) -> io::Result<u64> {
+    super::splice::pump_blocking(from, to)
+}
+
+/// Move everything `from` sends to `to`, then shut `to`'s write side.
+#[cfg(not(target_os = "linux"))]
+fn pump<F, T>(mut from: F, mut to: T) -> io::Result<u64>
+where
+    F: Read,
+    T: Write + ShutdownWrite,
+{
     let mut buf = vec![0u8; BUF];
+    let mut total = 0;
     loop {
         let n = match from.read(&mut buf) {
-            Ok(0) => return,
+            Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return,
+            Err(e) => return Err(e),
         };
-        if to.write_all(&buf[..n]).is_err() {
-            return;
-        }
+        to.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+    to.shutdown_write();
+    Ok(total)
+}
+
+#[cfg(not(target_os = "linux"))]
+trait ShutdownWrite {
+    fn shutdown_write(&self);
+}
+#[cfg(not(target_os = "linux"))]
+impl ShutdownWrite for &TcpStream {
+    fn shutdown_write(&self) {
+        let _ = TcpStream::shutdown(self, Shutdown::Write);
+    }
+}
+#[cfg(not(target_os = "linux"))]
+impl ShutdownWrite for &std::os::unix::net::UnixStream {
+    fn shutdown_write(&self) {
+        let _ = std::os::unix::net::UnixStream::shutdown(self, Shutdown::Write);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
     use std::os::unix::net::UnixListener;
 
     #[test]

@@ -1,0 +1,188 @@
+//! Client and servers for hack/bench-proxy.sh (std only; built with `rustc -O`).
+//!
+//!   bench-proxy-helper data-server            print port; per connection: read an 8-byte
+//!                                             big-endian count N; if N == 0 read until EOF
+//!                                             (upload) and answer the byte count, else send
+//!                                             N bytes (download)
+//!   bench-proxy-helper http-server            print port; answer each request with a tiny 200
+//!   bench-proxy-helper throughput ADDR BYTES up|down [PROXY]
+//!                                             one transfer (direct, or CONNECT via PROXY);
+//!                                             prints MiB/s
+//!   bench-proxy-helper latency ADDR N [PROXY] N sequential GETs, new connection each
+//!                                             (absolute-form via PROXY); prints the median
+//!                                             and p99 in microseconds
+//!
+//! Every address is a loopback address given by the script.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::Instant;
+
+const CHUNK: usize = 1 << 20;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["data-server"] => data_server(),
+        ["http-server"] => http_server(),
+        ["throughput", addr, bytes, dir, rest @ ..] => {
+            let n: u64 = bytes.parse().expect("BYTES");
+            throughput(addr, n, *dir == "up", rest.first().copied())
+        }
+        ["latency", addr, n, rest @ ..] => latency(addr, n.parse().expect("N"), rest.first().copied()),
+        _ => {
+            eprintln!("usage: see the top of hack/bench-proxy-helper.rs");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn listen() -> TcpListener {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    println!("{}", l.local_addr().expect("local addr").port());
+    std::io::stdout().flush().ok();
+    l
+}
+
+fn data_server() {
+    let l = listen();
+    for s in l.incoming() {
+        let Ok(mut s) = s else { continue };
+        std::thread::spawn(move || {
+            let _ = s.set_nodelay(true);
+            let mut hdr = [0u8; 8];
+            if s.read_exact(&mut hdr).is_err() {
+                return;
+            }
+            let n = u64::from_be_bytes(hdr);
+            let mut buf = vec![0u8; CHUNK];
+            if n == 0 {
+                let mut total = 0u64;
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => total += k as u64,
+                    }
+                }
+                let _ = s.write_all(&total.to_be_bytes());
+            } else {
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(CHUNK as u64) as usize;
+                    if s.write_all(&buf[..k]).is_err() {
+                        return;
+                    }
+                    left -= k as u64;
+                }
+            }
+            let _ = s.shutdown(Shutdown::Write);
+        });
+    }
+}
+
+fn http_server() {
+    let l = listen();
+    for s in l.incoming() {
+        let Ok(mut s) = s else { continue };
+        std::thread::spawn(move || {
+            let _ = s.set_nodelay(true);
+            let mut buf = [0u8; 8192];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => got.extend_from_slice(&buf[..k]),
+                }
+            }
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+            let _ = s.shutdown(Shutdown::Write);
+            let _ = s.read(&mut buf);
+        });
+    }
+}
+
+/// Connect to `addr`, through `proxy` with CONNECT when given.
+fn open(addr: &str, proxy: Option<&str>) -> TcpStream {
+    let Some(p) = proxy else {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).ok();
+        return s;
+    };
+    let mut s = TcpStream::connect(p).expect("connect proxy");
+    s.set_nodelay(true).ok();
+    s.write_all(format!("CONNECT {addr} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .expect("send CONNECT");
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).expect("read CONNECT answer") == 0 {
+            panic!("proxy closed during CONNECT");
+        }
+        head.push(b[0]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    assert!(line.starts_with("HTTP/1.1 200"), "CONNECT refused: {line}");
+    s
+}
+
+fn throughput(addr: &str, n: u64, up: bool, proxy: Option<&str>) {
+    let mut s = open(addr, proxy);
+    let mut buf = vec![0x5au8; CHUNK];
+    let t = Instant::now();
+    if up {
+        s.write_all(&0u64.to_be_bytes()).expect("send");
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(CHUNK as u64) as usize;
+            s.write_all(&buf[..k]).expect("send data");
+            left -= k as u64;
+        }
+        s.shutdown(Shutdown::Write).expect("shutdown");
+        let mut ack = [0u8; 8];
+        s.read_exact(&mut ack).expect("read ack");
+        assert_eq!(u64::from_be_bytes(ack), n, "server counted a different size");
+    } else {
+        s.write_all(&n.to_be_bytes()).expect("send");
+        let mut total = 0u64;
+        loop {
+            match s.read(&mut buf).expect("read data") {
+                0 => break,
+                k => total += k as u64,
+            }
+        }
+        assert_eq!(total, n, "received a different size");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!("{:.1}", n as f64 / secs / (1024.0 * 1024.0));
+}
+
+fn latency(addr: &str, n: usize, proxy: Option<&str>) {
+    let mut times = Vec::with_capacity(n);
+    let mut buf = Vec::with_capacity(1024);
+    for _ in 0..n {
+        let t = Instant::now();
+        let (mut s, req) = match proxy {
+            Some(p) => (
+                TcpStream::connect(p).expect("connect proxy"),
+                format!("GET http://{addr}/ HTTP/1.1\r\nHost: {addr}\r\n\r\n"),
+            ),
+            None => (
+                TcpStream::connect(addr).expect("connect"),
+                format!("GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n"),
+            ),
+        };
+        s.set_nodelay(true).ok();
+        s.write_all(req.as_bytes()).expect("send request");
+        buf.clear();
+        s.read_to_end(&mut buf).expect("read response");
+        assert!(buf.starts_with(b"HTTP/1.1 200") && buf.ends_with(b"ok"), "bad response: {}", String::from_utf8_lossy(&buf));
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let med = times[n / 2];
+    let p99 = times[(n * 99 / 100).min(n - 1)];
+    println!("{med:.0} {p99:.0}");
+}

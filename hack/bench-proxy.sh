@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Benchmark of the network allowlist proxy against a direct loopback connection.
+#
+#   hack/bench-proxy.sh            (env: BYTES=1073741824 ROUNDS=5 REQUESTS=1000)
+#
+# Throughput: BYTES through one connection, upload and download, three ways:
+#   direct    client -> server                                  (127.0.0.1)
+#   proxy     client -> proxy (CONNECT, TCP listener) -> server
+#   relay     client -> relay (TCP) -> unix socket -> proxy -> server
+#             (the path a sandboxed command takes in allowlist mode, minus the namespace)
+# Latency: REQUESTS sequential small HTTP GETs, a new connection each, direct vs plain
+# HTTP forwarding through the proxy and through relay+proxy.
+# Reports medians over ROUNDS rounds and the ratios proxy/direct. Target: proxy
+# throughput >= 80 % of direct. Everything listens on 127.0.0.1 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BYTES=${BYTES:-1073741824}
+ROUNDS=${ROUNDS:-5}
+REQUESTS=${REQUESTS:-1000}
+TARGET=${CARGO_TARGET_DIR:-target}
+
+if [ -z "${CAPSULE_BIN:-}" ]; then
+  cargo build --release -q -p capsule-runtime --bin capsule
+  CAPSULE_BIN=$TARGET/release/capsule
+fi
+work=$(mktemp -d /dev/shm/bench-proxy.XXXXXX 2>/dev/null || mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+rustc -O --edition 2021 hack/bench-proxy-helper.rs -o "$work/helper"
+H=$work/helper
+
+# start a background program and wait for its first N stdout lines
+start() { # name nlines cmd...
+  local name=$1 n=$2; shift 2
+  "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  pids+=($!)
+  for _ in $(seq 1 200); do
+    [ "$(wc -l <"$work/$name.out")" -ge "$n" ] && return 0
+    sleep 0.05
+  done
+  echo "bench-proxy: $name did not start: $(cat "$work/$name.err")" >&2; exit 1
+}
+start data 1 "$H" data-server
+start http 1 "$H" http-server
+DATA=127.0.0.1:$(head -1 "$work/data.out")
+HTTP=127.0.0.1:$(head -1 "$work/http.out")
+start proxy 3 "$CAPSULE_BIN" proxy --allow 127.0.0.1 --listen 127.0.0.1:0 \
+  --unix "$work/proxy.sock" --relay 127.0.0.1:0
+PROXY=$(awk '$3=="tcp"{print $4}' "$work/proxy.out")
+RELAY=$(awk '$3=="relay"{print $4}' "$work/proxy.out")
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+declare -A tp lat p99
+for r in $(seq 1 "$ROUNDS"); do
+  for dir in up down; do
+    echo "$("$H" throughput "$DATA" "$BYTES" $dir)" >>"$work/tp-direct-$dir"
+    echo "$("$H" throughput "$DATA" "$BYTES" $dir "$PROXY")" >>"$work/tp-proxy-$dir"
+    echo "$("$H" throughput "$DATA" "$BYTES" $dir "$RELAY")" >>"$work/tp-relay-$dir"
+  done
+  for via in direct proxy relay; do
+    case $via in direct) p=();; proxy) p=("$PROXY");; relay) p=("$RELAY");; esac
+    read -r m q < <("$H" latency "$HTTP" "$REQUESTS" "${p[@]}")
+    echo "$m" >>"$work/lat-$via"; echo "$q" >>"$work/p99-$via"
+  done
+done
+
+for f in "$work"/tp-* "$work"/lat-* "$work"/p99-*; do
+  k=$(basename "$f"); v=$(median <"$f")
+  case $k in tp-*) tp[${k#tp-}]=$v;; lat-*) lat[${k#lat-}]=$v;; p99-*) p99[${k#p99-}]=$v;; esac
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
+echo "proxy benchmark: $(( BYTES / 1048576 )) MiB per transfer, $REQUESTS requests per latency run, median of $ROUNDS rounds ($(nproc) CPUs)"
+printf '%-28s %12s %12s %12s %10s %10s\n' "throughput (MiB/s)" direct proxy relay proxy/dir relay/dir
+for dir in up down; do
+  printf '%-28s %12s %12s %12s %10s %10s\n' "  $dir (client->server)" "${tp[direct-$dir]}" "${tp[proxy-$dir]}" "${tp[relay-$dir]}" \
+    "$(ratio "${tp[proxy-$dir]}" "${tp[direct-$dir]}")" "$(ratio "${tp[relay-$dir]}" "${tp[direct-$dir]}")"
+done
+printf '%-28s %12s %12s %12s %10s %10s\n' "latency per request (us)" direct proxy relay proxy/dir relay/dir
+printf '%-28s %12s %12s %12s %10s %10s\n' "  median" "${lat[direct]}" "${lat[proxy]}" "${lat[relay]}" \
+  "$(ratio "${lat[proxy]}" "${lat[direct]}")" "$(ratio "${lat[relay]}" "${lat[direct]}")"
+printf '%-28s %12s %12s %12s %10s %10s\n' "  p99" "${p99[direct]}" "${p99[proxy]}" "${p99[relay]}" \
+  "$(ratio "${p99[proxy]}" "${p99[direct]}")" "$(ratio "${p99[relay]}" "${p99[direct]}")"
+printf 'added latency (median): proxy +%s us, relay+proxy +%s us\n' \
+  "$(awk -v a="${lat[proxy]}" -v b="${lat[direct]}" 'BEGIN{print a-b}')" \
+  "$(awk -v a="${lat[relay]}" -v b="${lat[direct]}" 'BEGIN{print a-b}')"
+pass=$(awk -v a="${tp[proxy-up]}" -v b="${tp[direct-up]}" -v c="${tp[proxy-down]}" -v d="${tp[direct-down]}" 'BEGIN{print (a/b>=0.8 && c/d>=0.8) ? "met" : "NOT met"}')
+echo "target (proxy throughput >= 80% of direct): $pass"
