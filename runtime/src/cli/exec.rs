@@ -260,6 +260,7 @@ mod imp {
             changes_error: None,
         };
 
+        let mut landlock_best_effort = false;
         let mut isolation = if a.no_sandbox {
             eprintln!(
                 "capsule: WARNING: --no-sandbox: running {:?} WITHOUT ANY ISOLATION: it can read, write and reach everything you can",
@@ -268,7 +269,9 @@ mod imp {
             degradation.push("no sandbox at all (--no-sandbox)".to_string());
             Isolation::None
         } else if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
-            weaker_or_refuse(&settings, &mut degradation)?
+            let (i, best_effort) = weaker_or_refuse(&settings, &mut degradation, true)?;
+            landlock_best_effort = best_effort;
+            i
         } else {
             Isolation::Full
         };
@@ -288,12 +291,17 @@ mod imp {
         let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
         // opened once, for the snapshot before and the one after
         let repo: Rc<RefCell<Option<gix::Repository>>> = Rc::default();
+        // the stderr relay's pipe is in place before the clone, its thread starts after it
+        // (in `before_release`): the executor must clone while single-threaded
+        let watch = Rc::new(RefCell::new(crate::home::display::Watch::start(!a.tty)));
         let snapshot_hooks = || {
             let slot = before.clone();
             let repo = repo.clone();
             let ws = cap.workspace.clone();
+            let watch = watch.clone();
             Hooks {
                 before_release: Some(Box::new(move || {
+                    watch.borrow_mut().spawn_relay();
                     let snap = record::open_repo(&ws).and_then(|r| {
                         let s = record::snapshot_of(&r, &ws);
                         *repo.borrow_mut() = Some(r);
@@ -316,23 +324,33 @@ mod imp {
                 })
         };
         let mut plan = build_plan(&a, &policy, &cwd, isolation);
+        plan.landlock_best_effort = landlock_best_effort;
         task_env(&mut plan)?;
-        let watch = crate::home::display::Watch::start(!a.tty);
         tracing::debug!("plan ready: {:?}", started.elapsed());
         let mut result = linux::run(&plan, snapshot_hooks());
         tracing::debug!("command ended: {:?}", started.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {
             // full isolation is refused here: only what the operator accepted may follow
             tracing::info!("namespaces refused: {msg}");
-            isolation = weaker_or_refuse(&settings, &mut degradation)?;
+            (isolation, landlock_best_effort) =
+                weaker_or_refuse(&settings, &mut degradation, false)?;
             plan = build_plan(&a, &policy, &cwd, isolation);
+            plan.landlock_best_effort = landlock_best_effort;
             task_env(&mut plan)?;
             result = linux::run(&plan, snapshot_hooks());
         }
-        let needs_display = watch.finish();
+        let needs_display = match Rc::try_unwrap(watch) {
+            Ok(w) => w.into_inner().finish(),
+            Err(_) => false,
+        };
         if isolation == Isolation::Weaker {
             eprintln!(
                 "capsule: warning: weaker isolation (Landlock + seccomp, no namespaces): {}",
+                degradation.join("; ")
+            );
+        } else if landlock_best_effort {
+            eprintln!(
+                "capsule: warning: weaker isolation (namespaces + seccomp, Landlock only as far as this kernel allows): {}",
                 degradation.join("; ")
             );
         }
@@ -419,11 +437,12 @@ mod imp {
             .unwrap_or_else(|| cap.policy.clone());
         let policy = &current;
         let mut degradation = Vec::new();
-        let mut isolation = if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
-            weaker_or_refuse(&settings, &mut degradation).map_err(|e| e.message)?
-        } else {
-            Isolation::Full
-        };
+        let (mut isolation, mut best_effort) =
+            if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+                weaker_or_refuse(&settings, &mut degradation, true).map_err(|e| e.message)?
+            } else {
+                (Isolation::Full, false)
+            };
         // an empty HOME of the probe's own, in the capsule's tmp (its /tmp inside)
         let home = tempfile::Builder::new()
             .prefix("probe-home-")
@@ -434,7 +453,7 @@ mod imp {
                     policy.tmp_dir.display()
                 )
             })?;
-        let make = |iso: Isolation| {
+        let make = |iso: Isolation, landlock_best_effort: bool| {
             let full = iso == Isolation::Full;
             let home_inside = match (full, home.path().file_name()) {
                 (true, Some(n)) => Path::new("/tmp").join(n),
@@ -469,12 +488,14 @@ mod imp {
                     stderr: out,
                 },
                 timeout: Some(timeout),
+                landlock_best_effort,
             }
         };
-        let mut result = linux::run(&make(isolation), Hooks::default());
+        let mut result = linux::run(&make(isolation, best_effort), Hooks::default());
         if let Err(ExecError::Namespaces(_)) = &result {
-            isolation = weaker_or_refuse(&settings, &mut degradation).map_err(|e| e.message)?;
-            result = linux::run(&make(isolation), Hooks::default());
+            (isolation, best_effort) =
+                weaker_or_refuse(&settings, &mut degradation, false).map_err(|e| e.message)?;
+            result = linux::run(&make(isolation, best_effort), Hooks::default());
         }
         match result {
             Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
@@ -506,18 +527,22 @@ mod imp {
         p
     }
 
-    /// Weaker isolation if the operator accepted it and the machine allows it; else the
-    /// refusal that says what is missing and how to accept.
+    /// Weaker isolation if the operator accepted it and the machine allows it (keeping the
+    /// namespaces when they work and `namespaces_ok`: then only Landlock is weaker; see
+    /// [`plan::isolation_for`]); else the refusal that says what is missing and how to
+    /// accept. Returns the isolation and whether Landlock is best effort.
     fn weaker_or_refuse(
         settings: &Settings,
         degradation: &mut Vec<String>,
-    ) -> Result<Isolation, CliError> {
+        namespaces_ok: bool,
+    ) -> Result<(Isolation, bool), CliError> {
         let report = isolation::probe();
         match isolation::decide(&report, settings) {
-            Ok(isolation::IsolationLevel::Full) => Ok(Isolation::Full),
-            Ok(isolation::IsolationLevel::Weaker(d)) => {
-                degradation.extend(d.missing);
-                Ok(Isolation::Weaker)
+            Ok(level) => {
+                if let isolation::IsolationLevel::Weaker(d) = &level {
+                    degradation.extend(d.missing.iter().cloned());
+                }
+                Ok(plan::isolation_for(&level, namespaces_ok))
             }
             Err(m) => Err(CliError::new(exit::SANDBOX_FAILED, m.message)),
         }
@@ -562,6 +587,7 @@ mod imp {
             network_off: policy.network.mode == NetworkMode::Off,
             stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
             timeout: a.timeout,
+            landlock_best_effort: false,
         }
     }
 }

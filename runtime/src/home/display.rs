@@ -9,6 +9,12 @@
 //! messages toolkits print when no display is reachable. It is not used with `-t` (the
 //! terminal carries stderr then) nor when stderr is a terminal (programs would lose their
 //! colors), where detection is skipped.
+//!
+//! The relay thread is started by [`Watch::spawn_relay`], which `capsule exec` calls from
+//! the executor's `before_release` hook, i.e. after `clone`: the executor's children
+//! allocate between `clone` and `execve`, so no other thread may be alive at clone time.
+//! Until then the pipe buffers what is written (nothing runs before the command is
+//! released).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -45,16 +51,20 @@ pub fn mentions_display(text: &str) -> bool {
 /// Relays fd 2 through a pipe while a command runs (see the module docs).
 pub struct Watch {
     saved: Option<OwnedFd>,
+    /// The pipe's read end and a copy of the original stderr, until the relay starts.
+    pending: Option<(OwnedFd, OwnedFd)>,
     thread: Option<std::thread::JoinHandle<()>>,
     seen: Arc<AtomicBool>,
 }
 
 impl Watch {
-    /// Start relaying unless `enabled` is false or stderr is a terminal. Failing to set up
-    /// the relay is not an error: the command then runs without detection.
+    /// Redirect fd 2 into the relay's pipe unless `enabled` is false or stderr is a
+    /// terminal; starts no thread (see [`Watch::spawn_relay`]). Failing to set up the relay
+    /// is not an error: the command then runs without detection.
     pub fn start(enabled: bool) -> Self {
         let off = Watch {
             saved: None,
+            pending: None,
             thread: None,
             seen: Arc::new(AtomicBool::new(false)),
         };
@@ -89,8 +99,21 @@ impl Watch {
                 return off;
             }
         };
-        let seen = Arc::new(AtomicBool::new(false));
-        let seen2 = seen.clone();
+        Watch {
+            saved: Some(saved),
+            pending: Some((r, out)),
+            thread: None,
+            seen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Start the relay thread (once; a no-op when relaying is off or already started).
+    /// Call it only where a second thread is safe: after the executor's `clone`.
+    pub fn spawn_relay(&mut self) {
+        let Some((r, out)) = self.pending.take() else {
+            return;
+        };
+        let seen2 = self.seen.clone();
         // The relay thread must never take a signal meant for the executor (it waits for
         // SIGCHLD on a signalfd with the signal blocked in its own thread only): start it
         // with every signal blocked; threads inherit the creator's mask.
@@ -101,43 +124,25 @@ impl Watch {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
         }
-        let spawned = std::thread::Builder::new()
-            .name("stderr-relay".into())
-            .spawn(move || {
-                let mut input = std::fs::File::from(r);
-                let mut output = std::fs::File::from(out);
-                let mut buf = [0u8; 8192];
-                // keep the tail of the previous chunk so a message split across reads is seen
-                let mut tail = String::new();
-                loop {
-                    let n = match input.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    let _ = output.write_all(&buf[..n]);
-                    let chunk = String::from_utf8_lossy(&buf[..n]);
-                    let hay = format!("{tail}{chunk}");
-                    if mentions_display(&hay) {
-                        seen2.store(true, Ordering::Relaxed);
-                    }
-                    let keep = hay.len().saturating_sub(64);
-                    tail = hay.get(keep..).unwrap_or("").to_string();
-                }
-            });
-        // SAFETY: restore this thread's mask.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        let thread = match spawned {
-            Ok(t) => t,
-            Err(_) => {
-                // SAFETY: restore the original stderr.
-                unsafe { libc::dup2(saved.as_raw_fd(), 2) };
-                return off;
+        let (r2, out2) = match (r.try_clone(), out.try_clone()) {
+            (Ok(a), Ok(b)) => (a, b),
+            // cannot happen in practice; relay inline at finish instead
+            _ => {
+                // SAFETY: restore this thread's mask.
+                unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+                self.pending = Some((r, out));
+                return;
             }
         };
-        Watch {
-            saved: Some(saved),
-            thread: Some(thread),
-            seen,
+        let spawned = std::thread::Builder::new()
+            .name("stderr-relay".into())
+            .spawn(move || relay(r2, out2, &seen2));
+        // SAFETY: restore this thread's mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        match spawned {
+            Ok(t) => self.thread = Some(t),
+            // relay inline at finish instead (the pipe holds 64 KiB meanwhile)
+            Err(_) => self.pending = Some((r, out)),
         }
     }
 
@@ -156,12 +161,40 @@ impl Watch {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // never started (the sandbox did not start, or no thread could be made): copy what
+        // the pipe holds; every write end is closed now
+        if let Some((r, out)) = self.pending.take() {
+            relay(r, out, &self.seen);
+        }
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Copy `input` to `output` until end of file, noting display messages in `seen`.
+fn relay(input: OwnedFd, output: OwnedFd, seen: &AtomicBool) {
+    let mut input = std::fs::File::from(input);
+    let mut output = std::fs::File::from(output);
+    let mut buf = [0u8; 8192];
+    // keep the tail of the previous chunk so a message split across reads is seen
+    let mut tail = String::new();
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let _ = output.write_all(&buf[..n]);
+        let chunk = String::from_utf8_lossy(&buf[..n]);
+        let hay = format!("{tail}{chunk}");
+        if mentions_display(&hay) {
+            seen.store(true, Ordering::Relaxed);
+        }
+        let keep = hay.len().saturating_sub(64);
+        tail = hay.get(keep..).unwrap_or("").to_string();
     }
 }
 

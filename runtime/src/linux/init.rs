@@ -320,6 +320,7 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
 
     let mut applied = Applied {
         isolation: match plan.isolation {
+            Isolation::Full if plan.landlock_best_effort => "weaker",
             Isolation::Full => "full",
             Isolation::Weaker => "weaker",
             Isolation::None => "none",
@@ -390,7 +391,9 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
             Ok(r) => {
                 let missing: Vec<String> =
                     r.missing().iter().map(|m| m.right.to_string()).collect();
-                if !missing.is_empty() {
+                // weaker isolation with namespaces: the lacking rights are the accepted
+                // degradation, recorded in the report's `missing`
+                if !missing.is_empty() && !plan.landlock_best_effort {
                     fail(
                         rep,
                         format!(
@@ -401,6 +404,12 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
                     );
                 }
                 applied.landlock = serde_json::to_value(&r).unwrap_or_default();
+            }
+            Err(e) if plan.landlock_best_effort => {
+                applied.landlock = serde_json::json!({
+                    "status": "not_applied",
+                    "error": e.to_string(),
+                });
             }
             Err(e) => fail(rep, e.to_string()),
         }

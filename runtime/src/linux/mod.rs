@@ -170,9 +170,9 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
         Stdio::Inherit | Stdio::Redirect { .. } => None,
     };
-    // The children allocate between clone and execve: other threads of ours must not hold
-    // allocator locks then (the stderr relay of `home::display` blocks in read(2)).
-    note_threads();
+    // The children allocate between clone and execve: no other thread of ours may be
+    // running then (it could hold an allocator lock the child would wait on forever).
+    single_threaded()?;
     let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
 
@@ -487,12 +487,61 @@ fn supervise(
     }
 }
 
-/// Log (debug) when other threads are alive at clone time.
-fn note_threads() {
-    let n = std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
-        .unwrap_or(1);
-    if n > 1 {
-        tracing::debug!("{n} threads alive when starting the sandbox");
+/// Other threads of this process, by id.
+fn other_threads() -> Vec<String> {
+    // SAFETY: gettid cannot fail.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) }.to_string();
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|t| *t != me)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Is thread `tid` parked in the kernel on a FIFO, pipe or terminal? Such a thread (a git
+/// read `gitguard` gave up on, blocked in open(2) or read(2)) holds no allocator lock.
+fn parked(tid: &str) -> bool {
+    let w = std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan")).unwrap_or_default();
+    w == "wait_for_partner" || w.contains("pipe") || w.contains("fifo") || w.contains("tty")
+}
+
+/// Refuse to clone while another thread of ours could be running: the executor's children
+/// allocate between `clone` and `execve`, and a lock held by a thread that does not exist
+/// in the child is never released there. Threads that are just ending get a few
+/// milliseconds to go; threads parked on a FIFO, pipe or terminal ([`parked`]) are
+/// tolerated. Host-side helpers (the stderr relay, the network proxy) start in
+/// `Hooks::before_release`, after the clone.
+fn single_threaded() -> Result<(), ExecError> {
+    let mut others = other_threads();
+    for _ in 0..20 {
+        if others.iter().all(|t| parked(t)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        others = other_threads();
     }
+    let running: Vec<String> = others.iter().filter(|t| !parked(t)).cloned().collect();
+    if !running.is_empty() {
+        let names: Vec<String> = running
+            .iter()
+            .map(|t| {
+                let comm = std::fs::read_to_string(format!("/proc/self/task/{t}/comm"))
+                    .unwrap_or_default();
+                format!("{t} ({})", comm.trim())
+            })
+            .collect();
+        return Err(ExecError::Setup(format!(
+            "internal error: other threads of capsule are running when the sandbox would start: {} (the sandbox must be started single-threaded)",
+            names.join(", ")
+        )));
+    }
+    if !others.is_empty() {
+        tracing::debug!(
+            "{} parked threads alive when starting the sandbox",
+            others.len()
+        );
+    }
+    Ok(())
 }
