@@ -500,9 +500,15 @@ fn other_threads() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Is thread `tid` parked in the kernel on a FIFO, pipe or terminal? Such a thread (a git
-/// read `gitguard` gave up on, blocked in open(2) or read(2)) holds no allocator lock.
+/// Is thread `tid` a git read `gitguard` gave up on (named `capsule-git-read`), parked in
+/// the kernel on a FIFO, pipe or terminal? Blocked in open(2) or read(2) on a file planted
+/// in the workspace's git directory, it holds no allocator lock. Any other thread counts
+/// as running, parked or not.
 fn parked(tid: &str) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+    if comm.trim() != "capsule-git-read" {
+        return false;
+    }
     let w = std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan")).unwrap_or_default();
     w == "wait_for_partner" || w.contains("pipe") || w.contains("fifo") || w.contains("tty")
 }
@@ -510,8 +516,8 @@ fn parked(tid: &str) -> bool {
 /// Refuse to clone while another thread of ours could be running: the executor's children
 /// allocate between `clone` and `execve`, and a lock held by a thread that does not exist
 /// in the child is never released there. Threads that are just ending get a few
-/// milliseconds to go; threads parked on a FIFO, pipe or terminal ([`parked`]) are
-/// tolerated. Host-side helpers (the stderr relay, the network proxy) start in
+/// milliseconds to go; given-up git reads parked on a FIFO, pipe or terminal
+/// ([`parked`]) are tolerated. Host-side helpers (the stderr relay, the network proxy) start in
 /// `Hooks::before_release`, after the clone.
 fn single_threaded() -> Result<(), ExecError> {
     let mut others = other_threads();
