@@ -506,7 +506,8 @@ fn other_threads() -> Vec<String> {
 /// as running, parked or not.
 fn parked(tid: &str) -> bool {
     let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
-    if comm.trim() != "capsule-git-read" {
+    // comm holds 15 bytes of the name
+    if !"capsule-git-read".starts_with(comm.trim()) || comm.trim().len() < 15 {
         return false;
     }
     let w = std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan")).unwrap_or_default();
