@@ -50,6 +50,11 @@ pub struct ExecArgs {
     /// The host's network, unrestricted.
     #[arg(long)]
     pub open_network: bool,
+    /// Let the command reach HOST only through capsule's allowlist proxy (`example.com`,
+    /// `*.example.com`, a literal address; optional `:PORT`; repeatable; adds to the
+    /// capsule's own list). Everything else is refused with 403 and logged.
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub allow_host: Vec<String>,
     /// Run WITHOUT ANY ISOLATION (said loudly on stderr and in the record).
     #[arg(long, conflicts_with_all = ["no_network", "open_network"])]
     pub no_sandbox: bool,
@@ -139,6 +144,12 @@ fn effective_policy(
         p.network.mode = NetworkMode::Off;
     } else if a.open_network {
         p.network.mode = NetworkMode::Open;
+    } else if !a.allow_host.is_empty() {
+        if p.network.mode != NetworkMode::Allowlist {
+            p.network.allow.clear();
+        }
+        p.network.mode = NetworkMode::Allowlist;
+        p.network.allow.extend(a.allow_host.iter().cloned());
     }
     Ok(p)
 }
@@ -221,6 +232,15 @@ mod imp {
 
         let base = with_current_hidden(&cap, &layout);
         let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;
+        // the network of this exec (issue 6): refuses replay, binds the allowlist proxy
+        let net =
+            crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
+                if e.is_usage() {
+                    fail(e.to_string())
+                } else {
+                    CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
+                }
+            })?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
         let events = cap.bundle_file(bundle_files::EVENTS);
         let argv: Vec<String> = a
@@ -233,6 +253,7 @@ mod imp {
             "policy_digest": cap.policy.digest(),
             "effective_policy_digest": policy.digest(),
             "network": policy.network.mode.as_str(),
+            "net": net.record(),
             "allow_write": policy.writable,
             "hide": a.hide,
             "reveal": a.reveal,
@@ -275,16 +296,6 @@ mod imp {
         } else {
             Isolation::Full
         };
-        if matches!(
-            policy.network.mode,
-            NetworkMode::Allowlist | NetworkMode::Replay
-        ) && isolation != Isolation::None
-        {
-            degradation.push(format!(
-                "network mode {} is not available to exec yet: the command gets no network beyond its own loopback (stricter than asked)",
-                policy.network.mode.as_str()
-            ));
-        }
 
         // the workspace snapshot the record compares against is taken while init builds
         // the sandbox, before the command is released
@@ -326,8 +337,9 @@ mod imp {
         let mut plan = build_plan(&a, &policy, &cwd, isolation);
         plan.landlock_best_effort = landlock_best_effort;
         task_env(&mut plan)?;
+        net.apply(&mut plan);
         tracing::debug!("plan ready: {:?}", started.elapsed());
-        let mut result = linux::run(&plan, snapshot_hooks());
+        let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         tracing::debug!("command ended: {:?}", started.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {
             // full isolation is refused here: only what the operator accepted may follow
@@ -337,7 +349,8 @@ mod imp {
             plan = build_plan(&a, &policy, &cwd, isolation);
             plan.landlock_best_effort = landlock_best_effort;
             task_env(&mut plan)?;
-            result = linux::run(&plan, snapshot_hooks());
+            net.apply(&mut plan);
+            result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         }
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),
@@ -354,6 +367,8 @@ mod imp {
                 degradation.join("; ")
             );
         }
+        net.finish();
+        degradation.extend(net.degradation());
         rec.degradation = degradation;
 
         let code = match &result {
