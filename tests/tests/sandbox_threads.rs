@@ -96,3 +96,34 @@ fn a_failing_sandbox_start_still_relays_stderr() {
         assert!(err(&o).contains("not found"), "{}", err(&o));
     });
 }
+
+#[test]
+fn many_execs_with_the_relay_and_the_allowlist_proxy_never_hang() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for i in 0..20 {
+            let mut cmd = c.capsule();
+            // the allowlist proxy's host thread (tokio) and the stderr relay both run
+            // during the exec; both must start after the clone
+            cmd.args([
+                "exec",
+                NAME,
+                "--allow-host",
+                "example.invalid",
+                "--timeout",
+                "20s",
+                "--",
+            ])
+            .args([
+                "sh",
+                "-c",
+                &format!("echo err-{i} >&2; echo \"$HTTPS_PROXY\""),
+            ]);
+            let o = run_with_deadline(cmd, Duration::from_secs(30), &format!("exec {i}"));
+            ok(&o, &format!("exec {i}"));
+            assert!(err(&o).contains(&format!("err-{i}")), "{}", err(&o));
+            // the proxy was really set up for the command
+            assert!(out(&o).trim().starts_with("http://"), "{}", out(&o));
+        }
+    });
+}
