@@ -5,6 +5,21 @@
 //! Sandbox tests run once per [`Runner`] from [`runners()`]. When the test user is missing
 //! they run as the current user only and say so on stderr, unless
 //! `CAPSULE_TEST_REQUIRE_USER=1` (set by `hack/test.sh` in CI), which makes that a failure.
+//!
+//! Shared fixtures live in modules: [`git`] (hermetic fixture repositories), [`project`]
+//! (a source checkout and a capsule root, for tests that `capsule open`), [`sandbox`] (a
+//! hand-made open capsule in a scratch home), [`weaker`] (commands in a user namespace
+//! that may create no more) and [`bounded`] (commands with a deadline).
+
+pub mod bounded;
+pub mod git;
+pub mod project;
+pub mod sandbox;
+pub mod weaker;
+
+pub use bounded::{bounded, wait_bounded};
+pub use git::{git, git_repo};
+pub use project::Project;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt;
@@ -289,6 +304,11 @@ pub fn stdout(o: &Output) -> String {
 /// Stderr as a string.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The exit code, -1 when killed by a signal.
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
 }
 
 /// Assert success, showing stdout and stderr otherwise.

@@ -6,143 +6,31 @@
 //! sandbox cannot read, or hang the host process. Every case runs as root and as the
 //! unprivileged test user.
 
-use capsule_e2e::{runners, scratch, Runner};
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use capsule_e2e::{bounded, runners, stderr as err, wait_bounded, Project, Runner};
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
 
 /// A capsule root with a tiny source checkout, owned by the runner.
-struct Env {
-    dir: tempfile::TempDir,
-    runner: Runner,
+fn project(runner: &Runner) -> Project {
+    Project::with_files(runner, &[("a.txt", "a\n"), ("sub/b.txt", "b\n")])
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("git");
-    assert!(st.success(), "git {args:?}");
+/// `capsule exec name --json -- sh -c script`, bounded in time.
+fn exec(e: &Project, name: &str, script: &str) -> Output {
+    bounded(
+        e.capsule()
+            .args(["exec", name, "--json", "--", "sh", "-c", script]),
+        TIMEOUT,
+    )
 }
 
-impl Env {
-    fn new(runner: &Runner) -> Env {
-        let dir = scratch();
-        let src = dir.path().join("src");
-        std::fs::create_dir_all(src.join("sub")).unwrap();
-        std::fs::write(src.join("a.txt"), "a\n").unwrap();
-        std::fs::write(src.join("sub/b.txt"), "b\n").unwrap();
-        git(&src, &["init", "-q"]);
-        git(&src, &["add", "-A"]);
-        git(&src, &["commit", "-q", "-m", "init"]);
-        std::fs::create_dir_all(dir.path().join("root")).unwrap();
-        runner.own(dir.path());
-        Env {
-            dir,
-            runner: runner.clone(),
-        }
-    }
-    fn root(&self) -> PathBuf {
-        self.dir.path().join("root")
-    }
-    fn capsule(&self) -> Command {
-        let mut c = self.runner.capsule(&self.root());
-        c.current_dir(self.dir.path());
-        c
-    }
-    /// Open a capsule of the source checkout called `name`; its workspace.
-    fn open(&self, name: &str) -> PathBuf {
-        let src = self.dir.path().join("src");
-        let o = bounded(
-            self.capsule()
-                .args(["open", "--source"])
-                .arg(&src)
-                .args(["--name", name, "--json"]),
-            60,
-        );
-        assert!(o.status.success(), "open {name}: {}", err(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("open --json");
-        PathBuf::from(v["workspace"].as_str().expect("workspace"))
-    }
-    /// `capsule exec name --json -- sh -c script`, bounded in time.
-    fn exec(&self, name: &str, script: &str) -> Output {
-        bounded(
-            self.capsule()
-                .args(["exec", name, "--json", "--", "sh", "-c", script]),
-            TIMEOUT,
-        )
-    }
-    fn marker(&self) -> PathBuf {
-        self.dir.path().join("HOST-RAN-WORKSPACE-CONFIG")
-    }
+fn marker(e: &Project) -> PathBuf {
+    e.dir.path().join("HOST-RAN-WORKSPACE-CONFIG")
 }
 
 /// Longest any of these host commands may take: they end in well under a second when
 /// nothing blocks them.
 const TIMEOUT: u64 = 30;
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Run `cmd` with stdin from `/dev/null`; fail the test if it is still running after
-/// `secs` seconds (it is killed first, so a hang cannot stall the suite).
-#[track_caller]
-fn bounded(cmd: &mut Command, secs: u64) -> Output {
-    cmd.stdin(Stdio::null());
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn capsule");
-    wait_bounded(child, secs, &format!("{cmd:?}"))
-}
-
-#[track_caller]
-fn wait_bounded(mut child: Child, secs: u64, what: &str) -> Output {
-    let mut out = child.stdout.take().expect("stdout");
-    let mut errp = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = errp.read_to_end(&mut v);
-        v
-    });
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("host process hung (killed after {secs}s): {what}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
-}
 
 /// The exec record printed by `--json` (last line of stdout).
 #[track_caller]
@@ -160,9 +48,9 @@ fn record(o: &Output) -> serde_json::Value {
 fn workspace_git_config_never_runs_on_the_host() {
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = project(&r);
         let ws = e.open("cfg");
-        let m = e.marker();
+        let m = marker(&e);
         let m = m.display();
         let script = format!(
             r#"set -e
@@ -185,7 +73,7 @@ echo changed > a.txt
 echo new > c.txt
 "#
         );
-        let o = e.exec("cfg", &script);
+        let o = exec(&e, "cfg", &script);
         assert!(o.status.success(), "exec: {}", err(&o));
         let rec = record(&o);
         let changes = &rec["changes"];
@@ -193,15 +81,15 @@ echo new > c.txt
             changes["added"].to_string().contains("c.txt"),
             "changes still computed: {rec}"
         );
-        assert!(!e.marker().exists(), "workspace git config ran on the host");
+        assert!(!marker(&e).exists(), "workspace git config ran on the host");
         // a second exec (snapshot before) and close (HEAD read) must not run it either
-        let o = e.exec("cfg", "true");
+        let o = exec(&e, "cfg", "true");
         assert!(o.status.success(), "exec: {}", err(&o));
         let o = bounded(e.capsule().args(["close", "cfg", "--force"]), TIMEOUT);
         assert!(o.status.success(), "close: {}", err(&o));
         assert!(!ws.exists());
         assert!(
-            !e.marker().exists(),
+            !marker(&e).exists(),
             "workspace git config ran on the host (second exec or close)"
         );
     }
@@ -225,11 +113,12 @@ fn record_does_not_follow_git_redirects_to_hidden_repositories() {
     ];
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = project(&r);
         let other = e.open("other");
         // the other capsule's repository: a file name and a commit only it has
         let secret = "hidden-repo-file-name-7c1e.txt";
-        let o = e.exec(
+        let o = exec(
+            &e,
             "other",
             &format!("echo s > {secret} && git add {secret} && git -c user.name=o -c user.email=o@o commit -qm s && git rev-parse HEAD"),
         );
@@ -246,7 +135,7 @@ fn record_does_not_follow_git_redirects_to_hidden_repositories() {
                 "OTHER={}; test ! -e \"$OTHER\" || {{ echo 'other capsule visible'; exit 9; }}; {plant}",
                 other.display()
             );
-            let o = e.exec(&name, &script);
+            let o = exec(&e, &name, &script);
             assert!(o.status.success(), "{what}: exec: {}", err(&o));
             let text = String::from_utf8_lossy(&o.stdout).into_owned();
             let _ = record(&o);
@@ -254,9 +143,7 @@ fn record_does_not_follow_git_redirects_to_hidden_repositories() {
                 !text.contains(secret) && !text.contains(&other_head),
                 "{what}: the record shows a hidden repository's files or HEAD: {text}"
             );
-            let events =
-                std::fs::read_to_string(e.root().join("bundles").join(&name).join("events.jsonl"))
-                    .unwrap_or_default();
+            let events = e.events(&name);
             assert!(
                 !events.contains(secret) && !events.contains(&other_head),
                 "{what}: events.jsonl shows a hidden repository's files or HEAD"
@@ -285,13 +172,13 @@ fn fifos_in_git_metadata_do_not_hang_the_host() {
     ];
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = project(&r);
         for (i, (what, plant)) in plants.iter().enumerate() {
             let name = format!("fifo{i}");
             e.open(&name);
             let tmp = e.root().join("bundles").join(&name).join("tmp");
             let script = format!("CAPSULE_TMP={}; {plant}; exit 7", tmp.display());
-            let o = e.exec(&name, &script);
+            let o = exec(&e, &name, &script);
             assert_eq!(
                 o.status.code(),
                 Some(7),
@@ -301,7 +188,7 @@ fn fifos_in_git_metadata_do_not_hang_the_host() {
             let rec = record(&o);
             assert_eq!(rec["exit_status"], 7, "{what}: {rec}");
             // the next exec snapshots the workspace before it starts
-            let o = e.exec(&name, "echo next");
+            let o = exec(&e, &name, "echo next");
             assert!(
                 String::from_utf8_lossy(&o.stdout).starts_with("next"),
                 "{what}: second exec: {}",
@@ -334,7 +221,7 @@ fn git_metadata_symlinked_to_host_stdin_is_not_read() {
     ];
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = project(&r);
         for (i, (what, plant)) in plants.iter().enumerate() {
             let name = format!("stdin{i}");
             e.open(&name);
@@ -380,7 +267,7 @@ fn record_never_quotes_hidden_host_files() {
     let value = "SECRET-TOKEN-9d2f61";
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = project(&r);
         let secret = e.root().join("secret-token.txt");
         std::fs::write(&secret, format!("{value}\n")).unwrap();
         e.runner.own(&secret);
@@ -391,15 +278,14 @@ fn record_never_quotes_hidden_host_files() {
                 "S={}; cat \"$S\" 2>/dev/null && {{ echo 'secret readable inside'; exit 9; }}; {plant}",
                 secret.display()
             );
-            let o = e.exec(&name, &script);
+            let o = exec(&e, &name, &script);
             assert!(o.status.success(), "{what}: {}", err(&o));
             let _ = record(&o);
             let all = format!(
                 "{}{}{}",
                 String::from_utf8_lossy(&o.stdout),
                 err(&o),
-                std::fs::read_to_string(e.root().join("bundles").join(&name).join("events.jsonl"))
-                    .unwrap_or_default()
+                e.events(&name)
             );
             assert!(
                 !all.contains(value),

@@ -4,29 +4,9 @@
 //! agent's login) or a project cloned next to the source must be hidden all the same, for
 //! `capsule exec` and for the spec's probes. As root and as the unprivileged test user.
 
-use capsule_e2e::{runners, scratch, stderr, stdout, Runner};
+use capsule_e2e::{git_repo, runners, scratch, stderr, stdout, Runner};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("git");
-    assert!(st.success(), "git {args:?}");
-}
 
 const SECRET: &str = "LATE-SECRET-5e0a";
 
@@ -43,11 +23,7 @@ fn credentials_and_projects_created_after_open_stay_hidden() {
         let dir = scratch();
         let home = dir.path().join("home");
         let src = home.join("projects/app");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("a.txt"), "a\n").unwrap();
-        git(&src, &["init", "-q"]);
-        git(&src, &["add", "-A"]);
-        git(&src, &["commit", "-q", "-m", "init"]);
+        git_repo(&src, &[("a.txt", "a\n")]);
         let root: PathBuf = dir.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         r.own(dir.path());

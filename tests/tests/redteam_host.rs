@@ -2,76 +2,9 @@
 //! the workspace and the capsule's state. Each case runs as root and as the unprivileged
 //! test user.
 
-use capsule_e2e::{runners, scratch, stderr, Runner};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("git");
-    assert!(st.success(), "git {args:?}");
-}
-
-struct Env {
-    dir: tempfile::TempDir,
-    runner: Runner,
-}
-
-impl Env {
-    fn new(runner: &Runner) -> Env {
-        let dir = scratch();
-        let src = dir.path().join("src");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("a.txt"), "a\n").unwrap();
-        git(&src, &["init", "-q"]);
-        git(&src, &["add", "-A"]);
-        git(&src, &["commit", "-q", "-m", "init"]);
-        std::fs::create_dir_all(dir.path().join("root")).unwrap();
-        runner.own(dir.path());
-        Env {
-            dir,
-            runner: runner.clone(),
-        }
-    }
-    fn root(&self) -> PathBuf {
-        self.dir.path().join("root")
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        let mut c = self.runner.capsule(&self.root());
-        c.current_dir(self.dir.path())
-            .args(args)
-            .stdin(Stdio::null());
-        c.output().expect("run capsule")
-    }
-    fn open(&self, name: &str) -> PathBuf {
-        let src = self.dir.path().join("src");
-        let o = self.run(&[
-            "open",
-            "--source",
-            src.to_str().unwrap(),
-            "--name",
-            name,
-            "--json",
-        ]);
-        assert!(o.status.success(), "open: {}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        PathBuf::from(v["workspace"].as_str().unwrap())
-    }
-}
+use capsule_e2e::{runners, stderr, wait_bounded, Project};
+use std::path::Path;
+use std::process::{Output, Stdio};
 
 fn names(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -89,7 +22,7 @@ fn names(dir: &Path) -> Vec<String> {
 fn close_removes_folders_without_permissions() {
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = Project::new(&r);
         let ws = e.open("perm");
         let o = e.run(&[
             "exec",
@@ -114,31 +47,10 @@ fn close_removes_folders_without_permissions() {
 
 /// `capsule ARGS` as the runner inside a user namespace that may create no more (so
 /// `capsule exec` can only run under weaker isolation: Landlock + seccomp, no mounts).
-fn no_userns(e: &Env, args: &[&str]) -> Output {
-    let base = e.runner.capsule(&e.root());
-    let mut w = match &e.runner {
-        Runner::Current => Command::new("unshare"),
-        Runner::User { uid, gid, .. } => {
-            let mut w = Command::new("setpriv");
-            w.arg(format!("--reuid={uid}"))
-                .arg(format!("--regid={gid}"))
-                .arg("--clear-groups")
-                .arg("unshare");
-            w
-        }
-    };
-    w.args(["-U", "-r", "sh", "-c"])
-        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
-        .arg(base.get_program())
-        .args(args);
-    w.env_clear();
-    for (k, v) in base.get_envs() {
-        if let Some(v) = v {
-            w.env(k, v);
-        }
-    }
-    w.current_dir(e.dir.path()).stdin(Stdio::null());
-    w.output().expect("run capsule in a user namespace")
+fn no_userns(e: &Project, args: &[&str]) -> Output {
+    e.no_userns(args)
+        .output()
+        .expect("run capsule in a user namespace")
 }
 
 /// `capsule inspect` prints the workspace's manifest, "informational". Under weaker
@@ -150,7 +62,7 @@ fn inspect_does_not_follow_a_replaced_manifest() {
     let value = "HIDDEN-VALUE-0b7e";
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
+        let e = Project::new(&r);
         // a host file hidden from the sandbox (capsule's own state) shaped like a manifest,
         // so a followed link would print it whole
         let secret = e.root().join("hidden.json");
@@ -182,23 +94,18 @@ fn inspect_does_not_follow_a_replaced_manifest() {
             let o = no_userns(&e, &["exec", &name, "--", "sh", "-c", &script]);
             assert!(o.status.success(), "{what}: weaker exec: {}", stderr(&o));
             // inspect, bounded in time (a FIFO or /dev/zero would block or grow forever)
-            let mut c = e.runner.capsule(&e.root());
-            c.current_dir(e.dir.path())
+            let child = e
+                .capsule()
                 .args(["inspect", &name, "--json"])
-                .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut child = c.spawn().expect("spawn inspect");
-            let t = std::time::Instant::now();
-            while child.try_wait().unwrap().is_none() {
-                if t.elapsed() > std::time::Duration::from_secs(20) {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("{what}: capsule inspect hung on a replaced manifest");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            let o = child.wait_with_output().unwrap();
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn inspect");
+            let o = wait_bounded(
+                child,
+                20,
+                &format!("{what}: capsule inspect on a replaced manifest"),
+            );
             assert!(o.status.success(), "{what}: inspect: {}", stderr(&o));
             let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
             assert!(

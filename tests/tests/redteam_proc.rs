@@ -4,91 +4,9 @@
 //! sandbox dies with it, double-forked daemons and the command's own children included.
 //! As root and as the unprivileged test user.
 
-use capsule_e2e::{runners, scratch, stderr, Runner};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use capsule_e2e::{runners, stderr, Project};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("git");
-    assert!(st.success(), "git {args:?}");
-}
-
-struct Env {
-    dir: tempfile::TempDir,
-    runner: Runner,
-}
-
-impl Env {
-    fn new(runner: &Runner) -> Env {
-        let dir = scratch();
-        let src = dir.path().join("src");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("a.txt"), "a\n").unwrap();
-        git(&src, &["init", "-q"]);
-        git(&src, &["add", "-A"]);
-        git(&src, &["commit", "-q", "-m", "init"]);
-        std::fs::create_dir_all(dir.path().join("root")).unwrap();
-        runner.own(dir.path());
-        Env {
-            dir,
-            runner: runner.clone(),
-        }
-    }
-    fn root(&self) -> PathBuf {
-        self.dir.path().join("root")
-    }
-    /// `capsule ARGS` inside a user namespace that may create no more (weaker isolation).
-    fn no_userns(&self, args: &[&str]) -> Command {
-        let base = self.runner.capsule(&self.root());
-        let mut w = match &self.runner {
-            Runner::Current => Command::new("unshare"),
-            Runner::User { uid, gid, .. } => {
-                let mut w = Command::new("setpriv");
-                w.arg(format!("--reuid={uid}"))
-                    .arg(format!("--regid={gid}"))
-                    .arg("--clear-groups")
-                    .arg("unshare");
-                w
-            }
-        };
-        // unshare, sh and capsule exec each other: the spawned pid is capsule's
-        w.args(["-U", "-r", "sh", "-c"])
-            .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
-            .arg(base.get_program())
-            .args(args);
-        w.env_clear();
-        for (k, v) in base.get_envs() {
-            if let Some(v) = v {
-                w.env(k, v);
-            }
-        }
-        w.current_dir(self.dir.path()).stdin(Stdio::null());
-        w
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        let mut c = self.runner.capsule(&self.root());
-        c.current_dir(self.dir.path())
-            .args(args)
-            .stdin(Stdio::null());
-        c.output().expect("run capsule")
-    }
-}
 
 /// Host processes whose command line contains `marker`.
 fn procs(marker: &str) -> Vec<i32> {
@@ -120,10 +38,8 @@ fn wait_until(mut f: impl FnMut() -> bool, secs: u64) -> bool {
 fn weaker_isolation_sandbox_dies_with_a_killed_capsule() {
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let e = Env::new(&r);
-        let src = e.dir.path().join("src");
-        let o = e.run(&["open", "--source", src.to_str().unwrap(), "--name", "w"]);
-        assert!(o.status.success(), "open: {}", stderr(&o));
+        let e = Project::new(&r);
+        e.open("w");
         let o = e
             .no_userns(&["isolation", "--accept-weaker", "on"])
             .output()

@@ -3,54 +3,10 @@
 //! keys), which full isolation masks with mounts: Landlock must leave them out. As root
 //! and as the unprivileged test user (for whom file modes already refuse them).
 
-use capsule_e2e::{runners, scratch, stderr, stdout, Runner};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use capsule_e2e::{runners, stderr, stdout, Project};
 
 /// Host files only root may read, with content (the test needs something to look for).
 const ROOT_ONLY: &[&str] = &["/etc/shadow", "/etc/ssl/private/ssl-cert-snakeoil.key"];
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .stdout(Stdio::null())
-        .status()
-        .expect("git");
-    assert!(st.success(), "git {args:?}");
-}
-
-/// `capsule ARGS` inside a user namespace that may create no more.
-fn weaker(r: &Runner, root: &Path, cwd: &Path, args: &[&str]) -> std::process::Output {
-    let base = r.capsule(root);
-    let mut w = match r {
-        Runner::Current => Command::new("unshare"),
-        Runner::User { uid, gid, .. } => {
-            let mut w = Command::new("setpriv");
-            w.arg(format!("--reuid={uid}"))
-                .arg(format!("--regid={gid}"))
-                .arg("--clear-groups")
-                .arg("unshare");
-            w
-        }
-    };
-    w.args(["-U", "-r", "sh", "-c"])
-        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
-        .arg(base.get_program())
-        .args(args);
-    w.env_clear();
-    for (k, v) in base.get_envs() {
-        if let Some(v) = v {
-            w.env(k, v);
-        }
-    }
-    w.current_dir(cwd).stdin(Stdio::null());
-    w.output().expect("run capsule in a user namespace")
-}
 
 #[test]
 fn root_only_files_stay_hidden_under_weaker_isolation() {
@@ -67,37 +23,18 @@ fn root_only_files_stay_hidden_under_weaker_isolation() {
     }
     for r in runners() {
         eprintln!("--- runner {}", r.label());
-        let dir = scratch();
-        let src = dir.path().join("src");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(src.join("a.txt"), "a\n").unwrap();
-        git(&src, &["init", "-q"]);
-        git(&src, &["add", "-A"]);
-        git(&src, &["commit", "-q", "-m", "init"]);
-        let root = dir.path().join("root");
-        std::fs::create_dir_all(&root).unwrap();
-        r.own(dir.path());
-        let o = r
-            .capsule(&root)
-            .current_dir(dir.path())
-            .args(["open", "--source", src.to_str().unwrap(), "--name", "w"])
+        let e = Project::new(&r);
+        e.open("w");
+        let o = e
+            .no_userns(&["isolation", "--accept-weaker", "on"])
             .output()
-            .unwrap();
-        assert!(o.status.success(), "open: {}", stderr(&o));
-        let o = weaker(
-            &r,
-            &root,
-            dir.path(),
-            &["isolation", "--accept-weaker", "on"],
-        );
+            .expect("run capsule in a user namespace");
         assert!(o.status.success(), "accept: {}", stderr(&o));
         let script = format!("cat {} 2>/dev/null; echo done", ROOT_ONLY.join(" "));
-        let o = weaker(
-            &r,
-            &root,
-            dir.path(),
-            &["exec", "w", "--", "sh", "-c", &script],
-        );
+        let o = e
+            .no_userns(&["exec", "w", "--", "sh", "-c", &script])
+            .output()
+            .expect("run capsule in a user namespace");
         assert!(o.status.success(), "weaker exec: {}", stderr(&o));
         assert!(stdout(&o).contains("done"), "{}", stdout(&o));
         let out = stdout(&o);

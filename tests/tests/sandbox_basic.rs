@@ -1,6 +1,5 @@
 //! Ordinary work inside the sandbox, and the exec record.
-mod sandbox_support;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 
 #[test]
 fn true_and_exit_codes() {

@@ -3,8 +3,7 @@
 //! truncated or renamed into, and the capsule's own manifest and records cannot be
 //! tampered with. Each test also shows the sandbox is not simply refusing everything
 //! (the same kind of access succeeds where the policy allows it).
-mod sandbox_support;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 
 #[test]
 fn secrets_are_hidden_directly() {

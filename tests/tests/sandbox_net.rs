@@ -1,8 +1,7 @@
 //! Adversarial network tests: no channel to host services (unix sockets by path, abstract
 //! sockets, TCP on the host's loopback), loopback of the sandbox's own works, and the
 //! network flags do what they say. Servers only ever listen on this machine's loopback.
-mod sandbox_support;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener};

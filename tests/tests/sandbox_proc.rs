@@ -2,8 +2,7 @@
 //! cannot be seen, signalled or ptraced; inherited descriptors are closed; nothing the
 //! command starts outlives it, nor the sandbox outlives a killed `capsule`; refused
 //! syscalls; timeouts and signal forwarding.
-mod sandbox_support;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -4,39 +4,15 @@
 //! once accepted, Landlock and seccomp alone must still keep secrets, writes outside the
 //! workspace, host processes, host abstract sockets and the host's TCP listeners out, and
 //! say so on stderr and in the record. As root and as the unprivileged user.
-mod sandbox_support;
-use sandbox_support::*;
-use std::process::{Command, Output, Stdio};
+use capsule_e2e::sandbox::*;
+use std::process::{Command, Output};
 
 /// `capsule ARGS` as the capsule's runner, inside a user namespace with no room for more.
 fn capsule_no_userns(c: &Capsule, args: &[&str]) -> Output {
-    let base = c.capsule();
-    let mut w = match &c.runner {
-        capsule_e2e::Runner::Current => Command::new("unshare"),
-        capsule_e2e::Runner::User { uid, gid, .. } => {
-            let mut w = Command::new("setpriv");
-            w.arg(format!("--reuid={uid}"))
-                .arg(format!("--regid={gid}"))
-                .arg("--clear-groups")
-                .arg("unshare");
-            w
-        }
-    };
-    w.args(["-U", "-r", "sh", "-c"])
-        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
-        .arg(base.get_program())
-        .args(args);
-    w.env_clear();
-    for (k, v) in base.get_envs() {
-        if let Some(v) = v {
-            w.env(k, v);
-        }
-    }
-    if let Some(d) = base.get_current_dir() {
-        w.current_dir(d);
-    }
-    w.stdin(Stdio::null());
-    w.output().expect("run capsule in a user namespace")
+    c.runner
+        .without_userns(c.capsule().args(args))
+        .output()
+        .expect("run capsule in a user namespace")
 }
 
 fn exec(c: &Capsule, argv: &[&str]) -> Output {

@@ -1,8 +1,7 @@
 //! Ordinary work still works inside the sandbox: git commit in the workspace, python, a
 //! C compiler, stdin, many files, a terminal (`-t`); and the exec record says what the
 //! command changed.
-mod sandbox_support;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 use std::io::Write;
 use std::process::Stdio;
 
