@@ -37,9 +37,7 @@ pub fn git(dir: &Path, args: &[&str]) {
 #[track_caller]
 pub fn git_repo(dir: &Path, files: &[(&str, &str)]) {
     for (rel, text) in files {
-        let p = dir.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&p, text).expect("write");
+        crate::write(&dir.join(rel), text);
     }
     git(dir, &["init", "-q"]);
     git(dir, &["add", "-A"]);

@@ -371,6 +371,13 @@ pub fn hash_tree(root: &Path) -> String {
     hex::encode(h.finalize())
 }
 
+/// Write `text` to `p`, making its parent folders first.
+#[track_caller]
+pub fn write(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
+}
+
 /// Convenience: an OsStr from a str.
 pub fn os(s: &str) -> &OsStr {
     OsStr::new(s)

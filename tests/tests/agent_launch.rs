@@ -31,26 +31,9 @@ echo "proxy:${HTTPS_PROXY:-none}"
 if [ -n "$FAKE_WRITE" ]; then sh -c "$FAKE_WRITE" && echo wrote:ok || echo wrote:failed; fi
 "#;
 
-fn write(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-    std::fs::write(p, text).expect("write");
-}
-
 fn exe(p: &Path, text: &str) {
     write(p, text);
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .status()
-        .expect("git");
-    assert!(st.success(), "git {args:?}");
 }
 
 struct Env {

@@ -3,37 +3,10 @@
 //! (the plan, redaction, denial before any plan). Run as the current user and as the
 //! unprivileged test user, who reads repositories owned by someone else (gix reduced trust).
 
-use capsule_e2e::{assert_ok, run, runners, scratch, stderr, stdout, Runner};
+use capsule_e2e::{assert_ok, code, git, run, runners, scratch, stderr, stdout, write, Runner};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn write(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-    std::fs::write(p, text).expect("write");
-}
 
 /// A project on `main` with a `.kitsoki.yaml`, a capsule under its carve-out, a fake codex
 /// and claude on a private PATH directory, and a directory the runner may write traces to.
@@ -94,10 +67,6 @@ impl Fixture {
         c.args(args);
         c
     }
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
 }
 
 fn json_line(o: &Output) -> serde_json::Value {

@@ -8,7 +8,7 @@
 
 use capsule_bundle::layout::Layout;
 use capsule_bundle::policy::{NetworkPolicy, SandboxPolicy};
-use capsule_bundle::store::BundleRecord;
+use capsule_e2e::sandbox;
 use capsule_e2e::*;
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
@@ -39,35 +39,8 @@ fn fake_capsule(root: &Path, name: &str, home: &Path) -> PathBuf {
         devices: vec![],
         network: NetworkPolicy::default(),
     };
-    let record = BundleRecord {
-        version: 1,
-        name: name.into(),
-        workspace: ws,
-        spec_path: None,
-        source: None,
-        opened_at: "2026-01-01T00:00:00Z".into(),
-        policy_digest: policy.digest(),
-        network: "none".into(),
-        head: None,
-        branch: None,
-        tree_digest: "0".repeat(64),
-    };
-    std::fs::write(
-        bundle.join("policy.json"),
-        serde_json::to_vec_pretty(&policy).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        bundle.join("bundle.json"),
-        serde_json::to_vec_pretty(&record).unwrap(),
-    )
-    .unwrap();
+    sandbox::write_bundle(&bundle, &policy);
     bundle
-}
-
-fn write(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
 }
 
 /// A small fake home directory.

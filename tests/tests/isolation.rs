@@ -116,27 +116,14 @@ fn shared_copy(dir: &Path) -> PathBuf {
 /// `capsule ARGS` run by `r` inside a new user namespace whose `user.max_user_namespaces`
 /// is 0: a real machine without user namespaces for whatever runs there.
 fn capsule_without_userns(r: &Runner, bin: &Path, root: &Path, args: &[&str]) -> Output {
-    let mut c = match r {
-        Runner::Current => Command::new("unshare"),
-        Runner::User { uid, gid, .. } => {
-            let mut c = Command::new("setpriv");
-            c.arg(format!("--reuid={uid}"))
-                .arg(format!("--regid={gid}"))
-                .arg("--clear-groups")
-                .arg("unshare");
-            c
-        }
-    };
-    c.args(["-U", "-r", "sh", "-c"])
-        .arg("echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"")
-        .arg(bin)
-        .args(args);
-    c.env_clear()
+    let mut base = Command::new(bin);
+    base.args(args)
+        .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("LANG", "C.UTF-8")
         .env("HOME", root)
         .env("CAPSULE_ROOT", root);
-    run(&mut c)
+    run(&mut r.without_userns(&base))
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! tested in `capsule-seatbelt`; here: the command's inputs, outputs and errors.)
 
 use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkMode, NetworkPolicy, SandboxPolicy};
-use capsule_bundle::store::{BundleRecord, RECORD_VERSION};
+use capsule_e2e::sandbox;
 use capsule_e2e::*;
 use std::path::Path;
 
@@ -44,29 +44,7 @@ fn root_with_capsule(dir: &Path) -> SandboxPolicy {
             allow: vec![],
         },
     };
-    let record = BundleRecord {
-        version: RECORD_VERSION,
-        name: "demo".into(),
-        workspace: ws,
-        spec_path: None,
-        source: None,
-        opened_at: "2026-11-29T00:00:00Z".into(),
-        policy_digest: policy.digest(),
-        network: "none".into(),
-        head: None,
-        branch: None,
-        tree_digest: "0".repeat(64),
-    };
-    std::fs::write(
-        bundle.join("policy.json"),
-        serde_json::to_vec(&policy).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        bundle.join("bundle.json"),
-        serde_json::to_vec(&record).unwrap(),
-    )
-    .unwrap();
+    sandbox::write_bundle(&bundle, &policy);
     policy
 }
 
