@@ -112,6 +112,14 @@ fn bind(src: &CString, dst: &CString, rw: bool) -> io::Result<()> {
     sys::mount_setattr(dst, attrs, true)
 }
 
+/// Mask `dst` with a mask source (`MASK_DIR` or `MASK_FILE`): one non-recursive bind. The
+/// sources are sealed read-only and nosuid in [`enter_setup_root`] and have no submounts;
+/// a bind mount copies its source mount's flags, so no `mount_setattr` per mask (200
+/// hidden paths: 200 syscalls less).
+fn mask_bind(src: &CString, dst: &CString) -> io::Result<()> {
+    sys::mount(Some(src), dst, None, libc::MS_BIND | libc::MS_SILENT, None)
+}
+
 fn tmpfs(dst: &CString, mode: u32) -> io::Result<()> {
     let data = cstr(format!("mode={mode:o},size=64m").as_bytes())?;
     sys::mount(
@@ -239,8 +247,8 @@ pub fn apply(step: &MountStep) -> R<()> {
                 // paths are canonical) and mounting on it would follow it
                 Kind::Symlink => Ok(()),
                 Kind::Dir if *carve_outs => ctx(tmpfs(&d, 0o755), what),
-                Kind::Dir => ctx(bind(&c(MASK_DIR), &d, false), what),
-                _ => ctx(bind(&c(MASK_FILE), &d, false), what),
+                Kind::Dir => ctx(mask_bind(&c(MASK_DIR), &d), what),
+                _ => ctx(mask_bind(&c(MASK_FILE), &d), what),
             }
         }
         MountStep::ReadOnly { dst } => {
@@ -311,7 +319,7 @@ fn proc_fs(dst: &Path) -> R<()> {
             Kind::Dir => MASK_DIR,
             _ => MASK_FILE,
         };
-        ctx(bind(&c(src), &p, false), || format!("masking /proc/{m}"))?;
+        ctx(mask_bind(&c(src), &p), || format!("masking /proc/{m}"))?;
     }
     Ok(())
 }
