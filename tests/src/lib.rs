@@ -9,16 +9,19 @@
 //! Shared fixtures live in modules: [`git`] (hermetic fixture repositories), [`project`]
 //! (a source checkout and a capsule root, for tests that `capsule open`), [`sandbox`] (a
 //! hand-made open capsule in a scratch home), [`weaker`] (commands in a user namespace
-//! that may create no more) and [`bounded`] (commands with a deadline).
+//! that may create no more), [`bounded`] (commands with a deadline) and [`procs`] (host
+//! processes by marker).
 
 pub mod bounded;
 pub mod git;
+pub mod procs;
 pub mod project;
 pub mod sandbox;
 pub mod weaker;
 
 pub use bounded::{bounded, wait_bounded};
 pub use git::{git, git_repo};
+pub use procs::{host_procs, wait_until};
 pub use project::Project;
 
 use std::ffi::OsStr;

@@ -58,6 +58,21 @@ impl Project {
         self.runner.without_userns(self.capsule().args(args))
     }
 
+    /// `capsule isolation --accept-weaker on` where weaker isolation is all there is (see
+    /// [`Project::no_userns`]); asserts it succeeded.
+    #[track_caller]
+    pub fn accept_weaker(&self) {
+        let o = self
+            .no_userns(&["isolation", "--accept-weaker", "on"])
+            .output()
+            .expect("run capsule in a user namespace");
+        assert!(
+            o.status.success(),
+            "accept weaker: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
     /// Open a capsule of the source checkout called `name` (bounded in time); its
     /// workspace.
     #[track_caller]

@@ -67,6 +67,23 @@ impl Fixture {
         c.args(args);
         c
     }
+
+    /// `capsule agent launch --backend BACKEND --working-dir DIR REST...`, as above.
+    fn launch(&self, runner: &Runner, backend: &str, dir: &str, rest: &[&str]) -> Command {
+        let mut c = self.capsule(
+            runner,
+            &[
+                "agent",
+                "launch",
+                "--backend",
+                backend,
+                "--working-dir",
+                dir,
+            ],
+        );
+        c.args(rest);
+        c
+    }
 }
 
 fn json_line(o: &Output) -> serde_json::Value {
@@ -245,15 +262,11 @@ fn agent_launch_dry_run_plan_is_redacted() {
         let cap = f.capsule.display().to_string();
         let secret = "sk-test-4a7c1e9d0b";
         let o = run(f
-            .capsule(
+            .launch(
                 &runner,
+                "codex",
+                &cap,
                 &[
-                    "agent",
-                    "launch",
-                    "--backend",
-                    "codex",
-                    "--working-dir",
-                    &cap,
                     "--dry-run",
                     "--model",
                     "gpt-x",
@@ -299,22 +312,11 @@ fn agent_launch_dry_run_plan_is_redacted() {
         assert!(runner_argv.contains(&"--pass-env".to_string()));
 
         // claude, interactive, raw
-        let o = run(&mut f.capsule(
+        let o = run(&mut f.launch(
             &runner,
-            &[
-                "agent",
-                "launch",
-                "--backend",
-                "claude",
-                "--working-dir",
-                &cap,
-                "--dry-run",
-                "--interactive",
-                "--raw",
-                "--",
-                "--resume",
-                "x",
-            ],
+            "claude",
+            &cap,
+            &["--dry-run", "--interactive", "--raw", "--", "--resume", "x"],
         ));
         assert_ok(&o, "claude raw");
         let v = json_line(&o);
@@ -324,21 +326,11 @@ fn agent_launch_dry_run_plan_is_redacted() {
             .as_array()
             .expect("runner")
             .contains(&"-t".into()));
-        let o = run(&mut f.capsule(
+        let o = run(&mut f.launch(
             &runner,
-            &[
-                "agent",
-                "launch",
-                "--backend",
-                "claude",
-                "--working-dir",
-                &cap,
-                "--dry-run",
-                "--model",
-                "opus",
-                "--",
-                "hi",
-            ],
+            "claude",
+            &cap,
+            &["--dry-run", "--model", "opus", "--", "hi"],
         ));
         assert_ok(&o, "claude -p");
         assert_eq!(
@@ -356,18 +348,10 @@ fn agent_launch_denied_prints_no_plan() {
     for backend in ["codex", "claude"] {
         for dry in [true, false] {
             let src = f.proj.join("src").display().to_string();
-            let mut args = vec![
-                "agent",
-                "launch",
-                "--backend",
-                backend,
-                "--working-dir",
-                &src,
-            ];
-            if dry {
-                args.push("--dry-run");
-            }
-            let o = run(f.capsule(&runner, &args).env("CAPSULE_TRACE", &trace));
+            let rest: &[&str] = if dry { &["--dry-run"] } else { &[] };
+            let o = run(f
+                .launch(&runner, backend, &src, rest)
+                .env("CAPSULE_TRACE", &trace));
             assert_eq!(
                 code(&o),
                 3,
@@ -391,49 +375,16 @@ fn agent_launch_denied_prints_no_plan() {
     // usage errors come before the gate
     let cap = f.capsule.display().to_string();
     for extra in [&["--raw", "--model", "m"][..], &["--effort", "extreme"][..]] {
-        let mut args = vec![
-            "agent",
-            "launch",
-            "--backend",
-            "codex",
-            "--working-dir",
-            &cap,
-            "--dry-run",
-        ];
-        args.extend_from_slice(extra);
-        let o = run(&mut f.capsule(&runner, &args));
+        let rest = [&["--dry-run"][..], extra].concat();
+        let o = run(&mut f.launch(&runner, "codex", &cap, &rest));
         assert_eq!(code(&o), 2, "{extra:?}: {}", stderr(&o));
     }
-    let o = run(&mut f.capsule(
-        &runner,
-        &[
-            "agent",
-            "launch",
-            "--backend",
-            "claude",
-            "--working-dir",
-            &cap,
-            "--dry-run",
-            "--effort",
-            "high",
-        ],
-    ));
+    let o = run(&mut f.launch(&runner, "claude", &cap, &["--dry-run", "--effort", "high"]));
     assert_eq!(code(&o), 2);
 
     // backend missing from PATH
     let o = run(f
-        .capsule(
-            &runner,
-            &[
-                "agent",
-                "launch",
-                "--backend",
-                "codex",
-                "--working-dir",
-                &cap,
-                "--dry-run",
-            ],
-        )
+        .launch(&runner, "codex", &cap, &["--dry-run"])
         .env("PATH", "/usr/bin:/bin"));
     assert_eq!(code(&o), 127, "{}", stderr(&o));
 }

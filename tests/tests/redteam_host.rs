@@ -74,8 +74,7 @@ fn inspect_does_not_follow_a_replaced_manifest() {
         )
         .unwrap();
         e.runner.own(&secret);
-        let o = no_userns(&e, &["isolation", "--accept-weaker", "on"]);
-        assert!(o.status.success(), "accept weaker: {}", stderr(&o));
+        e.accept_weaker();
         let plants = [
             (
                 "symlink",

@@ -4,35 +4,8 @@
 //! sandbox dies with it, double-forked daemons and the command's own children included.
 //! As root and as the unprivileged test user.
 
-use capsule_e2e::{runners, stderr, Project};
+use capsule_e2e::{host_procs, runners, wait_until, Project};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-/// Host processes whose command line contains `marker`.
-fn procs(marker: &str) -> Vec<i32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmd).contains(marker) {
-            v.push(pid);
-        }
-    }
-    v
-}
-
-fn wait_until(mut f: impl FnMut() -> bool, secs: u64) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(secs) {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
 
 #[test]
 fn weaker_isolation_sandbox_dies_with_a_killed_capsule() {
@@ -40,11 +13,7 @@ fn weaker_isolation_sandbox_dies_with_a_killed_capsule() {
         eprintln!("--- runner {}", r.label());
         let e = Project::new(&r);
         e.open("w");
-        let o = e
-            .no_userns(&["isolation", "--accept-weaker", "on"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "accept weaker: {}", stderr(&o));
+        e.accept_weaker();
         // two markers: a double-forked daemon in its own session, and a plain child of the
         // command (the command itself is what init watches)
         let id = std::process::id();
@@ -61,14 +30,20 @@ fn weaker_isolation_sandbox_dies_with_a_killed_capsule() {
             .spawn()
             .unwrap();
         let started = wait_until(
-            || !procs(&daemon).is_empty() && !procs(&child).is_empty(),
+            || !host_procs(&daemon).is_empty() && !host_procs(&child).is_empty(),
             10,
         );
         // SIGKILL: capsule cannot clean up
         cap.kill().unwrap();
         cap.wait().unwrap();
-        let gone = wait_until(|| procs(&daemon).is_empty() && procs(&child).is_empty(), 5);
-        let left: Vec<i32> = procs(&daemon).into_iter().chain(procs(&child)).collect();
+        let gone = wait_until(
+            || host_procs(&daemon).is_empty() && host_procs(&child).is_empty(),
+            5,
+        );
+        let left: Vec<i32> = host_procs(&daemon)
+            .into_iter()
+            .chain(host_procs(&child))
+            .collect();
         for p in &left {
             // SAFETY: killing the leftovers this test made (found by their unique marker).
             unsafe { libc::kill(*p, libc::SIGKILL) };

@@ -25,11 +25,7 @@ fn root_only_files_stay_hidden_under_weaker_isolation() {
         eprintln!("--- runner {}", r.label());
         let e = Project::new(&r);
         e.open("w");
-        let o = e
-            .no_userns(&["isolation", "--accept-weaker", "on"])
-            .output()
-            .expect("run capsule in a user namespace");
-        assert!(o.status.success(), "accept: {}", stderr(&o));
+        e.accept_weaker();
         let script = format!("cat {} 2>/dev/null; echo done", ROOT_ONLY.join(" "));
         let o = e
             .no_userns(&["exec", "w", "--", "sh", "-c", &script])

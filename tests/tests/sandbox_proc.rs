@@ -3,42 +3,16 @@
 //! command starts outlives it, nor the sandbox outlives a killed `capsule`; refused
 //! syscalls; timeouts and signal forwarding.
 use capsule_e2e::sandbox::*;
+use capsule_e2e::{host_procs, wait_until};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Host processes whose command line contains `marker`.
-fn host_procs(marker: &str) -> Vec<u32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cl) = std::fs::read(e.path().join("cmdline")) {
-            if String::from_utf8_lossy(&cl).contains(marker) {
-                v.push(pid);
-            }
-        }
-    }
-    v
-}
 
 /// `marker` written so the text itself does not contain it, but the shell or regex yields it:
 /// `capsule-x-1` -> `capsule-x-<open>1<close>` (e.g. `[1]` for grep, `"1"` for a shell).
 fn split_marker(marker: &str, open: &str, close: &str) -> String {
     let (a, b) = marker.split_at(marker.len() - 1);
     format!("{a}{open}{b}{close}")
-}
-
-fn wait_until(mut f: impl FnMut() -> bool, secs: u64) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
 }
 
 #[test]
@@ -74,7 +48,7 @@ fn host_processes_are_invisible_and_unreachable() {
             .spawn()
             .unwrap();
         let hp = host.id();
-        assert!(wait_until(|| host_procs(&marker).contains(&hp), 5));
+        assert!(wait_until(|| host_procs(&marker).contains(&(hp as i32)), 5));
         let pattern = split_marker(&marker, "[", "]");
         let script = format!(
             r#"
