@@ -33,7 +33,8 @@ H=$work/helper
 # start a background program and wait for its first N stdout lines
 start() { # name nlines cmd...
   local name=$1 n=$2; shift 2
-  "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  : >"$work/$name.out"
+  "$@" >>"$work/$name.out" 2>"$work/$name.err" &
   pids+=($!)
   for _ in $(seq 1 200); do
     [ "$(wc -l <"$work/$name.out")" -ge "$n" ] && return 0
@@ -71,10 +72,11 @@ for f in "$work"/tp-* "$work"/lat-* "$work"/p99-*; do
   case $k in tp-*) tp[${k#tp-}]=$v;; lat-*) lat[${k#lat-}]=$v;; p99-*) p99[${k#p99-}]=$v;; esac
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
-echo "proxy benchmark: $(( BYTES / 1048576 )) MiB per transfer, $REQUESTS requests per latency run, median of $ROUNDS rounds ($(nproc) CPUs)"
+echo "proxy benchmark: $(( BYTES / 1048576 )) MiB per transfer, $REQUESTS requests per latency run, median of $ROUNDS rounds ($(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
 printf '%-28s %12s %12s %12s %10s %10s\n' "throughput (MiB/s)" direct proxy relay proxy/dir relay/dir
 for dir in up down; do
-  printf '%-28s %12s %12s %12s %10s %10s\n' "  $dir (client->server)" "${tp[direct-$dir]}" "${tp[proxy-$dir]}" "${tp[relay-$dir]}" \
+  case $dir in up) what="up (client->server)";; down) what="down (server->client)";; esac
+  printf '%-28s %12s %12s %12s %10s %10s\n' "  $what" "${tp[direct-$dir]}" "${tp[proxy-$dir]}" "${tp[relay-$dir]}" \
     "$(ratio "${tp[proxy-$dir]}" "${tp[direct-$dir]}")" "$(ratio "${tp[relay-$dir]}" "${tp[direct-$dir]}")"
 done
 printf '%-28s %12s %12s %12s %10s %10s\n' "latency per request (us)" direct proxy relay proxy/dir relay/dir
