@@ -6,9 +6,12 @@
 #                                           vs    runc run of an equivalent bundle (if runc is installed)
 # and the same with 200 hidden paths (capsule: --hide x200; bwrap: --tmpfs x200).
 #
-# Prints median wall time per start (ms) and the ratio to bwrap. Not a test: run it by
-# hand (`hack/bench-exec.sh [RUNS]`); needs bubblewrap (`apt-get install -y bubblewrap`),
-# optionally runc (`apt-get install -y runc`, as root).
+# Prints median wall time per start (ms) and the ratio to bwrap. The variants run
+# interleaved (one of each per round), so load from elsewhere on the machine slows them
+# alike and the ratios stay meaningful. BASE_BIN=/path/to/older/capsule adds that binary's
+# rows, for before/after comparisons of a change. Not a test: run it by hand
+# (`[BASE_BIN=...] hack/bench-exec.sh [RUNS]`); needs bubblewrap
+# (`apt-get install -y bubblewrap`), optionally runc (`apt-get install -y runc`, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-200}"
@@ -78,44 +81,52 @@ EOF
   if runc run --bundle "$B" bench-probe >/dev/null 2>&1; then RUNC_OK=1; fi
 fi
 
-python3 - "$RUNS" "$RUNC_OK" "$BIN" "$WS" "$W" "${BWRAP[*]}" "${HIDE_ARGS[*]}" "${BWRAP_HIDE[*]}" <<'EOF'
+python3 - "$RUNS" "$RUNC_OK" "$BIN" "$WS" "$W" "${BWRAP[*]}" "${HIDE_ARGS[*]}" "${BWRAP_HIDE[*]}" "${BASE_BIN:-}" <<'EOF'
 import os, statistics, subprocess, sys, time, shlex
 runs, runc_ok, bin_, ws, w = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3], sys.argv[4], sys.argv[5]
 bwrap = shlex.split(sys.argv[6]); hide = shlex.split(sys.argv[7]); bhide = shlex.split(sys.argv[8])
+base = sys.argv[9]
 env = dict(os.environ)
-def bench(argv, n=runs, cwd=ws):
-    for _ in range(max(5, n // 20)):  # warm-up
-        subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, check=True)
-    t = []
-    for _ in range(n):
-        s = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, check=True)
-        t.append((time.perf_counter() - s) * 1000)
-    return statistics.median(t)
 counter = [0]
 def runc():
     counter[0] += 1
     return ["runc", "run", "--bundle", w + "/runc", "bench-%d" % counter[0]]
-rows = []
-rows.append(("/bin/true (bare)", bench(["/bin/true"])))
-rows.append(("bwrap, equivalent policy", bench(bwrap + ["/bin/true"])))
-rows.append(("capsule exec", bench([bin_, "exec", "bench", "--", "/bin/true"])))
-rows.append(("bwrap + 200 hidden paths", bench(bwrap + bhide + ["/bin/true"])))
-rows.append(("capsule exec + 200 hidden paths", bench([bin_, "exec", "bench"] + hide + ["--", "/bin/true"])))
+variants = [
+    ("/bin/true (bare)", lambda: ["/bin/true"]),
+    ("bwrap, equivalent policy", lambda: bwrap + ["/bin/true"]),
+    ("capsule exec", lambda: [bin_, "exec", "bench", "--", "/bin/true"]),
+    ("bwrap + 200 hidden paths", lambda: bwrap + bhide + ["/bin/true"]),
+    ("capsule exec + 200 hidden paths", lambda: [bin_, "exec", "bench"] + hide + ["--", "/bin/true"]),
+]
+if base:
+    variants += [
+        ("BASE capsule exec", lambda: [base, "exec", "bench", "--", "/bin/true"]),
+        ("BASE capsule exec + 200 hidden", lambda: [base, "exec", "bench"] + hide + ["--", "/bin/true"]),
+    ]
 if runc_ok:
-    class R:
-        def __iter__(self): return iter(runc())
-    t = []
-    for i in range(max(20, runs // 4)):
+    variants.append(("runc run (bundle, root)", runc))
+# interleaved rounds: every variant once per round (runc every 4th), so a busy machine
+# slows them alike; the first rounds warm up and are not counted
+warm = max(5, runs // 20)
+times = {name: [] for name, _ in variants}
+for r in range(warm + runs):
+    for name, argv in variants:
+        if name.startswith("runc") and r % 4:
+            continue
         s = time.perf_counter()
-        subprocess.run(runc(), env=env, stdin=subprocess.DEVNULL, check=True, stdout=subprocess.DEVNULL)
-        t.append((time.perf_counter() - s) * 1000)
-    rows.append(("runc run (bundle, root)", statistics.median(t)))
-else:
-    rows.append(("runc run", float("nan")))
-bw = rows[1][1]
+        subprocess.run(argv(), cwd=ws, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+        if r >= warm:
+            times[name].append((time.perf_counter() - s) * 1000)
+rows = [(name, statistics.median(times[name])) for name, _ in variants]
+if not runc_ok:
+    rows.append(("runc run (needs runc, as root)", float("nan")))
+med = dict(rows)
+bw = med["bwrap, equivalent policy"]
 print(f"{'variant':36} {'median ms':>10} {'vs bwrap':>9}")
 for name, m in rows:
     print(f"{name:36} {m:10.2f} {m / bw:9.2f}")
-print(f"\n200 hidden paths add: capsule {rows[4][1] - rows[2][1]:.2f} ms, bwrap {rows[3][1] - rows[1][1]:.2f} ms  ({runs} runs each, medians)")
+line = f"\n200 hidden paths add: capsule {med['capsule exec + 200 hidden paths'] - med['capsule exec']:.2f} ms, bwrap {med['bwrap + 200 hidden paths'] - bw:.2f} ms"
+if base:
+    line += f", BASE capsule {med['BASE capsule exec + 200 hidden'] - med['BASE capsule exec']:.2f} ms"
+print(line + f"  ({runs} interleaved rounds, medians)")
 EOF

@@ -356,6 +356,7 @@ mod imp {
             Ok(w) => w.into_inner().finish(),
             Err(_) => false,
         };
+        tracing::debug!("stderr relay finished: {:?}", started.elapsed());
         if isolation == Isolation::Weaker {
             eprintln!(
                 "capsule: warning: weaker isolation (Landlock + seccomp, no namespaces): {}",
@@ -402,6 +403,7 @@ mod imp {
                 );
             }
         }
+        tracing::debug!("record prepared: {:?}", started.elapsed());
         let before = before
             .borrow_mut()
             .take()

@@ -173,6 +173,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // The children allocate between clone and execve: no other thread of ours may be
     // running then (it could hold an allocator lock the child would wait on forever).
     single_threaded()?;
+    tracing::debug!("run: single-threaded: {:?}", start.elapsed());
     let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
 
@@ -522,11 +523,17 @@ fn parked(tid: &str) -> bool {
 /// `Hooks::before_release`, after the clone.
 fn single_threaded() -> Result<(), ExecError> {
     let mut others = other_threads();
-    for _ in 0..20 {
+    // a thread that just handed over its result (gitguard's reads) is usually gone within
+    // tens of microseconds: look again often, for at most ~20 ms
+    for i in 0..400 {
         if others.iter().all(|t| parked(t)) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        if i < 50 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
         others = other_threads();
     }
     let running: Vec<String> = others.iter().filter(|t| !parked(t)).cloned().collect();
