@@ -50,7 +50,11 @@ fn common_cases() -> Vec<(&'static str, Target, bool)> {
         // default hidden paths absent from the policy (they did not exist at open)
         ("file-read-data", p("/Users/u/.netrc"), false),
         ("file-read-data", p("/Users/u/.config/gh/hosts.yml"), false),
-        ("file-read-data", p("/Users/u/Library/Keychains/login.keychain-db"), false),
+        (
+            "file-read-data",
+            p("/Users/u/Library/Keychains/login.keychain-db"),
+            false,
+        ),
         ("file-read-data", p("/Users/u/.config/other/x"), true),
         ("file-read-data", p("/Users/u/Documents/taxes.pdf"), false),
         (

@@ -905,7 +905,9 @@ fn demo_runs_with_nothing_set_up() {
     // planted key never reached the output
     assert_eq!(j["unexpected"], 0);
     assert_eq!(j["sandboxed"], true);
-    assert!(cmds.iter().all(|c| !c["output"].as_str().unwrap().contains("FAKE-DEMO-KEY")));
+    assert!(cmds
+        .iter()
+        .all(|c| !c["output"].as_str().unwrap().contains("FAKE-DEMO-KEY")));
     let refused = cmds.iter().filter(|c| c["exit_code"] != 0).count();
     assert_eq!(refused, 5, "{cmds:?}");
     let o = cap(&s.path().join("unused-root"), &["demo"]);

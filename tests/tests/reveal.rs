@@ -21,7 +21,10 @@ fn fixture_copy() -> tempfile::TempDir {
 }
 
 fn list_json(r: &Runner, root: &Path, source: &Path) -> serde_json::Value {
-    let o = run(r.capsule(root).args(["reveal", "list", "--json"]).arg(source));
+    let o = run(r
+        .capsule(root)
+        .args(["reveal", "list", "--json"])
+        .arg(source));
     assert_ok(&o, "reveal list");
     serde_json::from_str(&stdout(&o)).expect("json")
 }
@@ -72,11 +75,17 @@ fn list_finds_each_manifest_kind() {
     let dotnet = &v["suggestions"][0]["named_by"][0];
     assert_eq!(dotnet["written"], "..\\..\\..\\Shared\\Shared.csproj");
     // human output names them too
-    let o = run(Runner::Current.capsule(root.path()).args(["reveal", "list"]).arg(&src));
+    let o = run(Runner::Current
+        .capsule(root.path())
+        .args(["reveal", "list"])
+        .arg(&src));
     assert_ok(&o, "reveal list");
     let text = stdout(&o);
     for rel in ["../shared", "../ui", "../Shared", "../gox", "../wsdep"] {
-        assert!(text.contains(&format!("closed  {rel}")), "{rel} in:\n{text}");
+        assert!(
+            text.contains(&format!("closed  {rel}")),
+            "{rel} in:\n{text}"
+        );
     }
 }
 
@@ -103,7 +112,10 @@ fn add_and_rm_persist_in_settings() {
         r.own(root.path());
         let src = fx.path().join("app");
         // from inside the source folder, relative path, default source = cwd (no git)
-        let o = run(r.capsule(root.path()).current_dir(&src).args(["reveal", "add", "../shared"]));
+        let o = run(r
+            .capsule(root.path())
+            .current_dir(&src)
+            .args(["reveal", "add", "../shared"]));
         assert_ok(&o, "reveal add");
         let settings: serde_json::Value =
             serde_json::from_slice(&std::fs::read(root.path().join("settings.json")).unwrap())
@@ -117,8 +129,14 @@ fn add_and_rm_persist_in_settings() {
             r.label()
         );
         let got = summary(&list_json(&r, root.path(), &src));
-        assert!(got.contains(&("../shared".into(), true, vec!["cargo".into()])), "{got:?}");
-        assert!(got.contains(&("../ui".into(), false, vec!["npm".into()])), "{got:?}");
+        assert!(
+            got.contains(&("../shared".into(), true, vec!["cargo".into()])),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("../ui".into(), false, vec!["npm".into()])),
+            "{got:?}"
+        );
         // a subfolder of the source uses the git root as its source when there is one
         std::fs::create_dir(src.join(".git")).unwrap();
         r.own(&src);
@@ -128,7 +146,10 @@ fn add_and_rm_persist_in_settings() {
             .args(["reveal", "add", "../../ui"]));
         assert_ok(&o, "reveal add from subfolder");
         let got = summary(&list_json(&r, root.path(), &src));
-        assert!(got.contains(&("../ui".into(), true, vec!["npm".into()])), "{got:?}");
+        assert!(
+            got.contains(&("../ui".into(), true, vec!["npm".into()])),
+            "{got:?}"
+        );
         // rm closes it again
         let o = run(r
             .capsule(root.path())
@@ -138,7 +159,10 @@ fn add_and_rm_persist_in_settings() {
             .arg(&src));
         assert_ok(&o, "reveal rm");
         let got = summary(&list_json(&r, root.path(), &src));
-        assert!(got.contains(&("../shared".into(), false, vec!["cargo".into()])), "{got:?}");
+        assert!(
+            got.contains(&("../shared".into(), false, vec!["cargo".into()])),
+            "{got:?}"
+        );
         // rm of something not open is an error
         let o = run(r
             .capsule(root.path())
@@ -167,9 +191,20 @@ fn add_refuses_home_root_credentials_and_missing() {
             .arg("--source")
             .arg(&src))
     };
-    for bad in [Path::new("/"), home.as_path(), &home.join(".ssh"), fx.path()] {
+    for bad in [
+        Path::new("/"),
+        home.as_path(),
+        &home.join(".ssh"),
+        fx.path(),
+    ] {
         let o = try_add(bad);
-        assert_eq!(o.status.code(), Some(1), "{}: {}", bad.display(), stdout(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}: {}",
+            bad.display(),
+            stdout(&o)
+        );
         assert!(stderr(&o).starts_with("capsule: "), "{}", stderr(&o));
     }
     let o = try_add(&fx.path().join("nope"));

@@ -6,9 +6,9 @@
 //! no runtime exists. [`bind`] first (so the port is listening before the command starts),
 //! then [`serve_blocking`] — or [`spawn`], which does both and serves on a thread.
 
-use std::io::{self, Write};
 #[cfg(not(target_os = "linux"))]
 use std::io::Read;
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::thread;
