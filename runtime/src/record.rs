@@ -59,6 +59,28 @@ pub fn open_repo(workspace: &Path) -> Result<gix::Repository, String> {
     .map_err(|e| e.to_string())?
 }
 
+/// Open `workspace`'s repository as [`open_repo`] does and take the first snapshot, in one
+/// guarded read (one thread, one check of `.git`): the snapshot before the command is on
+/// the path to its start.
+pub fn open_and_snapshot(workspace: &Path) -> Result<(gix::Repository, Snapshot), String> {
+    let ws = workspace.to_path_buf();
+    gitguard::guarded("reading the workspace's repository", move || {
+        let git = gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
+        let opts = gix::open::Options::isolated().filter_config_section(|_| false);
+        let repo = gix::open_opts(&ws, opts)
+            .map_err(|e| format!("{}: not a git repository ({e})", ws.display()))?;
+        if repo.git_dir() != git || repo.common_dir() != git {
+            return Err(format!(
+                "{}: the repository is not the workspace's own .git; not read",
+                ws.display()
+            ));
+        }
+        let snap = snapshot_now(&repo, &ws)?;
+        Ok((repo, snap))
+    })
+    .map_err(|e| e.to_string())?
+}
+
 /// Take a snapshot of `workspace` (a git work tree). Errors are plain messages.
 pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
     snapshot_of(&open_repo(workspace)?, workspace)

@@ -313,8 +313,7 @@ mod imp {
             Hooks {
                 before_release: Some(Box::new(move || {
                     watch.borrow_mut().spawn_relay();
-                    let snap = record::open_repo(&ws).and_then(|r| {
-                        let s = record::snapshot_of(&r, &ws);
+                    let snap = record::open_and_snapshot(&ws).map(|(r, s)| {
                         *repo.borrow_mut() = Some(r);
                         s
                     });

@@ -141,6 +141,7 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         exit(crate::exit::SANDBOX_FAILED as i32);
     }
     sys::close(cx.sync);
+    tracing::debug!("init: go-ahead: {:?}", cx.t0.elapsed());
     let _ = sys::write_all(go_w, &[1]);
     sys::close(go_w);
     // nothing in the sandbox may ptrace or read init's memory

@@ -283,6 +283,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     if let Some(f) = hooks_before_release {
         f();
     }
+    tracing::debug!("run: before_release done: {:?}", start.elapsed());
     // second byte: the command may start
     let _ = sys::write_all(sync_w, &[2]);
     sys::close(sync_w);
