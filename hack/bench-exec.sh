@@ -22,6 +22,10 @@ command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblew
 
 W="$(mktemp -d /dev/shm/bench-exec-XXXXXX)"
 trap 'rm -rf "$W"' EXIT
+# measure copies: a freshly linked binary in target/ starts measurably slower (~1.5 ms
+# here) than the same bytes copied, which would skew before/after comparisons
+cp "$BIN" "$W/capsule" && BIN="$W/capsule"
+if [ -n "${BASE_BIN:-}" ]; then cp "$BASE_BIN" "$W/capsule-base" && BASE_BIN="$W/capsule-base"; fi
 export CAPSULE_ROOT="$W/root" HOME="$W/home"
 mkdir -p "$HOME/.ssh" "$W/src"
 echo secret >"$HOME/.ssh/id_rsa"
