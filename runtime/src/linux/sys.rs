@@ -355,3 +355,53 @@ pub fn drop_all_capabilities() -> io::Result<()> {
     check(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) })
         .map(drop)
 }
+
+/// `path` resolved to its canonical absolute form, like `std::fs::canonicalize` but in three
+/// system calls (an `O_PATH` open, `readlink` of its `/proc/self/fd` entry, close) instead
+/// of one `readlink` per component: `capsule exec --hide` ×200 spent ~1 ms in realpath.
+/// Falls back to `std::fs::canonicalize` when /proc cannot answer.
+pub fn canonicalize(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: open with a valid C string; the result is checked.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+        Ok(p) if p.is_absolute() && !p.as_os_str().as_bytes().ends_with(b" (deleted)") => Ok(p),
+        _ => std::fs::canonicalize(path),
+    }
+}
+
+#[cfg(test)]
+mod canonicalize_tests {
+    #[test]
+    fn same_answers_as_std() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real/dir");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("f"), "x").unwrap();
+        std::os::unix::fs::symlink(d.path().join("real"), d.path().join("link")).unwrap();
+        std::os::unix::fs::symlink("link/dir/f", d.path().join("rel")).unwrap();
+        for p in [
+            d.path().join("real/dir"),
+            d.path().join("link/dir/f"),
+            d.path().join("link/./dir/../dir"),
+            d.path().join("rel"),
+        ] {
+            assert_eq!(
+                super::canonicalize(&p).unwrap(),
+                std::fs::canonicalize(&p).unwrap(),
+                "{}",
+                p.display()
+            );
+        }
+        assert!(super::canonicalize(&d.path().join("missing")).is_err());
+        assert!(super::canonicalize(&d.path().join("real/dir/f/x")).is_err());
+    }
+}
