@@ -68,7 +68,7 @@ pub fn kitsoki_capsules() -> PathBuf {
     ];
     for c in &candidates {
         if c.is_dir() {
-            return c.clone();
+            return readable_by_all(c, "kitsoki-capsules");
         }
     }
     panic!("Kitsoki's capsule library not found next to the project root (../shared/kitsoki-capsules); set KITSOKI_CAPSULES");
@@ -76,7 +76,54 @@ pub fn kitsoki_capsules() -> PathBuf {
 
 /// Our own fixtures.
 pub fn fixtures() -> PathBuf {
-    repo_root().join("tests/fixtures")
+    readable_by_all(&repo_root().join("tests/fixtures"), "fixtures")
+}
+
+/// `dir` itself when every user can read it (the unprivileged test user reads specs and
+/// fixtures too); else one shared copy under `/dev/shm/capsule-e2e-data/<name>`, made once
+/// per test process and swapped in atomically (a checkout may sit in a 0700 home).
+fn readable_by_all(dir: &Path, name: &str) -> PathBuf {
+    let all_x = dir.ancestors().all(|a| {
+        a.as_os_str().is_empty()
+            || std::fs::metadata(a)
+                .map(|m| m.permissions().mode() & 0o001 != 0)
+                .unwrap_or(false)
+    });
+    let r = std::fs::metadata(dir)
+        .map(|m| m.permissions().mode() & 0o004 != 0)
+        .unwrap_or(false);
+    if all_x && r {
+        return dir.to_path_buf();
+    }
+    static COPIED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let base = Path::new("/dev/shm/capsule-e2e-data");
+    let dst = base.join(name);
+    let mut done = COPIED.lock().unwrap_or_else(|e| e.into_inner());
+    if !done.iter().any(|n| n == name) {
+        std::fs::create_dir_all(base).expect("mkdir data dir");
+        std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let tmp = base.join(format!("{name}.tmp{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let st = Command::new("cp")
+            .arg("-R")
+            .arg(dir)
+            .arg(&tmp)
+            .status()
+            .expect("cp");
+        assert!(st.success(), "copy {} for the test user", dir.display());
+        let st = Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(&tmp)
+            .status()
+            .expect("chmod");
+        assert!(st.success());
+        let old = base.join(format!("{name}.old{}", std::process::id()));
+        let _ = std::fs::rename(&dst, &old);
+        std::fs::rename(&tmp, &dst).expect("install data copy");
+        let _ = std::fs::remove_dir_all(&old);
+        done.push(name.to_string());
+    }
+    dst
 }
 
 /// A scratch directory on tmpfs (`/dev/shm` when present), removed on drop.
