@@ -281,26 +281,7 @@ pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
         Some(c) if c.starts_with(&cap.workspace) => c.clone(),
         _ => cap.workspace.clone(),
     };
-    let gate = capsule_policy::Gate::load(caller.as_deref().unwrap_or(&cap.workspace), None)
-        .map_err(|e| fail(format!("launch policy: {e}")))?;
-    let decision = gate.decide("capsule.exec", None, &cwd);
-    if let Some(trace) = capsule_policy::trace_path(None) {
-        if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
-            tracing::warn!(
-                "cannot append to the launch-policy trace {}: {e}",
-                trace.display()
-            );
-        }
-    }
-    if !decision.allowed {
-        return Err(CliError::new(
-            exit::DENIED,
-            format!(
-                "denied by the launch policy: {}; nothing ran",
-                decision.reason
-            ),
-        ));
-    }
+    crate::cli::gate::exec_gate(caller.as_deref().unwrap_or(&cap.workspace), &cwd)?;
     let policy = flags(a, &cap.policy, &layout, &cap.bundle_dir)?;
     if policy.network.mode == NetworkMode::Allowlist {
         return Err(CliError::new(

@@ -216,27 +216,8 @@ mod imp {
 
         // the launch-policy gate first: a denial starts nothing
         let gate_from = caller_cwd.clone().unwrap_or_else(|| cap.workspace.clone());
-        let gate = capsule_policy::Gate::load(&gate_from, None)
-            .map_err(|e| fail(format!("launch policy: {e}")))?;
-        let decision = gate.decide("capsule.exec", None, &cwd);
+        crate::cli::gate::exec_gate(&gate_from, &cwd)?;
         tracing::debug!("gate decided: {:?}", started.elapsed());
-        if let Some(trace) = capsule_policy::trace_path(None) {
-            if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
-                tracing::warn!(
-                    "cannot append to the launch-policy trace {}: {e}",
-                    trace.display()
-                );
-            }
-        }
-        if !decision.allowed {
-            return Err(CliError::new(
-                exit::DENIED,
-                format!(
-                    "denied by the launch policy: {}; nothing ran",
-                    decision.reason
-                ),
-            ));
-        }
 
         let base = with_current_hidden(&cap, &layout);
         let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;

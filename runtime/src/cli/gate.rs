@@ -585,3 +585,34 @@ fn launch(a: LaunchArgs) -> CliResult {
     };
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE)))
 }
+
+/// The launch-policy gate in front of `capsule exec` (every executor): load the operator's
+/// configuration walking up from `from`, decide for `cwd` with verb `capsule.exec`, append
+/// the decision to the trace sink if one is set (a trace that cannot be written is a
+/// warning, not a reason to refuse), and turn a denial into exit status 3.
+pub fn exec_gate(
+    from: &std::path::Path,
+    cwd: &std::path::Path,
+) -> Result<capsule_policy::Decision, crate::exit::CliError> {
+    let gate = capsule_policy::Gate::load(from, None)
+        .map_err(|e| crate::exit::CliError::failure(format!("launch policy: {e}")))?;
+    let decision = gate.decide("capsule.exec", None, cwd);
+    if let Some(trace) = capsule_policy::trace_path(None) {
+        if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
+            tracing::warn!(
+                "cannot append to the launch-policy trace {}: {e}",
+                trace.display()
+            );
+        }
+    }
+    if !decision.allowed {
+        return Err(crate::exit::CliError::new(
+            crate::exit::DENIED,
+            format!(
+                "denied by the launch policy: {}; nothing ran",
+                decision.reason
+            ),
+        ));
+    }
+    Ok(decision)
+}
