@@ -7,9 +7,8 @@
 //! through the proxy's test resolver table (CAPSULE_PROXY_TEST_RESOLVE), never DNS.
 //! (`--no-network` and the host's loopback being out of reach in `none` are tested in
 //! sandbox_net.rs.)
-mod sandbox_support;
 use capsule_bundle::policy::NetworkMode;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

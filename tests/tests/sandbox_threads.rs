@@ -3,8 +3,7 @@
 //! the clone. Many execs in a row with those helpers active must all finish; a deadlock
 //! (a child waiting forever on an allocator lock held by a thread that does not exist in
 //! it) turns the test red through a deadline instead of hanging it.
-mod sandbox_support;
-use sandbox_support::*;
+use capsule_e2e::sandbox::*;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
