@@ -281,7 +281,7 @@ pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
         Some(c) if c.starts_with(&cap.workspace) => c.clone(),
         _ => cap.workspace.clone(),
     };
-    crate::cli::gate::exec_gate(caller.as_deref().unwrap_or(&cap.workspace), &cwd)?;
+    crate::cli::gate::exec_gate(caller.as_deref(), &cap.workspace, &cwd)?;
     let policy = flags(a, &cap.policy, &layout, &cap.bundle_dir)?;
     if policy.network.mode == NetworkMode::Allowlist {
         return Err(CliError::new(

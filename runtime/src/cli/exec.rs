@@ -215,8 +215,7 @@ mod imp {
         let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
 
         // the launch-policy gate first: a denial starts nothing
-        let gate_from = caller_cwd.clone().unwrap_or_else(|| cap.workspace.clone());
-        crate::cli::gate::exec_gate(&gate_from, &cwd)?;
+        crate::cli::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
         tracing::debug!("gate decided: {:?}", started.elapsed());
 
         let base = with_current_hidden(&cap, &layout);

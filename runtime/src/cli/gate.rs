@@ -587,13 +587,24 @@ fn launch(a: LaunchArgs) -> CliResult {
 }
 
 /// The launch-policy gate in front of `capsule exec` (every executor): load the operator's
-/// configuration walking up from `from`, decide for `cwd` with verb `capsule.exec`, append
+/// configuration (see below), decide for `cwd` with verb `capsule.exec`, append
 /// the decision to the trace sink if one is set (a trace that cannot be written is a
 /// warning, not a reason to refuse), and turn a denial into exit status 3.
+///
+/// The configuration is looked up from the caller's directory, but never from inside the
+/// workspace: its files are the sandboxed command's to write, and a planted `.kitsoki.yaml`
+/// (with the sentinel deleted, under weaker isolation) must not replace the operator's
+/// policy. A caller inside the workspace, or without a current directory, searches from
+/// the workspace's parent.
 pub fn exec_gate(
-    from: &std::path::Path,
+    caller: Option<&std::path::Path>,
+    workspace: &std::path::Path,
     cwd: &std::path::Path,
 ) -> Result<capsule_policy::Decision, crate::exit::CliError> {
+    let from = match caller {
+        Some(c) if !c.starts_with(workspace) => c,
+        _ => workspace.parent().unwrap_or(workspace),
+    };
     let gate = capsule_policy::Gate::load(from, None)
         .map_err(|e| crate::exit::CliError::failure(format!("launch policy: {e}")))?;
     let decision = gate.decide("capsule.exec", None, cwd);
