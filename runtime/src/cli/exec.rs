@@ -467,32 +467,19 @@ mod imp {
                 env.iter().filter(|(k, _)| k != "HOME").cloned().collect();
             env.push(("HOME".into(), home_inside.into_os_string()));
             ExecPlan {
-                argv: vec!["sh".into(), "-c".into(), script.into()],
-                env,
-                cwd: cwd.to_path_buf(),
-                mounts: if full {
-                    plan::mount_plan(policy, &policy.devices)
-                } else {
-                    Vec::new()
-                },
-                isolation: iso,
-                new_netns: policy.network.mode != NetworkMode::Open,
-                hostname: format!("capsule-{}", policy.capsule_name)
-                    .chars()
-                    .take(64)
-                    .collect(),
-                policy: if full {
-                    plan::sandbox_view(policy)
-                } else {
-                    policy.clone()
-                },
-                network_off: policy.network.mode == NetworkMode::Off,
                 stdio: Stdio::Redirect {
                     stdout: out,
                     stderr: out,
                 },
                 timeout: Some(timeout),
                 landlock_best_effort,
+                ..ExecPlan::for_policy(
+                    policy,
+                    iso,
+                    vec!["sh".into(), "-c".into(), script.into()],
+                    env,
+                    cwd.to_path_buf(),
+                )
             }
         };
         let mut result = linux::run(&make(isolation, best_effort), Hooks::default());
@@ -569,29 +556,9 @@ mod imp {
             }
         }
         ExecPlan {
-            argv: a.command.clone(),
-            env,
-            cwd: cwd.to_path_buf(),
-            mounts: if full {
-                plan::mount_plan(policy, &policy.devices)
-            } else {
-                Vec::new()
-            },
-            isolation,
-            new_netns: policy.network.mode != NetworkMode::Open,
-            hostname: format!("capsule-{}", policy.capsule_name)
-                .chars()
-                .take(64)
-                .collect(),
-            policy: if full {
-                plan::sandbox_view(policy)
-            } else {
-                policy.clone()
-            },
-            network_off: policy.network.mode == NetworkMode::Off,
             stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
             timeout: a.timeout,
-            landlock_best_effort: false,
+            ..ExecPlan::for_policy(policy, isolation, a.command.clone(), env, cwd.to_path_buf())
         }
     }
 }

@@ -103,6 +103,48 @@ pub struct ExecPlan {
     pub landlock_best_effort: bool,
 }
 
+impl ExecPlan {
+    /// The plan for running `argv` under `policy` at `isolation`: the policy-derived parts
+    /// (mounts, network namespace, hostname, the sandbox's view of the policy) filled in
+    /// one place; stdio inherited, no timeout, every Landlock right required. Callers
+    /// change what differs with struct update syntax.
+    pub fn for_policy(
+        policy: &SandboxPolicy,
+        isolation: Isolation,
+        argv: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        cwd: PathBuf,
+    ) -> Self {
+        let full = isolation == Isolation::Full;
+        use capsule_bundle::policy::NetworkMode;
+        ExecPlan {
+            argv,
+            env,
+            cwd,
+            mounts: if full {
+                mount_plan(policy, &policy.devices)
+            } else {
+                Vec::new()
+            },
+            isolation,
+            new_netns: policy.network.mode != NetworkMode::Open,
+            hostname: format!("capsule-{}", policy.capsule_name)
+                .chars()
+                .take(64)
+                .collect(),
+            policy: if full {
+                sandbox_view(policy)
+            } else {
+                policy.clone()
+            },
+            network_off: policy.network.mode == NetworkMode::Off,
+            stdio: Stdio::Inherit,
+            timeout: None,
+            landlock_best_effort: false,
+        }
+    }
+}
+
 /// What the executor runs at for an isolation decision: `(isolation, landlock_best_effort)`.
 /// Weaker isolation keeps the namespaces whenever they are available (`namespaces_ok`:
 /// false once the kernel refused them), so "weaker" then means only the Landlock layer is
