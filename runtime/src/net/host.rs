@@ -128,56 +128,59 @@ pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Bind a unix socket at `path`, even when the path is longer than `sun_path` allows
-/// (108 bytes): on Linux the directory is then reached through `/proc/self/fd/N`.
-fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    if path.as_os_str().len() < 100 {
-        return UnixListener::bind(path);
-    }
+/// A path to reach `path` by for `bind`/`connect`, even when it is longer than `sun_path`
+/// allows (108 bytes): on Linux the directory is then opened and reached through
+/// `/proc/self/fd/N`, so the returned handle must stay open until the call is made.
+fn short_unix_path(path: &Path) -> io::Result<(std::path::PathBuf, Option<std::fs::File>)> {
     #[cfg(target_os = "linux")]
-    {
+    if path.as_os_str().len() >= 100 {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
-        let (dir, name) = match (path.parent(), path.file_name()) {
-            (Some(d), Some(n)) => (d, n),
-            _ => return UnixListener::bind(path),
-        };
-        let d = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(dir)?;
-        let short = Path::new("/proc/self/fd")
-            .join(d.as_raw_fd().to_string())
-            .join(name);
-        UnixListener::bind(short)
+        if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+            let d = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(dir)?;
+            let short = Path::new("/proc/self/fd")
+                .join(d.as_raw_fd().to_string())
+                .join(name);
+            return Ok((short, Some(d)));
+        }
     }
-    #[cfg(not(target_os = "linux"))]
-    UnixListener::bind(path)
+    Ok((path.to_path_buf(), None))
 }
 
-/// Connect to a unix socket at `path`, however long the path (see [`bind_unix`]).
+/// Bind a unix socket at `path`, however long the path (see [`short_unix_path`]).
+fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    let (p, _dir) = short_unix_path(path)?;
+    UnixListener::bind(p)
+}
+
+/// Connect to a unix socket at `path`, however long the path (see [`short_unix_path`]).
 pub fn connect_unix(path: &Path) -> io::Result<std::os::unix::net::UnixStream> {
-    use std::os::unix::net::UnixStream;
-    if path.as_os_str().len() < 100 {
-        return UnixStream::connect(path);
+    let (p, _dir) = short_unix_path(path)?;
+    std::os::unix::net::UnixStream::connect(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_sockets_bind_and_connect_past_the_sun_path_limit() {
+        let d = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
+        let deep = d.path().join("a".repeat(60)).join("b".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let sock = deep.join("proxy.sock");
+        assert!(
+            sock.as_os_str().len() > 108,
+            "the path must exceed sun_path"
+        );
+        // the plain call cannot take it
+        assert!(UnixListener::bind(&sock).is_err());
+        let l = bind_unix(&sock).unwrap();
+        assert!(sock.exists(), "bound at the long path itself");
+        let _c = connect_unix(&sock).unwrap();
+        let (_s, _) = l.accept().unwrap();
     }
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::fs::OpenOptionsExt;
-        let (dir, name) = match (path.parent(), path.file_name()) {
-            (Some(d), Some(n)) => (d, n),
-            _ => return UnixStream::connect(path),
-        };
-        let d = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-            .open(dir)?;
-        let short = Path::new("/proc/self/fd")
-            .join(d.as_raw_fd().to_string())
-            .join(name);
-        UnixStream::connect(short)
-    }
-    #[cfg(not(target_os = "linux"))]
-    UnixStream::connect(path)
 }
