@@ -321,7 +321,7 @@ mod imp {
                     _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
                 })
         };
-        let mut plan = build_plan(&a, &policy, &cwd, isolation);
+        let mut plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
         plan.landlock_best_effort = landlock_best_effort;
         task_env(&mut plan)?;
         net.apply(&mut plan);
@@ -333,7 +333,7 @@ mod imp {
             tracing::info!("namespaces refused: {msg}");
             (isolation, landlock_best_effort) =
                 weaker_or_refuse(&settings, &mut degradation, false)?;
-            plan = build_plan(&a, &policy, &cwd, isolation);
+            plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
             plan.landlock_best_effort = landlock_best_effort;
             task_env(&mut plan)?;
             net.apply(&mut plan);
@@ -544,6 +544,7 @@ mod imp {
         policy: &SandboxPolicy,
         cwd: &Path,
         isolation: Isolation,
+        bundle_dir: &Path,
     ) -> ExecPlan {
         let full = isolation == Isolation::Full;
         let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
@@ -558,6 +559,8 @@ mod imp {
         ExecPlan {
             stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
             timeout: a.timeout,
+            // the root is prepared once per capsule and policy, and joined by each exec
+            prepared: Some(crate::linux::prepared::dir(bundle_dir)),
             ..ExecPlan::for_policy(policy, isolation, a.command.clone(), env, cwd.to_path_buf())
         }
     }

@@ -59,6 +59,7 @@ pub mod init;
 pub mod landlock;
 pub mod mounts;
 pub mod plan;
+pub mod prepared;
 pub mod pty;
 pub mod seccomp;
 pub mod sys;

@@ -101,6 +101,9 @@ pub struct ExecPlan {
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
     /// old or absent ([`isolation_for`]). False: every right the policy needs is required.
     pub landlock_best_effort: bool,
+    /// Where this capsule's prepared roots live (see [`super::prepared`]): a directory of
+    /// the bundle, outside every sandbox. `None`: the root is built for this exec alone.
+    pub prepared: Option<PathBuf>,
 }
 
 impl ExecPlan {
@@ -141,6 +144,7 @@ impl ExecPlan {
             stdio: Stdio::Inherit,
             timeout: None,
             landlock_best_effort: false,
+            prepared: None,
         }
     }
 }
