@@ -29,9 +29,10 @@ pub struct ProxyArgs {
     /// Listen on this unix socket.
     #[arg(long, value_name = "PATH")]
     pub unix: Option<PathBuf>,
-    /// Also run the sandbox-side relay on this loopback address, forwarding to `--unix`
-    /// (the whole allowlist path minus the sandbox; for benchmarks).
-    #[arg(long, value_name = "ADDR:PORT", requires = "unix")]
+    /// Also run the sandbox-side relay on this loopback address, handing its connections
+    /// to the proxy as `capsule exec` does (the whole allowlist path minus the sandbox; for
+    /// benchmarks).
+    #[arg(long, value_name = "ADDR:PORT")]
     pub relay: Option<SocketAddr>,
     /// Append refusals (JSON lines) to this file.
     #[arg(long, value_name = "PATH")]
@@ -42,18 +43,20 @@ pub struct ProxyArgs {
 }
 
 pub fn run(a: ProxyArgs) -> CliResult {
-    if a.listen.is_none() && a.unix.is_none() {
+    if a.listen.is_none() && a.unix.is_none() && a.relay.is_none() {
         return Err(CliError::new(
             crate::exit::USAGE,
-            "give --listen 127.0.0.1:PORT and/or --unix PATH",
+            "give --listen 127.0.0.1:PORT, --unix PATH and/or --relay 127.0.0.1:PORT",
         ));
     }
-    if let Some(l) = a.listen {
-        if !l.ip().is_loopback() {
-            return Err(CliError::new(
-                crate::exit::USAGE,
-                format!("--listen {l}: the proxy listens on loopback addresses only"),
-            ));
+    for (flag, addr) in [("--listen", a.listen), ("--relay", a.relay)] {
+        if let Some(l) = addr {
+            if !l.ip().is_loopback() {
+                return Err(CliError::new(
+                    crate::exit::USAGE,
+                    format!("{flag} {l}: the proxy listens on loopback addresses only"),
+                ));
+            }
         }
     }
     let allowlist = Allowlist::parse(&a.allow).map_err(|e| CliError::failure(e.to_string()))?;
@@ -99,22 +102,30 @@ pub fn run(a: ProxyArgs) -> CliResult {
             let l = tokio::net::UnixListener::from_std(std_l)
                 .map_err(|e| CliError::failure(e.to_string()))?;
             announce(a.json, "unix", &path.display().to_string());
-            if let Some(r) = a.relay {
-                if !r.ip().is_loopback() {
-                    return Err(CliError::new(
-                        crate::exit::USAGE,
-                        format!("--relay {r}: the relay listens on loopback addresses only"),
-                    ));
-                }
-                let bound = super::relay::spawn(r, path)
-                    .map_err(|e| CliError::failure(format!("cannot listen on {r}: {e}")))?;
-                announce(a.json, "relay", &bound.to_string());
-            }
             cleanup = Some(path.clone());
             let p = proxy.clone();
             tasks.push(tokio::spawn(async move {
                 p.serve_unix(l, std::future::pending()).await
             }));
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(r) = a.relay {
+            let (proxy_end, relay_end) = super::handoff::channel()
+                .map_err(|e| CliError::failure(format!("cannot make the relay's channel: {e}")))?;
+            let bound = super::relay::spawn(r, relay_end)
+                .map_err(|e| CliError::failure(format!("cannot listen on {r}: {e}")))?;
+            announce(a.json, "relay", &bound.to_string());
+            let p = proxy.clone();
+            tasks.push(tokio::spawn(async move {
+                p.serve_handoff(proxy_end, std::future::pending()).await
+            }));
+        }
+        #[cfg(not(target_os = "linux"))]
+        if a.relay.is_some() {
+            return Err(CliError::new(
+                crate::exit::USAGE,
+                "--relay: the sandbox relay exists on Linux only",
+            ));
         }
         let _ = tokio::signal::ctrl_c().await;
         if let Some(p) = cleanup {

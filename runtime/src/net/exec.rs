@@ -2,15 +2,18 @@
 //! exec flags, see [`super::plan`]), and for allowlist mode wire the pieces into the
 //! executor:
 //!
-//! 1. [`ExecNet::prepare`] (host, before `linux::run`, single-threaded): binds the proxy's
-//!    unix socket in the bundle directory (`proxy-<pid>.sock`) and opens `refusals.jsonl`;
-//! 2. [`ExecNet::apply`] adds to the [`ExecPlan`]: a bind of that socket at
-//!    [`SANDBOX_PROXY_SOCKET`], the proxy environment, the network namespace flags;
+//! 1. [`ExecNet::prepare`] (host, before `linux::run`, single-threaded): makes the proxy's
+//!    [handoff channel](super::handoff) (a socketpair: nothing in the file system, nothing
+//!    to mount) and opens `refusals.jsonl`;
+//! 2. [`ExecNet::apply`] adds to the [`ExecPlan`]: the proxy environment and the network
+//!    namespace flags;
 //! 3. [`ExecNet::hooks`] adds the init hook that starts the relay on [`RELAY_ADDR`] inside
-//!    the sandbox's namespace (before the command is released), and chains a
-//!    `before_release` hook that starts the proxy thread (after `clone`, so the executor
-//!    forks while single-threaded);
-//! 4. [`ExecNet::finish`] stops the proxy and removes its socket.
+//!    the sandbox's namespace (before the command is released) with the relay's end of the
+//!    channel, which init inherited across the clone (close-on-exec: the command never has
+//!    it); and chains a `before_release` hook that closes the supervisor's copy of that end
+//!    and starts the proxy thread (after `clone`, so the executor forks while
+//!    single-threaded);
+//! 4. [`ExecNet::finish`] stops the proxy.
 //!
 //! Allowlist mode needs a network namespace of the sandbox's own. Without one (weaker
 //! isolation) the command gets no TCP at all (Landlock refuses it), which is stricter than
@@ -21,14 +24,15 @@ use super::host::{HostProxy, RunningProxy};
 use super::proxy::ProxyConfig;
 use super::refusal::RefusalLog;
 use super::resolve::Resolver;
-use super::{host_socket_path, plan, proxy_env, NetFlags, NetPlan, PlanError};
-use super::{RELAY_ADDR, SANDBOX_PROXY_SOCKET};
-use crate::linux::{ExecPlan, Hooks, Isolation, MountStep};
+use super::{plan, proxy_env, NetFlags, NetPlan, PlanError, RELAY_ADDR};
+use crate::linux::{ExecPlan, Hooks, Isolation};
 use capsule_bundle::layout::bundle_files;
 use capsule_bundle::policy::NetworkPolicy;
 use std::cell::RefCell;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 /// Why the network of an exec could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +45,8 @@ pub enum NetError {
         path: PathBuf,
         err: std::io::Error,
     },
+    #[error("network proxy: cannot make the relay's channel: {0}")]
+    Channel(std::io::Error),
     #[error("network proxy: {0}")]
     Resolver(String),
 }
@@ -61,7 +67,9 @@ pub struct ExecNet {
     /// Bound, not yet serving (allowlist mode).
     proxy: Rc<RefCell<Option<HostProxy>>>,
     running: Rc<RefCell<Option<RunningProxy>>>,
-    socket: Option<PathBuf>,
+    /// The relay's end of the channel (allowlist mode): taken by init's hook in the
+    /// sandbox, and by the supervisor (to close its copy) once the sandbox is cloned.
+    relay_end: Option<Arc<Mutex<Option<OwnedFd>>>>,
     refusal_log: PathBuf,
     /// Set by [`ExecNet::apply`] when the mode could not be given as asked.
     note: RefCell<Option<String>>,
@@ -69,7 +77,7 @@ pub struct ExecNet {
 
 impl ExecNet {
     /// Decide the network of this exec from the (effective) policy's network part; for
-    /// allowlist mode bind the proxy socket in `bundle_dir`. Prints the open-network warning.
+    /// allowlist mode make the proxy's channel. Prints the open-network warning.
     pub fn prepare(network: &NetworkPolicy, bundle_dir: &Path) -> Result<ExecNet, NetError> {
         let plan = plan(network, &NetFlags::default())?;
         let refusal_log = bundle_dir.join(bundle_files::REFUSALS);
@@ -77,7 +85,7 @@ impl ExecNet {
             plan,
             proxy: Rc::default(),
             running: Rc::default(),
-            socket: None,
+            relay_end: None,
             refusal_log,
             note: RefCell::new(None),
         };
@@ -95,14 +103,9 @@ impl ExecNet {
                     })?),
                     limits: Default::default(),
                 };
-                let path = host_socket_path(bundle_dir);
-                let hp = HostProxy::bind(&path, cfg).map_err(|err| NetError::Io {
-                    what: "cannot create its socket",
-                    path: path.clone(),
-                    err,
-                })?;
+                let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;
                 *net.proxy.borrow_mut() = Some(hp);
-                net.socket = Some(path);
+                net.relay_end = Some(Arc::new(Mutex::new(Some(relay_end))));
             }
             NetPlan::Open => eprintln!(
                 "capsule: WARNING: open network: the command can reach the host's network and the internet without restriction"
@@ -126,21 +129,16 @@ impl ExecNet {
 
     /// Does this exec get the proxy (allowlist mode under full isolation)?
     fn proxied(&self, isolation: Isolation) -> bool {
-        self.socket.is_some() && isolation == Isolation::Full
+        self.relay_end.is_some() && isolation == Isolation::Full
     }
 
     /// Set the network fields of `plan` (built for its isolation level): namespace,
-    /// loopback, and in allowlist mode the socket bind and the proxy environment.
+    /// loopback, and in allowlist mode the proxy environment (no mount: the relay's channel
+    /// is inherited, see [`ExecNet::hooks`]).
     pub fn apply(&self, plan: &mut ExecPlan) {
         plan.new_netns = self.plan.own_namespace();
         plan.network_off = self.plan == NetPlan::Off;
-        if let (Some(sock), true) = (&self.socket, self.proxied(plan.isolation)) {
-            plan.mounts.push(MountStep::Bind {
-                src: sock.clone(),
-                dst: SANDBOX_PROXY_SOCKET.into(),
-                rw: true,
-                optional: false,
-            });
+        if self.proxied(plan.isolation) {
             let env = proxy_env(RELAY_ADDR);
             plan.env
                 .retain(|(k, _)| !env.iter().any(|(n, _)| k.to_str() == Some(n.as_str())));
@@ -148,7 +146,7 @@ impl ExecNet {
                 .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
             plan.env.sort();
             *self.note.borrow_mut() = None;
-        } else if self.socket.is_some() && plan.isolation == Isolation::Weaker {
+        } else if self.relay_end.is_some() && plan.isolation == Isolation::Weaker {
             *self.note.borrow_mut() = Some(
                 "network allowlist needs a network namespace: under weaker isolation the command gets no TCP at all (stricter than asked)".into(),
             );
@@ -165,8 +163,19 @@ impl ExecNet {
         if !self.proxied(isolation) {
             return hooks;
         }
-        hooks.inside.push(Box::new(|| {
-            super::relay::spawn(RELAY_ADDR, Path::new(SANDBOX_PROXY_SOCKET))
+        let Some(end) = self.relay_end.clone() else {
+            return hooks;
+        };
+        // clone copies the address space: init takes the end from its copy of the slot,
+        // the supervisor (below) from its own
+        let inside = end.clone();
+        hooks.inside.push(Box::new(move || {
+            let fd = inside
+                .lock()
+                .map_err(|_| "network relay: channel slot poisoned".to_string())?
+                .take()
+                .ok_or_else(|| "network relay: no channel to the proxy".to_string())?;
+            super::relay::spawn(RELAY_ADDR, fd)
                 .map(|_| ())
                 .map_err(|e| format!("network relay on {RELAY_ADDR}: {e}"))
         }));
@@ -174,6 +183,10 @@ impl ExecNet {
         let proxy = self.proxy.clone();
         let running = self.running.clone();
         hooks.before_release = Some(Box::new(move || {
+            // the sandbox has its copy now; without ours the proxy sees the relay end
+            if let Ok(mut slot) = end.lock() {
+                slot.take();
+            }
             if let Some(p) = proxy.borrow_mut().take() {
                 match p.start() {
                     Ok(r) => *running.borrow_mut() = Some(r),
@@ -193,7 +206,7 @@ impl ExecNet {
         let mut v = serde_json::json!({ "mode": self.plan.mode().as_str() });
         if let NetPlan::Allowlist(l) = &self.plan {
             v["allow"] = l.entries().iter().map(|e| e.to_string()).collect();
-            if self.socket.is_some() {
+            if self.relay_end.is_some() {
                 v["proxy"] = format!("http://{RELAY_ADDR}").into();
                 v["refusal_log"] = self.refusal_log.display().to_string().into();
             }
@@ -204,14 +217,16 @@ impl ExecNet {
         v
     }
 
-    /// Stop the proxy (if it ran) and remove its socket.
+    /// Stop the proxy (if it ran).
     pub fn finish(&self) {
         if let Some(r) = self.running.borrow_mut().take() {
             r.stop();
         }
         self.proxy.borrow_mut().take();
-        if let Some(s) = &self.socket {
-            let _ = std::fs::remove_file(s);
+        if let Some(end) = &self.relay_end {
+            if let Ok(mut slot) = end.lock() {
+                slot.take();
+            }
         }
     }
 }

@@ -1,54 +1,52 @@
-//! The host side of allowlist mode inside the `capsule exec` supervisor: the proxy's unix
-//! socket in the bundle directory, and a thread running a tokio runtime that serves it.
+//! The host side of allowlist mode inside the `capsule exec` supervisor: the proxy's end
+//! of the [handoff channel](super::handoff) and a thread running a tokio runtime that
+//! serves the client sockets the sandbox's relay passes over it.
 //!
 //! Two steps, so the supervisor can fork the sandbox while still single-threaded:
-//! [`HostProxy::bind`] creates the socket (no threads; the socket file exists and can be
-//! bind-mounted), [`HostProxy::start`] starts the serving thread. Connections made in
-//! between wait in the listen backlog. Dropping the [`RunningProxy`] stops it and removes
-//! the socket file.
+//! [`HostProxy::new`] makes the channel (no threads, no file: the relay's end is inherited
+//! by the sandbox's init), [`HostProxy::start`] starts the serving thread. Clients handed
+//! over in between wait in the channel. Dropping the [`RunningProxy`] stops it.
+//!
+//! [`bind_socket`] / [`connect_unix`]: a proxy on a unix socket by path (`capsule proxy
+//! --unix`), for paths of any length.
 
 use super::proxy::{Proxy, ProxyConfig};
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread::JoinHandle;
 
-/// A bound, not yet serving, proxy socket.
+/// A proxy that is set up but not serving yet, and the relay's end of its channel.
 pub struct HostProxy {
-    listener: UnixListener,
-    path: PathBuf,
+    channel: OwnedFd,
     cfg: ProxyConfig,
 }
 
-/// The serving proxy; stops (and unlinks its socket) on [`RunningProxy::stop`] or drop.
+/// The serving proxy; stops on [`RunningProxy::stop`] or drop.
 pub struct RunningProxy {
-    path: PathBuf,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl HostProxy {
-    /// Create the unix socket at `path` (see [`bind_socket`]); nothing runs yet.
-    pub fn bind(path: &Path, cfg: ProxyConfig) -> io::Result<HostProxy> {
-        Ok(HostProxy {
-            listener: bind_socket(path)?,
-            path: path.to_path_buf(),
-            cfg,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Make the channel. Returns the proxy and the relay's end (for the sandbox's init;
+    /// close-on-exec, so the command never inherits it).
+    pub fn new(cfg: ProxyConfig) -> io::Result<(HostProxy, OwnedFd)> {
+        let (proxy_end, relay_end) = super::handoff::channel()?;
+        Ok((
+            HostProxy {
+                channel: proxy_end,
+                cfg,
+            },
+            relay_end,
+        ))
     }
 
     /// Start serving on a thread of its own (a two-worker tokio runtime).
     pub fn start(self) -> io::Result<RunningProxy> {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let HostProxy {
-            listener,
-            path,
-            cfg,
-        } = self;
+        let HostProxy { channel, cfg } = self;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("capsule-proxy")
@@ -59,21 +57,15 @@ impl HostProxy {
             .spawn(move || {
                 let proxy = Proxy::new(cfg);
                 rt.block_on(async move {
-                    match tokio::net::UnixListener::from_std(listener) {
-                        Ok(l) => {
-                            proxy
-                                .serve_unix(l, async {
-                                    let _ = rx.await;
-                                })
-                                .await
-                        }
-                        Err(e) => tracing::warn!("proxy: cannot serve its socket: {e}"),
-                    }
+                    proxy
+                        .serve_handoff(channel, async {
+                            let _ = rx.await;
+                        })
+                        .await
                 });
                 rt.shutdown_background();
             })?;
         Ok(RunningProxy {
-            path,
             shutdown: Some(tx),
             thread: Some(thread),
         })
@@ -81,11 +73,7 @@ impl HostProxy {
 }
 
 impl RunningProxy {
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Stop serving (open tunnels are cut), join the thread, remove the socket file.
+    /// Stop serving (open tunnels are cut) and join the thread.
     pub fn stop(mut self) {
         self.stop_inner();
     }
@@ -97,7 +85,6 @@ impl RunningProxy {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -131,7 +118,9 @@ pub fn bind_socket(path: &Path) -> io::Result<UnixListener> {
 /// A path to reach `path` by for `bind`/`connect`, even when it is longer than `sun_path`
 /// allows (108 bytes): on Linux the directory is then opened and reached through
 /// `/proc/self/fd/N`, so the returned handle must stay open until the call is made.
-fn short_unix_path(path: &Path) -> io::Result<(std::path::PathBuf, Option<std::fs::File>)> {
+pub(crate) fn short_unix_path(
+    path: &Path,
+) -> io::Result<(std::path::PathBuf, Option<std::fs::File>)> {
     #[cfg(target_os = "linux")]
     if path.as_os_str().len() >= 100 {
         use std::os::fd::AsRawFd;

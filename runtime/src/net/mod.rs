@@ -1,12 +1,12 @@
 //! Network modes: choosing a capsule's network for one exec ([`plan`]), the allowlist proxy
-//! on the host side ([`proxy`], [`host`]), the relay inside the sandbox ([`relay`]), and the
-//! refusal log ([`refusal`]). (Issue 6.)
+//! on the host side ([`proxy`], [`host`]), the relay inside the sandbox ([`relay`]) that
+//! hands each client socket to it ([`handoff`]), and the refusal log ([`refusal`]). (Issue 6.)
 //!
 //! | mode | how | the task sees |
 //! |---|---|---|
 //! | `none` (default) | own network namespace, loopback up | only its own loopback |
 //! | off (`--no-network`) | own network namespace, loopback left down | no TCP/IP at all, not even loopback |
-//! | allowlist (`network: live` + allow list, `--allow-host`) | own namespace + relay on [`RELAY_ADDR`] to the host proxy | the allow-listed hosts through `HTTP(S)_PROXY` |
+//! | allowlist (`network: live` + allow list, `--allow-host`) | own namespace + relay on [`RELAY_ADDR`] handing each connection to the host proxy | the allow-listed hosts through `HTTP(S)_PROXY` |
 //! | open (`--open-network`, `network: live` without a list) | the host's network namespace | everything (said on stderr, recorded) |
 //! | replay | refused until a deployment supplies a replay network | — |
 
@@ -15,10 +15,13 @@ pub mod allowlist;
 pub mod cmd;
 #[cfg(target_os = "linux")]
 pub mod exec;
+#[cfg(target_os = "linux")]
+pub mod handoff;
 pub mod host;
 pub mod http;
 pub mod proxy;
 pub mod refusal;
+#[cfg(target_os = "linux")]
 pub mod relay;
 pub mod resolve;
 #[cfg(target_os = "linux")]
@@ -30,18 +33,9 @@ mod proxy_tests;
 use allowlist::Allowlist;
 use capsule_bundle::policy::{NetworkMode, NetworkPolicy};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::{Path, PathBuf};
 
 /// Where the relay listens inside the sandbox's network namespace.
 pub const RELAY_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128));
-
-/// Where the proxy's unix socket appears inside the sandbox (bind-mounted from the host).
-pub const SANDBOX_PROXY_SOCKET: &str = "/run/capsule/proxy.sock";
-
-/// The proxy's unix socket on the host: in the bundle directory, one per exec.
-pub fn host_socket_path(bundle_dir: &Path) -> PathBuf {
-    bundle_dir.join(format!("proxy-{}.sock", std::process::id()))
-}
 
 /// The network flags of one `capsule exec`.
 #[derive(Debug, Clone, Default)]

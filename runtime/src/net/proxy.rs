@@ -1,6 +1,6 @@
 //! The allowlist proxy (tokio): HTTP `CONNECT` tunnels and plain `http://` forwarding,
-//! served on a unix socket (the sandbox reaches it through the relay) or a TCP listener
-//! (tests, benchmarks, `capsule proxy`).
+//! served to the client sockets the sandbox's relay hands over ([`Proxy::serve_handoff`]),
+//! on a TCP listener (tests, benchmarks, `capsule proxy`) or on a unix socket.
 //!
 //! For every request the proxy
 //! 1. reads the head (bounded size and time) and finds the destination `host:port`;
@@ -332,6 +332,76 @@ impl Proxy {
                     Err(e) => accept_error(e).await,
                 },
             }
+        }
+    }
+}
+
+impl Proxy {
+    /// Serve the client sockets the relay hands over on `channel` (the proxy's end, see
+    /// [`super::handoff`]) until `shutdown` completes or the relay's end closes. A
+    /// descriptor that is not a connected TCP socket is closed unused.
+    #[cfg(target_os = "linux")]
+    pub async fn serve_handoff(
+        &self,
+        channel: std::os::fd::OwnedFd,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        use super::handoff::{check_client, recv, Received};
+        use std::os::fd::AsFd;
+        use tokio::io::unix::AsyncFd;
+        // SAFETY: an OwnedFd owns its descriptor, keeps it open until dropped and always
+        // returns the same number: the AsyncFd owns it for its whole life.
+        let registered =
+            unsafe { AsyncFd::register_with_interest(channel, tokio::io::Interest::READABLE) };
+        let chan = match registered {
+            Ok(c) => c,
+            Err(e) => return tracing::warn!("proxy: cannot watch the relay's channel: {e}"),
+        };
+        tokio::pin!(shutdown);
+        loop {
+            let Ok(permit) = self.inner.permits.clone().acquire_owned().await else {
+                return;
+            };
+            let fd = loop {
+                let mut guard = tokio::select! {
+                    _ = &mut shutdown => return,
+                    r = chan.readable() => match r {
+                        Ok(g) => g,
+                        Err(e) => return tracing::warn!("proxy: relay channel: {e}"),
+                    },
+                };
+                match guard.try_io(|c| recv(c.get_ref().as_fd())) {
+                    Ok(Ok(Received::Fd(fd))) => break fd,
+                    Ok(Ok(Received::Nothing)) => {}
+                    Ok(Ok(Received::Closed)) => return,
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!("proxy: relay channel: {e}");
+                        return;
+                    }
+                    Err(_would_block) => {}
+                }
+            };
+            let client = match check_client(fd) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("proxy: refused a descriptor from the relay: {e}");
+                    continue;
+                }
+            };
+            let client = match TcpStream::from_std(client) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!("proxy: cannot serve a client from the relay: {e}");
+                    continue;
+                }
+            };
+            let _ = client.set_nodelay(true);
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.handle(client).await;
+                drop(permit);
+            });
         }
     }
 }

@@ -391,21 +391,19 @@ async fn two_hundred_concurrent_connects() {
     assert_eq!(echo.hits.load(Ordering::SeqCst), 200);
 }
 
-/// The whole allowlist path minus the sandbox: relay (TCP) -> unix socket -> host proxy
-/// thread -> loopback server, driven by the real curl in both proxy modes.
+/// The whole allowlist path minus the sandbox: relay (TCP) hands the client socket over
+/// the channel -> host proxy thread -> loopback server, driven by the real curl in both
+/// proxy modes.
 #[test]
 fn relay_and_host_proxy_with_curl() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let srv = rt.block_on(http_server());
     let d = tempfile::tempdir().unwrap();
-    let sock = d.path().join("proxy.sock");
     let log = d.path().join("refusals.jsonl");
     let cfg = config(&[&srv.addr.to_string()], "", Some(&log));
-    let running = super::host::HostProxy::bind(&sock, cfg)
-        .unwrap()
-        .start()
-        .unwrap();
-    let relay = super::relay::spawn("127.0.0.1:0".parse().unwrap(), &sock).unwrap();
+    let (hp, relay_end) = super::host::HostProxy::new(cfg).unwrap();
+    let running = hp.start().unwrap();
+    let relay = super::relay::spawn("127.0.0.1:0".parse().unwrap(), relay_end).unwrap();
     let curl = |extra: &[&str], url: &str| {
         let out = std::process::Command::new("curl")
             .args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"])
@@ -432,6 +430,8 @@ fn relay_and_host_proxy_with_curl() {
     assert!(out.contains("capsule: refused"), "{out}");
     assert_eq!(other.hits.load(Ordering::SeqCst), 0);
     running.stop();
-    assert!(!sock.exists(), "socket left behind");
     assert_eq!(refusal::read(&log).unwrap().len(), 1);
+    // the proxy is gone: the relay says so
+    let out = curl(&[], &url);
+    assert!(out.ends_with("\n502"), "{out}");
 }

@@ -1,7 +1,6 @@
 //! Zero-copy tunnels on Linux: `splice(2)` through a pipe moves a tunnel's bytes socket to
 //! socket inside the kernel, instead of copying each byte into the proxy and back out.
-//! Async (tokio readiness) for the proxy, blocking for the relay. Both fall back to plain
-//! copying where splice is unavailable.
+//! Async (tokio readiness), for the proxy's tunnels.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -54,34 +53,6 @@ fn splice(from: RawFd, to: RawFd, len: usize, nonblocking: bool) -> io::Result<u
 fn shutdown_write(fd: RawFd) {
     // SAFETY: shutdown on a socket descriptor the caller keeps open.
     unsafe { libc::shutdown(fd, libc::SHUT_WR) };
-}
-
-/// Blocking: move everything `from` sends to `to`, then shut `to`'s write side. Returns
-/// the bytes moved. For the relay's threads.
-pub fn pump_blocking(from: &impl AsRawFd, to: &impl AsRawFd) -> io::Result<u64> {
-    let (pr, pw) = pipe(false)?;
-    let (src, dst) = (from.as_raw_fd(), to.as_raw_fd());
-    let mut total = 0u64;
-    let result = loop {
-        let n = match splice(src, pw.as_raw_fd(), CHUNK, false) {
-            Ok(0) => break Ok(total),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => break Err(e),
-        };
-        let mut left = n;
-        while left > 0 {
-            match splice(pr.as_raw_fd(), dst, left, false) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(m) => left -= m,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        total += n as u64;
-    };
-    shutdown_write(dst);
-    result
 }
 
 /// A tokio socket the async pump can drive: its descriptor and its readiness.
@@ -193,22 +164,5 @@ mod tests {
         assert_eq!(w.await.unwrap(), b"reply");
         let (ab, ba) = t.await.unwrap().unwrap();
         assert_eq!((ab, ba), (3_000_000, 5));
-    }
-
-    #[test]
-    fn blocking_pump() {
-        let (a, mut a2) = std::os::unix::net::UnixStream::pair().unwrap();
-        let (b, mut b2) = std::os::unix::net::UnixStream::pair().unwrap();
-        use std::io::{Read, Write};
-        let h = std::thread::spawn(move || pump_blocking(&a, &b).unwrap());
-        let w = std::thread::spawn(move || {
-            a2.write_all(&vec![7u8; 1_000_000]).unwrap();
-            a2.shutdown(std::net::Shutdown::Write).unwrap();
-        });
-        let mut got = Vec::new();
-        b2.read_to_end(&mut got).unwrap();
-        assert_eq!(got.len(), 1_000_000);
-        assert_eq!(h.join().unwrap(), 1_000_000);
-        w.join().unwrap();
     }
 }
