@@ -174,6 +174,9 @@ pub(crate) struct Request<'a> {
     pub config_files: &'a [PathBuf],
     pub ignored: &'a [PathBuf],
     pub off_reason: &'a str,
+    /// Gather the facts (working directory, capsule, git) even when the gate does not
+    /// apply, for the record.
+    pub facts: bool,
 }
 
 pub(crate) fn decide(req: Request<'_>) -> Decision {
@@ -196,6 +199,11 @@ pub(crate) fn decide(req: Request<'_>) -> Decision {
         reason: String::new(),
         handle: None,
     };
+    if req.gate != GateState::Enabled && !req.facts {
+        d.allowed = true;
+        d.reason = req.off_reason.to_owned();
+        return d;
+    }
     let resolved = resolve_working_dir(req.working_dir);
     if let Ok((handle, canon)) = &resolved {
         d.handle = Some(handle.clone());

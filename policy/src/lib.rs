@@ -101,6 +101,30 @@ impl Gate {
     /// `working_dir` (relative paths are taken from the process's current directory). The
     /// directory is resolved once; launch in [`Decision::resolved_working_dir`].
     pub fn decide(&self, verb: &str, agent: Option<&str>, working_dir: &Path) -> Decision {
+        self.decide_with(verb, agent, working_dir, true)
+    }
+
+    /// [`Gate::decide`] for a caller that keeps the decision to itself (no trace, no
+    /// report): when the gate is off or disabled the launch is allowed whatever the facts,
+    /// so the working directory, capsule and git facts, which only a record would show, are
+    /// not gathered (the decision carries none of them). With the gate enabled this is
+    /// exactly [`Gate::decide`].
+    pub fn decide_unrecorded(
+        &self,
+        verb: &str,
+        agent: Option<&str>,
+        working_dir: &Path,
+    ) -> Decision {
+        self.decide_with(verb, agent, working_dir, false)
+    }
+
+    fn decide_with(
+        &self,
+        verb: &str,
+        agent: Option<&str>,
+        working_dir: &Path,
+        facts: bool,
+    ) -> Decision {
         let off_reason = match self.state() {
             GateState::Enabled => String::new(),
             GateState::Disabled => format!(
@@ -125,6 +149,7 @@ impl Gate {
             config_files: &self.config.files,
             ignored: &self.config.ignored,
             off_reason: &off_reason,
+            facts,
         })
     }
 }

@@ -450,6 +450,14 @@ fn the_five_checks() {
             ));
         }
         assert!(!d.reason.is_empty(), "{}: empty reason", c.name);
+        // an enabled gate decides the same whether or not the decision is recorded
+        let u = gate.decide_unrecorded("agent.launch", Some("codex"), &w.root.join(c.wd));
+        assert_eq!(
+            (u.allowed, u.failed_check, &u.reason, &u.git, &u.capsule),
+            (d.allowed, d.failed_check, &d.reason, &d.git, &d.capsule),
+            "{}: unrecorded",
+            c.name
+        );
     }
     assert!(
         failures.is_empty(),
@@ -630,6 +638,13 @@ fn no_config_means_gate_off() {
     assert!(d.allowed);
     assert!(d.reason.contains("off"), "{}", d.reason);
     assert_eq!(d.gate, GateState::Off);
+    assert!(d.resolved_working_dir.is_some());
+    // unrecorded, an off gate allows without gathering the facts
+    let u = gate.decide_unrecorded("agent.launch", None, &dir);
+    assert!(u.allowed);
+    assert_eq!(u.reason, d.reason);
+    assert_eq!(u.gate, GateState::Off);
+    assert!(u.resolved_working_dir.is_none() && u.git.is_none() && u.capsule.is_none());
     // a file without the block: also off
     write(
         &tmp.path().join("a/.kitsoki.yaml"),

@@ -607,8 +607,13 @@ pub fn exec_gate(
     };
     let gate = capsule_policy::Gate::load(from, None)
         .map_err(|e| crate::exit::CliError::failure(format!("launch policy: {e}")))?;
-    let decision = gate.decide("capsule.exec", None, cwd);
-    if let Some(trace) = capsule_policy::trace_path(None) {
+    let trace = capsule_policy::trace_path(None);
+    // without a trace nobody sees the facts of an allowed decision: an off gate skips them
+    let decision = match &trace {
+        Some(_) => gate.decide("capsule.exec", None, cwd),
+        None => gate.decide_unrecorded("capsule.exec", None, cwd),
+    };
+    if let Some(trace) = trace {
         if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
             tracing::warn!(
                 "cannot append to the launch-policy trace {}: {e}",
