@@ -68,7 +68,7 @@ pub enum Command {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     init_tracing();
-    let cli = match Cli::try_parse() {
+    let cli = match parse(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { exit::USAGE } else { 0 };
@@ -89,6 +89,34 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => exit::report(&e),
+    }
+}
+
+/// The command line, parsed. `capsule exec …` runs once per sandboxed command, so its
+/// start-up counts: it is parsed by a parser that knows only `exec` (building every
+/// subcommand's arguments and help costs ~0.3 ms). Whatever that parser does not accept
+/// as a plain exec (help, version, any error) goes through the full parser, which prints
+/// the same messages as always; what it accepts, the full parser reads the same way.
+fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    if args.get(1).is_some_and(|a| a == "exec") {
+        if let Ok(exec) = parse_exec(&args) {
+            return Ok(Cli {
+                command: Command::Exec(exec),
+            });
+        }
+    }
+    Cli::try_parse_from(args)
+}
+
+fn parse_exec(args: &[std::ffi::OsString]) -> Result<exec::ExecArgs, clap::Error> {
+    use clap::{Args, FromArgMatches};
+    let m = clap::Command::new("capsule")
+        .subcommand(exec::ExecArgs::augment_args(clap::Command::new("exec")))
+        .subcommand_required(true)
+        .try_get_matches_from(args)?;
+    match m.subcommand() {
+        Some(("exec", sub)) => exec::ExecArgs::from_arg_matches(sub),
+        _ => Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand)),
     }
 }
 
@@ -129,4 +157,74 @@ pub fn print_json(value: &serde_json::Value) {
     let line = serde_json::to_string(value).unwrap_or_else(|_| "null".into());
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<std::ffi::OsString> {
+        std::iter::once("capsule")
+            .chain(s.split(' ').filter(|a| !a.is_empty()))
+            .map(Into::into)
+            .collect()
+    }
+
+    /// Whatever the exec-only parser accepts, the full parser reads the same way; what it
+    /// refuses falls through to the full parser.
+    #[test]
+    fn the_exec_parser_agrees_with_the_full_one() {
+        let mut accepted = 0;
+        for line in [
+            "exec bench -- /bin/true",
+            "exec bench /bin/true",
+            "exec bench /bin/echo --version -h x",
+            "exec bench -- --version",
+            "exec --json -t --no-gpu bench -- ls -la",
+            "exec bench --allow-write /tmp --hide /a --hide /b --reveal /c -- sh -c x",
+            "exec bench --pass-env FOO --pass-env BAR --timeout 5s -- true",
+            "exec bench --no-network -- true",
+            "exec bench --open-network -- true",
+            "exec bench --allow-host example.com:443 --allow-host '*.x' -- true",
+            "exec bench --no-sandbox -- true",
+            "exec bench --agent-login claude -- true",
+            "exec bench --agent-login nobody -- true",
+            "exec bench --no-network --open-network -- true",
+            "exec bench --no-sandbox --allow-host a -- true",
+            "exec bench --timeout soon -- true",
+            "exec bench",
+            "exec",
+            "exec --version",
+            "exec -V",
+            "exec bench --version",
+            "exec --help",
+            "exec bench -h",
+            "exec bench --bogus -- true",
+            "exec help",
+            "exec -- bench true",
+        ] {
+            let args = argv(line);
+            let full = Cli::try_parse_from(args.clone());
+            match parse_exec(&args) {
+                Ok(fast) => {
+                    accepted += 1;
+                    let full = full.unwrap_or_else(|e| panic!("{line}: full parser refused: {e}"));
+                    assert_eq!(
+                        format!("{:?}", Command::Exec(fast)),
+                        format!("{:?}", full.command),
+                        "{line}"
+                    );
+                }
+                Err(_) => {
+                    // the full parser decides (and prints) as always
+                    assert_eq!(
+                        format!("{:?}", parse(args).map(|c| c.command)),
+                        format!("{:?}", full.map(|c| c.command)),
+                        "{line}"
+                    );
+                }
+            }
+        }
+        assert!(accepted >= 10, "the fast path is taken for plain execs");
+    }
 }
