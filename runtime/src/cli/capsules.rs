@@ -488,6 +488,11 @@ pub fn verify(a: VerifyArgs) -> CliResult {
 
 pub fn close(a: CloseArgs) -> CliResult {
     let layout = layout()?;
+    // the capsule's prepared roots go first: they hold its workspace mounted
+    #[cfg(target_os = "linux")]
+    if let Ok(cap) = store::resolve(&layout, &a.target) {
+        crate::linux::prepared::stop_all(&crate::linux::prepared::dir(&cap.bundle_dir));
+    }
     let c = store::close(&layout, &a.target, a.force).map_err(fail)?;
     if a.json {
         print_json(&serde_json::to_value(&c).unwrap_or_default());

@@ -128,6 +128,9 @@ pub fn home(cmd: HomeCommand) -> CliResult {
         }
         HomeCommand::Apply(a) => {
             let filter = rel_paths(&a.paths)?;
+            // no prepared root may keep the layer mounted while it changes under it
+            #[cfg(target_os = "linux")]
+            crate::linux::prepared::stop_all(&crate::linux::prepared::dir(&cap.bundle_dir));
             let done = layer
                 .apply(&cap.bundle_dir, &filter, a.force)
                 .map_err(|e| fail(&e))?;
@@ -153,6 +156,8 @@ pub fn home(cmd: HomeCommand) -> CliResult {
         }
         HomeCommand::Discard(a) => {
             let filter = rel_paths(&a.paths)?;
+            #[cfg(target_os = "linux")]
+            crate::linux::prepared::stop_all(&crate::linux::prepared::dir(&cap.bundle_dir));
             let removed = layer.discard(&filter).map_err(|e| fail(&e))?;
             if removed.is_empty() {
                 println!(

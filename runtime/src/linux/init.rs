@@ -31,6 +31,9 @@ pub struct Ctx<'a> {
     pub namespaces: &'a [&'static str],
     /// When the caller started `run` (for debug timings).
     pub t0: std::time::Instant,
+    /// The prepared root this exec joined ([`super::prepared`]): the root is in place
+    /// already, only the per-exec mounts are made; Landlock comes as a ruleset.
+    pub prepared: Option<&'a super::prepared::Joined>,
 }
 
 fn exit(code: i32) -> ! {
@@ -69,7 +72,11 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         exit(crate::exit::SANDBOX_FAILED as i32);
     }
     if full {
-        if let Err(e) = mounts::build_root(&cx.plan.mounts) {
+        let built = match cx.prepared {
+            Some(_) => mounts::exec_mounts(&cx.plan.mounts),
+            None => mounts::build_root(&cx.plan.mounts),
+        };
+        if let Err(e) = built {
             fail(cx.report, e.to_string());
         }
         if let Err(e) = sys::sethostname(cx.plan.hostname.as_bytes()) {
@@ -122,6 +129,15 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     sys::close(go_r);
     if let Some(s) = pty_slave {
         sys::close(s);
+    }
+    // the prepared root's descriptors are the command's business now, not init's
+    if let Some(j) = cx.prepared {
+        use std::os::fd::AsRawFd;
+        sys::close(j.userns.as_raw_fd());
+        sys::close(j.mntns.as_raw_fd());
+        if let Some(r) = &j.ruleset {
+            sys::close(r.as_raw_fd());
+        }
     }
     for h in hooks.inside {
         if let Err(e) = h() {
@@ -223,8 +239,17 @@ fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
     if libc::WIFSIGNALED(st) {
         let s = libc::WTERMSIG(st);
         send(cx.report, &Report::Signaled { signal: s });
+        send(cx.report, &Report::Ended { code: 128 + s });
         exit(128 + s)
     }
+    // everything else is dead and reaped: capsule need not wait for the namespaces'
+    // teardown that follows our exit
+    send(
+        cx.report,
+        &Report::Ended {
+            code: libc::WEXITSTATUS(st),
+        },
+    );
     exit(libc::WEXITSTATUS(st))
 }
 
@@ -332,6 +357,12 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         seccomp: serde_json::Value::Null,
         capabilities: "kept (no sandbox)".into(),
         no_new_privs: false,
+        root: match (plan.isolation, cx.prepared) {
+            (Isolation::Full, Some(_)) => "prepared",
+            (Isolation::Full, None) => "built",
+            _ => "host",
+        }
+        .into(),
     };
     if plan.isolation != Isolation::None {
         if let Err(e) = sys::drop_all_capabilities() {
@@ -343,76 +374,42 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
             fail(rep, format!("setting no_new_privs: {e}"));
         }
         applied.no_new_privs = true;
-        let full = plan.isolation == Isolation::Full;
-        let opts = ll::LandlockOptions {
-            namespaces: full,
-            list_ancestors: full,
-            // the sandbox's own /dev/shm is writable, unless policy paths live below it
-            // (a workspace on the host's /dev/shm): then granting it would also grant them
-            extra_writable: if full && !policy_under(&plan.policy, "/dev/shm") {
-                vec!["/dev/shm".into()]
-            } else {
-                vec![]
-            },
-            // Landlock treats /dev as hidden but for devices; a home on the host's
-            // /dev/shm (bound at the same path) stays readable like any home
-            extra_readable: plan
-                .policy
-                .home
-                .iter()
-                // only with mounts hiding what lies inside; alone, Landlock could not
-                .filter(|h| full && h.starts_with("/dev/"))
-                .cloned()
-                .collect(),
-            all_devices: false,
-            tcp_connect_ports: vec![],
-        };
-        // files only root may read (shadow, private keys): under full isolation the mount
-        // plan masks them; without mounts Landlock alone must leave them out
-        let mut policy = std::borrow::Cow::Borrowed(&plan.policy);
-        // SAFETY: geteuid cannot fail.
-        let root = plan.policy.home.as_deref() == Some(std::path::Path::new("/root"))
-            || unsafe { libc::geteuid() } == 0;
-        if !full && root {
-            let p = policy.to_mut();
-            for s in super::plan::SYSTEM_SECRETS {
-                let path = std::path::PathBuf::from(s);
-                if std::fs::symlink_metadata(&path).is_ok()
-                    && !p.hidden.iter().any(|h| h.path == path)
-                {
-                    p.hidden.push(capsule_bundle::policy::HiddenPath {
-                        path,
-                        reason: capsule_bundle::policy::HiddenReason::Credentials,
+        let (policy, opts) = landlock_inputs(plan);
+        tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
+        let prepared_ruleset = cx.prepared.and_then(|j| j.ruleset.as_ref().map(|r| (j, r)));
+        if let Some((j, r)) = prepared_ruleset {
+            use std::os::fd::AsFd;
+            match ll::restrict_received(r.as_fd(), j.landlock.clone(), &j.again) {
+                Ok(v) => applied.landlock = v,
+                Err(e) => fail(rep, e.to_string()),
+            }
+        } else {
+            match ll::restrict(&policy, &opts) {
+                Ok(r) => {
+                    let missing: Vec<String> =
+                        r.missing().iter().map(|m| m.right.to_string()).collect();
+                    // weaker isolation with namespaces: the lacking rights are the accepted
+                    // degradation, recorded in the report's `missing`
+                    if !missing.is_empty() && !plan.landlock_best_effort {
+                        fail(
+                            rep,
+                            format!(
+                                "Landlock ABI {} lacks rights this policy needs: {}",
+                                r.abi,
+                                missing.join(", ")
+                            ),
+                        );
+                    }
+                    applied.landlock = serde_json::to_value(&r).unwrap_or_default();
+                }
+                Err(e) if plan.landlock_best_effort => {
+                    applied.landlock = serde_json::json!({
+                        "status": "not_applied",
+                        "error": e.to_string(),
                     });
                 }
+                Err(e) => fail(rep, e.to_string()),
             }
-        }
-        tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
-        match ll::restrict(&policy, &opts) {
-            Ok(r) => {
-                let missing: Vec<String> =
-                    r.missing().iter().map(|m| m.right.to_string()).collect();
-                // weaker isolation with namespaces: the lacking rights are the accepted
-                // degradation, recorded in the report's `missing`
-                if !missing.is_empty() && !plan.landlock_best_effort {
-                    fail(
-                        rep,
-                        format!(
-                            "Landlock ABI {} lacks rights this policy needs: {}",
-                            r.abi,
-                            missing.join(", ")
-                        ),
-                    );
-                }
-                applied.landlock = serde_json::to_value(&r).unwrap_or_default();
-            }
-            Err(e) if plan.landlock_best_effort => {
-                applied.landlock = serde_json::json!({
-                    "status": "not_applied",
-                    "error": e.to_string(),
-                });
-            }
-            Err(e) => fail(rep, e.to_string()),
         }
         if let Some(s) = cx.seccomp {
             // the very last step before execve
@@ -429,6 +426,60 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
     }
     let _ = cx.old_mask.thread_set_mask();
     exec_search(cx)
+}
+
+/// The Landlock policy and options of `plan`'s command (also what a prepared root's holder
+/// collects its rules from, so both are the same by construction).
+pub(crate) fn landlock_inputs(
+    plan: &ExecPlan,
+) -> (
+    std::borrow::Cow<'_, capsule_bundle::policy::SandboxPolicy>,
+    ll::LandlockOptions,
+) {
+    let full = plan.isolation == Isolation::Full;
+    let opts = ll::LandlockOptions {
+        namespaces: full,
+        list_ancestors: full,
+        // the sandbox's own /dev/shm is writable, unless policy paths live below it
+        // (a workspace on the host's /dev/shm): then granting it would also grant them
+        extra_writable: if full && !policy_under(&plan.policy, "/dev/shm") {
+            vec!["/dev/shm".into()]
+        } else {
+            vec![]
+        },
+        // Landlock treats /dev as hidden but for devices; a home on the host's
+        // /dev/shm (bound at the same path) stays readable like any home
+        extra_readable: plan
+            .policy
+            .home
+            .iter()
+            // only with mounts hiding what lies inside; alone, Landlock could not
+            .filter(|h| full && h.starts_with("/dev/"))
+            .cloned()
+            .collect(),
+        all_devices: false,
+        tcp_connect_ports: vec![],
+    };
+    // files only root may read (shadow, private keys): under full isolation the mount
+    // plan masks them; without mounts Landlock alone must leave them out
+    let mut policy = std::borrow::Cow::Borrowed(&plan.policy);
+    // SAFETY: geteuid cannot fail.
+    let root = plan.policy.home.as_deref() == Some(std::path::Path::new("/root"))
+        || unsafe { libc::geteuid() } == 0;
+    if !full && root {
+        let p = policy.to_mut();
+        for s in super::plan::SYSTEM_SECRETS {
+            let path = std::path::PathBuf::from(s);
+            if std::fs::symlink_metadata(&path).is_ok() && !p.hidden.iter().any(|h| h.path == path)
+            {
+                p.hidden.push(capsule_bundle::policy::HiddenPath {
+                    path,
+                    reason: capsule_bundle::policy::HiddenReason::Credentials,
+                });
+            }
+        }
+    }
+    (policy, opts)
 }
 
 /// `execve` with a PATH search in the command's environment; reports the failure.

@@ -382,8 +382,8 @@ fn file_rights(abi: ABI) -> BitFlags<AccessFs> {
 struct Builder {
     abi: ABI,
     handled: BitFlags<AccessFs>,
-    created: RulesetCreated,
-    rules: usize,
+    /// (path, opened without following symlinks, rights): collected, not yet added.
+    rules: Vec<(PathBuf, OwnedFd, BitFlags<AccessFs>)>,
 }
 
 impl Builder {
@@ -403,8 +403,7 @@ impl Builder {
         if rights.is_empty() {
             return Ok(());
         }
-        (&mut self.created).add_rule(PathBeneath::new(fd, rights))?;
-        self.rules += 1;
+        self.rules.push((path.to_path_buf(), fd, rights));
         Ok(())
     }
 
@@ -550,16 +549,87 @@ impl Points {
     }
 }
 
-impl LandlockRuleset {
-    /// Build the ruleset for `policy` on this kernel: opens every path it names and every
-    /// entry on the way to hidden paths. Allocates and makes syscalls; does not restrict
-    /// anything yet.
-    pub fn build(policy: &SandboxPolicy, opts: &LandlockOptions) -> Result<Self, LandlockError> {
-        let abi_n = abi_version();
-        Self::build_for_abi(policy, opts, abi_n)
+/// The rules of a policy with every path already opened (bound to the inodes looked at),
+/// not yet in a ruleset: [`LandlockRules::create`] makes a fresh ruleset of them, as often
+/// as needed. A prepared root ([`super::prepared`]) collects them once and hands each exec
+/// a ruleset of its own.
+#[derive(Debug)]
+pub struct LandlockRules {
+    abi_n: u32,
+    handled: BitFlags<AccessFs>,
+    tcp: bool,
+    rules: Vec<(PathBuf, OwnedFd, BitFlags<AccessFs>)>,
+    ports: Vec<u16>,
+    report: LandlockReport,
+}
+
+/// A rule left out of a ruleset ([`LandlockRules::create`]'s `skip`), to be added again by
+/// path where the path means something else (a mount made per exec, like `/proc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PathRule {
+    pub path: PathBuf,
+    /// `landlock_path_beneath_attr.allowed_access`
+    pub access: u64,
+}
+
+impl LandlockRules {
+    /// Open every path `policy` needs rules for on this kernel (see the module docs).
+    pub fn collect(policy: &SandboxPolicy, opts: &LandlockOptions) -> Result<Self, LandlockError> {
+        Self::collect_for_abi(policy, opts, abi_version())
     }
 
-    fn build_for_abi(
+    /// What the rules will enforce (status is final only once enforced).
+    pub fn report(&self) -> &LandlockReport {
+        &self.report
+    }
+
+    /// The descriptors the rules hold (to keep when closing everything else).
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.rules.iter().map(|(_, fd, _)| fd.as_raw_fd()).collect()
+    }
+
+    /// A new ruleset holding the rules, except those at or beneath a `skip` path (returned
+    /// for the caller to add again where they mean what they should). `None` without
+    /// Landlock on this kernel.
+    pub fn create(
+        &self,
+        skip: &[&Path],
+    ) -> Result<(Option<RulesetCreated>, Vec<PathRule>), LandlockError> {
+        if self.abi_n == 0 {
+            return Ok((None, Vec::new()));
+        }
+        let mut rs = Ruleset::default()
+            // exactly what this kernel has: anything else is a bug, not a silent downgrade
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(self.handled)?;
+        if self.tcp {
+            rs = rs.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+        }
+        if self.abi_n >= 6 {
+            rs = rs.scope(Scope::from_all(ABI::V6))?;
+        }
+        let mut created = rs.create()?;
+        let mut skipped = Vec::new();
+        for (path, fd, rights) in &self.rules {
+            if skip.iter().any(|s| path.starts_with(s)) {
+                skipped.push(PathRule {
+                    path: path.clone(),
+                    access: rights.bits(),
+                });
+                continue;
+            }
+            created = created.add_rule(PathBeneath::new(fd.as_fd(), *rights))?;
+        }
+        if self.tcp {
+            for port in &self.ports {
+                created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+            }
+        }
+        Ok((Some(created), skipped))
+    }
+
+    fn collect_for_abi(
         policy: &SandboxPolicy,
         opts: &LandlockOptions,
         abi_n: u32,
@@ -576,7 +646,11 @@ impl LandlockRuleset {
         };
         if abi_n == 0 {
             return Ok(Self {
-                created: None,
+                abi_n,
+                handled: BitFlags::empty(),
+                tcp: false,
+                rules: Vec::new(),
+                ports: Vec::new(),
                 report,
             });
         }
@@ -585,23 +659,11 @@ impl LandlockRuleset {
         let read = AccessFs::from_read(abi);
         let write = AccessFs::from_write(abi);
 
-        let mut rs = Ruleset::default()
-            // exactly what this kernel has: anything else is a bug, not a silent downgrade
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(handled)?;
-        if tcp && abi_n >= 4 {
-            rs = rs.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
-            report.tcp_restricted = true;
-        }
-        if abi_n >= 6 {
-            rs = rs.scope(Scope::from_all(ABI::V6))?;
-        }
-        let created = rs.create()?;
+        report.tcp_restricted = tcp && abi_n >= 4;
         let mut b = Builder {
             abi,
             handled,
-            created,
-            rules: 0,
+            rules: Vec::new(),
         };
 
         // 1. read: "/" minus hidden paths (and /dev unless all devices), plus revealed
@@ -673,17 +735,37 @@ impl LandlockRuleset {
             }
         }
 
-        // 5. TCP ports still allowed
-        let mut created = b.created;
-        if report.tcp_restricted {
-            for port in &opts.tcp_connect_ports {
-                created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
-            }
-        }
-        report.path_rules = b.rules;
+        // 5. TCP ports still allowed: added by `create`
+        report.path_rules = b.rules.len();
         Ok(Self {
-            created: Some(created),
+            abi_n,
+            handled,
+            tcp: report.tcp_restricted,
+            rules: b.rules,
+            ports: opts.tcp_connect_ports.clone(),
             report,
+        })
+    }
+}
+
+impl LandlockRuleset {
+    /// Build the ruleset for `policy` on this kernel: opens every path it names and every
+    /// entry on the way to hidden paths. Allocates and makes syscalls; does not restrict
+    /// anything yet.
+    pub fn build(policy: &SandboxPolicy, opts: &LandlockOptions) -> Result<Self, LandlockError> {
+        Self::build_for_abi(policy, opts, abi_version())
+    }
+
+    fn build_for_abi(
+        policy: &SandboxPolicy,
+        opts: &LandlockOptions,
+        abi_n: u32,
+    ) -> Result<Self, LandlockError> {
+        let rules = LandlockRules::collect_for_abi(policy, opts, abi_n)?;
+        let (created, _) = rules.create(&[])?;
+        Ok(Self {
+            created,
+            report: rules.report,
         })
     }
 
@@ -714,6 +796,65 @@ impl LandlockRuleset {
         };
         Ok(report)
     }
+}
+
+/// Enforce a ruleset made by [`LandlockRules::create`] in another process (a prepared
+/// root's holder) and received as a descriptor: first add `again` (the rules it left out,
+/// opened here, where their paths are this exec's own mounts), then restrict the calling
+/// thread. `no_new_privs` must be set already. `report` is the [`LandlockReport`] the
+/// rules were collected with, as JSON; its status becomes what was enforced.
+pub fn restrict_received(
+    ruleset: std::os::fd::BorrowedFd<'_>,
+    mut report: serde_json::Value,
+    again: &[PathRule],
+) -> Result<serde_json::Value, LandlockError> {
+    use std::os::fd::AsRawFd;
+    let sys_err = |what: &str| LandlockError::Open {
+        path: what.into(),
+        source: nix::Error::last(),
+    };
+    for r in again {
+        let Some(fd) = open_nofollow(&r.path, OFlag::O_PATH)? else {
+            continue;
+        };
+        #[repr(C, packed)]
+        struct PathBeneathAttr {
+            allowed_access: u64,
+            parent_fd: i32,
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: r.access,
+            parent_fd: fd.as_raw_fd(),
+        };
+        // SAFETY: LANDLOCK_RULE_PATH_BENEATH (1) with a valid attribute of its layout.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset.as_raw_fd(),
+                1u32,
+                &attr as *const PathBeneathAttr,
+                0u32,
+            )
+        };
+        if rc < 0 {
+            return Err(sys_err("landlock_add_rule"));
+        }
+    }
+    // SAFETY: restricting the calling thread with a ruleset descriptor we own.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+    if rc < 0 {
+        return Err(sys_err("landlock_restrict_self"));
+    }
+    let all = report["rights"]
+        .as_array()
+        .is_some_and(|v| v.iter().all(|r| r["enforced"] == true));
+    report["status"] = serde_json::to_value(if all {
+        Enforcement::FullyEnforced
+    } else {
+        Enforcement::PartiallyEnforced
+    })
+    .unwrap_or_default();
+    Ok(report)
 }
 
 /// Parts of the policy Landlock cannot express (it cannot take back beneath a grant).

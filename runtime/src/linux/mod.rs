@@ -117,6 +117,10 @@ pub struct Applied {
     pub seccomp: serde_json::Value,
     pub capabilities: String,
     pub no_new_privs: bool,
+    /// How the root came to be: `prepared` (joined, [`prepared`]), `built` (for this exec
+    /// alone), `host` (no mount namespace).
+    #[serde(default)]
+    pub root: String,
 }
 
 /// The result of a command that ran.
@@ -147,10 +151,48 @@ pub struct Hooks {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub(crate) enum Report {
-    SetupFailed { step: String },
-    Layers { applied: Applied },
-    ExecFailed { errno: i32, command: String },
-    Signaled { signal: i32 },
+    SetupFailed {
+        step: String,
+    },
+    Layers {
+        applied: Applied,
+    },
+    ExecFailed {
+        errno: i32,
+        command: String,
+    },
+    Signaled {
+        signal: i32,
+    },
+    /// Init's last word: the command ended with `code` (init's exit status to come) and
+    /// every other process of the sandbox is dead and reaped. Init then exits; the
+    /// teardown of its namespaces need not be waited for.
+    Ended {
+        code: i32,
+    },
+}
+
+/// Inits that reported [`Report::Ended`] and were not reaped yet (reaped by later runs).
+static UNREAPED: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// Reap the inits of earlier runs that have exited by now.
+fn reap_finished() {
+    if let Ok(mut v) = UNREAPED.lock() {
+        // SAFETY: waiting for our own children without blocking.
+        v.retain(|p| unsafe { libc::waitpid(*p, std::ptr::null_mut(), libc::WNOHANG) } == 0);
+    }
+}
+
+/// The report says init has ended the sandbox ([`Report::Ended`]): its status as a wait
+/// status.
+fn ended(report: &[u8]) -> Option<libc::c_int> {
+    report
+        .split(|b| *b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<Report>(l).ok())
+        .find_map(|r| match r {
+            Report::Ended { code } => Some((code & 0xff) << 8),
+            _ => None,
+        })
 }
 
 /// Signals `capsule` forwards to the sandbox.
@@ -170,6 +212,7 @@ pub(crate) fn kill_all_signal() -> libc::c_int {
 
 /// Run `plan`'s command in the sandbox and wait for it.
 pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> {
+    reap_finished();
     let hooks_before_release = hooks.before_release.take();
     let start = Instant::now();
     let setup = |what: &str, e: std::io::Error| ExecError::Setup(format!("{what}: {e}"));
@@ -211,6 +254,27 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         let _ = old.thread_set_mask();
     };
 
+    // a prepared root for this plan (joined, or spawned then joined), else none
+    let joined = match prepared::join(plan) {
+        Ok(j) => j,
+        Err(e) => {
+            restore(&old_mask);
+            for fd in [rep_r, rep_w, sync_r, sync_w] {
+                sys::close(fd);
+            }
+            return Err(e);
+        }
+    };
+    tracing::debug!(
+        "run: prepared root {}: {:?}",
+        if joined.is_some() {
+            "joined"
+        } else {
+            "not used"
+        },
+        start.elapsed()
+    );
+
     let mut flags: libc::c_long = libc::SIGCHLD as libc::c_long;
     let mut namespaces = Vec::new();
     if plan.isolation == Isolation::Full {
@@ -225,9 +289,63 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             namespaces.push("net");
         }
     }
-    // SAFETY: raw clone without CLONE_VM behaves like fork: the child gets a copy of the
-    // address space and continues on the same (copied) stack.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    let pty_child_sock = pty.as_ref().map(|p| p.child_sock);
+    // whether init runs in the prepared root (false again if joining it fails)
+    let in_prepared = std::cell::Cell::new(joined.is_some());
+    let mut child = Some(|| -> ! {
+        sys::close(rep_r);
+        sys::close(sync_w);
+        let ctx = init::Ctx {
+            plan,
+            argv: &argv,
+            envp: &envp,
+            report: rep_w,
+            sync: sync_r,
+            pty_sock: pty_child_sock,
+            old_mask: &old_mask,
+            seccomp: seccomp.as_ref(),
+            namespaces: &namespaces,
+            t0: start,
+            prepared: if in_prepared.get() {
+                joined.as_ref()
+            } else {
+                None
+            },
+        };
+        init::main(ctx, hooks)
+    });
+    let mut pid: libc::c_long = -1;
+    if let Some(j) = &joined {
+        // the user namespace is the prepared root's; all else is this exec's own
+        let f = flags & !(libc::CLONE_NEWUSER as libc::c_long);
+        let mut run_child = || {
+            if let Some(c) = child.take() {
+                c()
+            }
+        };
+        match prepared::spawn_init(j, f, &mut run_child) {
+            Ok(p) => pid = p as libc::c_long,
+            Err(e) => {
+                // e.g. a caller in another user namespace than the holder's parent: build
+                // the root for this exec alone (the same isolation, only slower)
+                tracing::warn!("cannot join the prepared root ({e}); building the root");
+                in_prepared.set(false);
+            }
+        }
+    }
+    if !in_prepared.get() {
+        // SAFETY: raw clone without CLONE_VM behaves like fork: the child gets a copy of
+        // the address space and continues on the same (copied) stack.
+        pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+        if pid == 0 {
+            if let Some(c) = child.take() {
+                c()
+            }
+            // SAFETY: unreachable in practice (init never returns).
+            unsafe { libc::_exit(125) }
+        }
+    }
+    drop(child);
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         restore(&old_mask);
@@ -241,23 +359,6 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             ExecError::Setup(format!("fork: {e}"))
         });
     }
-    if pid == 0 {
-        sys::close(rep_r);
-        sys::close(sync_w);
-        let ctx = init::Ctx {
-            plan,
-            argv: &argv,
-            envp: &envp,
-            report: rep_w,
-            sync: sync_r,
-            pty_sock: pty.as_ref().map(|p| p.child_sock),
-            old_mask: &old_mask,
-            seccomp: seccomp.as_ref(),
-            namespaces: &namespaces,
-            t0: start,
-        };
-        init::main(ctx, hooks)
-    }
     let pid = pid as libc::pid_t;
     tracing::debug!("run: cloned: {:?}", start.elapsed());
     sys::close(rep_w);
@@ -266,7 +367,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         sys::close(p.child_sock);
         p.child_sock = -1;
     }
-    if plan.isolation == Isolation::Full {
+    if plan.isolation == Isolation::Full && !in_prepared.get() {
         if let Err(e) = write_id_maps(pid) {
             // SAFETY: killing and reaping our own child.
             unsafe {
@@ -315,6 +416,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             }
             Ok(Report::Layers { applied: a }) => applied = Some(a),
             Ok(Report::Signaled { signal }) => signaled = Some(signal),
+            Ok(Report::Ended { .. }) => {}
             Err(e) => tracing::warn!("unreadable report from the sandbox: {e}"),
         }
     }
@@ -456,7 +558,28 @@ fn supervise(
             let mut buf = [0u8; 4096];
             match sys::read(rep_r, &mut buf) {
                 Ok(0) | Err(_) => rep_open = false,
-                Ok(k) => report.extend_from_slice(&buf[..k]),
+                Ok(k) => {
+                    report.extend_from_slice(&buf[..k]);
+                    // init's last word: everything in the sandbox is dead already
+                    if buf[..k].windows(7).any(|w| w == b"\"ended\"") {
+                        if let Some(status) = ended(&report) {
+                            tracing::debug!("run: init reported the end");
+                            if let Some(r) = relay.as_mut() {
+                                r.drain();
+                            }
+                            // SAFETY: reaping our own child if it is gone already.
+                            let w =
+                                unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+                            if w != pid {
+                                if let Ok(mut v) = UNREAPED.lock() {
+                                    v.push(pid);
+                                }
+                            }
+                            sys::close(pidfd);
+                            return Ok((status, timed_out, report));
+                        }
+                    }
+                }
             }
         }
         if fds[console_idx].revents != 0 {

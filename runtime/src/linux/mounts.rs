@@ -230,7 +230,7 @@ pub fn apply(step: &MountStep) -> R<()> {
                 what,
             )
         }
-        MountStep::Proc { dst } => proc_fs(dst),
+        MountStep::Proc { dst } => proc_fs(NEW, dst, MaskSource::SetupRoot),
         MountStep::Dev { dst, extra } => dev(dst, extra),
         MountStep::Mask { dst, carve_outs } => {
             let what = || format!("hiding {}", dst.display());
@@ -276,9 +276,21 @@ pub fn apply(step: &MountStep) -> R<()> {
     }
 }
 
-fn proc_fs(dst: &Path) -> R<()> {
+/// Where masks inside `/proc` come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MaskSource {
+    /// The sealed empty directory and file of the setup root ([`enter_setup_root`]).
+    SetupRoot,
+    /// None at hand (in a prepared root, [`exec_mounts`]): `/dev/null` for files, an
+    /// empty read-only tmpfs for directories.
+    Here,
+}
+
+/// A fresh proc of the calling process's pid namespace at `prefix` + `dst`, with kernel
+/// knobs read-only and kernel internals masked.
+fn proc_fs(prefix: &str, dst: &Path, masks: MaskSource) -> R<()> {
     let what = || format!("mounting a fresh proc at {}", dst.display());
-    let d = ctx(under(NEW, dst), what)?;
+    let d = ctx(under(prefix, dst), what)?;
     ctx(mount_point(&d, true), what)?;
     ctx(
         sys::mount(
@@ -293,7 +305,7 @@ fn proc_fs(dst: &Path) -> R<()> {
     // Root runs mapped to itself: sysctls and sysrq check only file modes, so these must
     // be read-only mounts. Kernel internals are masked (as container runtimes do).
     for ro in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
-        let p = ctx(under(NEW, &dst.join(ro)), what)?;
+        let p = ctx(under(prefix, &dst.join(ro)), what)?;
         if sys::kind(&p) == Kind::Missing {
             continue;
         }
@@ -313,15 +325,73 @@ fn proc_fs(dst: &Path) -> R<()> {
         "scsi",
         "asound",
     ] {
-        let p = ctx(under(NEW, &dst.join(m)), what)?;
-        let src = match sys::kind(&p) {
-            Kind::Missing => continue,
-            Kind::Dir => MASK_DIR,
-            _ => MASK_FILE,
-        };
-        ctx(mask_bind(&c(src), &p), || format!("masking /proc/{m}"))?;
+        let p = ctx(under(prefix, &dst.join(m)), what)?;
+        let step = || format!("masking /proc/{m}");
+        match (sys::kind(&p), masks) {
+            (Kind::Missing, _) => continue,
+            (Kind::Dir, MaskSource::SetupRoot) => ctx(mask_bind(&c(MASK_DIR), &p), step)?,
+            (_, MaskSource::SetupRoot) => ctx(mask_bind(&c(MASK_FILE), &p), step)?,
+            (Kind::Dir, MaskSource::Here) => ctx(
+                sys::mount(
+                    Some(&c("tmpfs")),
+                    &p,
+                    Some(&c("tmpfs")),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    Some(&c("mode=555,size=4k")),
+                ),
+                step,
+            )?,
+            (_, MaskSource::Here) => {
+                ctx(mask_bind(&c("/dev/null"), &p), step)?;
+                ctx(sys::mount_setattr(&p, sys::MOUNT_ATTR_RDONLY, false), step)?;
+            }
+        }
     }
     Ok(())
+}
+
+/// The mounts each exec makes for itself in its copy of a prepared root's mount namespace
+/// ([`super::prepared`]): a fresh `/proc` of its own pid namespace (over the holder's), a
+/// private devpts instance and a fresh `/dev/shm` (over the holder's), so no two execs
+/// share processes, terminals or shared memory. (`/dev/shm` stays the prepared one when
+/// host paths are bound below it, e.g. a workspace on the host's `/dev/shm`.) Runs in the
+/// exec's init, in the final root.
+pub fn exec_mounts(steps: &[MountStep]) -> R<()> {
+    for s in steps {
+        match s {
+            MountStep::Proc { dst } => proc_fs("", dst, MaskSource::Here)?,
+            MountStep::Dev { dst, .. } => {
+                let pts = ctx(under("", &dst.join("pts")), || "a private devpts".into())?;
+                ctx(devpts(&pts), || "mounting a private devpts".into())?;
+                let shm = dst.join("shm");
+                let below = steps.iter().any(|o| match o {
+                    MountStep::Bind { dst: d, .. }
+                    | MountStep::Overlay { dst: d, .. }
+                    | MountStep::Mask { dst: d, .. }
+                    | MountStep::Tmpfs { dst: d, .. }
+                    | MountStep::Symlink { dst: d, .. }
+                    | MountStep::Dir { dst: d } => d.starts_with(&shm),
+                    _ => false,
+                });
+                if !below {
+                    let p = ctx(under("", &shm), || "a private /dev/shm".into())?;
+                    ctx(tmpfs(&p, 0o1777), || "mounting /dev/shm".into())?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn devpts(at: &CString) -> io::Result<()> {
+    sys::mount(
+        Some(&c("devpts")),
+        at,
+        Some(&c("devpts")),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(&c("newinstance,ptmxmode=0666,mode=620")),
+    )
 }
 
 /// Device names the sandbox always gets.
@@ -357,16 +427,7 @@ fn dev(dst: &Path, extra: &[String]) -> R<()> {
     }
     let pts = ctx(under(NEW, &dst.join("pts")), what)?;
     ctx(sys::mkdir(&pts, 0o755), what)?;
-    ctx(
-        sys::mount(
-            Some(&c("devpts")),
-            &pts,
-            Some(&c("devpts")),
-            libc::MS_NOSUID | libc::MS_NOEXEC,
-            Some(&c("newinstance,ptmxmode=0666,mode=620")),
-        ),
-        || "mounting a private devpts".into(),
-    )?;
+    ctx(devpts(&pts), || "mounting a private devpts".into())?;
     let shm = ctx(under(NEW, &dst.join("shm")), what)?;
     ctx(sys::mkdir(&shm, 0o1777), what)?;
     ctx(tmpfs(&shm, 0o1777), || "mounting /dev/shm".into())?;

@@ -1,9 +1,945 @@
-//! Prepared roots: a capsule's sandbox root built once and joined by each exec.
-//! (Work in progress; see the module's later commits.)
+//! Prepared roots: a capsule's sandbox root built once and joined by each exec, so that
+//! starting a command costs a `setns` and a copy of the mount table instead of ~60 mount
+//! calls plus one per hidden path, and the Landlock walk is done once too. (Issue 4.)
+//!
+//! ```text
+//! capsule exec (P)                 holder (H, per capsule and plan fingerprint)
+//! ───────────────────────────────  ─────────────────────────────────────────────────────
+//! fingerprint the plan
+//! connect <bundle>/prepared/<fp>.sock ──▶ accept, check the peer's uid
+//!   (absent: spawn H, see below)        make a fresh Landlock ruleset from its rules
+//! receive userns, mntns, ruleset ◀───── send them (SCM_RIGHTS) + the Landlock report
+//! vfork C: setns(userns), setns(mntns),
+//!   clone(CLONE_PARENT|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS) ──▶ init (pid 1, P's child):
+//!   its own copy of the prepared mount table, a fresh /proc and devpts of its own
+//! ```
+//!
+//! The holder is pid 1 of a pid namespace of its own and runs no code of the task: it
+//! builds the root exactly as a one-off exec would ([`super::mounts::build_root`]),
+//! collects the Landlock rules there ([`super::landlock::LandlockRules`]), closes every
+//! descriptor it does not need (the caller's stdio included), leaves the caller's session
+//! and serves joins on a unix socket in the bundle (a directory the sandbox never sees).
+//! It exits after [`idle`] without a join, when the bundle is removed, or when told to
+//! ([`stop_all`]: `capsule close`, `capsule home apply|discard`), and removes its socket.
+//! A holder killed outright leaves its socket, which the next exec finds refused and
+//! replaces: nothing needs a clean-up pass.
+//!
+//! Staleness is ruled out by the fingerprint: a SHA-256 of this binary's identity, the
+//! user, the whole mount plan and Landlock policy, and the identity (device, inode, type)
+//! of every host path the plan mounts from or onto, as `lstat`/`stat` see it now. A hidden
+//! path created, removed or replaced since (rmdir of a masked directory detaches its mask),
+//! a workspace recreated under the same name, a changed policy: each gives another
+//! fingerprint, hence another holder. Per-exec parts (the proxy's socket) make a plan not
+//! preparable: it is then built for that exec alone, as before.
+//!
+//! Every exec still gets new pid, network, ipc and uts namespaces, its own `/proc` and
+//! devpts and its own copy of the mount table: the sandboxed command can change neither
+//! the holder's mounts nor another exec's. `CAPSULE_PREPARED_IDLE=0` turns prepared roots
+//! off (every exec builds its root).
 
+use super::landlock::{LandlockRules, PathRule};
+use super::{mounts, sys, ExecError, ExecPlan, Isolation, MountStep};
+use sha2::{Digest, Sha256};
+use std::ffi::OsStr;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The directory of `bundle_dir` where its prepared roots' sockets live.
 pub fn dir(bundle_dir: &Path) -> PathBuf {
     bundle_dir.join("prepared")
+}
+
+/// How long a holder waits for the next join before it exits (`CAPSULE_PREPARED_IDLE`,
+/// seconds; default 30; 0 turns prepared roots off).
+pub fn idle() -> Duration {
+    let secs = std::env::var("CAPSULE_PREPARED_IDLE")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(30);
+    Duration::from_secs(secs.min(24 * 3600))
+}
+
+/// At most this many holders per capsule; the oldest are told to stop beyond it.
+const MAX_HOLDERS: usize = 4;
+
+/// Mounts each exec makes for itself: their Landlock rules are added by the exec.
+const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
+
+/// What a join hands over: the holder's namespaces and this exec's own Landlock ruleset.
+#[derive(Debug)]
+pub struct Joined {
+    pub userns: OwnedFd,
+    pub mntns: OwnedFd,
+    /// A fresh ruleset with the rules collected in the prepared root (`None`: no Landlock).
+    pub ruleset: Option<OwnedFd>,
+    /// The Landlock report of those rules (JSON of [`super::landlock::LandlockReport`]).
+    pub landlock: serde_json::Value,
+    /// Rules left out because their paths are this exec's own mounts: add them again.
+    pub again: Vec<PathRule>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct JoinReply {
+    landlock: serde_json::Value,
+    again: Vec<PathRule>,
+    ruleset: bool,
+}
+
+/// Identity of one host path for the fingerprint: device, inode and file type, or absent.
+fn identity(h: &mut Sha256, p: &Path, follow: bool) -> io::Result<Option<std::fs::Metadata>> {
+    h.update(p.as_os_str().as_bytes());
+    h.update([0]);
+    let md = if follow {
+        std::fs::metadata(p)
+    } else {
+        std::fs::symlink_metadata(p)
+    };
+    match md {
+        Ok(m) => {
+            h.update(m.dev().to_le_bytes());
+            h.update(m.ino().to_le_bytes());
+            h.update((m.mode() & libc::S_IFMT).to_le_bytes());
+            Ok(Some(m))
+        }
+        Err(_) => {
+            h.update(b"-");
+            Ok(None)
+        }
+    }
+}
+
+/// The plan's fingerprint (hex), or `None` when the plan cannot be served by a prepared
+/// root (not full isolation, Landlock best effort, a per-exec mount such as a socket).
+pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
+    use std::os::unix::fs::FileTypeExt;
+    if plan.isolation != Isolation::Full || plan.landlock_best_effort || plan.prepared.is_none() {
+        return Ok(None);
+    }
+    let mut h = Sha256::new();
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    identity(&mut h, Path::new("/proc/self/exe"), true)?;
+    if let Ok(m) = std::fs::metadata("/proc/self/exe") {
+        h.update(m.mtime().to_le_bytes());
+        h.update(m.mtime_nsec().to_le_bytes());
+        h.update(m.size().to_le_bytes());
+    }
+    // SAFETY: getters cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    h.update(uid.to_le_bytes());
+    h.update(gid.to_le_bytes());
+    // a caller in another user namespace never meets this one's holders
+    h.update(
+        std::fs::read_link("/proc/self/ns/user")?
+            .as_os_str()
+            .as_bytes(),
+    );
+    h.update(serde_json::to_vec(&plan.mounts).map_err(io::Error::other)?);
+    h.update(serde_json::to_vec(&plan.policy).map_err(io::Error::other)?);
+    for s in &plan.mounts {
+        match s {
+            MountStep::Bind { src, dst, .. } => {
+                if let Some(m) = identity(&mut h, src, true)? {
+                    let t = m.file_type();
+                    if t.is_socket() || t.is_fifo() {
+                        return Ok(None);
+                    }
+                }
+                identity(&mut h, dst, false)?;
+            }
+            MountStep::Overlay {
+                lower,
+                upper,
+                work,
+                dst,
+            } => {
+                for l in lower {
+                    identity(&mut h, l, true)?;
+                }
+                identity(&mut h, upper, true)?;
+                identity(&mut h, work, true)?;
+                identity(&mut h, dst, false)?;
+            }
+            MountStep::Mask { dst, .. }
+            | MountStep::ReadOnly { dst }
+            | MountStep::Symlink { dst, .. }
+            | MountStep::Tmpfs { dst, .. }
+            | MountStep::Dir { dst } => {
+                identity(&mut h, dst, false)?;
+            }
+            MountStep::Dev { extra, .. } => {
+                for e in extra {
+                    identity(&mut h, &Path::new("/dev").join(e), true)?;
+                }
+            }
+            MountStep::Proc { .. } => {}
+        }
+    }
+    let d = h.finalize();
+    Ok(Some(d.iter().map(|b| format!("{b:02x}")).collect()))
+}
+
+/// Join the prepared root of `plan`, spawning its holder first if there is none. `Ok(None)`
+/// when the plan is not preparable or prepared roots are off. Must be called while the
+/// process is single-threaded (it may clone the holder).
+pub fn join(plan: &ExecPlan) -> Result<Option<Joined>, ExecError> {
+    let setup = |what: &str, e: io::Error| ExecError::Setup(format!("{what}: {e}"));
+    if idle().is_zero() {
+        return Ok(None);
+    }
+    let Some(dir) = plan.prepared.as_deref() else {
+        return Ok(None);
+    };
+    let Some(fp) = fingerprint(plan).map_err(|e| setup("fingerprinting the sandbox's root", e))?
+    else {
+        return Ok(None);
+    };
+    let sock = dir.join(format!("{}.sock", &fp[..32]));
+    match request(&sock, b'J', &fp) {
+        Ok(Some(j)) => return Ok(Some(j)),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("prepared root {}: {e}; preparing a new one", sock.display()),
+    }
+    // one spawner at a time per capsule: the others wait, then join what it made
+    let _lock = lock(dir).map_err(|e| setup(&format!("locking {}", dir.display()), e))?;
+    if let Ok(Some(j)) = request(&sock, b'J', &fp) {
+        return Ok(Some(j));
+    }
+    spawn(plan, dir, &fp)?;
+    match request(&sock, b'J', &fp) {
+        Ok(Some(j)) => Ok(Some(j)),
+        Ok(None) => Err(ExecError::Setup(format!(
+            "the prepared root's holder at {} went away before it was joined",
+            sock.display()
+        ))),
+        Err(e) => Err(setup(
+            &format!("joining the prepared root at {}", sock.display()),
+            e,
+        )),
+    }
+}
+
+/// Tell every holder of the capsule whose prepared roots live in `dir` to stop (best
+/// effort: one that is gone already is fine), and remove their sockets. For `capsule close`
+/// and for changes of the home layer under the holders' overlays.
+pub fn stop_all(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension() == Some(OsStr::new("sock")) {
+            let _ = request(&p, b'Q', "");
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
+/// `path` as short as a unix socket address needs: through `/proc/self/fd/<dir>/<name>`
+/// (the directory descriptor is returned, to keep open while the path is used).
+fn short_path(path: &Path) -> io::Result<(PathBuf, Option<OwnedFd>)> {
+    if path.as_os_str().len() < 100 {
+        return Ok((path.to_path_buf(), None));
+    }
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok((path.to_path_buf(), None));
+    };
+    let d = nix::fcntl::open(
+        dir,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(io::Error::from)?;
+    let short = Path::new("/proc/self/fd")
+        .join(d.as_raw_fd().to_string())
+        .join(name);
+    Ok((short, Some(d)))
+}
+
+fn peer_uid(fd: RawFd) -> io::Result<libc::uid_t> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED into a ucred of the right size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
+
+/// Check that `fd` is a namespace of type `ty` (a `CLONE_NEW*` flag).
+fn check_ns(fd: &OwnedFd, ty: libc::c_int) -> io::Result<()> {
+    // SAFETY: an ioctl without arguments on a descriptor we own.
+    let t = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE as _) };
+    if t != ty {
+        return Err(io::Error::other(
+            "the holder sent something that is not the expected namespace",
+        ));
+    }
+    Ok(())
+}
+
+/// Send one request to the holder at `sock`: a byte (`J` join, `Q` quit), then for a join
+/// the full fingerprint (the socket's name holds only half of it; a holder of another
+/// fingerprint answers nothing). `Ok(None)`: no holder there (a refused socket is
+/// removed). For `J`, the reply's descriptors are checked: the peer is this user, the
+/// namespaces are a user namespace this user owns and a mount namespace.
+fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Joined>> {
+    let (short, _dir) = match short_path(sock) {
+        Ok(v) => v,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut s = match UnixStream::connect(&short) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+            let _ = std::fs::remove_file(sock);
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_write_timeout(Some(Duration::from_secs(10)))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if peer_uid(s.as_raw_fd())? != me {
+        return Err(io::Error::other("the socket's owner is another user"));
+    }
+    let mut req = vec![what];
+    req.extend_from_slice(fp.as_bytes());
+    req.push(b'\n');
+    s.write_all(&req)?;
+    if what != b'J' {
+        let mut b = [0u8; 1];
+        let _ = s.read(&mut b);
+        return Ok(None);
+    }
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut cmsg = nix::cmsg_space!([RawFd; 3]);
+    let (n, fds) = {
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<()>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(v) = c {
+                // SAFETY: descriptors just received are ours to own.
+                fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        (msg.bytes, fds)
+    };
+    if n == 0 {
+        // the holder ended before answering (idle timeout just then)
+        return Ok(None);
+    }
+    buf.truncate(n);
+    s.read_to_end(&mut buf)?;
+    let reply: JoinReply = serde_json::from_slice(&buf).map_err(io::Error::other)?;
+    let mut fds = fds.into_iter();
+    let (Some(userns), Some(mntns)) = (fds.next(), fds.next()) else {
+        return Err(io::Error::other("the holder sent no namespaces"));
+    };
+    check_ns(&userns, libc::CLONE_NEWUSER)?;
+    check_ns(&mntns, libc::CLONE_NEWNS)?;
+    let mut owner: libc::uid_t = u32::MAX;
+    // SAFETY: NS_GET_OWNER_UID writes one uid_t.
+    let rc = unsafe { libc::ioctl(userns.as_raw_fd(), NS_GET_OWNER_UID as _, &mut owner) };
+    if rc < 0 || owner != me {
+        return Err(io::Error::other(
+            "the holder's user namespace is not this user's",
+        ));
+    }
+    let ruleset = if reply.ruleset { fds.next() } else { None };
+    if reply.ruleset && ruleset.is_none() {
+        return Err(io::Error::other("the holder sent no Landlock ruleset"));
+    }
+    Ok(Some(Joined {
+        userns,
+        mntns,
+        ruleset,
+        landlock: reply.landlock,
+        again: reply.again,
+    }))
+}
+
+/// Start a holder for `plan` with socket `<dir>/<fp>.sock`: the socket is bound under a
+/// temporary name and renamed into place once the root is built, so a join never meets a
+/// half-made holder. The holder is a grandchild (its parent exits at once), so nobody
+/// waits for it.
+fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
+    let setup = |what: String, e: io::Error| ExecError::Setup(format!("{what}: {e}"));
+    retire_old(dir);
+    let name = format!("{}.sock", &fp[..32]);
+    let tmp = dir.join(format!("{}.{}.tmp", &fp[..32], std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = short_path(&tmp)
+        .and_then(|(short, _dir)| UnixListener::bind(short))
+        .map_err(|e| setup(format!("binding {}", tmp.display()), e))?;
+    let ino = std::fs::symlink_metadata(&tmp)
+        .map(|m| m.ino())
+        .unwrap_or(0);
+    let dirfd = nix::fcntl::open(
+        dir,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| setup(format!("opening {}", dir.display()), e.into()))?;
+    let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe".into(), e))?;
+    let (go_r, go_w) = sys::pipe().map_err(|e| setup("pipe".into(), e))?;
+    let cleanup = |fds: &[RawFd]| {
+        for fd in fds {
+            sys::close(*fd);
+        }
+        let _ = std::fs::remove_file(&tmp);
+    };
+    let holder = Holder {
+        plan,
+        listener: &listener,
+        dirfd: dirfd.as_raw_fd(),
+        name: &name,
+        ino,
+        fp,
+        report: rep_w,
+        go: go_r,
+    };
+    // SAFETY: fork in a single-threaded process (checked by the caller of `join`).
+    let mid = unsafe { libc::fork() };
+    if mid < 0 {
+        let e = io::Error::last_os_error();
+        cleanup(&[rep_r, rep_w, go_r, go_w]);
+        return Err(setup("fork".into(), e));
+    }
+    if mid == 0 {
+        // the intermediate process: clone the holder, write its id maps, go
+        sys::close(rep_r);
+        let flags = (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID) as libc::c_long
+            | libc::SIGCHLD as libc::c_long;
+        // SAFETY: raw clone without CLONE_VM behaves like fork.
+        let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+        if pid == 0 {
+            sys::close(go_w);
+            holder.main()
+        }
+        if pid < 0 {
+            let e = io::Error::last_os_error();
+            let _ = sys::write_all(rep_w, format!("N{e}\n").as_bytes());
+            // SAFETY: _exit in a forked child.
+            unsafe { libc::_exit(1) }
+        }
+        if let Err(e) = super::write_id_maps(pid as libc::pid_t) {
+            let _ = sys::write_all(rep_w, format!("Ewriting the id maps: {e}\n").as_bytes());
+            // SAFETY: killing our own child, then _exit.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                libc::_exit(1)
+            }
+        }
+        let _ = sys::write_all(go_w, &[1]);
+        // SAFETY: _exit in a forked child.
+        unsafe { libc::_exit(0) }
+    }
+    sys::close(rep_w);
+    sys::close(go_r);
+    sys::close(go_w);
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(mid, std::ptr::null_mut(), 0) };
+    drop(listener);
+    let mut out = Vec::new();
+    let mut b = [0u8; 4096];
+    while let Ok(n) = sys::read(rep_r, &mut b) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[..n]);
+        if out.ends_with(b"\n") {
+            break;
+        }
+    }
+    sys::close(rep_r);
+    let line = String::from_utf8_lossy(&out).trim_end().to_string();
+    match line.as_bytes().first() {
+        Some(b'R') => {}
+        Some(b'N') => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ExecError::Namespaces(format!(
+                "user, mount, pid ({})",
+                &line[1..]
+            )));
+        }
+        Some(_) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ExecError::Setup(line[1..].to_string()));
+        }
+        None => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ExecError::Setup(
+                "the prepared root's holder ended before it was ready".into(),
+            ));
+        }
+    }
+    std::fs::rename(&tmp, dir.join(&name))
+        .map_err(|e| setup(format!("publishing {}", dir.join(&name).display()), e))
+}
+
+/// Create `dir` (mode 0700) if needed and take its spawn lock (`flock` on `dir/lock`,
+/// released when the returned descriptor closes, also when the process dies).
+fn lock(dir: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join("lock"))?;
+    let fd = OwnedFd::from(f);
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(fd);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Tell the oldest holders beyond [`MAX_HOLDERS`] - 1 to stop (a new one is coming).
+fn retire_old(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut socks: Vec<(std::time::SystemTime, PathBuf)> = rd
+        .flatten()
+        .filter(|e| e.path().extension() == Some(OsStr::new("sock")))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if socks.len() < MAX_HOLDERS {
+        return;
+    }
+    socks.sort();
+    let n = socks.len() + 1 - MAX_HOLDERS;
+    for (_, p) in socks.into_iter().take(n) {
+        let _ = request(&p, b'Q', "");
+        let _ = std::fs::remove_file(&p);
+    }
+}
+
+/// The holder's state (all prepared before the clone).
+struct Holder<'a> {
+    plan: &'a ExecPlan,
+    listener: &'a UnixListener,
+    /// The prepared directory, to remove our socket when we end.
+    dirfd: RawFd,
+    name: &'a str,
+    /// Inode of our socket file (only that one is removed).
+    ino: u64,
+    /// The full fingerprint of the plan this root was prepared for.
+    fp: &'a str,
+    report: RawFd,
+    go: RawFd,
+}
+
+impl Holder<'_> {
+    fn fail(&self, msg: String) -> ! {
+        let _ = sys::write_all(self.report, format!("E{msg}\n").as_bytes());
+        // SAFETY: _exit in a cloned child.
+        unsafe { libc::_exit(1) }
+    }
+
+    fn main(self) -> ! {
+        let mut b = [0u8; 1];
+        if !matches!(sys::read(self.go, &mut b), Ok(1)) {
+            // SAFETY: _exit in a cloned child.
+            unsafe { libc::_exit(1) }
+        }
+        sys::close(self.go);
+        // SAFETY: leaving the caller's session and process group (its ^C is not ours).
+        unsafe { libc::setsid() };
+        set_title();
+        if let Err(e) = mounts::build_root(&self.plan.mounts) {
+            self.fail(format!("preparing the sandbox's root: {e}"));
+        }
+        let open_ns = |p: &str| {
+            nix::fcntl::open(
+                p,
+                nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+        };
+        let (userns, mntns) = match (open_ns("/proc/self/ns/user"), open_ns("/proc/self/ns/mnt")) {
+            (Ok(u), Ok(m)) => (u, m),
+            (Err(e), _) | (_, Err(e)) => {
+                self.fail(format!("opening the prepared root's namespaces: {e}"))
+            }
+        };
+        let (policy, opts) = super::init::landlock_inputs(self.plan);
+        let rules = match LandlockRules::collect(&policy, &opts) {
+            Ok(r) => r,
+            Err(e) => self.fail(e.to_string()),
+        };
+        let missing: Vec<String> = rules
+            .report()
+            .missing()
+            .iter()
+            .map(|m| m.right.to_string())
+            .collect();
+        if !missing.is_empty() {
+            self.fail(format!(
+                "Landlock ABI {} lacks rights this policy needs: {}",
+                rules.report().abi,
+                missing.join(", ")
+            ));
+        }
+        let landlock = serde_json::to_value(rules.report()).unwrap_or_default();
+        // keep only what serving needs; the caller's stdio and everything else goes
+        let mut keep = vec![
+            self.listener.as_raw_fd(),
+            self.dirfd,
+            self.report,
+            userns.as_raw_fd(),
+            mntns.as_raw_fd(),
+        ];
+        keep.extend(rules.fds());
+        close_all_but(&keep);
+        let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
+        let _ = sys::write_all(self.report, b"R\n");
+        sys::close(self.report);
+        self.serve(&userns, &mntns, &rules, &landlock)
+    }
+
+    fn serve(
+        &self,
+        userns: &OwnedFd,
+        mntns: &OwnedFd,
+        rules: &LandlockRules,
+        landlock: &serde_json::Value,
+    ) -> ! {
+        let idle = idle();
+        let mut last = Instant::now();
+        // SAFETY: getuid cannot fail.
+        let me = unsafe { libc::getuid() };
+        loop {
+            let left = idle.saturating_sub(last.elapsed());
+            if left.is_zero() || self.bundle_gone() {
+                self.end();
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.min(Duration::from_secs(5)).as_millis() as libc::c_int;
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
+            if n <= 0 {
+                continue;
+            }
+            let Ok((mut conn, _)) = self.listener.accept() else {
+                continue;
+            };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+            if peer_uid(conn.as_raw_fd()).ok() != Some(me) {
+                continue;
+            }
+            let mut req = [0u8; 66];
+            let mut got = 0;
+            while got < req.len() {
+                match conn.read(&mut req[got..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got += n,
+                }
+                if req[..got].ends_with(b"\n") {
+                    break;
+                }
+            }
+            let line = &req[..got];
+            match line.first() {
+                Some(b'J') if line[1..] == *format!("{}\n", self.fp).as_bytes() => {
+                    last = Instant::now();
+                    let _ = answer(&mut conn, userns, mntns, rules, landlock);
+                }
+                Some(b'Q') => {
+                    let _ = conn.write_all(b"q");
+                    self.end()
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The bundle (and with it our socket's directory) was removed.
+    fn bundle_gone(&self) -> bool {
+        // SAFETY: fstat into a zeroed stat of our descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let rc = unsafe { libc::fstat(self.dirfd, &mut st) };
+        rc < 0 || st.st_nlink == 0
+    }
+
+    /// Remove our socket (only if it is still ours) and exit.
+    fn end(&self) -> ! {
+        if let Ok(n) = std::ffi::CString::new(self.name) {
+            // SAFETY: fstatat/unlinkat relative to our directory descriptor.
+            unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                if libc::fstatat(self.dirfd, n.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) == 0
+                    && st.st_ino == self.ino
+                {
+                    libc::unlinkat(self.dirfd, n.as_ptr(), 0);
+                }
+            }
+        }
+        // SAFETY: _exit in the holder.
+        unsafe { libc::_exit(0) }
+    }
+}
+
+/// Name the holder `capsule-holder` in `ps`, instead of the command line of the exec
+/// that spawned it (which named a command the holder does not run): the argument area is
+/// overwritten in place, as `setproctitle` does, and the thread is renamed.
+fn set_title() {
+    let _ = sys::prctl(
+        libc::PR_SET_NAME,
+        c"capsule-holder".as_ptr() as libc::c_ulong,
+        0,
+    );
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // fields after the command name in parentheses; arg_start and arg_end are the 48th
+    // and 49th of the whole line
+    let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+        return;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (Some(a), Some(e)) = (
+        f.get(45).and_then(|v| v.parse::<usize>().ok()),
+        f.get(46).and_then(|v| v.parse::<usize>().ok()),
+    ) else {
+        return;
+    };
+    if e <= a {
+        return;
+    }
+    let title = b"capsule-holder";
+    // SAFETY: [arg_start, arg_end) is this process's own argument area, mapped and
+    // writable (the initial stack); nothing of ours reads it any more (std copied argv).
+    unsafe {
+        let area = std::slice::from_raw_parts_mut(a as *mut u8, e - a);
+        area.fill(0);
+        let n = title.len().min(area.len() - 1);
+        area[..n].copy_from_slice(&title[..n]);
+    }
+}
+
+/// One join: a fresh ruleset, then the descriptors and the report.
+fn answer(
+    conn: &mut UnixStream,
+    userns: &OwnedFd,
+    mntns: &OwnedFd,
+    rules: &LandlockRules,
+    landlock: &serde_json::Value,
+) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let (created, again) = rules
+        .create(
+            PER_EXEC_ROOTS
+                .iter()
+                .map(Path::new)
+                .collect::<Vec<_>>()
+                .as_slice(),
+        )
+        .map_err(io::Error::other)?;
+    let ruleset: Option<OwnedFd> = created.and_then(|c| c.into());
+    let reply = serde_json::to_vec(&JoinReply {
+        landlock: landlock.clone(),
+        again,
+        ruleset: ruleset.is_some(),
+    })
+    .map_err(io::Error::other)?;
+    let mut fds = vec![userns.as_raw_fd(), mntns.as_raw_fd()];
+    if let Some(r) = &ruleset {
+        fds.push(r.as_raw_fd());
+    }
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let first = reply.len().min(4096);
+    let iov = [io::IoSlice::new(&reply[..first])];
+    sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+        .map_err(io::Error::from)?;
+    conn.write_all(&reply[first..])
+}
+
+/// Close every descriptor of this process but `keep` (0, 1 and 2 included).
+fn close_all_but(keep: &[RawFd]) {
+    let mut open: Vec<RawFd> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc/self/fd") {
+        for e in rd.flatten() {
+            if let Some(fd) = e.file_name().to_str().and_then(|s| s.parse().ok()) {
+                open.push(fd);
+            }
+        }
+    }
+    for fd in open {
+        if !keep.contains(&fd) {
+            sys::close(fd);
+        }
+    }
+}
+
+/// Start init in the prepared root `j`: a short-lived child that shares our memory (we
+/// wait meanwhile, so nothing of ours runs concurrently) joins the holder's user and mount
+/// namespaces and clones init as *our* child (`CLONE_PARENT`) with `flags` (new mount, pid,
+/// ipc, uts and maybe network namespaces; never a new user namespace), then exits. Init
+/// runs `child`, which must not return. Returns init's pid.
+pub(crate) fn spawn_init(
+    j: &Joined,
+    flags: libc::c_long,
+    child: &mut dyn FnMut(),
+) -> io::Result<libc::pid_t> {
+    struct Args<'a> {
+        userns: RawFd,
+        mntns: RawFd,
+        flags: libc::c_long,
+        child: &'a mut dyn FnMut(),
+        pid: libc::pid_t,
+        errno: i32,
+        step: u8,
+    }
+    extern "C" fn joiner(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the Args the parent passed and waits on (CLONE_VFORK); this
+        // function makes system calls only and allocates nothing.
+        let a = unsafe { &mut *(arg as *mut Args<'_>) };
+        let errno = || {
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        };
+        // SAFETY: setns on descriptors the parent owns.
+        if unsafe { libc::setns(a.userns, libc::CLONE_NEWUSER) } < 0 {
+            a.errno = errno();
+            a.step = 1;
+            return 1;
+        }
+        // SAFETY: as above.
+        if unsafe { libc::setns(a.mntns, libc::CLONE_NEWNS) } < 0 {
+            a.errno = errno();
+            a.step = 2;
+            return 1;
+        }
+        // SAFETY: raw clone without CLONE_VM: init gets a copy of the address space and
+        // continues here, on its copy of this stack.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                a.flags | libc::CLONE_PARENT as libc::c_long,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+        if pid == 0 {
+            (a.child)();
+            // SAFETY: `child` must not return; if it does, end here.
+            unsafe { libc::_exit(125) }
+        }
+        if pid < 0 {
+            a.errno = errno();
+            a.step = 3;
+            return 1;
+        }
+        a.pid = pid as libc::pid_t;
+        0
+    }
+    const STACK: usize = 1 << 20;
+    // SAFETY: an anonymous private mapping for the joiner's (and init's) stack.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let mut args = Args {
+        userns: j.userns.as_raw_fd(),
+        mntns: j.mntns.as_raw_fd(),
+        flags,
+        child,
+        pid: -1,
+        errno: 0,
+        step: 0,
+    };
+    // SAFETY: the stack grows down from its end (16-byte aligned); CLONE_VFORK suspends us
+    // until the joiner exits, so `args` outlives its use there.
+    let c = unsafe {
+        libc::clone(
+            joiner,
+            (stack as *mut u8).add(STACK) as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &mut args as *mut Args<'_> as *mut libc::c_void,
+        )
+    };
+    let clone_err = io::Error::last_os_error();
+    if c > 0 {
+        // SAFETY: reaping the joiner, our own child.
+        unsafe { libc::waitpid(c, std::ptr::null_mut(), 0) };
+    }
+    // SAFETY: unmapping our own mapping; init has its own copy.
+    unsafe { libc::munmap(stack, STACK) };
+    if c < 0 {
+        return Err(clone_err);
+    }
+    if args.pid > 0 {
+        return Ok(args.pid);
+    }
+    let what = match args.step {
+        1 => "joining the prepared root's user namespace",
+        2 => "joining the prepared root's mount namespace",
+        _ => "creating the sandbox's namespaces",
+    };
+    Err(io::Error::new(
+        io::Error::from_raw_os_error(args.errno).kind(),
+        format!("{what}: {}", io::Error::from_raw_os_error(args.errno)),
+    ))
 }
