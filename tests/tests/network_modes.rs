@@ -1,7 +1,8 @@
 //! Network modes of `capsule exec`, end to end, as root and as the unprivileged user:
 //! `none` (a server inside is the sandbox's alone), the allowlist proxy (curl and git over
-//! http through it to a server on the host's loopback, 403 and the refusal log otherwise,
-//! names resolving to loopback, wildcards, denied ports), `open` and `replay`.
+//! http through it to a server on the host's loopback, curl over SOCKS5 too; 403 / SOCKS5
+//! reply 2 and the refusal log otherwise, names resolving to loopback, wildcards, denied
+//! ports), `open` and `replay`.
 //!
 //! Every server here listens on 127.0.0.1 and is started by the test; names resolve only
 //! through the proxy's test resolver table (CAPSULE_PROXY_TEST_RESOLVE), never DNS.
@@ -188,22 +189,30 @@ fn allowlist_curl_and_git_over_http_reach_a_listed_host_server() {
              {}\n\
              env NO_PROXY= no_proxy= git clone -q http://127.0.0.1:{p}/repo.git /tmp/clone\n\
              cat /tmp/clone/README.md\n\
-             {}\n",
+             {}\n\
+             {}\n\
+             env -u http_proxy -u HTTP_PROXY {}\n",
             curl(&format!("http://127.0.0.1:{p}/hello.txt")),
             // through a CONNECT tunnel
             curl_with("-p", &format!("http://127.0.0.1:{p}/hello.txt")),
+            // SOCKS5, named explicitly and through ALL_PROXY
+            curl_with(
+                "--socks5-hostname 127.0.0.1:3128",
+                &format!("http://127.0.0.1:{p}/hello.txt")
+            ),
+            curl(&format!("http://127.0.0.1:{p}/hello.txt")),
         );
         let o = c.exec_with(&["--allow-host", &allow], &["sh", "-c", &script]);
         ok(&o, "curl and git through the proxy");
         let s = out(&o);
         assert!(
-            s.contains("proxy=http://127.0.0.1:3128 https=http://127.0.0.1:3128 all=http://127.0.0.1:3128 no=localhost,127.0.0.1,::1"),
+            s.contains("proxy=http://127.0.0.1:3128 https=http://127.0.0.1:3128 all=socks5h://127.0.0.1:3128 no=localhost,127.0.0.1,::1"),
             "{s}"
         );
         assert_eq!(
             s.matches("hello from the host\n\n200\n").count(),
-            2,
-            "plain and CONNECT: {s}"
+            4,
+            "plain, CONNECT, SOCKS5, ALL_PROXY: {s}"
         );
         assert!(s.contains("cloned through the proxy"), "{s}");
         assert!(refusals(&c).is_empty(), "{:?}", refusals(&c));
@@ -240,14 +249,16 @@ fn allowlist_refusals_are_403_and_logged() {
                 .args(["--", "sh", "-c", script]);
             cmd.stdin(Stdio::null()).output().unwrap()
         };
-        // not listed (another port of the same address); a denied CONNECT port
+        // not listed (another port of the same address); a denied CONNECT port; the same
+        // over SOCKS5 (curl exits 97, the proxy handshake failed, with reply 2 on stderr)
         let script = format!(
-            "{}\n{}\n{}\n",
+            "{}\n{}\n{}\n{}\n",
             curl(&format!("http://127.0.0.1:{q}/hello.txt")),
             "env NO_PROXY= no_proxy= curl -s -o /dev/null -p --max-time 20 -w 'connect=%{http_connect}\\n' "
                 .to_string()
                 + &format!("http://127.0.0.1:{q}/hello.txt || true"),
             curl(&format!("http://meta.test:{p}/latest/meta-data/")),
+            format!("env NO_PROXY= no_proxy= curl -sS --max-time 20 --socks5-hostname 127.0.0.1:3128 http://127.0.0.1:{q}/hello.txt; echo socks=$?"),
         );
         let allow = format!("127.0.0.1:{p}");
         let o = run(
@@ -260,14 +271,23 @@ fn allowlist_refusals_are_403_and_logged() {
         assert!(s.contains("not allowed for 127.0.0.1"), "{s}");
         assert!(s.contains("connect=403"), "{s}");
         assert!(s.contains("cloud metadata"), "{s}");
+        assert!(s.contains("socks=97"), "{s}");
+        // reply code 2, "connection not allowed by ruleset"
+        assert!(
+            err(&o).contains("SOCKS5") && err(&o).contains("(2)"),
+            "{}",
+            err(&o)
+        );
         let log = refusals(&c);
-        assert_eq!(log.len(), 3, "{log:?}");
+        assert_eq!(log.len(), 4, "{log:?}");
         assert!(log
             .iter()
             .all(|e| e["time"].is_string() && e["reason"].is_string()));
         assert_eq!(log[0]["host"], "127.0.0.1");
         assert_eq!(log[0]["port"], q);
         assert_eq!(log[2]["host"], "meta.test");
+        assert_eq!(log[3]["host"], "127.0.0.1");
+        assert_eq!(log[3]["port"], q);
 
         // a name resolving to loopback: refused unless the literal address is listed
         let script = curl(&format!("http://loop.test:{p}/hello.txt"));
@@ -301,7 +321,7 @@ fn allowlist_refusals_are_403_and_logged() {
             .filter(|l| l.len() == 3 && l.chars().all(|c| c.is_ascii_digit()))
             .collect();
         assert_eq!(codes, ["200", "403", "403"], "{}", out(&o));
-        assert_eq!(refusals(&c).len(), 3 + 1 + 2);
+        assert_eq!(refusals(&c).len(), 4 + 1 + 2);
     });
 }
 

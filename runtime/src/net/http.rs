@@ -26,15 +26,19 @@ pub async fn read_head<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> Result<(Vec<u8>, Vec<u8>), HeadError> {
-    let mut buf = Vec::with_capacity(2048);
+    read_head_after(r, max, Vec::new()).await
+}
+
+/// [`read_head`] for a head whose first bytes, `start`, were already read.
+pub async fn read_head_after<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    mut buf: Vec<u8>,
+) -> Result<(Vec<u8>, Vec<u8>), HeadError> {
     let mut chunk = [0u8; 4096];
+    // where the end of the head may start in what has not been searched yet
+    let mut from = 0;
     loop {
-        let n = r.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(HeadError::Closed);
-        }
-        let from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
         if let Some(i) = find(&buf[from..], b"\r\n\r\n") {
             let end = from + i + 4;
             if end > max {
@@ -46,6 +50,12 @@ pub async fn read_head<R: AsyncRead + Unpin>(
         if buf.len() > max {
             return Err(HeadError::TooLarge(max));
         }
+        from = buf.len().saturating_sub(3);
+        let n = r.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(HeadError::Closed);
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -307,6 +317,17 @@ mod tests {
             read_head(&mut &b"GET / HTTP/1.1\r\n"[..], 1024).await,
             Err(HeadError::Closed)
         ));
+        // a head already read in part, its end split across the start and the stream
+        let start = b"GET http://a.test/ HTTP/1.1\r\nHost: a\r\n\r".to_vec();
+        let (h, rest) = read_head_after(&mut &b"\nX"[..], 1024, start)
+            .await
+            .unwrap();
+        assert!(h.ends_with(b"a\r\n\r\n"));
+        assert_eq!(rest, b"X");
+        // or wholly in the start: nothing more is read
+        let start = b"GET http://a.test/ HTTP/1.1\r\n\r\nY".to_vec();
+        let (_, rest) = read_head_after(&mut &b""[..], 1024, start).await.unwrap();
+        assert_eq!(rest, b"Y");
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod refusal;
 #[cfg(target_os = "linux")]
 pub mod relay;
 pub mod resolve;
+pub mod socks;
 #[cfg(target_os = "linux")]
 pub mod splice;
 
@@ -128,17 +129,20 @@ pub fn plan(policy: &NetworkPolicy, flags: &NetFlags) -> Result<NetPlan, PlanErr
     })
 }
 
-/// The environment a command gets in allowlist mode: `HTTP_PROXY`, `HTTPS_PROXY`,
-/// `ALL_PROXY` pointing at the relay, `NO_PROXY` for the task's own loopback, each also in
-/// lowercase (curl reads `http_proxy` only in lowercase; most tools read both).
+/// The environment a command gets in allowlist mode: `HTTP_PROXY` and `HTTPS_PROXY`
+/// pointing at the relay as an HTTP proxy, `ALL_PROXY` at the same port as SOCKS5 with
+/// names resolved by the proxy (`socks5h://`: the proxy answers both, see [`socks`]), and
+/// `NO_PROXY` for the task's own loopback; each also in lowercase (curl reads `http_proxy`
+/// only in lowercase; most tools read both).
 pub fn proxy_env(relay: SocketAddr) -> Vec<(String, String)> {
     let url = format!("http://{relay}");
+    let socks = format!("socks5h://{relay}");
     let no_proxy = "localhost,127.0.0.1,::1".to_string();
     let mut v = Vec::new();
     for (k, val) in [
         ("HTTP_PROXY", &url),
         ("HTTPS_PROXY", &url),
-        ("ALL_PROXY", &url),
+        ("ALL_PROXY", &socks),
         ("NO_PROXY", &no_proxy),
     ] {
         v.push((k.to_string(), val.clone()));
@@ -212,6 +216,7 @@ mod tests {
     fn env_names_the_relay() {
         let env = proxy_env(RELAY_ADDR);
         assert!(env.contains(&("https_proxy".into(), "http://127.0.0.1:3128".into())));
+        assert!(env.contains(&("ALL_PROXY".into(), "socks5h://127.0.0.1:3128".into())));
         assert!(env.contains(&("NO_PROXY".into(), "localhost,127.0.0.1,::1".into())));
         assert_eq!(env.len(), 8);
     }

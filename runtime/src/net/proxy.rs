@@ -21,11 +21,12 @@ use super::allowlist::{Allowlist, Host};
 use super::http::{self, HeadError, Target};
 use super::refusal::RefusalLog;
 use super::resolve::Resolver;
+use super::socks;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
@@ -45,7 +46,12 @@ pub struct Limits {
     /// Buffer size of each direction of a tunnel where it is copied (not on Linux, where
     /// tunnels use `splice`).
     pub buffer: usize,
+    /// A tunnel that has moved no byte either way for this long is closed (`None`: never).
+    pub idle_timeout: Option<Duration>,
 }
+
+/// The default [`Limits::idle_timeout`]: 15 minutes, as squid's `read_timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -56,6 +62,7 @@ impl Default for Limits {
             connect_timeout: Duration::from_secs(10),
             max_connections: 1024,
             buffer: 64 * 1024,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -184,9 +191,24 @@ impl Proxy {
     /// Serve one client connection to completion.
     pub async fn handle<S: Conn>(&self, mut client: S) {
         let limits = &self.inner.cfg.limits;
-        let read = tokio::time::timeout(
-            limits.head_timeout,
-            http::read_head(&mut client, limits.max_head),
+        let deadline = tokio::time::Instant::now() + limits.head_timeout;
+        // the first bytes tell SOCKS5 (version byte 5) from HTTP (a method's letter)
+        let mut first = vec![0u8; 4096];
+        let n = match tokio::time::timeout_at(deadline, client.read(&mut first)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(n)) => n,
+            Err(_) => {
+                let body = "capsule proxy: timed out waiting for the request head\n";
+                return reply(&mut client, 408, "Request Timeout", body).await;
+            }
+        };
+        first.truncate(n);
+        if first[0] == socks::VERSION {
+            return self.handle_socks(client, first, deadline).await;
+        }
+        let read = tokio::time::timeout_at(
+            deadline,
+            http::read_head_after(&mut client, limits.max_head, first),
         )
         .await;
         let (head_bytes, rest) = match read {
@@ -230,7 +252,13 @@ impl Proxy {
         };
         let mut upstream = match self.connect_any(&addrs).await {
             Ok(s) => s,
-            Err((status, reason, msg)) => {
+            Err(e) => {
+                let (status, reason) = if e.timed_out {
+                    (504, "Gateway Timeout")
+                } else {
+                    (502, "Bad Gateway")
+                };
+                let msg = e.msg;
                 let body = format!("capsule proxy: cannot connect to {host}:{port}: {msg}\n");
                 return reply(&mut client, status, reason, &body).await;
             }
@@ -258,23 +286,102 @@ impl Proxy {
         if !first.is_empty() && upstream.write_all(&first).await.is_err() {
             return;
         }
-        client.tunnel(upstream, limits.buffer).await;
+        client
+            .tunnel(upstream, limits.buffer, limits.idle_timeout)
+            .await;
     }
 
-    async fn connect_any(
+    /// Serve a SOCKS5 client (see [`socks`]): the same checks, refusals and tunnels as
+    /// `CONNECT`, answered in SOCKS5 reply codes.
+    async fn handle_socks<S: Conn>(
         &self,
-        addrs: &[SocketAddr],
-    ) -> Result<TcpStream, (u16, &'static str, String)> {
+        mut client: S,
+        first: Vec<u8>,
+        deadline: tokio::time::Instant,
+    ) {
+        use socks::{rep, SocksError};
+        let negotiated = {
+            let mut input = socks::Input::new(&first, &mut client);
+            match tokio::time::timeout_at(deadline, socks::negotiate(&mut input)).await {
+                Ok(Ok(dest)) => Ok((dest, input.rest().to_vec())),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(SocksError::Reply(
+                    rep::GENERAL_FAILURE,
+                    "timed out waiting for the SOCKS5 request".into(),
+                )),
+            }
+        };
+        let ((host, port), rest) = match negotiated {
+            Ok(n) => n,
+            Err(SocksError::Closed(msg)) => return tracing::debug!("proxy client: {msg}"),
+            Err(SocksError::Reply(code, msg)) => {
+                tracing::debug!("proxy client: {msg}");
+                return socks_fail(&mut client, code).await;
+            }
+        };
+        let addrs = match self.check(&host, port).await {
+            Verdict::Allow(a) => a,
+            Verdict::Refuse(reason) => {
+                self.refuse_log(&host, port, &reason);
+                return socks_fail(&mut client, rep::NOT_ALLOWED).await;
+            }
+            Verdict::Unresolved(msg) => {
+                tracing::debug!("proxy: {msg}");
+                return socks_fail(&mut client, rep::HOST_UNREACHABLE).await;
+            }
+        };
+        let mut upstream = match self.connect_any(&addrs).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%host, port, "proxy: cannot connect: {}", e.msg);
+                let code = socks::connect_failure(e.kind, e.timed_out);
+                return socks_fail(&mut client, code).await;
+            }
+        };
+        tracing::debug!(%host, port, peer = ?upstream.peer_addr().ok(), "proxy connected (socks5)");
+        if client
+            .write_all(&socks::reply(rep::SUCCEEDED))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if !rest.is_empty() && upstream.write_all(&rest).await.is_err() {
+            return;
+        }
         let limits = &self.inner.cfg.limits;
-        let mut last = (502, "Bad Gateway", "no address".to_string());
+        client
+            .tunnel(upstream, limits.buffer, limits.idle_timeout)
+            .await;
+    }
+
+    async fn connect_any(&self, addrs: &[SocketAddr]) -> Result<TcpStream, ConnectError> {
+        let limits = &self.inner.cfg.limits;
+        let mut last = ConnectError {
+            msg: "no address".to_string(),
+            kind: None,
+            timed_out: false,
+        };
         for a in addrs {
             match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(a)).await {
                 Ok(Ok(s)) => {
                     let _ = s.set_nodelay(true);
                     return Ok(s);
                 }
-                Ok(Err(e)) => last = (502, "Bad Gateway", format!("{a}: {e}")),
-                Err(_) => last = (504, "Gateway Timeout", format!("{a}: connect timed out")),
+                Ok(Err(e)) => {
+                    last = ConnectError {
+                        msg: format!("{a}: {e}"),
+                        kind: Some(e.kind()),
+                        timed_out: false,
+                    }
+                }
+                Err(_) => {
+                    last = ConnectError {
+                        msg: format!("{a}: connect timed out"),
+                        kind: None,
+                        timed_out: true,
+                    }
+                }
             }
         }
         Err(last)
@@ -410,23 +517,30 @@ impl Proxy {
 /// allowed and connected, [`Conn::tunnel`] carries bytes both ways until both sides are done:
 /// with `splice(2)` on Linux (no copies through the proxy), else by copying.
 pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    fn tunnel(self, upstream: TcpStream, buffer: usize) -> impl Future<Output = ()> + Send;
+    fn tunnel(
+        self,
+        upstream: TcpStream,
+        buffer: usize,
+        idle: Option<Duration>,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 macro_rules! conn {
     ($t:ty) => {
         impl Conn for $t {
-            async fn tunnel(self, upstream: TcpStream, buffer: usize) {
+            async fn tunnel(self, upstream: TcpStream, buffer: usize, idle: Option<Duration>) {
                 #[cfg(target_os = "linux")]
                 {
                     let _ = buffer;
-                    if let Err(e) = super::splice::tunnel(&self, &upstream).await {
+                    if let Err(e) = super::splice::tunnel(&self, &upstream, idle).await {
                         tracing::debug!("tunnel ended: {e}");
                     }
                 }
                 #[cfg(not(target_os = "linux"))]
                 {
                     let (mut a, mut b) = (self, upstream);
+                    // (the idle timeout is tracked by the splice tunnel only)
+                    let _ = idle;
                     let _ =
                         tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, buffer, buffer)
                             .await;
@@ -437,6 +551,19 @@ macro_rules! conn {
 }
 conn!(TcpStream);
 conn!(tokio::net::UnixStream);
+
+/// Why no allowed address could be connected to (the last address's failure).
+struct ConnectError {
+    msg: String,
+    kind: Option<std::io::ErrorKind>,
+    timed_out: bool,
+}
+
+/// Answer a SOCKS5 client with a failure `code` and close.
+async fn socks_fail<S: AsyncWrite + Unpin>(client: &mut S, code: u8) {
+    let _ = client.write_all(&socks::reply(code)).await;
+    let _ = client.shutdown().await;
+}
 
 /// Out of descriptors or a similar transient failure: say so and back off briefly instead
 /// of spinning.

@@ -130,6 +130,152 @@ async fn connect_echo(proxy: SocketAddr, target: &str, msg: &[u8]) -> (String, V
     .expect("CONNECT timed out")
 }
 
+/// A SOCKS5 address field for `host` (IPv4, IPv6 or a name).
+fn socks_addr(host: &str) -> Vec<u8> {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => [&[1u8][..], &a.octets()].concat(),
+        Ok(std::net::IpAddr::V6(a)) => [&[4u8][..], &a.octets()].concat(),
+        Err(_) => [&[3u8, host.len() as u8][..], host.as_bytes()].concat(),
+    }
+}
+
+/// SOCKS5 CONNECT through the proxy (no authentication), then send `msg` and read it back;
+/// returns the reply code and the echo (empty unless the reply is 0).
+async fn socks_echo(proxy: SocketAddr, host: &str, port: u16, msg: &[u8]) -> (u8, Vec<u8>) {
+    tokio::time::timeout(T, async {
+        let mut s = TcpStream::connect(proxy).await.unwrap();
+        s.write_all(&[5, 1, 0]).await.unwrap();
+        let mut m = [0u8; 2];
+        s.read_exact(&mut m).await.unwrap();
+        assert_eq!(m, [5, 0], "method");
+        let mut req = vec![5, 1, 0];
+        req.extend(socks_addr(host));
+        req.extend(port.to_be_bytes());
+        s.write_all(&req).await.unwrap();
+        let mut r = [0u8; 10];
+        s.read_exact(&mut r).await.unwrap();
+        assert_eq!((r[0], r[2], r[3]), (5, 0, 1), "reply {r:?}");
+        assert_eq!(&r[4..], &[0; 6], "bound address is 0.0.0.0:0");
+        if r[1] != 0 {
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+            assert!(rest.is_empty(), "bytes after a failure reply");
+            return (r[1], Vec::new());
+        }
+        s.write_all(msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        s.read_exact(&mut back).await.unwrap();
+        (0, back)
+    })
+    .await
+    .expect("SOCKS5 CONNECT timed out")
+}
+
+#[tokio::test]
+async fn socks5_connect_is_judged_like_http_connect() {
+    let echo = echo_server().await;
+    let other = echo_server().await;
+    let port = echo.addr.port();
+    let d = tempfile::tempdir().unwrap();
+    let log = d.path().join("refusals.jsonl");
+    let table = "local.test=127.0.0.1,named.test=127.0.0.1";
+    let lit = format!("127.0.0.1:{port}");
+    let (_, p) = start(config(
+        &[&lit, "local.test", "named.test"],
+        table,
+        Some(&log),
+    ))
+    .await;
+    // listed literal address
+    assert_eq!(
+        socks_echo(p, "127.0.0.1", port, b"v4").await,
+        (0, b"v4".to_vec())
+    );
+    // a name that resolves to the listed literal address (and port)
+    assert_eq!(
+        socks_echo(p, "local.test", port, b"nm").await,
+        (0, b"nm".to_vec())
+    );
+    assert_eq!(echo.hits.load(Ordering::SeqCst), 2);
+    // not listed (another port of the same address): 0x02, logged, never connected
+    assert_eq!(
+        socks_echo(p, "127.0.0.1", other.addr.port(), b"x").await.0,
+        2
+    );
+    // listed by name, resolving to loopback on a port the literal entry does not cover
+    assert_eq!(
+        socks_echo(p, "named.test", other.addr.port(), b"x").await.0,
+        2
+    );
+    // an IPv6 literal not listed
+    assert_eq!(socks_echo(p, "::1", port, b"x").await.0, 2);
+    // a listed name that does not resolve: host unreachable
+    let (_, q) = start(config(&["nowhere.test"], "", None)).await;
+    assert_eq!(socks_echo(q, "nowhere.test", 80, b"x").await.0, 4);
+    assert_eq!(
+        other.hits.load(Ordering::SeqCst),
+        0,
+        "refused yet connected"
+    );
+    let got = refusal::read(&log).unwrap();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[0].host, "127.0.0.1");
+    assert_eq!(got[0].port, other.addr.port());
+    assert!(
+        got[0].reason.contains("port") || got[0].reason.contains("allowlist"),
+        "{:?}",
+        got[0]
+    );
+    assert_eq!(got[1].host, "named.test");
+    assert!(got[1].reason.contains("loopback"), "{:?}", got[1]);
+    assert_eq!(got[2].host, "[::1]");
+}
+
+#[tokio::test]
+async fn socks5_connection_refused_and_bad_greetings() {
+    // a listed address where nothing listens: 0x05
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = l.local_addr().unwrap();
+    drop(l);
+    let (_, p) = start(config(&[&dead.to_string()], "", None)).await;
+    assert_eq!(socks_echo(p, "127.0.0.1", dead.port(), b"x").await.0, 5);
+    // greetings and requests the proxy refuses: answered, closed, and it keeps serving
+    for (bytes, answer) in [
+        (&b"\x05\x01\x02"[..], &[5u8, 0xff][..]),
+        (
+            b"\x05\x01\x00\x05\x02\x00\x01\x7f\x00\x00\x01\x00\x50",
+            &[5, 0, 5, 7, 0, 1, 0, 0, 0, 0, 0, 0],
+        ),
+        (
+            b"\x05\x01\x00\x05\x01\x00\x09",
+            &[5, 0, 5, 8, 0, 1, 0, 0, 0, 0, 0, 0],
+        ),
+        (
+            b"\x05\x01\x00\x05\x01\x00\x03\x00\x00\x50",
+            &[5, 0, 5, 1, 0, 1, 0, 0, 0, 0, 0, 0],
+        ),
+        (b"\x05", &[]),
+    ] {
+        let back = exchange_bytes(p, bytes).await;
+        assert_eq!(back, answer, "{bytes:?}");
+    }
+    assert_eq!(socks_echo(p, "127.0.0.1", dead.port(), b"x").await.0, 5);
+}
+
+/// Send `bytes`, half-close, and read until the proxy closes.
+async fn exchange_bytes(proxy: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    tokio::time::timeout(T, async {
+        let mut s = TcpStream::connect(proxy).await.unwrap();
+        s.write_all(bytes).await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        out
+    })
+    .await
+    .expect("proxy exchange timed out")
+}
+
 #[tokio::test]
 async fn connect_to_listed_literal_address() {
     let echo = echo_server().await;
@@ -429,8 +575,18 @@ fn relay_and_host_proxy_with_curl() {
     assert!(out.ends_with("\n403"), "{out}");
     assert!(out.contains("capsule: refused"), "{out}");
     assert_eq!(other.hits.load(Ordering::SeqCst), 0);
+    // SOCKS5 on the same port, the way the sandbox's ALL_PROXY names it
+    let out = curl(&["--socks5-hostname", &relay.to_string()], &url);
+    assert!(out.ends_with("\n200"), "{out}");
+    assert!(out.contains("GET /via-relay HTTP/1.1"), "{out}");
+    let out = curl(
+        &["--socks5-hostname", &relay.to_string()],
+        &format!("http://{}/", other.addr),
+    );
+    assert!(out.ends_with("\n000"), "{out}");
+    assert_eq!(other.hits.load(Ordering::SeqCst), 0);
     running.stop();
-    assert_eq!(refusal::read(&log).unwrap().len(), 1);
+    assert_eq!(refusal::read(&log).unwrap().len(), 2);
     // the proxy is gone: the relay says so
     let out = curl(&[], &url);
     assert!(out.ends_with("\n502"), "{out}");

@@ -14,7 +14,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The size a bulk direction's pipe grows to.
 pub const BIG_PIPE: usize = 1024 * 1024;
@@ -157,8 +157,39 @@ macro_rules! splice_stream {
 splice_stream!(tokio::net::TcpStream);
 splice_stream!(tokio::net::UnixStream);
 
+/// When a tunnel last moved bytes, in milliseconds since it started.
+struct Activity {
+    start: std::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            start: std::time::Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+    fn touch(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+    fn idle_for(&self) -> std::time::Duration {
+        let last = std::time::Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+}
+
 /// Async: move everything `from` sends to `to`, then shut `to`'s write side.
 pub async fn pump<A: SpliceStream, B: SpliceStream>(from: &A, to: &B) -> io::Result<u64> {
+    pump_noting(from, to, &Activity::new()).await
+}
+
+async fn pump_noting<A: SpliceStream, B: SpliceStream>(
+    from: &A,
+    to: &B,
+    activity: &Activity,
+) -> io::Result<u64> {
     use tokio::io::Interest;
     let mut pipe = Pipe::new()?;
     let (src, dst) = (from.as_raw_fd(), to.as_raw_fd());
@@ -170,7 +201,10 @@ pub async fn pump<A: SpliceStream, B: SpliceStream>(from: &A, to: &B) -> io::Res
         let (pr, pw, size) = (pipe.r.as_raw_fd(), pipe.w.as_raw_fd(), pipe.size);
         let n = match from.try_op(Interest::READABLE, || splice(src, pw, size)) {
             Ok(0) => break,
-            Ok(n) => n,
+            Ok(n) => {
+                activity.touch();
+                n
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 from.wait(Interest::READABLE).await?;
                 continue;
@@ -196,9 +230,34 @@ pub async fn pump<A: SpliceStream, B: SpliceStream>(from: &A, to: &B) -> io::Res
     Ok(total)
 }
 
-/// Both directions at once, until both ends have finished sending (or one fails).
-pub async fn tunnel<A: SpliceStream, B: SpliceStream>(a: &A, b: &B) -> io::Result<(u64, u64)> {
-    tokio::try_join!(pump(a, b), pump(b, a))
+/// Both directions at once, until both ends have finished sending (or one fails), or
+/// until no byte has moved either way for `idle` (an error of kind `TimedOut`; the caller
+/// then drops, and so closes, both sockets).
+pub async fn tunnel<A: SpliceStream, B: SpliceStream>(
+    a: &A,
+    b: &B,
+    idle: Option<std::time::Duration>,
+) -> io::Result<(u64, u64)> {
+    let activity = Activity::new();
+    let both =
+        async { tokio::try_join!(pump_noting(a, b, &activity), pump_noting(b, a, &activity)) };
+    let Some(limit) = idle else {
+        return both.await;
+    };
+    tokio::pin!(both);
+    loop {
+        let quiet = activity.idle_for();
+        if quiet >= limit {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("tunnel idle for {} s", limit.as_secs()),
+            ));
+        }
+        tokio::select! {
+            r = &mut both => return r,
+            _ = tokio::time::sleep(limit - quiet) => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -214,7 +273,7 @@ mod tests {
         let mut tcp_client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (tcp_server, _) = l.accept().await.unwrap();
         // tunnel: tcp_server <-> ua ; ends: tcp_client and ub
-        let t = tokio::spawn(async move { tunnel(&tcp_server, &ua).await });
+        let t = tokio::spawn(async move { tunnel(&tcp_server, &ua, None).await });
         let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let expect = big.clone();
         let mut ub = ub;
@@ -271,5 +330,33 @@ mod tests {
             .all(|p| p.size <= DEFAULT_CHUNK));
         drop(pipes);
         assert_eq!(big_pipes(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_idle_tunnel_is_closed_and_a_busy_one_is_not() {
+        let (a, mut a2) = tokio::net::UnixStream::pair().unwrap();
+        let (b, mut b2) = tokio::net::UnixStream::pair().unwrap();
+        let idle = std::time::Duration::from_secs(2);
+        let t = tokio::spawn(async move { tunnel(&a, &b, Some(idle)).await });
+        // busy: a byte every 100 ms for 1.5 idle periods, each arrives
+        for i in 0..30u8 {
+            a2.write_all(&[i]).await.unwrap();
+            let mut x = [0u8; 1];
+            b2.read_exact(&mut x).await.unwrap();
+            assert_eq!(x[0], i);
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(!t.is_finished(), "a busy tunnel was closed");
+        // then quiet: the tunnel ends with TimedOut and both ends see the close
+        let e = tokio::time::timeout(std::time::Duration::from_secs(30), t)
+            .await
+            .expect("idle tunnel not closed")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let mut rest = Vec::new();
+        b2.read_to_end(&mut rest).await.unwrap();
+        a2.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
     }
 }
