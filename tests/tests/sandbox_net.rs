@@ -1,6 +1,6 @@
 //! Adversarial network tests: no channel to host services (unix sockets by path, abstract
-//! sockets, TCP on the host's loopback), loopback of the sandbox's own works, and the
-//! network flags do what they say. Servers only ever listen on this machine's loopback.
+//! sockets, TCP on the host's loopback, the allowlist proxy's own channel), loopback of the
+//! sandbox's own works, and the network flags do what they say. Servers only ever listen on this machine's loopback.
 use capsule_e2e::sandbox::*;
 use std::io::{Read, Write};
 use std::os::linux::net::SocketAddrExt;
@@ -164,5 +164,69 @@ fn only_loopback_interface_exists() {
         ]);
         ok(&o, "interfaces");
         assert_eq!(out(&o).trim(), "lo");
+    });
+}
+
+const CHANNEL_PROBE: &str = r#"
+import os, ctypes
+fds = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd); fds.append((fd, os.readlink("/proc/self/fd/%d" % fd)))
+    except OSError:
+        pass
+print("fds", fds)
+print("run_capsule", os.path.exists("/run/capsule"))
+# init's descriptors (the relay's channel among them): names may be listable, but
+# neither /proc/1/fd/N nor pidfd_getfd(2) may hand one over
+reached = []
+for fd in range(0, 300):
+    try:
+        reached.append(("readlink", fd, os.readlink("/proc/1/fd/%d" % fd)))
+    except OSError:
+        pass
+    try:
+        reached.append(("open", fd, os.open("/proc/1/fd/%d" % fd, os.O_RDONLY)))
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = os.pidfd_open(1)
+for fd in range(0, 300):
+    got = libc.syscall(438, pidfd, fd, 0)
+    if got >= 0:
+        reached.append(("pidfd_getfd", fd, os.readlink("/proc/self/fd/%d" % got)))
+print("reached", reached)
+"#;
+
+/// In allowlist mode the relay's channel to the host proxy (a socketpair end inherited by
+/// the sandbox's init) is nowhere the command can reach: not among its descriptors, not in
+/// the file system (no socket is mounted any more), not through init's /proc entries or
+/// `pidfd_getfd`. (Whatever does reach the proxy is checked there anyway: see
+/// runtime/src/net/handoff.rs.)
+#[test]
+fn allowlist_channel_to_the_proxy_is_out_of_the_commands_reach() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let o = c.exec_with(
+            &["--allow-host", "127.0.0.1:9"],
+            &["python3", "-c", CHANNEL_PROBE],
+        );
+        ok(&o, "probe");
+        let s = out(&o);
+        assert!(s.contains("fds []\n"), "{s}");
+        assert!(s.contains("run_capsule False"), "{s}");
+        assert!(s.contains("reached []\n"), "{s}");
+        // and the proxy is there all the same (so the probe ran in allowlist mode)
+        let o = c.exec_with(
+            &["--allow-host", "127.0.0.1:9"],
+            &["sh", "-c", "echo $ALL_PROXY"],
+        );
+        assert_eq!(out(&o), "socks5h://127.0.0.1:3128\n");
+        let leftovers: Vec<_> = std::fs::read_dir(&c.bundle)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".sock"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     });
 }

@@ -6,7 +6,7 @@
 //! refusals are logged the same way.
 //!
 //! Replies (RFC 1928 §6): `0x02` refused by the allowlist or the address rules, `0x04` the
-//! name does not resolve or the host does not answer, `0x05` connection refused, `0x03`
+//! name does not resolve or the host does not answer (in time), `0x05` connection refused, `0x03`
 //! network unreachable, `0x07` a command other than `CONNECT`, `0x08` an unknown address
 //! type, `0x01` anything malformed; a greeting without method `0x00` gets `0xFF` (no
 //! acceptable method). Every reply but success closes the connection. The success reply
@@ -191,7 +191,7 @@ pub fn connect_failure(kind: Option<io::ErrorKind>, timed_out: bool) -> u8 {
         Some(io::ErrorKind::ConnectionRefused) => rep::CONNECTION_REFUSED,
         Some(io::ErrorKind::NetworkUnreachable) => rep::NETWORK_UNREACHABLE,
         Some(io::ErrorKind::HostUnreachable) => rep::HOST_UNREACHABLE,
-        Some(io::ErrorKind::TimedOut) => rep::TTL_EXPIRED,
+        Some(io::ErrorKind::TimedOut) => rep::HOST_UNREACHABLE,
         _ => rep::GENERAL_FAILURE,
     }
 }
