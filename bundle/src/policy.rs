@@ -288,12 +288,21 @@ pub fn default_hidden(inp: &HiddenInputs<'_>) -> Vec<HiddenPath> {
         }
     };
     if let Some(home) = inp.home {
+        // the home's own entries, read once: a path whose first component is not among
+        // them does not exist, and needs no lstat of its own (~70 per exec otherwise)
+        let names = home_names(home);
+        let may_exist = |rel: &str| {
+            let first = rel.split('/').next().unwrap_or(rel);
+            names
+                .as_ref()
+                .is_none_or(|n| n.contains(&first.to_ascii_lowercase()))
+        };
         for (list, reason) in [
             (HOME_CREDENTIALS, HiddenReason::Credentials),
             (HOME_PERSONAL, HiddenReason::PersonalFiles),
             (HOME_AGENT_LOGINS, HiddenReason::AgentLogins),
         ] {
-            for rel in list {
+            for rel in list.iter().filter(|r| may_exist(r)) {
                 push(home.join(rel), reason);
             }
         }
@@ -329,6 +338,23 @@ pub fn default_hidden(inp: &HiddenInputs<'_>) -> Vec<HiddenPath> {
         }
     }
     out
+}
+
+/// The names directly in `home`, ASCII-lowercased (a case-insensitive file system finds
+/// `~/Documents` under `documents` too), or `None` when they cannot all be read, when one
+/// is not ASCII (Unicode case folding and ignorable characters are the file system's to
+/// judge), or when there are very many: then every default path is looked up itself.
+fn home_names(home: &Path) -> Option<std::collections::HashSet<String>> {
+    const MAX: usize = 4096;
+    let mut names = std::collections::HashSet::new();
+    for e in std::fs::read_dir(home).ok()? {
+        let name = e.ok()?.file_name().into_string().ok()?;
+        if !name.is_ascii() || names.len() >= MAX {
+            return None;
+        }
+        names.insert(name.to_ascii_lowercase());
+    }
+    Some(names)
 }
 
 impl SandboxPolicy {
@@ -488,5 +514,61 @@ mod tests {
             capsule_root: None,
         });
         assert!(h.iter().all(|h| h.reason != HiddenReason::SiblingProject));
+    }
+
+    /// The paths [`default_hidden`] finds are exactly those an lstat of every listed path
+    /// finds, whatever the home holds.
+    #[test]
+    fn hidden_home_paths_are_those_that_exist() {
+        let reference = |home: &Path| -> Vec<PathBuf> {
+            HOME_CREDENTIALS
+                .iter()
+                .chain(HOME_PERSONAL)
+                .chain(HOME_AGENT_LOGINS)
+                .map(|r| home.join(r))
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .collect()
+        };
+        let found = |home: &Path| -> Vec<PathBuf> {
+            default_hidden(&HiddenInputs {
+                home: Some(home),
+                ..Default::default()
+            })
+            .into_iter()
+            .map(|h| h.path)
+            .collect()
+        };
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        let elsewhere = t.path().join("elsewhere");
+        for d in [
+            ".ssh",
+            ".config/gh",
+            ".cargo",
+            "Documents",
+            "Library/Mail",
+            "proj",
+        ] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::create_dir_all(elsewhere.join("NuGet")).unwrap();
+        std::fs::write(elsewhere.join("NuGet/NuGet.Config"), "x").unwrap();
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        std::fs::write(home.join(".cargo/credentials.toml"), "x").unwrap();
+        // a symlinked first component, a dangling symlink
+        std::os::unix::fs::symlink(&elsewhere, home.join(".nuget")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", home.join(".aws")).unwrap();
+        let got = found(&home);
+        assert_eq!(got, reference(&home));
+        for p in [".ssh", ".config/gh", ".netrc", ".aws", "Library/Mail"] {
+            assert!(got.contains(&home.join(p)), "{p}: {got:?}");
+        }
+        assert!(got.contains(&home.join(".nuget/NuGet/NuGet.Config")));
+        assert!(got.contains(&home.join(".cargo/credentials.toml")));
+        // a non-ASCII name in home: every path is looked up itself, same answer
+        std::fs::create_dir_all(home.join("Übung")).unwrap();
+        assert_eq!(found(&home), reference(&home));
+        // an unreadable or missing home: the same
+        assert_eq!(found(&t.path().join("nohome")), Vec::<PathBuf>::new());
     }
 }

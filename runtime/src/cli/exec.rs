@@ -104,7 +104,7 @@ fn effective_policy(
     if let Some(b) = a.agent_login {
         crate::cli::gate::agent::unhide_login(&mut p, b);
     }
-    let root = std::fs::canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
+    let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
     let own: Vec<PathBuf> = [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE]
         .iter()
         .map(|d| bundle_dir.join(d))
@@ -504,7 +504,7 @@ mod imp {
     fn with_current_hidden(cap: &store::OpenCapsule, layout: &Layout) -> SandboxPolicy {
         use capsule_bundle::policy::{default_hidden, HiddenInputs};
         let mut p = cap.policy.clone();
-        let root = std::fs::canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
+        let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
         let now = default_hidden(&HiddenInputs {
             home: p.home.as_deref(),
             source_dir: cap.record.source.as_deref(),
