@@ -121,17 +121,36 @@ pub struct CacheLayer {
 pub fn prepare(bundle_dir: &Path, caches: &[CacheDir]) -> std::io::Result<Vec<CacheLayer>> {
     use std::os::unix::fs::DirBuilderExt;
     let base = bundle_dir.join(capsule_bundle::layout::bundle_files::CACHE);
+    // the folders made by an earlier exec, read once (two mkdir/stat per folder otherwise)
+    let made = |dir: &Path| -> Vec<OsString> {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.file_name())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (made_upper, made_work) = (made(&base), made(&base.join(".work")));
     let mut out = Vec::new();
     for c in caches {
         let upper = base.join(c.tool);
         let work = base.join(".work").join(c.tool);
-        for d in [&upper, &work] {
+        for (d, made) in [(&upper, &made_upper), (&work, &made_work)] {
+            if made.iter().any(|m| m == c.tool) {
+                continue;
+            }
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(d)?;
         }
-        let lower = std::fs::canonicalize(&c.host).ok().filter(|p| p.is_dir());
+        // most people have only some of the caches: one stat for a missing one
+        let lower = std::fs::metadata(&c.host)
+            .is_ok_and(|m| m.is_dir())
+            .then(|| canonicalize(&c.host).ok())
+            .flatten();
         out.push(CacheLayer {
             tool: c.tool,
             target: c.host.clone(),
@@ -141,6 +160,14 @@ pub fn prepare(bundle_dir: &Path, caches: &[CacheDir]) -> std::io::Result<Vec<Ca
         });
     }
     Ok(out)
+}
+
+/// `std::fs::canonicalize`, in fewer system calls on Linux.
+fn canonicalize(p: &Path) -> std::io::Result<PathBuf> {
+    #[cfg(target_os = "linux")]
+    return crate::linux::sys::canonicalize(p);
+    #[cfg(not(target_os = "linux"))]
+    return std::fs::canonicalize(p);
 }
 
 /// `.npmrc` keys that carry credentials (also as `//registry/:<key>`).
@@ -253,5 +280,36 @@ mod tests {
         assert!(f.contains("registry=https://registry.npmjs.org/"));
         assert!(f.contains("@me:registry=https://npm.me/"));
         assert!(f.contains("strict-ssl=false"));
+    }
+
+    #[test]
+    fn prepare_makes_the_folders_once_and_finds_the_lower_layers() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let (bundle, home) = (t.path().join("bundle"), t.path().join("home"));
+        std::fs::create_dir_all(home.join(".npm")).unwrap();
+        std::fs::create_dir_all(t.path().join("real-cargo/registry")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("real-cargo"), home.join(".cargo")).unwrap();
+        std::fs::create_dir_all(home.join(".cache")).unwrap();
+        std::fs::write(home.join(".cache/pip"), "a file, not a cache").unwrap();
+        let dirs = cache_dirs(&home, &|_| None);
+        let first = prepare(&bundle, &dirs).unwrap();
+        // a folder removed since is made again; the others are left as they are
+        std::fs::remove_dir(bundle.join("cache/.work/uv")).unwrap();
+        let second = prepare(&bundle, &dirs).unwrap();
+        assert_eq!(first, second);
+        for c in &second {
+            for d in [&c.upper, &c.work] {
+                let m = std::fs::symlink_metadata(d).unwrap();
+                assert!(m.is_dir(), "{}", d.display());
+                assert_eq!(m.permissions().mode() & 0o777, 0o700, "{}", d.display());
+            }
+            let want = match c.tool {
+                "npm" => Some(home.join(".npm")),
+                "cargo-registry" => Some(t.path().join("real-cargo/registry")),
+                _ => None,
+            };
+            assert_eq!(c.lower, want, "{}", c.tool);
+        }
     }
 }

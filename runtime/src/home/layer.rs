@@ -717,6 +717,16 @@ impl Layer {
 /// baseline. Called by the runtime before a task runs, before the overlay is mounted.
 /// `skip` are relative paths left out of the baseline (caches, hidden paths, capsule root).
 pub fn prepare(bundle_dir: &Path, home: &Path, skip: &[PathBuf]) -> Result<LayerPaths, LayerError> {
+    prepare_with(bundle_dir, home, || skip.to_vec())
+}
+
+/// [`prepare`], with the paths left out of the baseline computed only when the baseline is
+/// recorded (the first time).
+pub fn prepare_with(
+    bundle_dir: &Path,
+    home: &Path,
+    skip: impl FnOnce() -> Vec<PathBuf>,
+) -> Result<LayerPaths, LayerError> {
     use std::os::unix::fs::DirBuilderExt;
     let paths = layer_paths(bundle_dir);
     for d in [&paths.upper, &paths.work] {
@@ -729,7 +739,7 @@ pub fn prepare(bundle_dir: &Path, home: &Path, skip: &[PathBuf]) -> Result<Layer
     let bfile = bundle_dir.join(baseline::BASELINE_FILE);
     if !bfile.exists() {
         let started = baseline::fs_clock(bundle_dir).map_err(io("writing in", bundle_dir))?;
-        let b = baseline::record(home, skip, started).map_err(io("reading", home))?;
+        let b = baseline::record(home, &skip(), started).map_err(io("reading", home))?;
         b.save(bundle_dir).map_err(io("writing", &bfile))?;
     }
     Ok(paths)

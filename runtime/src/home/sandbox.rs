@@ -20,6 +20,7 @@
 
 use super::{caches, devices, layer, reveal};
 use crate::linux::plan::{option_safe, MountStep};
+use crate::linux::sys::canonicalize;
 use crate::linux::{ExecPlan, Isolation};
 use crate::settings::Settings;
 use capsule_bundle::store::OpenCapsule;
@@ -138,16 +139,19 @@ pub fn extend(
         return Ok(report);
     }
     let setup = |e: String| EnvError::Setup(e);
-    let root = std::fs::canonicalize(capsule_root).unwrap_or_else(|_| capsule_root.to_path_buf());
+    let root = canonicalize(capsule_root).unwrap_or_else(|_| capsule_root.to_path_buf());
 
     if let Some(home) = cap.policy.home.clone().filter(|h| h.is_dir()) {
         let cache_dirs = caches::host_cache_dirs(&home);
-        let lay = super::layer_for(&cap.bundle_dir, &cap.policy, Some(&root))
-            .ok_or_else(|| setup("no home layer".into()))?;
-        let mut skip = lay.excluded.clone();
-        skip.extend(lay.hidden.iter().cloned());
+        // what the baseline leaves out, needed only the first time (when it is recorded);
+        // layer_for answers Some here (the policy has a home)
+        let skip = || {
+            super::layer_for(&cap.bundle_dir, &cap.policy, Some(&root))
+                .map(|lay| lay.excluded.into_iter().chain(lay.hidden).collect())
+                .unwrap_or_default()
+        };
         let paths =
-            layer::prepare(&cap.bundle_dir, &home, &skip).map_err(|e| setup(e.to_string()))?;
+            layer::prepare_with(&cap.bundle_dir, &home, skip).map_err(|e| setup(e.to_string()))?;
         for p in [&home, &paths.upper, &paths.work] {
             safe(p)?;
         }
@@ -219,9 +223,9 @@ pub fn extend(
     }
 
     if let Some(source) = &cap.record.source {
-        let source = std::fs::canonicalize(source).unwrap_or_else(|_| source.clone());
+        let source = canonicalize(source).unwrap_or_else(|_| source.clone());
         for r in reveal::opened_for(settings, &source) {
-            let Ok(r) = std::fs::canonicalize(&r) else {
+            let Ok(r) = canonicalize(&r) else {
                 tracing::warn!("revealed folder {} is gone; skipped", r.display());
                 continue;
             };
