@@ -238,7 +238,8 @@ mod imp {
             .collect();
         let mut degradation = Vec::new();
         let requested = serde_json::json!({
-            "policy_digest": cap.policy.digest(),
+            // the digest `store::load` checked cap.policy against
+            "policy_digest": cap.record.policy_digest,
             "effective_policy_digest": policy.digest(),
             "network": policy.network.mode.as_str(),
             "net": net.record(),

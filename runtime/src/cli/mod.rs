@@ -142,12 +142,21 @@ fn run(cli: Cli) -> CliResult {
 /// Diagnostics go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings).
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    // without RUST_LOG, the filter is "warn" for every target: a plain level filter says
+    // the same without parsing directives (~0.05 ms of every start)
+    let _ = match std::env::var_os("RUST_LOG") {
+        None => fmt
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .try_init(),
+        Some(_) => fmt
+            .with_env_filter(
+                EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+            )
+            .try_init(),
+    };
 }
 
 /// Print `value` as one line of JSON on stdout.
