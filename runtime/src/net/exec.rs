@@ -183,7 +183,8 @@ impl ExecNet {
         let proxy = self.proxy.clone();
         let running = self.running.clone();
         hooks.before_release = Some(Box::new(move || {
-            // the sandbox has its copy now; without ours the proxy sees the relay end
+            // init has its copy now; once ours is closed too, the channel ends when the
+            // sandbox does
             if let Ok(mut slot) = end.lock() {
                 slot.take();
             }
@@ -208,6 +209,7 @@ impl ExecNet {
             v["allow"] = l.entries().iter().map(|e| e.to_string()).collect();
             if self.relay_end.is_some() {
                 v["proxy"] = format!("http://{RELAY_ADDR}").into();
+                v["socks"] = format!("socks5h://{RELAY_ADDR}").into();
                 v["refusal_log"] = self.refusal_log.display().to_string().into();
             }
         }
