@@ -202,3 +202,52 @@ fn holders_end_when_idle_or_closed_and_leave_nothing() {
         );
     });
 }
+
+#[test]
+fn a_warm_exec_gets_the_callers_umask_limits_and_stdio() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        ok(&c.exec(&["true"]), "first exec (spawns the holder)");
+        for (mask, limit) in [(0o077u32, 1234u64), (0o002, 777)] {
+            let mut cmd = c.capsule();
+            cmd.args(["exec", NAME, "--", "sh", "-c", "umask; ulimit -n; cat"]);
+            // SAFETY: async-signal-safe calls between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask);
+                    let l = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: 4096,
+                    };
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+                    Ok(())
+                });
+            }
+            let mut ch = cmd
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            ch.stdin.take().unwrap().write_all(b"from-stdin\n").unwrap();
+            let o = ch.wait_with_output().unwrap();
+            ok(&o, "exec with umask and limit");
+            assert_eq!(last_root(&c), "prepared");
+            let text = out(&o);
+            assert!(
+                text.contains(&format!("{mask:04o}")),
+                "umask not the caller's ({mask:04o}): {text}"
+            );
+            assert!(
+                text.contains(&limit.to_string()),
+                "limit not the caller's: {text}"
+            );
+            assert!(
+                text.contains("from-stdin"),
+                "stdin not the caller's: {text}"
+            );
+        }
+    });
+}

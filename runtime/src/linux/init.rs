@@ -31,9 +31,54 @@ pub struct Ctx<'a> {
     pub namespaces: &'a [&'static str],
     /// When the caller started `run` (for debug timings).
     pub t0: std::time::Instant,
-    /// The prepared root this exec joined ([`super::prepared`]): the root is in place
-    /// already, only the per-exec mounts are made; Landlock comes as a ruleset.
-    pub prepared: Option<&'a super::prepared::Joined>,
+    /// How the root comes to be.
+    pub root: Root<'a>,
+}
+
+/// How init gets its root.
+pub enum Root<'a> {
+    /// Build it from the plan's mount steps (fresh namespaces).
+    Build,
+    /// In a copy of a prepared root's mount namespace ([`super::prepared`]): only the
+    /// per-exec mounts are made; Landlock comes as a ruleset.
+    Joined(&'a super::prepared::Joined),
+    /// A warm spare of a prepared root: namespaces, root, hostname and loopback are in
+    /// place; capsule is not our parent and is watched through its pidfd instead.
+    Warm(&'a Warm),
+}
+
+/// What a warm spare holds for the exec it will serve.
+pub struct Warm {
+    /// capsule's pidfd: readable when capsule has ended, which ends the sandbox.
+    pub capsule: RawFd,
+    pub ruleset: Option<std::os::fd::OwnedFd>,
+    /// JSON of the rules' [`ll::LandlockReport`].
+    pub landlock: serde_json::Value,
+    pub again: Vec<ll::PathRule>,
+}
+
+impl Root<'_> {
+    /// The prepared Landlock ruleset, its report and the rules to add again, if any.
+    fn landlock(
+        &self,
+    ) -> Option<(
+        std::os::fd::BorrowedFd<'_>,
+        &serde_json::Value,
+        &[ll::PathRule],
+    )> {
+        use std::os::fd::AsFd;
+        match self {
+            Root::Build => None,
+            Root::Joined(j) => j
+                .ruleset
+                .as_ref()
+                .map(|r| (r.as_fd(), &j.landlock, j.again.as_slice())),
+            Root::Warm(w) => w
+                .ruleset
+                .as_ref()
+                .map(|r| (r.as_fd(), &w.landlock, w.again.as_slice())),
+        }
+    }
 }
 
 fn exit(code: i32) -> ! {
@@ -65,16 +110,18 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     } else {
         super::kill_all_signal()
     };
-    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, deathsig as libc::c_ulong, 0);
+    if !matches!(cx.root, Root::Warm(_)) {
+        let _ = sys::prctl(libc::PR_SET_PDEATHSIG, deathsig as libc::c_ulong, 0);
+    }
     // the parent writes our id maps, then one byte; end of file means it died
     let mut b = [0u8; 1];
     if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
         exit(crate::exit::SANDBOX_FAILED as i32);
     }
-    if full {
-        let built = match cx.prepared {
-            Some(_) => mounts::exec_mounts(&cx.plan.mounts),
-            None => mounts::build_root(&cx.plan.mounts),
+    if full && !matches!(cx.root, Root::Warm(_)) {
+        let built = match cx.root {
+            Root::Joined(_) => mounts::exec_mounts(&cx.plan.mounts),
+            _ => mounts::build_root(&cx.plan.mounts),
         };
         if let Err(e) = built {
             fail(cx.report, e.to_string());
@@ -131,7 +178,7 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         sys::close(s);
     }
     // the prepared root's descriptors are the command's business now, not init's
-    if let Some(j) = cx.prepared {
+    if let Root::Joined(j) = cx.root {
         use std::os::fd::AsRawFd;
         sys::close(j.userns.as_raw_fd());
         sys::close(j.mntns.as_raw_fd());
@@ -203,6 +250,34 @@ fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
                 std::mem::size_of::<libc::signalfd_siginfo>(),
             )
         };
+        if let Root::Warm(w) = cx.root {
+            // capsule is not our parent (no PDEATHSIG): its end is ours too
+            let mut fds = [
+                libc::pollfd {
+                    fd: sfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: w.capsule,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                continue;
+            }
+            if fds[1].revents != 0 {
+                // SAFETY: killing our own child; then everything else.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                kill_rest(full);
+                exit(crate::exit::SANDBOX_FAILED as i32);
+            }
+            if fds[0].revents == 0 {
+                continue;
+            }
+        }
         match sys::read(sfd, buf) {
             Ok(n) if n == buf.len() => {}
             Ok(_) => continue,
@@ -357,9 +432,9 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         seccomp: serde_json::Value::Null,
         capabilities: "kept (no sandbox)".into(),
         no_new_privs: false,
-        root: match (plan.isolation, cx.prepared) {
-            (Isolation::Full, Some(_)) => "prepared",
-            (Isolation::Full, None) => "built",
+        root: match (plan.isolation, &cx.root) {
+            (Isolation::Full, Root::Build) => "built",
+            (Isolation::Full, _) => "prepared",
             _ => "host",
         }
         .into(),
@@ -376,10 +451,8 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         applied.no_new_privs = true;
         let (policy, opts) = landlock_inputs(plan);
         tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
-        let prepared_ruleset = cx.prepared.and_then(|j| j.ruleset.as_ref().map(|r| (j, r)));
-        if let Some((j, r)) = prepared_ruleset {
-            use std::os::fd::AsFd;
-            match ll::restrict_received(r.as_fd(), j.landlock.clone(), &j.again) {
+        if let Some((r, report, again)) = cx.root.landlock() {
+            match ll::restrict_received(r, report.clone(), again) {
                 Ok(v) => applied.landlock = v,
                 Err(e) => fail(rep, e.to_string()),
             }

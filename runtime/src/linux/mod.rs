@@ -63,6 +63,7 @@ pub mod prepared;
 pub mod pty;
 pub mod seccomp;
 pub mod sys;
+pub mod warm;
 
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
 
@@ -254,8 +255,9 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         let _ = old.thread_set_mask();
     };
 
-    // a prepared root for this plan (joined, or spawned then joined), else none
-    let joined = match prepared::join(plan) {
+    // a prepared root for this plan (a warm spare, or its namespaces to join; spawned
+    // first if need be), else none. Spares run no hooks inside.
+    let entry = match prepared::join(plan, hooks.inside.is_empty()) {
         Ok(j) => j,
         Err(e) => {
             restore(&old_mask);
@@ -267,13 +269,18 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     };
     tracing::debug!(
         "run: prepared root {}: {:?}",
-        if joined.is_some() {
-            "joined"
-        } else {
-            "not used"
+        match &entry {
+            Some(prepared::Entry::Warm(_)) => "warm",
+            Some(prepared::Entry::Joined(_)) => "joined",
+            None => "not used",
         },
         start.elapsed()
     );
+    let (joined, mut warm) = match entry {
+        Some(prepared::Entry::Joined(j)) => (Some(j), None),
+        Some(prepared::Entry::Warm(w)) => (None, Some(w)),
+        None => (None, None),
+    };
 
     let mut flags: libc::c_long = libc::SIGCHLD as libc::c_long;
     let mut namespaces = Vec::new();
@@ -306,15 +313,35 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             seccomp: seccomp.as_ref(),
             namespaces: &namespaces,
             t0: start,
-            prepared: if in_prepared.get() {
-                joined.as_ref()
-            } else {
-                None
+            root: match (in_prepared.get(), joined.as_ref()) {
+                (true, Some(j)) => init::Root::Joined(j),
+                _ => init::Root::Build,
             },
         };
         init::main(ctx, hooks)
     });
     let mut pid: libc::c_long = -1;
+    let mut warm_pidfd = None;
+    if let Some(w) = warm.as_mut() {
+        // the spare is init: send it this exec
+        match warm::send(&mut w.conn, plan, rep_w, sync_r, pty_child_sock) {
+            Ok(()) => pid = 0,
+            Err(e) => {
+                drop(child.take());
+                restore(&old_mask);
+                for fd in [rep_r, rep_w, sync_r, sync_w] {
+                    sys::close(fd);
+                }
+                return Err(ExecError::Setup(format!(
+                    "handing the exec to the prepared root's spare: {e}"
+                )));
+            }
+        }
+    }
+    if let Some(w) = warm.take() {
+        use std::os::fd::IntoRawFd;
+        warm_pidfd = Some(w.pidfd.into_raw_fd());
+    }
     if let Some(j) = &joined {
         // the user namespace is the prepared root's; all else is this exec's own
         let f = flags & !(libc::CLONE_NEWUSER as libc::c_long);
@@ -333,7 +360,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             }
         }
     }
-    if !in_prepared.get() {
+    if !in_prepared.get() && warm_pidfd.is_none() {
         // SAFETY: raw clone without CLONE_VM behaves like fork: the child gets a copy of
         // the address space and continues on the same (copied) stack.
         pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
@@ -367,7 +394,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         sys::close(p.child_sock);
         p.child_sock = -1;
     }
-    if plan.isolation == Isolation::Full && !in_prepared.get() {
+    if plan.isolation == Isolation::Full && !in_prepared.get() && warm_pidfd.is_none() {
         if let Err(e) = write_id_maps(pid) {
             // SAFETY: killing and reaping our own child.
             unsafe {
@@ -390,7 +417,11 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let _ = sys::write_all(sync_w, &[2]);
     sys::close(sync_w);
 
-    let waited = supervise(pid, plan, rep_r, pty.as_mut(), &mask);
+    let init_proc = match warm_pidfd {
+        Some(pidfd) => Init { pid: -1, pidfd },
+        None => Init::child(pid),
+    };
+    let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), &mask);
     restore(&old_mask);
     sys::close(rep_r);
     drop(pty);
@@ -471,8 +502,57 @@ fn write_id_maps(pid: libc::pid_t) -> std::io::Result<()> {
 
 /// Wait for init: forward signals, relay the pty, enforce the timeout, read the report
 /// pipe. Returns init's wait status, whether the timeout fired, and the report bytes.
-fn supervise(
+/// The init `supervise` watches.
+#[derive(Clone, Copy)]
+struct Init {
+    /// Its pid, when it is our child (else -1: a warm spare, child of its holder).
     pid: libc::pid_t,
+    /// Its pidfd (opened here for a child).
+    pidfd: RawFd,
+}
+
+impl Init {
+    fn child(pid: libc::pid_t) -> Init {
+        // a pidfd tells us init ended even if a stray thread of ours swallowed the SIGCHLD
+        // SAFETY: pidfd_open on our own child.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+        Init { pid, pidfd }
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if self.pid > 0 {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.pid, sig) };
+        } else {
+            // SAFETY: signalling the process of a pidfd we own.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    self.pidfd,
+                    sig,
+                    std::ptr::null::<libc::c_void>(),
+                    0u32,
+                )
+            };
+        }
+    }
+
+    /// Reap it if it has ended: its wait status, or `None` while it runs. Not our child:
+    /// ended once its pidfd is readable; status as if killed (the report says more).
+    fn reap(&self, pidfd_ready: bool) -> Option<libc::c_int> {
+        if self.pid > 0 {
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            let w = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            (w == self.pid).then_some(status)
+        } else {
+            pidfd_ready.then_some(libc::SIGKILL)
+        }
+    }
+}
+
+fn supervise(
+    init: Init,
     plan: &ExecPlan,
     rep_r: RawFd,
     mut pty: Option<&mut pty::Pty>,
@@ -482,9 +562,8 @@ fn supervise(
     use std::os::fd::AsRawFd;
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(std::io::Error::from)?;
-    // a pidfd tells us init ended even if a stray thread of ours swallowed the SIGCHLD
-    // SAFETY: pidfd_open on our own child.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+    let pid = init.pid;
+    let pidfd = init.pidfd;
     // SAFETY: fcntl on our own descriptor.
     unsafe {
         let fl = libc::fcntl(rep_r, libc::F_GETFL);
@@ -550,8 +629,7 @@ fn supervise(
             } else {
                 kill_all_signal()
             };
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(pid, sig) };
+            init.signal(sig);
             continue;
         }
         if rep_open && fds[1].revents != 0 {
@@ -561,7 +639,8 @@ fn supervise(
                 Ok(k) => {
                     report.extend_from_slice(&buf[..k]);
                     // init's last word: everything in the sandbox is dead already
-                    if buf[..k].windows(7).any(|w| w == b"\"ended\"") {
+                    let from = report.len().saturating_sub(k + 8);
+                    if report[from..].windows(7).any(|w| w == b"\"ended\"") {
                         if let Some(status) = ended(&report) {
                             tracing::debug!("run: init reported the end");
                             if let Some(r) = relay.as_mut() {
@@ -607,13 +686,9 @@ fn supervise(
                     }
                     continue;
                 }
-                // SAFETY: forwarding to our own child.
-                unsafe { libc::kill(pid, sig) };
+                init.signal(sig);
             }
-            let mut status = 0;
-            // SAFETY: waiting for our own child.
-            let w = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if w == pid {
+            if let Some(status) = init.reap(init_ended) {
                 tracing::debug!("run: init reaped");
                 sys::close(pidfd);
                 // drain what is left of the report and the terminal output
@@ -627,6 +702,9 @@ fn supervise(
                         Ok(k) => report.extend_from_slice(&buf[..k]),
                     }
                 }
+                // init's own word on how the command ended, if it got to say it (a warm
+                // spare is not our child: its status is not ours to wait for)
+                let status = ended(&report).unwrap_or(status);
                 return Ok((status, timed_out, report));
             }
         }

@@ -38,7 +38,7 @@
 //! off (every exec builds its root).
 
 use super::landlock::{LandlockRules, PathRule};
-use super::{mounts, sys, ExecError, ExecPlan, Isolation, MountStep};
+use super::{mounts, sys, warm, ExecError, ExecPlan, Isolation, MountStep};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
@@ -68,7 +68,7 @@ pub fn idle() -> Duration {
 const MAX_HOLDERS: usize = 4;
 
 /// Mounts each exec makes for itself: their Landlock rules are added by the exec.
-const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
+pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
 
 /// What a join hands over: the holder's namespaces and this exec's own Landlock ruleset.
 #[derive(Debug)]
@@ -81,6 +81,23 @@ pub struct Joined {
     pub landlock: serde_json::Value,
     /// Rules left out because their paths are this exec's own mounts: add them again.
     pub again: Vec<PathRule>,
+}
+
+/// The way into a prepared root.
+#[derive(Debug)]
+pub enum Entry {
+    /// Its namespaces, to make this exec's init in.
+    Joined(Joined),
+    /// A warm spare that becomes this exec's init.
+    Warm(WarmConn),
+}
+
+/// A warm spare handed to this exec: the connection to send it the exec on
+/// ([`warm::send`]), and its pidfd.
+#[derive(Debug)]
+pub struct WarmConn {
+    pub conn: UnixStream,
+    pub pidfd: OwnedFd,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -132,6 +149,13 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     h.update(uid.to_le_bytes());
     h.update(gid.to_le_bytes());
+    // the holder's processes (warm spares become the exec's init) live in the cgroup of
+    // the caller that spawned it: only callers of that cgroup may use it, so that a CI
+    // job's limits and accounting hold for its commands; likewise the hard resource limits
+    h.update(std::fs::read("/proc/self/cgroup").unwrap_or_default());
+    for (_, hard) in super::warm::rlimits() {
+        h.update(hard.to_le_bytes());
+    }
     // a caller in another user namespace never meets this one's holders
     h.update(
         std::fs::read_link("/proc/self/ns/user")?
@@ -183,10 +207,11 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
     Ok(Some(d.iter().map(|b| format!("{b:02x}")).collect()))
 }
 
-/// Join the prepared root of `plan`, spawning its holder first if there is none. `Ok(None)`
+/// Enter the prepared root of `plan`, spawning its holder first if there is none: a warm
+/// spare when `warm` allows and one is ready, else its namespaces to join. `Ok(None)`
 /// when the plan is not preparable or prepared roots are off. Must be called while the
 /// process is single-threaded (it may clone the holder).
-pub fn join(plan: &ExecPlan) -> Result<Option<Joined>, ExecError> {
+pub fn join(plan: &ExecPlan, warm: bool) -> Result<Option<Entry>, ExecError> {
     let setup = |what: &str, e: io::Error| ExecError::Setup(format!("{what}: {e}"));
     if idle().is_zero() {
         return Ok(None);
@@ -199,18 +224,26 @@ pub fn join(plan: &ExecPlan) -> Result<Option<Joined>, ExecError> {
         return Ok(None);
     };
     let sock = dir.join(format!("{}.sock", &fp[..32]));
-    match request(&sock, b'J', &fp) {
+    let enter = |sock: &Path| -> io::Result<Option<Entry>> {
+        if warm {
+            if let Some(e) = request(sock, b'X', &fp)? {
+                return Ok(Some(e));
+            }
+        }
+        request(sock, b'J', &fp)
+    };
+    match enter(&sock) {
         Ok(Some(j)) => return Ok(Some(j)),
         Ok(None) => {}
         Err(e) => tracing::warn!("prepared root {}: {e}; preparing a new one", sock.display()),
     }
     // one spawner at a time per capsule: the others wait, then join what it made
     let _lock = lock(dir).map_err(|e| setup(&format!("locking {}", dir.display()), e))?;
-    if let Ok(Some(j)) = request(&sock, b'J', &fp) {
+    if let Ok(Some(j)) = enter(&sock) {
         return Ok(Some(j));
     }
     spawn(plan, dir, &fp)?;
-    match request(&sock, b'J', &fp) {
+    match enter(&sock) {
         Ok(Some(j)) => Ok(Some(j)),
         Ok(None) => Err(ExecError::Setup(format!(
             "the prepared root's holder at {} went away before it was joined",
@@ -303,7 +336,7 @@ fn check_ns(fd: &OwnedFd, ty: libc::c_int) -> io::Result<()> {
 /// fingerprint answers nothing). `Ok(None)`: no holder there (a refused socket is
 /// removed). For `J`, the reply's descriptors are checked: the peer is this user, the
 /// namespaces are a user namespace this user owns and a mount namespace.
-fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Joined>> {
+fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Entry>> {
     let (short, _dir) = match short_path(sock) {
         Ok(v) => v,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -329,6 +362,13 @@ fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Joined>> {
     req.extend_from_slice(fp.as_bytes());
     req.push(b'\n');
     s.write_all(&req)?;
+    if what == b'X' {
+        // a warm spare: its pidfd now; the connection goes on to the spare
+        return Ok(warm::recv_pidfd(&s)?.map(|pidfd| {
+            let _ = s.set_read_timeout(None);
+            Entry::Warm(WarmConn { conn: s, pidfd })
+        }));
+    }
     if what != b'J' {
         let mut b = [0u8; 1];
         let _ = s.read(&mut b);
@@ -380,13 +420,13 @@ fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Joined>> {
     if reply.ruleset && ruleset.is_none() {
         return Err(io::Error::other("the holder sent no Landlock ruleset"));
     }
-    Ok(Some(Joined {
+    Ok(Some(Entry::Joined(Joined {
         userns,
         mntns,
         ruleset,
         landlock: reply.landlock,
         again: reply.again,
-    }))
+    })))
 }
 
 /// Start a holder for `plan` with socket `<dir>/<fp>.sock`: the socket is bound under a
@@ -635,6 +675,20 @@ impl Holder<'_> {
         ];
         keep.extend(rules.fds());
         close_all_but(&keep);
+        // 0, 1 and 2 point at /dev/null: a descriptor received later never takes their
+        // numbers (a spare dup2s the exec's stdio there)
+        for want in 0..3 {
+            // SAFETY: probing and opening descriptors of our own.
+            unsafe {
+                if libc::fcntl(want, libc::F_GETFD) < 0 {
+                    let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                    if fd >= 0 && fd != want {
+                        libc::dup2(fd, want);
+                        libc::close(fd);
+                    }
+                }
+            }
+        }
         let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
         let _ = sys::write_all(self.report, b"R\n");
         sys::close(self.report);
@@ -652,10 +706,20 @@ impl Holder<'_> {
         let mut last = Instant::now();
         // SAFETY: getuid cannot fail.
         let me = unsafe { libc::getuid() };
+        let own = [
+            self.listener.as_raw_fd(),
+            self.dirfd,
+            userns.as_raw_fd(),
+            mntns.as_raw_fd(),
+        ];
+        let mut spare = warm::make(self.plan, rules, landlock, &own).ok();
+        // spares handed out and still running (they live in our pid namespace)
+        let mut served: Vec<libc::pid_t> = Vec::new();
         loop {
+            reap(&mut served, &mut spare);
             let left = idle.saturating_sub(last.elapsed());
-            if left.is_zero() || self.bundle_gone() {
-                self.end();
+            if (left.is_zero() && served.is_empty()) || self.bundle_gone() {
+                self.end(spare, served);
             }
             let mut pfd = libc::pollfd {
                 fd: self.listener.as_raw_fd(),
@@ -688,14 +752,31 @@ impl Holder<'_> {
                 }
             }
             let line = &req[..got];
+            let ours = line.len() > 1 && line[1..] == *format!("{}\n", self.fp).as_bytes();
             match line.first() {
-                Some(b'J') if line[1..] == *format!("{}\n", self.fp).as_bytes() => {
+                Some(b'J') if ours => {
                     last = Instant::now();
                     let _ = answer(&mut conn, userns, mntns, rules, landlock);
                 }
+                Some(b'X') if ours => {
+                    last = Instant::now();
+                    match spare.take().filter(|s| s.alive()) {
+                        Some(s) => {
+                            if let Ok(pid) = s.hand_over(&conn) {
+                                served.push(pid);
+                            }
+                            spare = warm::make(self.plan, rules, landlock, &own).ok();
+                        }
+                        None => {
+                            let _ = conn.write_all(b"N");
+                            spare = warm::make(self.plan, rules, landlock, &own).ok();
+                        }
+                    }
+                }
                 Some(b'Q') => {
                     let _ = conn.write_all(b"q");
-                    self.end()
+                    drop(conn);
+                    self.end(spare, served)
                 }
                 _ => {}
             }
@@ -711,8 +792,9 @@ impl Holder<'_> {
         rc < 0 || st.st_nlink == 0
     }
 
-    /// Remove our socket (only if it is still ours) and exit.
-    fn end(&self) -> ! {
+    /// Remove our socket (only if it is still ours), stop the spare, wait for the execs
+    /// still running in spares we handed out (our exit would kill them), and exit.
+    fn end(&self, spare: Option<warm::Spare>, served: Vec<libc::pid_t>) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
             // SAFETY: fstatat/unlinkat relative to our directory descriptor.
             unsafe {
@@ -724,6 +806,15 @@ impl Holder<'_> {
                 }
             }
         }
+        // SAFETY: closing our listening socket: no new joins.
+        unsafe { libc::close(self.listener.as_raw_fd()) };
+        if let Some(s) = spare {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(s.pid, libc::SIGKILL) };
+        }
+        let _ = served;
+        // SAFETY: reaping every child (the spare, the served ones) until none is left.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
         // SAFETY: _exit in the holder.
         unsafe { libc::_exit(0) }
     }
@@ -764,6 +855,22 @@ fn set_title() {
         area.fill(0);
         let n = title.len().min(area.len() - 1);
         area[..n].copy_from_slice(&title[..n]);
+    }
+}
+
+/// Reap the spares that ended: served ones leave `served`; a spare that ended before it
+/// served (a failed setup) is dropped.
+fn reap(served: &mut Vec<libc::pid_t>, spare: &mut Option<warm::Spare>) {
+    loop {
+        // SAFETY: reaping our own children without blocking.
+        let w = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if w <= 0 {
+            break;
+        }
+        served.retain(|p| *p != w);
+        if spare.as_ref().is_some_and(|s| s.pid == w) {
+            *spare = None;
+        }
     }
 }
 

@@ -1,0 +1,437 @@
+//! Warm spares of a prepared root: a sandbox's init made ahead of time by the holder
+//! ([`super::prepared`]), with its namespaces (mount copy, pid, ipc, uts, network with
+//! loopback up), its own `/proc`, devpts and `/dev/shm`, its hostname, its Landlock ruleset
+//! and seccomp program all in place, waiting for one exec. (Issue 4.)
+//!
+//! ```text
+//! capsule exec (P)            holder (H)                      spare (S, pid 1 of its own)
+//! X <fingerprint> ──────────▶ hand S's pidfd to P, the
+//!                             connection to S; make the next ─▶ read the request: argv,
+//! request + fds (stdio,                                           env, cwd, stdio fds,
+//!   report, sync, P's pidfd) ────────────────────────────────▶    report pipe, go-ahead
+//! supervise S by its pidfd ◀─────────────── report pipe ──────── init::main (Root::Warm)
+//! ```
+//!
+//! A spare serves exactly one exec and never runs anything of the task before its
+//! request: the command's own process is forked from it then, with the request's argv and
+//! environment, so nothing a previous exec did can be in it. It is not capsule's child, so
+//! instead of `PR_SET_PDEATHSIG` it watches capsule's pidfd and ends the sandbox when
+//! capsule ends; capsule signals it (timeouts, forwarded signals) through its pidfd and
+//! reads its end from the report pipe. The holder waits for the spares it handed out
+//! before it exits (they live in its pid namespace).
+
+use super::init::{self, Root};
+use super::landlock::LandlockRules;
+use super::seccomp::SeccompProgram;
+use super::{mounts, sys, ExecPlan, Hooks, Stdio};
+use std::ffi::{CString, OsString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+/// One exec's part of the plan, sent by capsule to a spare.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ExecRequest {
+    argv: Vec<Vec<u8>>,
+    env: Vec<(Vec<u8>, Vec<u8>)>,
+    cwd: PathBuf,
+    /// The caller's umask and soft resource limits (the hard ones are part of the
+    /// prepared root's fingerprint).
+    umask: u32,
+    soft_limits: Vec<u64>,
+    /// 0: inherit (fds stdin, stdout, stderr follow), 1: tty (the console socket
+    /// follows), 2: redirect (stdout, stderr follow).
+    stdio: u8,
+}
+
+/// Descriptors of a request, in this order, then the stdio ones.
+const REQUEST_FDS: usize = 3; // report, sync, capsule's pidfd
+
+/// Send `plan`'s exec to the spare at the other end of `conn` (capsule's side). `report`
+/// and `sync` are the pipe ends init writes to and reads from; `console` the pty's child
+/// socket for `-t`.
+pub(crate) fn send(
+    conn: &mut UnixStream,
+    plan: &ExecPlan,
+    report: RawFd,
+    sync: RawFd,
+    console: Option<RawFd>,
+) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    // SAFETY: pidfd_open of ourselves.
+    let me = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+    if me < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened.
+    let me = unsafe { OwnedFd::from_raw_fd(me as RawFd) };
+    let mut fds = vec![report, sync, me.as_raw_fd()];
+    let stdio = match plan.stdio {
+        Stdio::Inherit => {
+            fds.extend([0, 1, 2]);
+            0
+        }
+        Stdio::Tty => {
+            fds.push(console.ok_or_else(|| io::Error::other("no console socket"))?);
+            1
+        }
+        Stdio::Redirect { stdout, stderr } => {
+            fds.extend([stdout, stderr]);
+            2
+        }
+    };
+    let req = ExecRequest {
+        argv: plan.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        env: plan
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect(),
+        cwd: plan.cwd.clone(),
+        umask: umask(),
+        soft_limits: rlimits().into_iter().map(|(soft, _)| soft).collect(),
+        stdio,
+    };
+    let bytes = serde_json::to_vec(&req).map_err(io::Error::other)?;
+    let first = bytes.len().min(4096);
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [io::IoSlice::new(&bytes[..first])];
+    sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+        .map_err(io::Error::from)?;
+    conn.write_all(&bytes[first..])?;
+    conn.shutdown(std::net::Shutdown::Write)
+}
+
+/// Resource limits the command inherits, in this order.
+const RLIMITS: [libc::__rlimit_resource_t; 16] = [
+    libc::RLIMIT_CPU,
+    libc::RLIMIT_FSIZE,
+    libc::RLIMIT_DATA,
+    libc::RLIMIT_STACK,
+    libc::RLIMIT_CORE,
+    libc::RLIMIT_RSS,
+    libc::RLIMIT_NPROC,
+    libc::RLIMIT_NOFILE,
+    libc::RLIMIT_MEMLOCK,
+    libc::RLIMIT_AS,
+    libc::RLIMIT_LOCKS,
+    libc::RLIMIT_SIGPENDING,
+    libc::RLIMIT_MSGQUEUE,
+    libc::RLIMIT_NICE,
+    libc::RLIMIT_RTPRIO,
+    libc::RLIMIT_RTTIME,
+];
+
+/// This process's (soft, hard) resource limits, in [`RLIMITS`] order.
+pub(crate) fn rlimits() -> Vec<(u64, u64)> {
+    RLIMITS
+        .iter()
+        .map(|r| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit into a valid struct.
+            unsafe { libc::getrlimit(*r, &mut l) };
+            (l.rlim_cur as u64, l.rlim_max as u64)
+        })
+        .collect()
+}
+
+/// This process's umask (read without changing it, from /proc).
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// A spare, as its holder sees it.
+pub(crate) struct Spare {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+    /// The holder's end of the channel that passes the spare its connection.
+    chan: OwnedFd,
+}
+
+impl Spare {
+    /// Is it still waiting (not ended by a failed setup)?
+    pub fn alive(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting.
+        unsafe { libc::poll(&mut p, 1, 0) == 0 }
+    }
+
+    /// Hand the spare to capsule at the other end of `conn`: its pidfd to capsule, the
+    /// connection to the spare.
+    pub fn hand_over(self, conn: &UnixStream) -> io::Result<libc::pid_t> {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+        let fds = [self.pidfd.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[io::IoSlice::new(b"W")],
+            &cmsg,
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(io::Error::from)?;
+        let fds = [conn.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        sendmsg::<()>(
+            self.chan.as_raw_fd(),
+            &[io::IoSlice::new(b"c")],
+            &cmsg,
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(io::Error::from)?;
+        Ok(self.pid)
+    }
+}
+
+/// Make a spare for `plan` (called by the holder, in its prepared root; single-threaded).
+/// `holder_fds` are the holder's own descriptors, closed in the spare.
+pub(crate) fn make(
+    plan: &ExecPlan,
+    rules: &LandlockRules,
+    landlock: &serde_json::Value,
+    holder_fds: &[RawFd],
+) -> io::Result<Spare> {
+    let mut sv = [0 as libc::c_int; 2];
+    // SAFETY: socketpair into a valid array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: descriptors just made.
+    let (h, s) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+    let mut flags =
+        (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+            as libc::c_long
+            | libc::SIGCHLD as libc::c_long;
+    if plan.new_netns {
+        flags |= libc::CLONE_NEWNET as libc::c_long;
+    }
+    // SAFETY: raw clone without CLONE_VM behaves like fork (the holder is single-threaded).
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        for fd in holder_fds {
+            sys::close(*fd);
+        }
+        drop(h);
+        spare_main(plan, rules, landlock, s)
+    }
+    drop(s);
+    // SAFETY: pidfd_open of our own child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Spare {
+        pid: pid as libc::pid_t,
+        // SAFETY: a descriptor just opened.
+        pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
+        chan: h,
+    })
+}
+
+fn quit() -> ! {
+    // SAFETY: _exit in a cloned child.
+    unsafe { libc::_exit(1) }
+}
+
+/// The spare: get ready, wait for one request, become that exec's init.
+fn spare_main(
+    plan: &ExecPlan,
+    rules: &LandlockRules,
+    landlock: &serde_json::Value,
+    chan: OwnedFd,
+) -> ! {
+    // the holder's end is the spare's end too (it lives in the holder's pid namespace)
+    let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
+    if mounts::exec_mounts(&plan.mounts).is_err()
+        || sys::sethostname(plan.hostname.as_bytes()).is_err()
+    {
+        quit()
+    }
+    if plan.new_netns && !plan.network_off && sys::loopback_up().is_err() {
+        quit()
+    }
+    let per_exec: Vec<&Path> = super::prepared::PER_EXEC_ROOTS
+        .iter()
+        .map(Path::new)
+        .collect();
+    let Ok((created, again)) = rules.create(&per_exec) else {
+        quit()
+    };
+    let ruleset: Option<OwnedFd> = created.and_then(|c| c.into());
+    let Ok(seccomp) = SeccompProgram::build() else {
+        quit()
+    };
+    // wait for the connection of the exec we serve (end of file: the holder is done)
+    let Some(conn) = recv_fds(chan.as_raw_fd(), &mut [0u8; 8])
+        .ok()
+        .and_then(|(_, f)| f.into_iter().next())
+    else {
+        quit()
+    };
+    drop(chan);
+    let mut conn = UnixStream::from(conn);
+    let mut buf = vec![0u8; 64 * 1024];
+    let Ok((n, fds)) = recv_fds(conn.as_raw_fd(), &mut buf) else {
+        quit()
+    };
+    buf.truncate(n);
+    if conn.read_to_end(&mut buf).is_err() {
+        quit()
+    }
+    drop(conn);
+    let Ok(req) = serde_json::from_slice::<ExecRequest>(&buf) else {
+        quit()
+    };
+    let fds: Vec<RawFd> = fds.into_iter().map(IntoRawFd::into_raw_fd).collect();
+    if fds.len() < REQUEST_FDS {
+        quit()
+    }
+    let (report, sync, capsule) = (fds[0], fds[1], fds[2]);
+    let stdio_fds = &fds[REQUEST_FDS..];
+    let mut plan = plan.clone();
+    plan.argv = req.argv.into_iter().map(OsString::from_vec).collect();
+    plan.env = req
+        .env
+        .into_iter()
+        .map(|(k, v)| (OsString::from_vec(k), OsString::from_vec(v)))
+        .collect();
+    plan.cwd = req.cwd;
+    // the caller's umask and soft limits (within the hard ones, which are the same)
+    // SAFETY: umask and setrlimit of our own process.
+    unsafe { libc::umask(req.umask & 0o777) };
+    for ((r, soft), (_, hard)) in RLIMITS.iter().zip(&req.soft_limits).zip(rlimits()) {
+        let l = libc::rlimit {
+            rlim_cur: (*soft).min(hard) as libc::rlim_t,
+            rlim_max: hard as libc::rlim_t,
+        };
+        // SAFETY: setrlimit of our own process.
+        unsafe { libc::setrlimit(*r, &l) };
+    }
+    let mut console = None;
+    match (req.stdio, stdio_fds) {
+        (0, [i, o, e]) => {
+            for (from, to) in [(*i, 0), (*o, 1), (*e, 2)] {
+                // SAFETY: dup2 of descriptors we received.
+                if unsafe { libc::dup2(from, to) } < 0 {
+                    quit()
+                }
+            }
+            plan.stdio = Stdio::Inherit;
+        }
+        (1, [c]) => {
+            console = Some(*c);
+            plan.stdio = Stdio::Tty;
+        }
+        (2, [o, e]) => {
+            plan.stdio = Stdio::Redirect {
+                stdout: *o,
+                stderr: *e,
+            };
+        }
+        _ => quit(),
+    }
+    let cstrings = |items: Vec<Vec<u8>>| -> Option<Vec<CString>> {
+        items.into_iter().map(|b| CString::new(b).ok()).collect()
+    };
+    let Some(argv) = cstrings(plan.argv.iter().map(|a| a.as_bytes().to_vec()).collect()) else {
+        quit()
+    };
+    let Some(envp) = cstrings(
+        plan.env
+            .iter()
+            .map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                b
+            })
+            .collect(),
+    ) else {
+        quit()
+    };
+    let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts"];
+    if plan.new_netns {
+        namespaces.push("net");
+    }
+    let warm = init::Warm {
+        capsule,
+        ruleset,
+        landlock: landlock.clone(),
+        again,
+    };
+    let old_mask = nix::sys::signal::SigSet::empty();
+    let cx = init::Ctx {
+        plan: &plan,
+        argv: &argv,
+        envp: &envp,
+        report,
+        sync,
+        pty_sock: console,
+        old_mask: &old_mask,
+        seccomp: Some(&seccomp),
+        namespaces: &namespaces,
+        t0: std::time::Instant::now(),
+        root: Root::Warm(&warm),
+    };
+    init::main(cx, Hooks::default())
+}
+
+/// `recvmsg` of up to `buf.len()` bytes and the descriptors that came with them
+/// (close-on-exec).
+fn recv_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(io::Error::from)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: descriptors just received are ours to own.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    if msg.bytes == 0 && fds.is_empty() {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// Capsule's side of a warm exec: the spare's pidfd received in answer to `X`.
+pub(crate) fn recv_pidfd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
+    let mut b = [0u8; 1];
+    let (n, fds) = recv_fds(conn.as_raw_fd(), &mut b)?;
+    if n == 1 && b[0] == b'W' {
+        Ok(fds.into_iter().next())
+    } else {
+        Ok(None)
+    }
+}
