@@ -222,6 +222,10 @@ fn allowlist_channel_to_the_proxy_is_out_of_the_commands_reach() {
             &["sh", "-c", "echo $ALL_PROXY"],
         );
         assert_eq!(out(&o), "socks5h://127.0.0.1:3128\n");
+        // the proxy raises the supervisor's descriptor limit once the sandbox is cloned:
+        // the command keeps the limit it would have had without the proxy
+        let limit = |flags: &[&str]| out(&c.exec_with(flags, &["sh", "-c", "ulimit -Sn"]));
+        assert_eq!(limit(&["--allow-host", "127.0.0.1:9"]), limit(&[]));
         let leftovers: Vec<_> = std::fs::read_dir(&c.bundle)
             .unwrap()
             .flatten()

@@ -68,6 +68,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         ),
         None => None,
     };
+    super::proxy::ensure_fd_budget(&Default::default());
     let proxy = Proxy::new(ProxyConfig {
         allowlist,
         resolver,

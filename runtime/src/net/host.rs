@@ -43,10 +43,15 @@ impl HostProxy {
         ))
     }
 
-    /// Start serving on a thread of its own (a two-worker tokio runtime).
+    /// Start serving on a thread of its own (a two-worker tokio runtime). Raises the
+    /// process's soft descriptor limit to fit the proxy's clients
+    /// ([`ensure_fd_budget`](super::proxy::ensure_fd_budget)): call it after the sandbox
+    /// is cloned.
     pub fn start(self) -> io::Result<RunningProxy> {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let HostProxy { channel, cfg } = self;
+        // after the sandbox's clone: only the supervisor's limit changes
+        super::proxy::ensure_fd_budget(&cfg.limits);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("capsule-proxy")

@@ -67,6 +67,40 @@ impl Default for Limits {
     }
 }
 
+/// Descriptors one client costs the proxy at most: its socket, the upstream socket, and
+/// a pipe (two descriptors) per tunnel direction.
+pub const FDS_PER_CLIENT: u64 = 6;
+
+/// Raise this process's soft `RLIMIT_NOFILE` (never above the hard limit, never lowering
+/// it) so `limits.max_connections` clients fit: the usual soft limit of 1,024 would run out
+/// at ~170 tunnels. Process-wide: `capsule exec` calls it only after the sandbox is cloned
+/// (when the proxy starts), so the sandboxed command keeps the limit it was given.
+/// Returns the soft limit in force.
+pub fn ensure_fd_budget(limits: &Limits) -> u64 {
+    let want = limits.max_connections as u64 * FDS_PER_CLIENT + 64;
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 0;
+    }
+    if rl.rlim_cur >= want as libc::rlim_t || rl.rlim_cur >= rl.rlim_max {
+        return rl.rlim_cur as u64;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: (want as libc::rlim_t).min(rl.rlim_max),
+        rlim_max: rl.rlim_max,
+    };
+    // SAFETY: setrlimit reads one rlimit we own; raising the soft limit up to the hard
+    // limit needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return rl.rlim_cur as u64;
+    }
+    raised.rlim_cur as u64
+}
+
 /// What the proxy allows and where it records refusals.
 #[derive(Debug, Default)]
 pub struct ProxyConfig {

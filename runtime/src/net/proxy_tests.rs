@@ -509,6 +509,8 @@ async fn head_timeout_is_enforced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_connects() {
+    // this process is the clients, the proxy and the server at once
+    super::proxy::ensure_fd_budget(&Limits::default());
     let echo = echo_server().await;
     let (_, p) = start(config(&["127.0.0.1"], "", None)).await;
     let target = echo.addr.to_string();
@@ -535,6 +537,114 @@ async fn two_hundred_concurrent_connects() {
         .expect("200 concurrent CONNECTs did not finish in 60 s");
     assert_eq!(done, 200);
     assert_eq!(echo.hits.load(Ordering::SeqCst), 200);
+}
+
+/// 200 concurrent CONNECTs through the relay: every client socket crosses the handoff
+/// channel (a short queue: the relay waits while it is full) and all complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_connects_through_the_relay() {
+    super::proxy::ensure_fd_budget(&Limits::default());
+    let echo = echo_server().await;
+    let proxy = Proxy::new(config(&["127.0.0.1"], "", None));
+    let (proxy_end, relay_end) = super::handoff::channel().unwrap();
+    let relay = super::relay::spawn("127.0.0.1:0".parse().unwrap(), relay_end).unwrap();
+    tokio::spawn(async move { proxy.serve_handoff(proxy_end, std::future::pending()).await });
+    let target = echo.addr.to_string();
+    let all = async {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..200u32 {
+            let target = target.clone();
+            set.spawn(async move {
+                let msg = format!("relayed {i} ").repeat(100);
+                let (status, back) = connect_echo(relay, &target, msg.as_bytes()).await;
+                assert!(status.contains(" 200 "), "{i}: {status}");
+                assert_eq!(back, msg.as_bytes());
+            });
+        }
+        let mut done = 0;
+        while let Some(r) = set.join_next().await {
+            r.unwrap();
+            done += 1;
+        }
+        done
+    };
+    let done = tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("200 concurrent CONNECTs through the relay did not finish in 60 s");
+    assert_eq!(done, 200);
+    assert_eq!(echo.hits.load(Ordering::SeqCst), 200);
+}
+
+/// Whatever arrives on the channel that is not a connected TCP socket is closed unused,
+/// and the proxy goes on serving the next client.
+#[tokio::test]
+async fn handoff_survives_junk_descriptors() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let echo = echo_server().await;
+    let proxy = Proxy::new(config(&["127.0.0.1"], "", None));
+    let (proxy_end, sender) = super::handoff::channel().unwrap();
+    let served =
+        tokio::spawn(async move { proxy.serve_handoff(proxy_end, std::future::pending()).await });
+    let (pr, _pw) = nix::unistd::pipe().unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (ua, ub) = std::os::unix::net::UnixStream::pair().unwrap();
+    let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for fd in [pr.as_fd(), udp.as_fd(), ua.as_fd(), listening.as_fd()] {
+        super::handoff::send(sender.as_fd(), fd).unwrap();
+    }
+    // a message without a descriptor
+    nix::sys::socket::send(
+        sender.as_raw_fd(),
+        b"x",
+        nix::sys::socket::MsgFlags::empty(),
+    )
+    .unwrap();
+    // the unix socket was not served: its peer sees nothing but the close
+    drop(ua);
+    let mut ub = tokio::net::UnixStream::from_std({
+        ub.set_nonblocking(true).unwrap();
+        ub
+    })
+    .unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(T, ub.read_to_end(&mut got))
+        .await
+        .expect("the passed unix socket stayed open")
+        .unwrap();
+    assert!(got.is_empty(), "{got:?}");
+    // a real client after the junk is served
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (accepted, _) = l.accept().unwrap();
+    super::handoff::send(sender.as_fd(), accepted.as_fd()).unwrap();
+    drop(accepted);
+    client.set_nonblocking(true).unwrap();
+    let mut client = TcpStream::from_std(client).unwrap();
+    let target = echo.addr.to_string();
+    client
+        .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (head, _) = tokio::time::timeout(T, super::http::read_head(&mut client, 65536))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    client.write_all(b"after junk").await.unwrap();
+    let mut back = [0u8; 10];
+    client.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"after junk");
+    assert_eq!(echo.hits.load(Ordering::SeqCst), 1);
+    // the relay's end closes: the proxy stops taking clients
+    drop(sender);
+    tokio::time::timeout(T, served)
+        .await
+        .expect("serve_handoff did not end with the channel")
+        .unwrap();
 }
 
 /// The whole allowlist path minus the sandbox: relay (TCP) hands the client socket over
@@ -590,4 +700,20 @@ fn relay_and_host_proxy_with_curl() {
     // the proxy is gone: the relay says so
     let out = curl(&[], &url);
     assert!(out.ends_with("\n502"), "{out}");
+}
+
+#[test]
+fn fd_budget_is_raised_within_the_hard_limit() {
+    let limits = Limits::default();
+    let got = super::proxy::ensure_fd_budget(&limits);
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
+    assert_eq!(got, rl.rlim_cur as u64);
+    let want = limits.max_connections as u64 * super::proxy::FDS_PER_CLIENT + 64;
+    assert!(got >= want.min(rl.rlim_max as u64), "{got} {rl:?}");
+    assert!(rl.rlim_cur <= rl.rlim_max);
 }
