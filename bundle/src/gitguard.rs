@@ -78,32 +78,68 @@ const STUCK_POLLS: u32 = 10;
 /// FIFO or to read a pipe or a terminal (seen in `/proc/self/task/*/wchan`). A thread that
 /// was given up on stays blocked until the process exits; its result is dropped.
 pub fn guarded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    start(what, f)?.wait()
+}
+
+/// A [`guarded`] read started by [`start`]: the caller does other work meanwhile, then
+/// [`Pending::wait`]s for the result (with the same giving up).
+pub struct Pending<T> {
+    what: String,
+    before: Vec<u32>,
+    rx: std::sync::mpsc::Receiver<T>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Start `f` as [`guarded`] does, without waiting for it.
+pub fn start<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<Pending<T>> {
     let before = tasks();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("capsule-git-read".into())
         .spawn(move || {
             let _ = tx.send(f());
         })
         .map_err(|e| Error::other(format!("{what}: cannot start a thread: {e}")))?;
-    let mut stuck = 0;
-    loop {
-        match rx.recv_timeout(POLL) {
-            Ok(v) => return Ok(v),
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err(Error::other(format!("{what}: the reading thread failed")))
+    Ok(Pending {
+        what: what.to_owned(),
+        before,
+        rx,
+        thread,
+    })
+}
+
+impl<T> Pending<T> {
+    /// The result of the read, or an error when it failed or was given up. With a result,
+    /// the reading thread has been joined (the kernel lets its task go within
+    /// microseconds: a sandbox may be started single-threaded next).
+    pub fn wait(self) -> Result<T> {
+        let what = self.what;
+        let mut stuck = 0;
+        loop {
+            match self.rx.recv_timeout(POLL) {
+                Ok(v) => {
+                    // it has sent its result: only its return is left
+                    let _ = self.thread.join();
+                    return Ok(v);
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(Error::other(format!("{what}: the reading thread failed")))
+                }
+                Err(RecvTimeoutError::Timeout) => {}
             }
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        let blocked = tasks()
-            .into_iter()
-            .filter(|t| !before.contains(t))
-            .any(waits_on_fifo_pipe_or_tty);
-        stuck = if blocked { stuck + 1 } else { 0 };
-        if stuck >= STUCK_POLLS {
-            return Err(Error::other(format!(
-                "{what}: given up: git blocked on a FIFO, pipe or terminal in the repository (one a command could have planted)"
-            )));
+            let blocked = tasks()
+                .into_iter()
+                .filter(|t| !self.before.contains(t))
+                .any(waits_on_fifo_pipe_or_tty);
+            stuck = if blocked { stuck + 1 } else { 0 };
+            if stuck >= STUCK_POLLS {
+                return Err(Error::other(format!(
+                    "{what}: given up: git blocked on a FIFO, pipe or terminal in the repository (one a command could have planted)"
+                )));
+            }
         }
     }
 }
@@ -190,5 +226,7 @@ mod tests {
         assert!(r.is_err());
         assert!(t.elapsed() < Duration::from_secs(10));
         assert_eq!(guarded("test", || 7).unwrap(), 7);
+        let pending = start("test", || 8).unwrap();
+        assert_eq!(pending.wait().unwrap(), 8);
     }
 }

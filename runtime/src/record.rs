@@ -63,8 +63,26 @@ pub fn open_repo(workspace: &Path) -> Result<gix::Repository, String> {
 /// guarded read (one thread, one check of `.git`): the snapshot before the command is on
 /// the path to its start.
 pub fn open_and_snapshot(workspace: &Path) -> Result<(gix::Repository, Snapshot), String> {
+    start_snapshot(workspace).wait()
+}
+
+/// [`open_and_snapshot`] started on its reading thread; the caller does other work
+/// meanwhile and then [`Snapshotting::wait`]s.
+pub struct Snapshotting(
+    Result<gitguard::Pending<Result<(gix::Repository, Snapshot), String>>, String>,
+);
+
+impl Snapshotting {
+    /// The repository and the snapshot (the reading thread has been joined), or why not.
+    pub fn wait(self) -> Result<(gix::Repository, Snapshot), String> {
+        self.0?.wait().map_err(|e| e.to_string())?
+    }
+}
+
+/// Start [`open_and_snapshot`] without waiting for it.
+pub fn start_snapshot(workspace: &Path) -> Snapshotting {
     let ws = workspace.to_path_buf();
-    gitguard::guarded("reading the workspace's repository", move || {
+    let started = gitguard::start("reading the workspace's repository", move || {
         let git = gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
         let opts = gix::open::Options::isolated().filter_config_section(|_| false);
         let repo = gix::open_opts(&ws, opts)
@@ -77,8 +95,8 @@ pub fn open_and_snapshot(workspace: &Path) -> Result<(gix::Repository, Snapshot)
         }
         let snap = snapshot_now(&repo, &ws)?;
         Ok((repo, snap))
-    })
-    .map_err(|e| e.to_string())?
+    });
+    Snapshotting(started.map_err(|e| e.to_string()))
 }
 
 /// Take a snapshot of `workspace` (a git work tree). Errors are plain messages.

@@ -217,6 +217,10 @@ mod imp {
         // the launch-policy gate first: a denial starts nothing
         crate::cli::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
         tracing::debug!("gate decided: {:?}", started.elapsed());
+        // the workspace snapshot the record compares against is read (on its guarded
+        // thread) while the plan is made; it is handed to the record when the command is
+        // released (`before_release`), as one taken then would be
+        let snapshotting = record::start_snapshot(&cap.workspace);
 
         let base = with_current_hidden(&cap, &layout);
         let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;
@@ -286,8 +290,11 @@ mod imp {
             Isolation::Full
         };
 
-        // the workspace snapshot the record compares against is taken while init builds
-        // the sandbox, before the command is released
+        // the workspace snapshot the record compares against: the one read while the plan
+        // was made, handed over when the command is released (taken then if the first
+        // run has used it up)
+        type Read = Result<(gix::Repository, record::Snapshot), String>;
+        let early: Rc<RefCell<Option<Read>>> = Rc::default();
         let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
         // opened once, for the snapshot before and the one after
         let repo: Rc<RefCell<Option<gix::Repository>>> = Rc::default();
@@ -299,10 +306,13 @@ mod imp {
             let repo = repo.clone();
             let ws = cap.workspace.clone();
             let watch = watch.clone();
+            let early = early.clone();
             Hooks {
                 before_release: Some(Box::new(move || {
                     watch.borrow_mut().spawn_relay();
-                    let snap = record::open_and_snapshot(&ws).map(|(r, s)| {
+                    let read = early.borrow_mut().take();
+                    let read = read.unwrap_or_else(|| record::open_and_snapshot(&ws));
+                    let snap = read.map(|(r, s)| {
                         *repo.borrow_mut() = Some(r);
                         s
                     });
@@ -327,6 +337,9 @@ mod imp {
         task_env(&mut plan)?;
         net.apply(&mut plan);
         tracing::debug!("plan ready: {:?}", started.elapsed());
+        // the executor starts single-threaded: the reading thread is joined here
+        *early.borrow_mut() = Some(snapshotting.wait());
+        tracing::debug!("snapshot before read: {:?}", started.elapsed());
         let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         tracing::debug!("command ended: {:?}", started.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {
