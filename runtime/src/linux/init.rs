@@ -177,6 +177,28 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     if let Some(s) = pty_slave {
         sys::close(s);
     }
+    // the command's stdio is the command's: init keeps no end of it open (a reader of the
+    // command's output sees its end when the command's processes are gone, not when init
+    // is, after the namespaces' teardown)
+    // SAFETY: opening /dev/null and dup2 onto our own standard descriptors.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+    if let Stdio::Redirect { stdout, stderr } = cx.plan.stdio {
+        for fd in [stdout, stderr] {
+            if fd > 2 {
+                sys::close(fd);
+            }
+        }
+    }
     // the prepared root's descriptors are the command's business now, not init's
     if let Root::Joined(j) = cx.root {
         use std::os::fd::AsRawFd;

@@ -798,22 +798,18 @@ impl LandlockRuleset {
     }
 }
 
-/// Enforce a ruleset made by [`LandlockRules::create`] in another process (a prepared
-/// root's holder) and received as a descriptor: first add `again` (the rules it left out,
-/// opened here, where their paths are this exec's own mounts), then restrict the calling
-/// thread. `no_new_privs` must be set already. `report` is the [`LandlockReport`] the
-/// rules were collected with, as JSON; its status becomes what was enforced.
-pub fn restrict_received(
+/// Add `rules` to the ruleset behind `ruleset`, each path opened here (walking down from
+/// `/` without following symlinks; an absent path is skipped).
+pub fn add_path_rules(
     ruleset: std::os::fd::BorrowedFd<'_>,
-    mut report: serde_json::Value,
-    again: &[PathRule],
-) -> Result<serde_json::Value, LandlockError> {
+    rules: &[PathRule],
+) -> Result<(), LandlockError> {
     use std::os::fd::AsRawFd;
     let sys_err = |what: &str| LandlockError::Open {
         path: what.into(),
         source: nix::Error::last(),
     };
-    for r in again {
+    for r in rules {
         let Some(fd) = open_nofollow(&r.path, OFlag::O_PATH)? else {
             continue;
         };
@@ -840,6 +836,25 @@ pub fn restrict_received(
             return Err(sys_err("landlock_add_rule"));
         }
     }
+    Ok(())
+}
+
+/// Enforce a ruleset made by [`LandlockRules::create`] in another process (a prepared
+/// root's holder) and received as a descriptor: first add `again` (the rules it left out,
+/// opened here, where their paths are this exec's own mounts), then restrict the calling
+/// thread. `no_new_privs` must be set already. `report` is the [`LandlockReport`] the
+/// rules were collected with, as JSON; its status becomes what was enforced.
+pub fn restrict_received(
+    ruleset: std::os::fd::BorrowedFd<'_>,
+    mut report: serde_json::Value,
+    again: &[PathRule],
+) -> Result<serde_json::Value, LandlockError> {
+    use std::os::fd::AsRawFd;
+    add_path_rules(ruleset, again)?;
+    let sys_err = |what: &str| LandlockError::Open {
+        path: what.into(),
+        source: nix::Error::last(),
+    };
     // SAFETY: restricting the calling thread with a ruleset descriptor we own.
     let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
     if rc < 0 {

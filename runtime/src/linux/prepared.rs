@@ -156,6 +156,8 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
     for (_, hard) in super::warm::rlimits() {
         h.update(hard.to_le_bytes());
     }
+    // the holder's diagnostics follow the RUST_LOG of the exec that spawned it
+    h.update(std::env::var_os("RUST_LOG").unwrap_or_default().as_bytes());
     // a caller in another user namespace never meets this one's holders
     h.update(
         std::fs::read_link("/proc/self/ns/user")?

@@ -286,6 +286,14 @@ fn spare_main(
         quit()
     };
     let ruleset: Option<OwnedFd> = created.and_then(|c| c.into());
+    // this spare's own /proc, devpts and /dev/shm are in place: their rules now, not in
+    // the command
+    if let Some(r) = &ruleset {
+        use std::os::fd::AsFd;
+        if super::landlock::add_path_rules(r.as_fd(), &again).is_err() {
+            quit()
+        }
+    }
     let Ok(seccomp) = SeccompProgram::build() else {
         quit()
     };
@@ -385,7 +393,7 @@ fn spare_main(
         capsule,
         ruleset,
         landlock: landlock.clone(),
-        again,
+        again: Vec::new(),
     };
     let old_mask = nix::sys::signal::SigSet::empty();
     let cx = init::Ctx {
