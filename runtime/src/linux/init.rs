@@ -227,10 +227,10 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     }
     sys::close(cx.sync);
     tracing::debug!("init: go-ahead: {:?}", cx.t0.elapsed());
+    // nothing in the sandbox may ptrace or read init's memory: set before the command runs
+    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
     let _ = sys::write_all(go_w, &[1]);
     sys::close(go_w);
-    // nothing in the sandbox may ptrace or read init's memory
-    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
     supervise(&cx, child, full)
 }
 
