@@ -6,7 +6,10 @@
 #                                           vs    runc run of an equivalent bundle (if runc is installed)
 # and the same with 200 hidden paths (capsule: --hide x200; bwrap: --tmpfs x200).
 #
-# Prints median wall time per start (ms) and the ratio to bwrap. The variants run
+# Prints median wall time per start (ms) and the ratio to bwrap. capsule's rows use its
+# prepared roots (built once per capsule and plan, a warm spare per exec: the first round
+# spawns the holder and is a warm-up round); "root built per exec" turns them off
+# (CAPSULE_PREPARED_IDLE=0). The variants run
 # interleaved (one of each per round), so load from elsewhere on the machine slows them
 # alike and the ratios stay meaningful. BASE_BIN=/path/to/older/capsule adds that binary's
 # rows, for before/after comparisons of a change. Not a test: run it by hand
@@ -91,6 +94,7 @@ runs, runc_ok, bin_, ws, w = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3], 
 bwrap = shlex.split(sys.argv[6]); hide = shlex.split(sys.argv[7]); bhide = shlex.split(sys.argv[8])
 base = sys.argv[9]
 env = dict(os.environ)
+env_built = dict(env, CAPSULE_PREPARED_IDLE="0")
 counter = [0]
 def runc():
     counter[0] += 1
@@ -101,6 +105,7 @@ variants = [
     ("capsule exec", lambda: [bin_, "exec", "bench", "--", "/bin/true"]),
     ("bwrap + 200 hidden paths", lambda: bwrap + bhide + ["/bin/true"]),
     ("capsule exec + 200 hidden paths", lambda: [bin_, "exec", "bench"] + hide + ["--", "/bin/true"]),
+    ("capsule exec, root built per exec", lambda: [bin_, "exec", "bench", "--", "/bin/true"]),
 ]
 if base:
     variants += [
@@ -118,7 +123,8 @@ for r in range(warm + runs):
         if name.startswith("runc") and r % 4:
             continue
         s = time.perf_counter()
-        subprocess.run(argv(), cwd=ws, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+        e = env_built if name.endswith("root built per exec") else env
+        subprocess.run(argv(), cwd=ws, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
         if r >= warm:
             times[name].append((time.perf_counter() - s) * 1000)
 rows = [(name, statistics.median(times[name])) for name, _ in variants]

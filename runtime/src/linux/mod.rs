@@ -37,23 +37,23 @@
 //! relay of `home::display`, the allowlist proxy) start in [`Hooks::before_release`],
 //! after the clone; bind their sockets before.
 //!
-//! Where the time of `capsule exec -- /bin/true` goes (release build, 2-core machine under
-//! load from other work; `RUST_LOG=capsule_runtime=debug` prints these points; medians):
-//! resolving the capsule ~0.2 ms, the launch-policy gate ~1–1.5 ms, the policy and plan
-//! ~1 ms, `clone` ~1 ms (copying the page tables of a large binary; the seccomp program is
-//! compiled just before), building the root ~3–4 ms (~55 mount and ~35 mount_setattr calls:
-//! system dirs, /dev, /proc, the home overlay and 12 package-cache binds), the command's
-//! last steps and Landlock + seccomp ~2 ms, init's exit ~1 ms, the workspace snapshot after
-//! the command ~1–3 ms (the one before overlaps the root build). Each hidden path is one
-//! bind of the sealed mask source (no `mount_setattr`); 200 of them cost about as much as
-//! bwrap's 200 `--tmpfs` (~7 ms here), most of it the kernel's per-mount cost.
+//! Three ways to the command's init, fastest first ([`prepared`], [`warm`]):
+//! - **warm**: the capsule's prepared root has a spare init ready (namespaces, root,
+//!   `/proc`, loopback, Landlock ruleset, seccomp program); `capsule` sends it the exec's
+//!   argv, environment, cwd, stdio, umask and limits and supervises it by pidfd.
+//! - **joined**: the prepared root's user and mount namespaces are joined (`setns`) and
+//!   init is cloned into a copy of the mount table with its own pid/net/ipc/uts namespaces,
+//!   `/proc` and devpts; used when init must run hooks inside (the allowlist relay).
+//! - **built**: the root is built for this exec alone, as in the diagram above; used when
+//!   prepared roots are off (`CAPSULE_PREPARED_IDLE=0`) or cannot be joined (a caller in
+//!   another user namespace), and for probes. The same isolation either way.
 //!
-//! Next steps, measured candidates: (1) hide many hidden siblings with one tmpfs over their
-//! read-only parent, re-binding the visible entries (a win when hidden > visible; needs
-//! care with writable paths below); (2) skip `mount_setattr` for binds whose source mount
-//! already has the flags (devices, caches); (3) a capsule's prepared mount namespace,
-//! joined with `setns` per exec (kept alive by a holder process tied to the capsule, so no
-//! on-disk state) — removes the root build from every exec.
+//! Where the time goes (release build, `RUST_LOG=capsule_runtime=debug` prints the points)
+//! is measured side by side with bwrap and runc by `hack/bench-exec.sh`; see the README's
+//! benchmark table. A built root costs ~3 ms (55 mounts, 35 `mount_setattr`, one bind per
+//! hidden path); a warm exec makes no mount at all on its path: its cost is capsule's own
+//! start, the gate, the plan and its fingerprint (one `statx` per mounted path), the
+//! workspace snapshots of the record, and the command's Landlock + seccomp + `execve`.
 
 pub mod init;
 pub mod landlock;
