@@ -142,21 +142,93 @@ fn run(cli: Cli) -> CliResult {
 /// Diagnostics go to stderr through `tracing`, filtered by `RUST_LOG` (default: warnings).
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let fmt = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false);
-    // without RUST_LOG, the filter is "warn" for every target: a plain level filter says
-    // the same without parsing directives (~0.05 ms of every start)
-    let _ = match std::env::var_os("RUST_LOG") {
-        None => fmt
-            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-            .try_init(),
-        Some(_) => fmt
-            .with_env_filter(
-                EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
-            )
-            .try_init(),
-    };
+    match std::env::var_os("RUST_LOG") {
+        // without RUST_LOG the filter is "warn" for every target; most runs print no
+        // warning, so the printing subscriber is made at the first one (its span registry
+        // and layers cost ~0.05 ms of every start)
+        None => {
+            let _ = tracing::subscriber::set_global_default(OnFirstWarning(Default::default()));
+        }
+        Some(_) => {
+            let _ = fmt_subscriber()
+                .with_env_filter(
+                    EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new("warn")),
+                )
+                .try_init();
+        }
+    }
+}
+
+fn fmt_subscriber() -> tracing_subscriber::fmt::SubscriberBuilder<
+    tracing_subscriber::fmt::format::DefaultFields,
+    tracing_subscriber::fmt::format::Format,
+    tracing_subscriber::filter::LevelFilter,
+    fn() -> std::io::Stderr,
+> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr as fn() -> std::io::Stderr)
+        .with_target(false)
+}
+
+/// Warnings and errors, for every target, printed by the same `fmt` subscriber as with
+/// `RUST_LOG=warn`, which is made when the first one is (or a span is) recorded.
+struct OnFirstWarning(std::sync::OnceLock<Box<dyn tracing::Subscriber + Send + Sync>>);
+
+impl OnFirstWarning {
+    fn inner(&self) -> &(dyn tracing::Subscriber + Send + Sync) {
+        self.0
+            .get_or_init(|| {
+                Box::new(
+                    fmt_subscriber()
+                        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+                        .finish(),
+                )
+            })
+            .as_ref()
+    }
+}
+
+impl tracing::Subscriber for OnFirstWarning {
+    fn register_callsite(
+        &self,
+        meta: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if self.enabled(meta) {
+            tracing::subscriber::Interest::always()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::WARN)
+    }
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        *meta.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        self.inner().new_span(span)
+    }
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        self.inner().record(span, values)
+    }
+    fn record_follows_from(&self, span: &tracing::span::Id, follows: &tracing::span::Id) {
+        self.inner().record_follows_from(span, follows)
+    }
+    fn event(&self, event: &tracing::Event<'_>) {
+        self.inner().event(event)
+    }
+    fn enter(&self, span: &tracing::span::Id) {
+        self.inner().enter(span)
+    }
+    fn exit(&self, span: &tracing::span::Id) {
+        self.inner().exit(span)
+    }
+    fn clone_span(&self, id: &tracing::span::Id) -> tracing::span::Id {
+        self.inner().clone_span(id)
+    }
+    fn try_close(&self, id: tracing::span::Id) -> bool {
+        self.inner().try_close(id)
+    }
 }
 
 /// Print `value` as one line of JSON on stdout.
@@ -235,5 +307,52 @@ mod tests {
             }
         }
         assert!(accepted >= 10, "the fast path is taken for plain execs");
+    }
+
+    /// Without RUST_LOG, warnings and errors pass and nothing else; the printing
+    /// subscriber is made by the first warning, not before.
+    #[test]
+    fn the_warnings_subscriber_is_made_at_the_first_warning() {
+        let d = tracing::Dispatch::new(OnFirstWarning(Default::default()));
+        let made = |d: &tracing::Dispatch| {
+            d.downcast_ref::<OnFirstWarning>()
+                .is_some_and(|s| s.0.get().is_some())
+        };
+        tracing::dispatcher::with_default(&d, || {
+            tracing::debug!("not shown");
+            tracing::info!("not shown");
+        });
+        assert!(!made(&d));
+        let levels = [
+            (tracing::Level::TRACE, false),
+            (tracing::Level::DEBUG, false),
+            (tracing::Level::INFO, false),
+            (tracing::Level::WARN, true),
+            (tracing::Level::ERROR, true),
+        ];
+        for (level, shown) in levels {
+            let meta = tracing::Metadata::new(
+                "e",
+                "t",
+                level,
+                None,
+                None,
+                None,
+                tracing::field::FieldSet::new(&[], tracing::callsite::Identifier(&CALLSITE)),
+                tracing::metadata::Kind::EVENT,
+            );
+            assert_eq!(d.enabled(&meta), shown, "{level}");
+        }
+        tracing::dispatcher::with_default(&d, || tracing::warn!("a test warning"));
+        assert!(made(&d));
+    }
+
+    struct Callsite;
+    static CALLSITE: Callsite = Callsite;
+    impl tracing::callsite::Callsite for Callsite {
+        fn set_interest(&self, _: tracing::subscriber::Interest) {}
+        fn metadata(&self) -> &tracing::Metadata<'_> {
+            unreachable!()
+        }
     }
 }
