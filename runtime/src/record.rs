@@ -51,10 +51,7 @@ fn stat_of(path: &Path) -> Option<(u64, i64, i64, u32, u64)> {
 pub fn open_repo(workspace: &Path) -> Result<gix::Repository, String> {
     let ws = workspace.to_path_buf();
     gitguard::guarded("opening the workspace's repository", move || {
-        gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
-        let opts = gix::open::Options::isolated().filter_config_section(|_| false);
-        gix::open_opts(&ws, opts)
-            .map_err(|e| format!("{}: not a git repository ({e})", ws.display()))
+        open_checked(&ws)
     })
     .map_err(|e| e.to_string())?
 }
@@ -66,60 +63,79 @@ pub fn open_and_snapshot(workspace: &Path) -> Result<(gix::Repository, Snapshot)
     start_snapshot(workspace).wait()
 }
 
-/// [`open_and_snapshot`] started on its reading thread; the caller does other work
-/// meanwhile and then [`Snapshotting::wait`]s.
-pub struct Snapshotting(
-    Result<gitguard::Pending<Result<(gix::Repository, Snapshot), String>>, String>,
-);
+/// A guarded read started on its reading thread ([`start_snapshot`],
+/// [`start_snapshot_after`]); the caller does other work meanwhile and then waits.
+pub struct Reading<T>(Result<gitguard::Pending<Result<T, String>>, String>);
 
-impl Snapshotting {
-    /// The repository and the snapshot (the reading thread has been joined), or why not.
-    pub fn wait(self) -> Result<(gix::Repository, Snapshot), String> {
+impl<T> Reading<T> {
+    /// What the read gave (the reading thread has been joined), or why not.
+    pub fn wait(self) -> Result<T, String> {
         self.0?.wait().map_err(|e| e.to_string())?
     }
 }
+
+/// [`open_and_snapshot`], running.
+pub type Snapshotting = Reading<(gix::Repository, Snapshot)>;
 
 /// Start [`open_and_snapshot`] without waiting for it.
 pub fn start_snapshot(workspace: &Path) -> Snapshotting {
     let ws = workspace.to_path_buf();
     let started = gitguard::start("reading the workspace's repository", move || {
-        let git = gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
-        let opts = gix::open::Options::isolated().filter_config_section(|_| false);
-        let repo = gix::open_opts(&ws, opts)
-            .map_err(|e| format!("{}: not a git repository ({e})", ws.display()))?;
-        if repo.git_dir() != git || repo.common_dir() != git {
-            return Err(format!(
-                "{}: the repository is not the workspace's own .git; not read",
-                ws.display()
-            ));
-        }
+        let repo = open_checked(&ws)?;
         let snap = snapshot_now(&repo, &ws)?;
         Ok((repo, snap))
     });
-    Snapshotting(started.map_err(|e| e.to_string()))
+    Reading(started.map_err(|e| e.to_string()))
+}
+
+/// The snapshot after the command, started without waiting for it: [`snapshot_of`] with
+/// the repository opened for the one before, else [`snapshot`] (opening it now).
+pub fn start_snapshot_after(repo: Option<gix::Repository>, workspace: &Path) -> Reading<Snapshot> {
+    let ws = workspace.to_path_buf();
+    let started = match repo {
+        Some(repo) => gitguard::start("computing the workspace's changes", move || {
+            let git = gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
+            if repo.git_dir() != git || repo.common_dir() != git {
+                return Err(format!(
+                    "{}: the repository is not the workspace's own .git; not read",
+                    ws.display()
+                ));
+            }
+            snapshot_now(&repo, &ws)
+        }),
+        None => gitguard::start("reading the workspace's repository", move || {
+            snapshot_now(&open_checked(&ws)?, &ws)
+        }),
+    };
+    Reading(started.map_err(|e| e.to_string()))
+}
+
+/// The workspace's repository: its `.git` checked ([`gitguard::check_git_dir`]), opened
+/// isolated with every `filter.*` section ignored, and the one gix found there.
+fn open_checked(ws: &Path) -> Result<gix::Repository, String> {
+    let git = gitguard::check_git_dir(ws).map_err(|e| e.to_string())?;
+    let opts = gix::open::Options::isolated().filter_config_section(|_| false);
+    let repo = gix::open_opts(ws, opts)
+        .map_err(|e| format!("{}: not a git repository ({e})", ws.display()))?;
+    if repo.git_dir() != git || repo.common_dir() != git {
+        return Err(format!(
+            "{}: the repository is not the workspace's own .git; not read",
+            ws.display()
+        ));
+    }
+    Ok(repo)
 }
 
 /// Take a snapshot of `workspace` (a git work tree). Errors are plain messages.
 pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
-    snapshot_of(&open_repo(workspace)?, workspace)
+    start_snapshot_after(None, workspace).wait()
 }
 
 /// Take a snapshot with an already opened repository (re-reads the index if it changed).
 /// The workspace's `.git` is checked again (the command may have replaced it since the
 /// open), and the read runs [`gitguard::guarded`].
 pub fn snapshot_of(repo: &gix::Repository, workspace: &Path) -> Result<Snapshot, String> {
-    let (repo, ws) = (repo.clone(), workspace.to_path_buf());
-    gitguard::guarded("computing the workspace's changes", move || {
-        let git = gitguard::check_git_dir(&ws).map_err(|e| e.to_string())?;
-        if repo.git_dir() != git || repo.common_dir() != git {
-            return Err(format!(
-                "{}: the repository is not the workspace's own .git; not read",
-                ws.display()
-            ));
-        }
-        snapshot_now(&repo, &ws)
-    })
-    .map_err(|e| e.to_string())?
+    start_snapshot_after(Some(repo.clone()), workspace).wait()
 }
 
 fn snapshot_now(repo: &gix::Repository, workspace: &Path) -> Result<Snapshot, String> {
@@ -509,5 +525,11 @@ mod tests {
         let c = diff(&before, &after, ws);
         assert_eq!(c.added, vec!["later".to_string()]);
         assert_eq!(c.changed, vec!["dir/c".to_string()]);
+        // the guarded reads give the same snapshot, with or without an opened repository
+        let (repo, first) = open_and_snapshot(ws).unwrap();
+        for s in [snapshot(ws).unwrap(), snapshot_of(&repo, ws).unwrap()] {
+            assert_eq!(diff(&first, &s, ws), Changes::default());
+            assert_eq!(s.paths, after.paths);
+        }
     }
 }

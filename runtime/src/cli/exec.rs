@@ -121,8 +121,12 @@ fn effective_policy(
         }
         p.writable.push(c);
     }
-    for h in &a.hide {
-        let path = match canonicalize(h) {
+    #[cfg(target_os = "linux")]
+    let hidden = crate::linux::sys::canonicalize_many(&a.hide);
+    #[cfg(not(target_os = "linux"))]
+    let hidden: Vec<std::io::Result<PathBuf>> = a.hide.iter().map(|h| canonicalize(h)).collect();
+    for (h, c) in a.hide.iter().zip(hidden) {
+        let path = match c {
             Ok(c) => c,
             Err(_) if h.is_absolute() => h.clone(),
             Err(e) => return Err(fail(format!("--hide {}: {e}", h.display()))),
@@ -353,6 +357,8 @@ mod imp {
             net.apply(&mut plan);
             result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         }
+        // the snapshot after the command is read while the rest of the record is made
+        let after = record::start_snapshot_after(repo.borrow_mut().take(), &cap.workspace);
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),
             Err(_) => false,
@@ -409,10 +415,7 @@ mod imp {
             .borrow_mut()
             .take()
             .unwrap_or_else(|| Err("the command did not start".into()));
-        let after = match repo.borrow_mut().take() {
-            Some(r) => record::snapshot_of(&r, &cap.workspace),
-            None => record::snapshot(&cap.workspace),
-        };
+        let after = after.wait();
         match (before, after) {
             (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
             (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
