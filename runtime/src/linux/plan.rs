@@ -281,7 +281,7 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
             && p != Path::new("/tmp")
     });
     // deeper rules later, stronger precedence later; path last so duplicates are adjacent
-    rules.sort_by(|a, b| (depth(&a.0), a.1, &a.0).cmp(&(depth(&b.0), b.1, &b.0)));
+    rules.sort_by_cached_key(|(p, prec, _)| (depth(p), *prec, p.clone()));
     rules.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
 
     let binds: Vec<PathBuf> = rules
@@ -304,12 +304,12 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
             }
             Rule::Hide => {
                 // only what the sandbox would otherwise show needs hiding
-                let visible = visible_roots.iter().any(|r| path.starts_with(r))
-                    || binds.iter().any(|b| path.starts_with(b) && b != path);
+                let visible = visible_roots.iter().any(|r| within(path, r))
+                    || binds.iter().any(|b| within(path, b) && b != path);
                 if !visible {
                     continue;
                 }
-                let carve_outs = binds.iter().any(|b| b.starts_with(path) && b != path);
+                let carve_outs = binds.iter().any(|b| within(b, path) && b != path);
                 steps.push(MountStep::Mask {
                     dst: path.clone(),
                     carve_outs,
@@ -328,6 +328,20 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
     }
     steps.extend(seals);
     steps
+}
+
+/// `p` is `root` or below it: `Path::starts_with` on the bytes of absolute, normalized
+/// paths (policy paths are canonical), without splitting them into components (a plan
+/// with hundreds of hidden paths compares each with every bind).
+fn within(p: &Path, root: &Path) -> bool {
+    let (p, mut r) = (p.as_os_str().as_bytes(), root.as_os_str().as_bytes());
+    while r.len() > 1 && r.ends_with(b"/") {
+        r = &r[..r.len() - 1];
+    }
+    if r == b"/" {
+        return p.starts_with(b"/");
+    }
+    p.starts_with(r) && (p.len() == r.len() || p[r.len()] == b'/')
 }
 
 fn is_root() -> bool {
@@ -391,6 +405,26 @@ pub fn sandbox_view(policy: &SandboxPolicy) -> SandboxPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn within_is_starts_with_on_normalized_paths() {
+        for (p, r) in [
+            ("/a/b", "/a"),
+            ("/a", "/a"),
+            ("/ab", "/a"),
+            ("/a", "/a/b"),
+            ("/a/b/c", "/"),
+            ("/", "/"),
+            ("/a/b", "/a/"),
+            ("/home/u/.ssh", "/home/u/.ss"),
+        ] {
+            assert_eq!(
+                within(Path::new(p), Path::new(r)),
+                Path::new(p).starts_with(r),
+                "{p} within {r}"
+            );
+        }
+    }
     use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
 
     /// `decide` on a machine with these walls, weaker accepted, then the executor mapping.

@@ -107,40 +107,76 @@ struct JoinReply {
     ruleset: bool,
 }
 
-/// Identity of one host path for the fingerprint: device, inode and file type, or absent.
-fn identity(h: &mut Sha256, p: &Path, follow: bool) -> io::Result<Option<std::fs::Metadata>> {
-    h.update(p.as_os_str().as_bytes());
-    h.update([0]);
-    let md = if follow {
-        std::fs::metadata(p)
-    } else {
-        std::fs::symlink_metadata(p)
-    };
-    match md {
-        Ok(m) => {
-            h.update(m.dev().to_le_bytes());
-            h.update(m.ino().to_le_bytes());
-            h.update((m.mode() & libc::S_IFMT).to_le_bytes());
-            Ok(Some(m))
+/// Identities of host paths for the fingerprint: device, inode and file type, or absent.
+/// Each parent folder is opened once and its entries looked at with `fstatat` (200 hidden
+/// siblings: one path walk instead of 200).
+struct Identities<'a> {
+    h: &'a mut Sha256,
+    parents: std::collections::HashMap<PathBuf, Option<OwnedFd>>,
+}
+
+impl Identities<'_> {
+    /// Hash `p`'s identity (following a final symlink when `follow`); its metadata.
+    fn add(&mut self, p: &Path, follow: bool) -> Option<libc::stat> {
+        self.h.update(p.as_os_str().as_bytes());
+        self.h.update([0]);
+        let st = self.stat(p, follow);
+        match &st {
+            Some(st) => {
+                self.h.update((st.st_dev as u64).to_le_bytes());
+                self.h.update((st.st_ino as u64).to_le_bytes());
+                self.h.update((st.st_mode & libc::S_IFMT).to_le_bytes());
+            }
+            None => self.h.update(b"-"),
         }
-        Err(_) => {
-            h.update(b"-");
-            Ok(None)
-        }
+        st
+    }
+
+    fn stat(&mut self, p: &Path, follow: bool) -> Option<libc::stat> {
+        let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+        // SAFETY: a zeroed stat is a valid out-buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let (dir, name) = match (p.parent(), p.file_name()) {
+            (Some(parent), Some(name)) => {
+                let fd = self
+                    .parents
+                    .entry(parent.to_path_buf())
+                    .or_insert_with(|| {
+                        nix::fcntl::open(
+                            parent,
+                            nix::fcntl::OFlag::O_PATH
+                                | nix::fcntl::OFlag::O_DIRECTORY
+                                | nix::fcntl::OFlag::O_CLOEXEC,
+                            nix::sys::stat::Mode::empty(),
+                        )
+                        .ok()
+                    })
+                    .as_ref()?
+                    .as_raw_fd();
+                (fd, std::ffi::CString::new(name.as_bytes()).ok()?)
+            }
+            _ => (
+                libc::AT_FDCWD,
+                std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?,
+            ),
+        };
+        // SAFETY: fstatat with a valid directory descriptor (or AT_FDCWD) and C string.
+        let rc = unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, flags) };
+        (rc == 0).then_some(st)
     }
 }
 
 /// The plan's fingerprint (hex), or `None` when the plan cannot be served by a prepared
 /// root (not full isolation, Landlock best effort, a per-exec mount such as a socket).
 pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
-    use std::os::unix::fs::FileTypeExt;
     if plan.isolation != Isolation::Full || plan.landlock_best_effort || plan.prepared.is_none() {
         return Ok(None);
     }
     let mut h = Sha256::new();
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
-    identity(&mut h, Path::new("/proc/self/exe"), true)?;
     if let Ok(m) = std::fs::metadata("/proc/self/exe") {
+        h.update(m.dev().to_le_bytes());
+        h.update(m.ino().to_le_bytes());
         h.update(m.mtime().to_le_bytes());
         h.update(m.mtime_nsec().to_le_bytes());
         h.update(m.size().to_le_bytes());
@@ -177,16 +213,20 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
     }
     serde_json::to_writer(Feed(&mut h), &plan.mounts).map_err(io::Error::other)?;
     serde_json::to_writer(Feed(&mut h), &plan.policy).map_err(io::Error::other)?;
+    let mut ids = Identities {
+        h: &mut h,
+        parents: Default::default(),
+    };
     for s in &plan.mounts {
         match s {
             MountStep::Bind { src, dst, .. } => {
-                if let Some(m) = identity(&mut h, src, true)? {
-                    let t = m.file_type();
-                    if t.is_socket() || t.is_fifo() {
+                if let Some(st) = ids.add(src, true) {
+                    let t = st.st_mode & libc::S_IFMT;
+                    if t == libc::S_IFSOCK || t == libc::S_IFIFO {
                         return Ok(None);
                     }
                 }
-                identity(&mut h, dst, false)?;
+                ids.add(dst, false);
             }
             MountStep::Overlay {
                 lower,
@@ -195,27 +235,28 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
                 dst,
             } => {
                 for l in lower {
-                    identity(&mut h, l, true)?;
+                    ids.add(l, true);
                 }
-                identity(&mut h, upper, true)?;
-                identity(&mut h, work, true)?;
-                identity(&mut h, dst, false)?;
+                ids.add(upper, true);
+                ids.add(work, true);
+                ids.add(dst, false);
             }
             MountStep::Mask { dst, .. }
             | MountStep::ReadOnly { dst }
             | MountStep::Symlink { dst, .. }
             | MountStep::Tmpfs { dst, .. }
             | MountStep::Dir { dst } => {
-                identity(&mut h, dst, false)?;
+                ids.add(dst, false);
             }
             MountStep::Dev { extra, .. } => {
                 for e in extra {
-                    identity(&mut h, &Path::new("/dev").join(e), true)?;
+                    ids.add(&Path::new("/dev").join(e), true);
                 }
             }
             MountStep::Proc { .. } => {}
         }
     }
+    drop(ids);
     let d = h.finalize();
     Ok(Some(d.iter().map(|b| format!("{b:02x}")).collect()))
 }
