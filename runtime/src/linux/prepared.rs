@@ -766,6 +766,11 @@ impl Holder<'_> {
             userns.as_raw_fd(),
             mntns.as_raw_fd(),
         ];
+        // the mounts of the prepared root, counted now: a host path removed under one of
+        // them (rmdir of a hidden folder) detaches it in every namespace, and a root that
+        // lost a mount is never served again, whatever the fingerprint says (inode numbers
+        // can be reused)
+        let mounts = count_mounts();
         let mut spare = warm::make(self.plan, rules, landlock, &own).ok();
         // spares handed out and still running (they live in our pid namespace)
         let mut served: Vec<libc::pid_t> = Vec::new();
@@ -807,6 +812,10 @@ impl Holder<'_> {
             }
             let line = &req[..got];
             let ours = line.len() > 1 && line[1..] == *format!("{}\n", self.fp).as_bytes();
+            if ours && count_mounts() != mounts {
+                drop(conn);
+                self.end(spare, served)
+            }
             match line.first() {
                 Some(b'J') if ours => {
                     last = Instant::now();
@@ -910,6 +919,14 @@ fn set_title() {
         let n = title.len().min(area.len() - 1);
         area[..n].copy_from_slice(&title[..n]);
     }
+}
+
+/// Mounts in this process's mount namespace (lines of `/proc/self/mountinfo`); `None` if
+/// unreadable.
+fn count_mounts() -> Option<usize> {
+    std::fs::read("/proc/self/mountinfo")
+        .ok()
+        .map(|b| b.iter().filter(|c| **c == b'\n').count())
 }
 
 /// Reap the spares that ended: served ones leave `served`; a spare that ended before it
