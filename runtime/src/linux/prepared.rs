@@ -42,7 +42,7 @@ use super::{mounts, sys, warm, ExecError, ExecPlan, Isolation, MountStep};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -428,27 +428,8 @@ fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Entry>> {
         let _ = s.read(&mut b);
         return Ok(None);
     }
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut buf = vec![0u8; 64 * 1024];
-    let mut cmsg = nix::cmsg_space!([RawFd; 3]);
-    let (n, fds) = {
-        let mut iov = [io::IoSliceMut::new(&mut buf)];
-        let msg = recvmsg::<()>(
-            s.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(io::Error::from)?;
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        for c in msg.cmsgs().map_err(io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(v) = c {
-                // SAFETY: descriptors just received are ours to own.
-                fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-            }
-        }
-        (msg.bytes, fds)
-    };
+    let (n, fds) = sys::recv_fds(s.as_raw_fd(), &mut buf)?;
     if n == 0 {
         // the holder ended before answering (idle timeout just then)
         return Ok(None);
@@ -953,7 +934,6 @@ fn answer(
     rules: &LandlockRules,
     landlock: &serde_json::Value,
 ) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     let (created, again) = rules
         .create(
             PER_EXEC_ROOTS
@@ -974,11 +954,7 @@ fn answer(
     if let Some(r) = &ruleset {
         fds.push(r.as_raw_fd());
     }
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let first = reply.len().min(4096);
-    let iov = [io::IoSlice::new(&reply[..first])];
-    sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
-        .map_err(io::Error::from)?;
+    let first = sys::send_fds(conn.as_raw_fd(), &reply[..reply.len().min(4096)], &fds)?;
     conn.write_all(&reply[first..])
 }
 

@@ -62,30 +62,19 @@ impl Pty {
 
     /// Receive the master from init (blocking until it arrives or init is gone).
     pub fn receive_master(&mut self) -> io::Result<RawFd> {
-        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-        let mut byte = [0u8; 1];
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        let mut space = nix::cmsg_space!(RawFd);
-        let msg = recvmsg::<()>(
-            self.sock,
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(io::Error::from)?;
-        for c in msg.cmsgs().map_err(io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                if let Some(&fd) = fds.first() {
-                    self.master = fd;
-                    self.copy_winsize();
-                    return Ok(fd);
-                }
-            }
-        }
-        Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the sandbox sent no terminal",
-        ))
+        use std::os::fd::IntoRawFd;
+        let (_, fds) = super::sys::recv_fds(self.sock, &mut [0u8; 1])?;
+        let mut fds = fds.into_iter();
+        let Some(fd) = fds.next() else {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the sandbox sent no terminal",
+            ));
+        };
+        let fd = fd.into_raw_fd();
+        self.master = fd;
+        self.copy_winsize();
+        Ok(fd)
     }
 
     fn copy_winsize(&self) {
@@ -184,13 +173,7 @@ pub fn open_here() -> io::Result<(RawFd, RawFd)> {
 
 /// Send `fd` over the console socket.
 pub fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let fds = [fd];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [std::io::IoSlice::new(b"t")];
-    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None)
-        .map(drop)
-        .map_err(io::Error::from)
+    super::sys::send_fds(sock, b"t", &[fd]).map(drop)
 }
 
 /// Copies bytes between the caller and the pseudo-terminal.

@@ -249,6 +249,33 @@ pub fn close(fd: RawFd) {
     }
 }
 
+/// `sendmsg(2)` of `bytes` (not empty) with `fds` attached (`SCM_RIGHTS`); bytes sent.
+pub fn send_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let iov = [io::IoSlice::new(bytes)];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::empty(), None).map_err(io::Error::from)
+}
+
+/// `recvmsg(2)` of up to `buf.len()` bytes and the descriptors that came with them (made
+/// close-on-exec, owned by the caller); `(0, [])` at end of file.
+pub fn recv_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(io::Error::from)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: descriptors just received are ours to own.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
 #[repr(C)]
 struct IfReq {
     name: [u8; libc::IFNAMSIZ],

@@ -59,7 +59,6 @@ pub(crate) fn send(
     sync: RawFd,
     console: Option<RawFd>,
 ) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     // SAFETY: pidfd_open of ourselves.
     let me = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
     if me < 0 {
@@ -95,11 +94,7 @@ pub(crate) fn send(
         stdio,
     };
     let bytes = serde_json::to_vec(&req).map_err(io::Error::other)?;
-    let first = bytes.len().min(4096);
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [io::IoSlice::new(&bytes[..first])];
-    sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
-        .map_err(io::Error::from)?;
+    let first = sys::send_fds(conn.as_raw_fd(), &bytes[..bytes.len().min(4096)], &fds)?;
     conn.write_all(&bytes[first..])?;
     conn.shutdown(std::net::Shutdown::Write)
 }
@@ -175,27 +170,8 @@ impl Spare {
     /// Hand the spare to capsule at the other end of `conn`: its pidfd to capsule, the
     /// connection to the spare.
     pub fn hand_over(self, conn: &UnixStream) -> io::Result<libc::pid_t> {
-        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-        let fds = [self.pidfd.as_raw_fd()];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        sendmsg::<()>(
-            conn.as_raw_fd(),
-            &[io::IoSlice::new(b"W")],
-            &cmsg,
-            MsgFlags::empty(),
-            None,
-        )
-        .map_err(io::Error::from)?;
-        let fds = [conn.as_raw_fd()];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        sendmsg::<()>(
-            self.chan.as_raw_fd(),
-            &[io::IoSlice::new(b"c")],
-            &cmsg,
-            MsgFlags::empty(),
-            None,
-        )
-        .map_err(io::Error::from)?;
+        sys::send_fds(conn.as_raw_fd(), b"W", &[self.pidfd.as_raw_fd()])?;
+        sys::send_fds(self.chan.as_raw_fd(), b"c", &[conn.as_raw_fd()])?;
         Ok(self.pid)
     }
 }
@@ -412,25 +388,13 @@ fn spare_main(
     init::main(cx, Hooks::default())
 }
 
-/// `recvmsg` of up to `buf.len()` bytes and the descriptors that came with them
-/// (close-on-exec).
+/// [`sys::recv_fds`], with end of file as an error.
 fn recv_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
-    let mut iov = [io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(io::Error::from)?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            // SAFETY: descriptors just received are ours to own.
-            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-        }
-    }
-    if msg.bytes == 0 && fds.is_empty() {
+    let (n, fds) = sys::recv_fds(sock, buf)?;
+    if n == 0 && fds.is_empty() {
         return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
     }
-    Ok((msg.bytes, fds))
+    Ok((n, fds))
 }
 
 /// Capsule's side of a warm exec: the spare's pidfd received in answer to `X`.
