@@ -55,6 +55,16 @@ pub struct Warm {
     /// JSON of the rules' [`ll::LandlockReport`].
     pub landlock: serde_json::Value,
     pub again: Vec<ll::PathRule>,
+    /// Set when the spare enforced the layers itself before the request (the command,
+    /// forked from it, inherits them): what was enforced.
+    pub layers: Option<PreLayers>,
+}
+
+/// Layers a warm spare enforced on itself before its request ([`Warm::layers`]): no
+/// capabilities, `no_new_privs`, Landlock and seccomp. Their reports, for the record.
+pub struct PreLayers {
+    pub landlock: serde_json::Value,
+    pub seccomp: serde_json::Value,
 }
 
 impl Root<'_> {
@@ -461,7 +471,19 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         }
         .into(),
     };
-    if plan.isolation != Isolation::None {
+    let pre = match &cx.root {
+        Root::Warm(w) => w.layers.as_ref(),
+        _ => None,
+    };
+    if let Some(pre) = pre {
+        // a warm spare enforced every layer before its request came: this process inherits
+        // them (from the spare, which forked it)
+        applied.capabilities =
+            "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
+        applied.no_new_privs = true;
+        applied.landlock = pre.landlock.clone();
+        applied.seccomp = pre.seccomp.clone();
+    } else if plan.isolation != Isolation::None {
         if let Err(e) = sys::drop_all_capabilities() {
             fail(rep, format!("dropping capabilities: {e}"));
         }

@@ -273,6 +273,10 @@ fn spare_main(
     let Ok(seccomp) = SeccompProgram::build() else {
         quit()
     };
+    // every layer now, before the request: caps, no_new_privs, Landlock, seccomp; the
+    // spare (init) is held by them too, and the command forked from it inherits them
+    let layers = enforce(ruleset.as_ref(), landlock, &seccomp);
+    drop(ruleset);
     // wait for the connection of the exec we serve (end of file: the holder is done)
     let Some(conn) = recv_fds(chan.as_raw_fd(), &mut [0u8; 8])
         .ok()
@@ -367,9 +371,10 @@ fn spare_main(
     }
     let warm = init::Warm {
         capsule,
-        ruleset,
+        ruleset: None,
         landlock: landlock.clone(),
         again: Vec::new(),
+        layers: Some(layers),
     };
     let old_mask = nix::sys::signal::SigSet::empty();
     let cx = init::Ctx {
@@ -386,6 +391,32 @@ fn spare_main(
         root: Root::Warm(&warm),
     };
     init::main(cx, Hooks::default())
+}
+
+/// Enforce the sandbox's layers on the spare itself (they are inherited by what it forks):
+/// no capabilities, `no_new_privs`, the Landlock ruleset, the seccomp filter. A spare that
+/// cannot ends (its holder then serves a join instead).
+fn enforce(
+    ruleset: Option<&OwnedFd>,
+    landlock: &serde_json::Value,
+    seccomp: &SeccompProgram,
+) -> init::PreLayers {
+    use std::os::fd::AsFd;
+    if sys::drop_all_capabilities().is_err() || sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).is_err()
+    {
+        quit()
+    }
+    let Some(r) = ruleset else { quit() };
+    let Ok(landlock) = super::landlock::restrict_received(r.as_fd(), landlock.clone(), &[]) else {
+        quit()
+    };
+    if seccomp.install().is_err() {
+        quit()
+    }
+    init::PreLayers {
+        landlock,
+        seccomp: serde_json::to_value(seccomp.report()).unwrap_or_default(),
+    }
 }
 
 /// [`sys::recv_fds`], with end of file as an error.
