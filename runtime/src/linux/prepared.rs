@@ -113,6 +113,8 @@ struct JoinReply {
 struct Identities<'a> {
     h: &'a mut Sha256,
     parents: std::collections::HashMap<PathBuf, Option<OwnedFd>>,
+    /// Folders holding many of the plan's paths, listed once (hidden siblings).
+    listings: sys::Listings,
 }
 
 impl Identities<'_> {
@@ -136,6 +138,16 @@ impl Identities<'_> {
         let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
         // SAFETY: a zeroed stat is a valid out-buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if !follow {
+            if let (Some(parent), Some(name)) = (p.parent(), p.file_name()) {
+                if let Some(Some((dev, ino, t))) = self.listings.entry(parent, name.as_bytes()) {
+                    st.st_dev = dev as libc::dev_t;
+                    st.st_ino = ino as libc::ino_t;
+                    st.st_mode = t;
+                    return Some(st);
+                }
+            }
+        }
         let (dir, name) = match (p.parent(), p.file_name()) {
             (Some(parent), Some(name)) => {
                 let fd = self
@@ -213,9 +225,14 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
     }
     serde_json::to_writer(Feed(&mut h), &plan.mounts).map_err(io::Error::other)?;
     serde_json::to_writer(Feed(&mut h), &plan.policy).map_err(io::Error::other)?;
+    let masked = plan.mounts.iter().filter_map(|s| match s {
+        MountStep::Mask { dst, .. } => Some(dst.as_path()),
+        _ => None,
+    });
     let mut ids = Identities {
         h: &mut h,
         parents: Default::default(),
+        listings: sys::Listings::for_paths(masked),
     };
     for s in &plan.mounts {
         match s {

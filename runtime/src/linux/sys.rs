@@ -411,7 +411,9 @@ pub fn canonicalize(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
 /// `.`/`..`, a missing entry) goes through [`canonicalize`] on its own.
 pub fn canonicalize_many(paths: &[std::path::PathBuf]) -> Vec<io::Result<std::path::PathBuf>> {
     use std::collections::HashMap;
+    use std::os::unix::ffi::OsStrExt;
     use std::path::{Component, Path, PathBuf};
+    let listings = Listings::for_paths(paths.iter().map(PathBuf::as_path));
     let mut parents: HashMap<&Path, Option<PathBuf>> = HashMap::new();
     paths
         .iter()
@@ -423,16 +425,121 @@ pub fn canonicalize_many(paths: &[std::path::PathBuf]) -> Vec<io::Result<std::pa
             let canon_parent = parents
                 .entry(parent)
                 .or_insert_with(|| canonicalize(parent).ok());
-            match (canon_parent, std::fs::symlink_metadata(p)) {
-                (Some(cp), Ok(md)) if !md.file_type().is_symlink() => Ok(cp.join(name)),
+            let not_link = match listings.entry(parent, name.as_bytes()) {
+                Some(Some((_, _, t))) => t != libc::S_IFLNK,
+                Some(None) => false, // not there: canonicalize says why
+                None => std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()),
+            };
+            match canon_parent {
+                Some(cp) if not_link => Ok(cp.join(name)),
                 _ => canonicalize(p),
             }
         })
         .collect()
 }
 
+/// Directory listings of the parents that many paths share (at least [`Listings::MANY`]):
+/// one `getdents` instead of an `lstat` per entry. Entries give the device of the folder,
+/// the inode number and the file type `readdir` reports.
+pub struct Listings {
+    dirs: std::collections::HashMap<std::path::PathBuf, Option<Listing>>,
+}
+
+type Listing = (u64, std::collections::HashMap<Vec<u8>, (u64, libc::mode_t)>);
+
+impl Listings {
+    /// Parents with fewer paths than this are not listed (an `lstat` each is cheaper).
+    pub const MANY: usize = 8;
+
+    /// List the parents of `paths` that at least [`Self::MANY`] of them share.
+    pub fn for_paths<'a>(paths: impl Iterator<Item = &'a std::path::Path>) -> Listings {
+        use std::collections::HashMap;
+        let mut count: HashMap<&std::path::Path, usize> = HashMap::new();
+        for p in paths {
+            if let Some(parent) = p.parent() {
+                *count.entry(parent).or_default() += 1;
+            }
+        }
+        let dirs = count
+            .into_iter()
+            .filter(|(_, n)| *n >= Self::MANY)
+            .map(|(d, _)| (d.to_path_buf(), list(d)))
+            .collect();
+        Listings { dirs }
+    }
+
+    /// `None`: `parent` was not listed. `Some(None)`: listed, no entry `name` (or its type
+    /// unknown). `Some(Some((dev, ino, type)))`: the entry (`type` as `S_IF*`).
+    pub fn entry(
+        &self,
+        parent: &std::path::Path,
+        name: &[u8],
+    ) -> Option<Option<(u64, u64, libc::mode_t)>> {
+        let (dev, entries) = self.dirs.get(parent)?.as_ref()?;
+        Some(entries.get(name).map(|(ino, t)| (*dev, *ino, *t)))
+    }
+}
+
+fn list(dir: &std::path::Path) -> Option<Listing> {
+    use nix::dir::{Dir, Type};
+    use nix::fcntl::OFlag;
+    use std::os::fd::AsRawFd;
+    let mut d = Dir::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    // SAFETY: fstat into a zeroed stat of a descriptor we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(d.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    let mut entries = std::collections::HashMap::new();
+    for e in d.iter() {
+        let e = e.ok()?;
+        let t = match e.file_type() {
+            Some(Type::Directory) => libc::S_IFDIR,
+            Some(Type::File) => libc::S_IFREG,
+            Some(Type::Symlink) => libc::S_IFLNK,
+            Some(Type::Socket) => libc::S_IFSOCK,
+            Some(Type::Fifo) => libc::S_IFIFO,
+            Some(Type::CharacterDevice) => libc::S_IFCHR,
+            Some(Type::BlockDevice) => libc::S_IFBLK,
+            // unknown type: the caller looks at the entry itself
+            None => continue,
+        };
+        entries.insert(e.file_name().to_bytes().to_vec(), (e.ino(), t));
+    }
+    Some((st.st_dev as u64, entries))
+}
+
 #[cfg(test)]
 mod canonicalize_tests {
+    #[test]
+    fn many_siblings_same_answers_as_std() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("many");
+        std::fs::create_dir_all(d.path().join("elsewhere")).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut paths = Vec::new();
+        for i in 0..12 {
+            std::fs::create_dir(dir.join(format!("d{i}"))).unwrap();
+            paths.push(dir.join(format!("d{i}")));
+        }
+        std::os::unix::fs::symlink(d.path().join("elsewhere"), dir.join("link")).unwrap();
+        paths.push(dir.join("link"));
+        paths.push(dir.join("missing"));
+        let got = super::canonicalize_many(&paths);
+        for (p, g) in paths.iter().zip(got) {
+            match std::fs::canonicalize(p) {
+                Ok(want) => assert_eq!(g.unwrap(), want, "{}", p.display()),
+                Err(_) => assert!(g.is_err(), "{}", p.display()),
+            }
+        }
+    }
+
     #[test]
     fn same_answers_as_std() {
         let d = tempfile::tempdir().unwrap();
