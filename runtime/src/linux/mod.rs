@@ -235,10 +235,6 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
         Stdio::Inherit | Stdio::Redirect { .. } => None,
     };
-    // The children allocate between clone and execve: no other thread of ours may be
-    // running then (it could hold an allocator lock the child would wait on forever).
-    single_threaded()?;
-    tracing::debug!("run: single-threaded: {:?}", start.elapsed());
     let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
 
@@ -281,6 +277,18 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Some(prepared::Entry::Warm(w)) => (None, Some(w)),
         None => (None, None),
     };
+    // The children allocate between clone and execve: no other thread of ours may be
+    // running then (it could hold an allocator lock the child would wait on forever). A
+    // warm spare is not our child: nothing is cloned here then.
+    if warm.is_none() {
+        if let Err(e) = single_threaded() {
+            restore(&old_mask);
+            for fd in [rep_r, rep_w, sync_r, sync_w] {
+                sys::close(fd);
+            }
+            return Err(e);
+        }
+    }
 
     let mut flags: libc::c_long = libc::SIGCHLD as libc::c_long;
     let mut namespaces = Vec::new();
@@ -744,7 +752,7 @@ fn parked(tid: &str) -> bool {
 /// milliseconds to go; given-up git reads parked on a FIFO, pipe or terminal
 /// ([`parked`]) are tolerated. Host-side helpers (the stderr relay, the network proxy) start in
 /// `Hooks::before_release`, after the clone.
-fn single_threaded() -> Result<(), ExecError> {
+pub(crate) fn single_threaded() -> Result<(), ExecError> {
     let mut others = other_threads();
     // a thread that just handed over its result (gitguard's reads) is usually gone within
     // tens of microseconds: look again often, for at most ~20 ms

@@ -280,8 +280,8 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
 
 /// Enter the prepared root of `plan`, spawning its holder first if there is none: a warm
 /// spare when `warm` allows and one is ready, else its namespaces to join. `Ok(None)`
-/// when the plan is not preparable or prepared roots are off. Must be called while the
-/// process is single-threaded (it may clone the holder).
+/// when the plan is not preparable or prepared roots are off. Spawning a holder checks
+/// that the process is single-threaded first (it forks).
 pub fn join(plan: &ExecPlan, warm: bool) -> Result<Option<Entry>, ExecError> {
     let setup = |what: &str, e: io::Error| ExecError::Setup(format!("{what}: {e}"));
     if idle().is_zero() {
@@ -521,7 +521,11 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
         report: rep_w,
         go: go_r,
     };
-    // SAFETY: fork in a single-threaded process (checked by the caller of `join`).
+    if let Err(e) = super::single_threaded() {
+        cleanup(&[rep_r, rep_w, go_r, go_w]);
+        return Err(e);
+    }
+    // SAFETY: fork in a single-threaded process (checked just above).
     let mid = unsafe { libc::fork() };
     if mid < 0 {
         let e = io::Error::last_os_error();
@@ -681,6 +685,9 @@ impl Holder<'_> {
         sys::close(self.go);
         // SAFETY: leaving the caller's session and process group (its ^C is not ours).
         unsafe { libc::setsid() };
+        // the exec that spawned us blocks the signals it forwards: a holder takes them
+        // (SIGTERM ends it like any process)
+        let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
         set_title();
         if let Err(e) = mounts::build_root(&self.plan.mounts) {
             self.fail(format!("preparing the sandbox's root: {e}"));

@@ -332,6 +332,13 @@ fn spare_main(
                     quit()
                 }
             }
+            // only 0, 1 and 2 (which init gives up once the command is forked): a reader
+            // of the command's output sees its end with the command's
+            for fd in [*i, *o, *e] {
+                if fd > 2 {
+                    sys::close(fd);
+                }
+            }
             plan.stdio = Stdio::Inherit;
         }
         (1, [c]) => {
