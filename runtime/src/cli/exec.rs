@@ -218,13 +218,14 @@ mod imp {
         let caller_cwd = std::env::current_dir().ok();
         let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
 
+        // the workspace snapshot the record compares against is read (on its guarded
+        // thread, gix only: reading starts nothing) while the gate decides and the plan is
+        // made; it is handed to the record when the command is released
+        // (`before_release`), as one taken then would be
+        let snapshotting = Rc::new(RefCell::new(Some(record::start_snapshot(&cap.workspace))));
         // the launch-policy gate first: a denial starts nothing
         crate::cli::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
         tracing::debug!("gate decided: {:?}", started.elapsed());
-        // the workspace snapshot the record compares against is read (on its guarded
-        // thread) while the plan is made; it is handed to the record when the command is
-        // released (`before_release`), as one taken then would be
-        let snapshotting = record::start_snapshot(&cap.workspace);
 
         let base = with_current_hidden(&cap, &layout);
         let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;
@@ -311,8 +312,22 @@ mod imp {
             let ws = cap.workspace.clone();
             let watch = watch.clone();
             let early = early.clone();
+            let snapshotting = snapshotting.clone();
             Hooks {
+                // the reading thread is joined before anything is cloned (the executor
+                // clones single-threaded), or at the release (a warm spare: no clone)
+                before_clone: Some(Box::new({
+                    let (early, snapshotting) = (early.clone(), snapshotting.clone());
+                    move || {
+                        if let Some(p) = snapshotting.borrow_mut().take() {
+                            *early.borrow_mut() = Some(p.wait());
+                        }
+                    }
+                })),
                 before_release: Some(Box::new(move || {
+                    if let Some(p) = snapshotting.borrow_mut().take() {
+                        *early.borrow_mut() = Some(p.wait());
+                    }
                     watch.borrow_mut().spawn_relay();
                     let read = early.borrow_mut().take();
                     let read = read.unwrap_or_else(|| record::open_and_snapshot(&ws));
@@ -341,9 +356,6 @@ mod imp {
         task_env(&mut plan)?;
         net.apply(&mut plan);
         tracing::debug!("plan ready: {:?}", started.elapsed());
-        // the executor starts single-threaded: the reading thread is joined here
-        *early.borrow_mut() = Some(snapshotting.wait());
-        tracing::debug!("snapshot before read: {:?}", started.elapsed());
         let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         tracing::debug!("command ended: {:?}", started.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {

@@ -142,6 +142,10 @@ pub type InitHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
 pub struct Hooks {
     /// Run by init inside the sandbox, in order.
     pub inside: Vec<InitHook>,
+    /// Run by the caller before it clones or forks anything (the process must be
+    /// single-threaded then): e.g. joining a reading thread started early. Not run when
+    /// nothing is cloned (a warm spare); `before_release` runs in any case.
+    pub before_clone: Option<Box<dyn FnOnce()>>,
     /// Run by the caller while init builds the sandbox, before the command is released
     /// (e.g. the workspace snapshot the exec record compares against). Runs with the
     /// executor's signals blocked; threads it starts inherit that mask.
@@ -253,7 +257,13 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
 
     // a prepared root for this plan (a warm spare, or its namespaces to join; spawned
     // first if need be), else none. Spares run no hooks inside.
-    let entry = match prepared::join(plan, hooks.inside.is_empty()) {
+    let mut before_clone = hooks.before_clone.take();
+    let mut run_before_clone = move || {
+        if let Some(f) = before_clone.take() {
+            f()
+        }
+    };
+    let entry = match prepared::join(plan, hooks.inside.is_empty(), &mut run_before_clone) {
         Ok(j) => j,
         Err(e) => {
             restore(&old_mask);
@@ -281,6 +291,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // running then (it could hold an allocator lock the child would wait on forever). A
     // warm spare is not our child: nothing is cloned here then.
     if warm.is_none() {
+        run_before_clone();
         if let Err(e) = single_threaded() {
             restore(&old_mask);
             for fd in [rep_r, rep_w, sync_r, sync_w] {

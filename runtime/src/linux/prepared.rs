@@ -280,9 +280,13 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
 
 /// Enter the prepared root of `plan`, spawning its holder first if there is none: a warm
 /// spare when `warm` allows and one is ready, else its namespaces to join. `Ok(None)`
-/// when the plan is not preparable or prepared roots are off. Spawning a holder checks
-/// that the process is single-threaded first (it forks).
-pub fn join(plan: &ExecPlan, warm: bool) -> Result<Option<Entry>, ExecError> {
+/// when the plan is not preparable or prepared roots are off. Spawning a holder runs
+/// `before_fork`, then checks that the process is single-threaded (it forks).
+pub fn join(
+    plan: &ExecPlan,
+    warm: bool,
+    before_fork: &mut dyn FnMut(),
+) -> Result<Option<Entry>, ExecError> {
     let setup = |what: &str, e: io::Error| ExecError::Setup(format!("{what}: {e}"));
     if idle().is_zero() {
         return Ok(None);
@@ -313,6 +317,7 @@ pub fn join(plan: &ExecPlan, warm: bool) -> Result<Option<Entry>, ExecError> {
     if let Ok(Some(j)) = enter(&sock) {
         return Ok(Some(j));
     }
+    before_fork();
     spawn(plan, dir, &fp)?;
     match enter(&sock) {
         Ok(Some(j)) => Ok(Some(j)),
