@@ -251,3 +251,20 @@ fn a_warm_exec_gets_the_callers_umask_limits_and_stdio() {
         }
     });
 }
+
+#[test]
+fn commands_that_end_at_once_never_leave_an_exec_waiting() {
+    // a command that is gone before init watches for its end must still be seen to end
+    // (init blocks its signals before the fork and looks at its children periodically)
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for i in 0..40 {
+            let mut cmd = c.capsule();
+            cmd.args(["exec", NAME, "--", "true"])
+                .stdin(std::process::Stdio::null());
+            let o = capsule_e2e::bounded::bounded(&mut cmd, 20);
+            ok(&o, &format!("exec {i}"));
+        }
+        assert_eq!(last_root(&c), "prepared");
+    });
+}

@@ -171,6 +171,8 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         Ok(p) => p,
         Err(e) => fail(cx.report, format!("pipe: {e}")),
     };
+    // init's signals are blocked before the fork (the command restores its own mask)
+    init_signals();
     // SAFETY: fork in a single-threaded process.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -244,9 +246,11 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     supervise(&cx, child, full)
 }
 
-fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
-    // SAFETY: building a signal set and a signalfd on it; reading whole siginfo records.
-    let sfd = unsafe {
+/// The signals init handles (through a signalfd): blocked before the command is forked,
+/// so that a command ending at once cannot make its SIGCHLD go unseen.
+fn init_signals() -> libc::sigset_t {
+    // SAFETY: building a signal set on the stack and blocking it.
+    unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in [
@@ -263,80 +267,84 @@ fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
             libc::sigaddset(&mut set, s);
         }
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
-    };
+        set
+    }
+}
+
+fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
+    let set = init_signals();
+    // SAFETY: a signalfd on the blocked set.
+    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
     if sfd < 0 {
         let e = std::io::Error::last_os_error();
         // SAFETY: killing our own child.
         unsafe { libc::kill(child, libc::SIGKILL) };
         fail(cx.report, format!("signalfd: {e}"));
     }
+    // a warm spare's capsule is not its parent (no PDEATHSIG): its end is ours too
+    let capsule = match cx.root {
+        Root::Warm(w) => w.capsule,
+        _ => -1,
+    };
     let mut main_status: Option<libc::c_int> = None;
     loop {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        // SAFETY: reading one record into a buffer of its size.
-        let buf = unsafe {
-            std::slice::from_raw_parts_mut(
-                &mut info as *mut libc::signalfd_siginfo as *mut u8,
-                std::mem::size_of::<libc::signalfd_siginfo>(),
-            )
-        };
-        if let Root::Warm(w) = cx.root {
-            // capsule is not our parent (no PDEATHSIG): its end is ours too
-            let mut fds = [
-                libc::pollfd {
-                    fd: sfd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: w.capsule,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfds.
-            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
-                continue;
-            }
-            if fds[1].revents != 0 {
-                // SAFETY: killing our own child; then everything else.
-                unsafe { libc::kill(child, libc::SIGKILL) };
-                kill_rest(full);
-                exit(crate::exit::SANDBOX_FAILED as i32);
-            }
-            if fds[0].revents == 0 {
-                continue;
-            }
+        let mut fds = [
+            libc::pollfd {
+                fd: sfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: capsule,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // a periodic look at the children as well, whatever the signals say
+        // SAFETY: two valid pollfds (a negative fd is ignored).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 250) };
+        if n > 0 && fds[1].revents != 0 {
+            // SAFETY: killing our own child; then everything else.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            kill_rest(full);
+            exit(crate::exit::SANDBOX_FAILED as i32);
         }
-        match sys::read(sfd, buf) {
-            Ok(n) if n == buf.len() => {}
-            Ok(_) => continue,
-            Err(_) => break,
-        }
-        let sig = info.ssi_signo as libc::c_int;
-        if sig == libc::SIGCHLD {
-            loop {
-                let mut st = 0;
-                // SAFETY: reaping our children.
-                let w = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
-                if w <= 0 {
-                    break;
-                }
-                if w == child {
-                    main_status = Some(st);
-                }
-            }
-            if main_status.is_some() {
+        loop {
+            // SAFETY: signalfd_siginfo is plain data.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            // SAFETY: reading one record into a buffer of its size.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(
+                    &mut info as *mut libc::signalfd_siginfo as *mut u8,
+                    std::mem::size_of::<libc::signalfd_siginfo>(),
+                )
+            };
+            if !matches!(sys::read(sfd, buf), Ok(k) if k == std::mem::size_of::<libc::signalfd_siginfo>())
+            {
                 break;
             }
-        } else if sig == super::kill_all_signal() {
-            // SAFETY: killing our own child.
-            unsafe { libc::kill(child, libc::SIGKILL) };
-        } else if sig != libc::SIGWINCH {
-            // SAFETY: forwarding to our own child.
-            unsafe { libc::kill(child, sig) };
+            let sig = info.ssi_signo as libc::c_int;
+            if sig == super::kill_all_signal() {
+                // SAFETY: killing our own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+            } else if sig != libc::SIGWINCH && sig != libc::SIGCHLD {
+                // SAFETY: forwarding to our own child.
+                unsafe { libc::kill(child, sig) };
+            }
+        }
+        loop {
+            let mut st = 0;
+            // SAFETY: reaping our children.
+            let w = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+            if w <= 0 {
+                break;
+            }
+            if w == child {
+                main_status = Some(st);
+            }
+        }
+        if main_status.is_some() {
+            break;
         }
     }
     tracing::debug!("init: command ended: {:?}", cx.t0.elapsed());
