@@ -342,6 +342,20 @@ mod tests {
     }
 
     /// A stand-in for sandbox-exec: checks the argument shape, logs it, runs `$@`.
+    /// [`run`], again while the fake is "text file busy": another test thread's fork may
+    /// hold the fake's write descriptor (close-on-exec) for a moment after it was written.
+    fn run_fake(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
+        for _ in 0..100 {
+            match run(x) {
+                Err(MacError::Spawn(_, e)) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                r => return r,
+            }
+        }
+        run(x)
+    }
+
     fn fake(root: &Path, body: &str) -> PathBuf {
         let p = root.join("sandbox-exec");
         let script = format!(
@@ -395,7 +409,7 @@ mod tests {
             "-c".into(),
             format!("echo \"$TMPDIR|$HOME\" > {}; exit 7", out.display()).into(),
         ];
-        let st = run(&exec(&pol, &root, &f, &cmd)).unwrap();
+        let st = run_fake(&exec(&pol, &root, &f, &cmd)).unwrap();
         assert_eq!(st.code(), Some(7));
         let got = std::fs::read_to_string(&out).unwrap();
         let (tmp, home) = got.trim().split_once('|').unwrap();
@@ -424,7 +438,7 @@ mod tests {
         );
         let marker = root.join("ran");
         let cmd: Vec<OsString> = vec!["/usr/bin/touch".into(), marker.clone().into()];
-        let e = run(&exec(&pol, &root, &f, &cmd)).unwrap_err();
+        let e = run_fake(&exec(&pol, &root, &f, &cmd)).unwrap_err();
         assert!(matches!(e, MacError::Nested(_)), "{e}");
         assert!(!marker.exists());
         assert_eq!(
@@ -443,7 +457,7 @@ mod tests {
         );
         let marker = root.join("ran");
         let cmd: Vec<OsString> = vec!["/usr/bin/touch".into(), marker.clone().into()];
-        let e = run(&exec(&pol, &root, &f, &cmd)).unwrap_err();
+        let e = run_fake(&exec(&pol, &root, &f, &cmd)).unwrap_err();
         assert!(matches!(e, MacError::Preflight(_, 65, _)), "{e}");
         assert!(e.to_string().contains("unbound variable"));
         assert!(!marker.exists());
