@@ -51,13 +51,9 @@ pub enum Root<'a> {
 pub struct Warm {
     /// capsule's pidfd: readable when capsule has ended, which ends the sandbox.
     pub capsule: RawFd,
-    pub ruleset: Option<std::os::fd::OwnedFd>,
-    /// JSON of the rules' [`ll::LandlockReport`].
-    pub landlock: serde_json::Value,
-    pub again: Vec<ll::PathRule>,
-    /// Set when the spare enforced the layers itself before the request (the command,
-    /// forked from it, inherits them): what was enforced.
-    pub layers: Option<PreLayers>,
+    /// The layers the spare enforced on itself before the request (the command, forked
+    /// from it, inherits them): what was enforced.
+    pub layers: PreLayers,
 }
 
 /// Layers a warm spare enforced on itself before its request ([`Warm::layers`]): no
@@ -83,10 +79,8 @@ impl Root<'_> {
                 .ruleset
                 .as_ref()
                 .map(|r| (r.as_fd(), &j.landlock, j.again.as_slice())),
-            Root::Warm(w) => w
-                .ruleset
-                .as_ref()
-                .map(|r| (r.as_fd(), &w.landlock, w.again.as_slice())),
+            // enforced by the spare already
+            Root::Warm(_) => None,
         }
     }
 }
@@ -480,7 +474,7 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         .into(),
     };
     let pre = match &cx.root {
-        Root::Warm(w) => w.layers.as_ref(),
+        Root::Warm(w) => Some(&w.layers),
         _ => None,
     };
     if let Some(pre) = pre {

@@ -1,7 +1,8 @@
 //! Warm spares of a prepared root: a sandbox's init made ahead of time by the holder
 //! ([`super::prepared`]), with its namespaces (mount copy, pid, ipc, uts, network with
-//! loopback up), its own `/proc`, devpts and `/dev/shm`, its hostname, its Landlock ruleset
-//! and seccomp program all in place, waiting for one exec. (Issue 4.)
+//! loopback up), its own `/proc`, devpts and `/dev/shm`, its hostname, and every layer
+//! already enforced on itself (no capabilities, `no_new_privs`, Landlock, seccomp; the
+//! command it forks inherits them), waiting for one exec. (Issue 4.)
 //!
 //! ```text
 //! capsule exec (P)            holder (H)                      spare (S, pid 1 of its own)
@@ -376,13 +377,7 @@ fn spare_main(
     if plan.new_netns {
         namespaces.push("net");
     }
-    let warm = init::Warm {
-        capsule,
-        ruleset: None,
-        landlock: landlock.clone(),
-        again: Vec::new(),
-        layers: Some(layers),
-    };
+    let warm = init::Warm { capsule, layers };
     let old_mask = nix::sys::signal::SigSet::empty();
     let cx = init::Ctx {
         plan: &plan,
