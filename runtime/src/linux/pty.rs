@@ -26,19 +26,16 @@ impl Pty {
     /// Make the console socket and put the caller's terminal (if stdin is one) in raw
     /// mode until drop.
     pub fn open() -> io::Result<Pty> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: valid out-array of two ints.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        } < 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        use std::os::fd::IntoRawFd;
+        let (a, b) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(io::Error::from)?;
+        let fds = [a.into_raw_fd(), b.into_raw_fd()];
         let mut pty = Pty {
             sock: fds[0],
             child_sock: fds[1],

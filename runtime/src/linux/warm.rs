@@ -185,21 +185,14 @@ pub(crate) fn make(
     landlock: &serde_json::Value,
     holder_fds: &[RawFd],
 ) -> io::Result<Spare> {
-    let mut sv = [0 as libc::c_int; 2];
-    // SAFETY: socketpair into a valid array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            sv.as_mut_ptr(),
-        )
-    } < 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: descriptors just made.
-    let (h, s) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (h, s) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
     let mut flags =
         (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
             as libc::c_long
