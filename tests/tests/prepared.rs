@@ -268,3 +268,25 @@ fn commands_that_end_at_once_never_leave_an_exec_waiting() {
         assert_eq!(last_root(&c), "prepared");
     });
 }
+
+#[test]
+fn an_idle_holder_waits_for_the_execs_in_its_spares() {
+    // the holder's pid namespace holds the spares it handed out: it must not end (and kill
+    // them) while one still runs, idle time or not
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let mut cmd = c.capsule();
+        cmd.env("CAPSULE_PREPARED_IDLE", "1")
+            .args(["exec", NAME, "--", "sh", "-c", "sleep 3; echo survived"])
+            .stdin(std::process::Stdio::null());
+        let o = capsule_e2e::bounded::bounded(&mut cmd, 30);
+        ok(&o, "long exec past the idle time");
+        assert!(out(&o).contains("survived"), "{}", out(&o));
+        assert_eq!(last_root(&c), "prepared");
+        assert!(
+            wait_until(|| sockets(&c).is_empty(), 15),
+            "{:?}",
+            sockets(&c)
+        );
+    });
+}

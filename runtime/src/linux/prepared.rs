@@ -795,7 +795,14 @@ impl Holder<'_> {
                 events: libc::POLLIN,
                 revents: 0,
             };
-            let ms = left.min(Duration::from_secs(5)).as_millis() as libc::c_int;
+            // idle time used up but execs still running in our spares: look again in 5 s
+            // (not every millisecond)
+            let wait = if left.is_zero() {
+                Duration::from_secs(5)
+            } else {
+                left.min(Duration::from_secs(5))
+            };
+            let ms = wait.as_millis() as libc::c_int;
             // SAFETY: one valid pollfd.
             let n = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
             if n <= 0 {
