@@ -782,19 +782,30 @@ impl Holder<'_> {
         // can be reused)
         let mounts = count_mounts();
         let mut spare = warm::make(self.plan, rules, landlock, &own).ok();
-        // spares handed out and still running (they live in our pid namespace)
-        let mut served: Vec<libc::pid_t> = Vec::new();
+        // spares handed out and still running (they live in our pid namespace), with our
+        // pidfds of them (readable when they end)
+        let mut served: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
+        // the next spare is made when the exec in the last one has ended (its CPU work then
+        // does not compete with that exec), or at once when execs run side by side
+        let mut want_spare = false;
         loop {
             reap(&mut served, &mut spare);
+            if want_spare && served.is_empty() {
+                want_spare = false;
+                spare = warm::make(self.plan, rules, landlock, &own).ok();
+            }
             let left = idle.saturating_sub(last.elapsed());
             if (left.is_zero() && served.is_empty()) || self.bundle_gone() {
                 self.end(spare, served);
             }
-            let mut pfd = libc::pollfd {
-                fd: self.listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
+            let mut pfds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
+                .chain(served.iter().map(|(_, fd)| fd.as_raw_fd()))
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
             // idle time used up but execs still running in our spares: look again in 5 s
             // (not every millisecond)
             let wait = if left.is_zero() {
@@ -803,9 +814,9 @@ impl Holder<'_> {
                 left.min(Duration::from_secs(5))
             };
             let ms = wait.as_millis() as libc::c_int;
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
-            if n <= 0 {
+            // SAFETY: a valid array of pollfds.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms.max(1)) };
+            if n <= 0 || pfds[0].revents == 0 {
                 continue;
             }
             let Ok((mut conn, _)) = self.listener.accept() else {
@@ -842,13 +853,18 @@ impl Holder<'_> {
                     last = Instant::now();
                     match spare.take().filter(|s| s.alive()) {
                         Some(s) => {
-                            if let Ok(pid) = s.hand_over(&conn) {
-                                served.push(pid);
+                            if let Ok(served_one) = s.hand_over(&conn) {
+                                served.push(served_one);
                             }
-                            spare = warm::make(self.plan, rules, landlock, &own).ok();
+                            if served.len() > 1 {
+                                spare = warm::make(self.plan, rules, landlock, &own).ok();
+                            } else {
+                                want_spare = true;
+                            }
                         }
                         None => {
                             let _ = conn.write_all(b"N");
+                            want_spare = false;
                             spare = warm::make(self.plan, rules, landlock, &own).ok();
                         }
                     }
@@ -874,7 +890,7 @@ impl Holder<'_> {
 
     /// Remove our socket (only if it is still ours), stop the spare, wait for the execs
     /// still running in spares we handed out (our exit would kill them), and exit.
-    fn end(&self, spare: Option<warm::Spare>, served: Vec<libc::pid_t>) -> ! {
+    fn end(&self, spare: Option<warm::Spare>, served: Vec<(libc::pid_t, OwnedFd)>) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
             // SAFETY: fstatat/unlinkat relative to our directory descriptor.
             unsafe {
@@ -948,14 +964,14 @@ fn count_mounts() -> Option<usize> {
 
 /// Reap the spares that ended: served ones leave `served`; a spare that ended before it
 /// served (a failed setup) is dropped.
-fn reap(served: &mut Vec<libc::pid_t>, spare: &mut Option<warm::Spare>) {
+fn reap(served: &mut Vec<(libc::pid_t, OwnedFd)>, spare: &mut Option<warm::Spare>) {
     loop {
         // SAFETY: reaping our own children without blocking.
         let w = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
         if w <= 0 {
             break;
         }
-        served.retain(|p| *p != w);
+        served.retain(|(p, _)| *p != w);
         if spare.as_ref().is_some_and(|s| s.pid == w) {
             *spare = None;
         }

@@ -169,11 +169,11 @@ impl Spare {
     }
 
     /// Hand the spare to capsule at the other end of `conn`: its pidfd to capsule, the
-    /// connection to the spare.
-    pub fn hand_over(self, conn: &UnixStream) -> io::Result<libc::pid_t> {
+    /// connection to the spare. Returns its pid and the holder's own pidfd of it.
+    pub fn hand_over(self, conn: &UnixStream) -> io::Result<(libc::pid_t, OwnedFd)> {
         sys::send_fds(conn.as_raw_fd(), b"W", &[self.pidfd.as_raw_fd()])?;
         sys::send_fds(self.chan.as_raw_fd(), b"c", &[conn.as_raw_fd()])?;
-        Ok(self.pid)
+        Ok((self.pid, self.pidfd))
     }
 }
 
