@@ -2,12 +2,18 @@
 //! starting a command costs a `setns` and a copy of the mount table instead of ~60 mount
 //! calls plus one per hidden path, and the Landlock walk is done once too. (Issue 4.)
 //!
+//! Two ways in: `X` takes the holder's *warm spare* (an init made ahead of time, see
+//! [`super::warm`]; the next one is made when the exec in it has ended, or at once when
+//! execs run side by side); `J` joins the holder's namespaces (init runs hooks inside, or
+//! no spare is ready):
+//!
 //! ```text
 //! capsule exec (P)                 holder (H, per capsule and plan fingerprint)
 //! ───────────────────────────────  ─────────────────────────────────────────────────────
 //! fingerprint the plan
-//! connect <bundle>/prepared/<fp>.sock ──▶ accept, check the peer's uid
-//!   (absent: spawn H, see below)        make a fresh Landlock ruleset from its rules
+//! connect <bundle>/prepared/<fp>.sock ──▶ accept, check the peer's uid and fingerprint,
+//!   (absent: spawn H, see below)        check that no mount was lost; for J: make a
+//!                                       fresh Landlock ruleset from its rules
 //! receive userns, mntns, ruleset ◀───── send them (SCM_RIGHTS) + the Landlock report
 //! vfork C: setns(userns), setns(mntns),
 //!   clone(CLONE_PARENT|NEWNS|NEWPID|NEWNET|NEWIPC|NEWUTS) ──▶ init (pid 1, P's child):
@@ -25,12 +31,14 @@
 //! replaces: nothing needs a clean-up pass.
 //!
 //! Staleness is ruled out by the fingerprint: a SHA-256 of this binary's identity, the
-//! user, the whole mount plan and Landlock policy, and the identity (device, inode, type)
-//! of every host path the plan mounts from or onto, as `lstat`/`stat` see it now. A hidden
-//! path created, removed or replaced since (rmdir of a masked directory detaches its mask),
-//! a workspace recreated under the same name, a changed policy: each gives another
-//! fingerprint, hence another holder. Per-exec parts (the proxy's socket) make a plan not
-//! preparable: it is then built for that exec alone, as before.
+//! user, user namespace, cgroup, hard limits and `RUST_LOG`, the whole mount plan and
+//! Landlock policy, and the identity (device, inode, type) of every host path the plan
+//! mounts from or onto, as `lstat`/`stat` see it now. A hidden path created, removed or
+//! replaced since, a workspace recreated under the same name, a changed policy: each gives
+//! another fingerprint, hence another holder. And since rmdir of a masked directory
+//! detaches its mask in every namespace (and inode numbers can be reused), a holder counts
+//! its mounts at each join and never serves a root that lost one. A bind of a socket or
+//! FIFO makes a plan not preparable: it is then built for that exec alone.
 //!
 //! Every exec still gets new pid, network, ipc and uts namespaces, its own `/proc` and
 //! devpts and its own copy of the mount table: the sandboxed command can change neither
