@@ -251,6 +251,7 @@ fn allowlist_refusals_are_403_and_logged() {
         };
         // not listed (another port of the same address); a denied CONNECT port; the same
         // over SOCKS5 (curl exits 97, the proxy handshake failed, with reply 2 on stderr)
+        let socks = format!("env NO_PROXY= no_proxy= curl -sS --max-time 20 --socks5-hostname 127.0.0.1:3128 http://127.0.0.1:{q}/hello.txt; echo socks=$?");
         let script = format!(
             "{}\n{}\n{}\n{}\n",
             curl(&format!("http://127.0.0.1:{q}/hello.txt")),
@@ -258,7 +259,7 @@ fn allowlist_refusals_are_403_and_logged() {
                 .to_string()
                 + &format!("http://127.0.0.1:{q}/hello.txt || true"),
             curl(&format!("http://meta.test:{p}/latest/meta-data/")),
-            format!("env NO_PROXY= no_proxy= curl -sS --max-time 20 --socks5-hostname 127.0.0.1:3128 http://127.0.0.1:{q}/hello.txt; echo socks=$?"),
+            socks,
         );
         let allow = format!("127.0.0.1:{p}");
         let o = run(

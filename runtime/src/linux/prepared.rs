@@ -133,8 +133,8 @@ impl Identities<'_> {
         let st = self.stat(p, follow);
         match &st {
             Some(st) => {
-                self.h.update((st.st_dev as u64).to_le_bytes());
-                self.h.update((st.st_ino as u64).to_le_bytes());
+                self.h.update(st.st_dev.to_le_bytes());
+                self.h.update(st.st_ino.to_le_bytes());
                 self.h.update((st.st_mode & libc::S_IFMT).to_le_bytes());
             }
             None => self.h.update(b"-"),

@@ -131,7 +131,7 @@ pub(crate) fn rlimits() -> Vec<(u64, u64)> {
             };
             // SAFETY: getrlimit into a valid struct.
             unsafe { libc::getrlimit(*r, &mut l) };
-            (l.rlim_cur as u64, l.rlim_max as u64)
+            (l.rlim_cur, l.rlim_max)
         })
         .collect()
 }

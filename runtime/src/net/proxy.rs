@@ -87,7 +87,7 @@ pub fn ensure_fd_budget(limits: &Limits) -> u64 {
         return 0;
     }
     if rl.rlim_cur >= want as libc::rlim_t || rl.rlim_cur >= rl.rlim_max {
-        return rl.rlim_cur as u64;
+        return rl.rlim_cur;
     }
     let raised = libc::rlimit {
         rlim_cur: (want as libc::rlim_t).min(rl.rlim_max),
@@ -96,9 +96,9 @@ pub fn ensure_fd_budget(limits: &Limits) -> u64 {
     // SAFETY: setrlimit reads one rlimit we own; raising the soft limit up to the hard
     // limit needs no privilege.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return rl.rlim_cur as u64;
+        return rl.rlim_cur;
     }
-    raised.rlim_cur as u64
+    raised.rlim_cur
 }
 
 /// What the proxy allows and where it records refusals.

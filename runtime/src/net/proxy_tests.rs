@@ -712,8 +712,8 @@ fn fd_budget_is_raised_within_the_hard_limit() {
     };
     // SAFETY: getrlimit writes one rlimit we own.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) }, 0);
-    assert_eq!(got, rl.rlim_cur as u64);
+    assert_eq!(got, rl.rlim_cur);
     let want = limits.max_connections as u64 * super::proxy::FDS_PER_CLIENT + 64;
-    assert!(got >= want.min(rl.rlim_max as u64), "{got} {rl:?}");
+    assert!(got >= want.min(rl.rlim_max), "{got} {rl:?}");
     assert!(rl.rlim_cur <= rl.rlim_max);
 }
