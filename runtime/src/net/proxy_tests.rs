@@ -513,30 +513,7 @@ async fn two_hundred_concurrent_connects() {
     super::proxy::ensure_fd_budget(&Limits::default());
     let echo = echo_server().await;
     let (_, p) = start(config(&["127.0.0.1"], "", None)).await;
-    let target = echo.addr.to_string();
-    let all = async {
-        let mut set = tokio::task::JoinSet::new();
-        for i in 0..200u32 {
-            let target = target.clone();
-            set.spawn(async move {
-                let msg = format!("client {i} ").repeat(100);
-                let (status, back) = connect_echo(p, &target, msg.as_bytes()).await;
-                assert!(status.contains(" 200 "), "{i}: {status}");
-                assert_eq!(back, msg.as_bytes());
-            });
-        }
-        let mut done = 0;
-        while let Some(r) = set.join_next().await {
-            r.unwrap();
-            done += 1;
-        }
-        done
-    };
-    let done = tokio::time::timeout(Duration::from_secs(60), all)
-        .await
-        .expect("200 concurrent CONNECTs did not finish in 60 s");
-    assert_eq!(done, 200);
-    assert_eq!(echo.hits.load(Ordering::SeqCst), 200);
+    two_hundred_clients(p, &echo, "client").await;
 }
 
 /// 200 concurrent CONNECTs through the relay: every client socket crosses the handoff
@@ -549,14 +526,20 @@ async fn two_hundred_concurrent_connects_through_the_relay() {
     let (proxy_end, relay_end) = super::handoff::channel().unwrap();
     let relay = super::relay::spawn("127.0.0.1:0".parse().unwrap(), relay_end).unwrap();
     tokio::spawn(async move { proxy.serve_handoff(proxy_end, std::future::pending()).await });
+    two_hundred_clients(relay, &echo, "relayed").await;
+}
+
+/// 200 concurrent CONNECTs to `echo` through the proxy at `via`, each echoing its own
+/// message; all must complete within 60 s and reach the server.
+async fn two_hundred_clients(via: std::net::SocketAddr, echo: &Server, tag: &'static str) {
     let target = echo.addr.to_string();
     let all = async {
         let mut set = tokio::task::JoinSet::new();
         for i in 0..200u32 {
             let target = target.clone();
             set.spawn(async move {
-                let msg = format!("relayed {i} ").repeat(100);
-                let (status, back) = connect_echo(relay, &target, msg.as_bytes()).await;
+                let msg = format!("{tag} {i} ").repeat(100);
+                let (status, back) = connect_echo(via, &target, msg.as_bytes()).await;
                 assert!(status.contains(" 200 "), "{i}: {status}");
                 assert_eq!(back, msg.as_bytes());
             });
@@ -570,7 +553,7 @@ async fn two_hundred_concurrent_connects_through_the_relay() {
     };
     let done = tokio::time::timeout(Duration::from_secs(60), all)
         .await
-        .expect("200 concurrent CONNECTs through the relay did not finish in 60 s");
+        .unwrap_or_else(|_| panic!("200 concurrent CONNECTs ({tag}) did not finish in 60 s"));
     assert_eq!(done, 200);
     assert_eq!(echo.hits.load(Ordering::SeqCst), 200);
 }
