@@ -231,10 +231,6 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     if argv.is_empty() {
         return Err(ExecError::Setup("no command given".into()));
     }
-    let seccomp = match plan.isolation {
-        Isolation::None => None,
-        _ => Some(seccomp::SeccompProgram::build().map_err(|e| ExecError::Setup(e.to_string()))?),
-    };
     let mut pty = match plan.stdio {
         Stdio::Tty => Some(pty::Pty::open().map_err(|e| setup("opening a pseudo-terminal", e))?),
         Stdio::Inherit | Stdio::Redirect { .. } => None,
@@ -286,6 +282,21 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Some(prepared::Entry::Joined(j)) => (Some(j), None),
         Some(prepared::Entry::Warm(w)) => (None, Some(w)),
         None => (None, None),
+    };
+    // the filter the command installs; a warm spare has its own installed already
+    let seccomp = match plan.isolation {
+        Isolation::None => None,
+        _ if warm.is_some() => None,
+        _ => match seccomp::SeccompProgram::build() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                restore(&old_mask);
+                for fd in [rep_r, rep_w, sync_r, sync_w] {
+                    sys::close(fd);
+                }
+                return Err(ExecError::Setup(e.to_string()));
+            }
+        },
     };
     // The children allocate between clone and execve: no other thread of ours may be
     // running then (it could hold an allocator lock the child would wait on forever). A

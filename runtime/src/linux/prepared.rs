@@ -36,8 +36,10 @@
 //! mounts from or onto, as `lstat`/`stat` see it now. A hidden path created, removed or
 //! replaced since, a workspace recreated under the same name, a changed policy: each gives
 //! another fingerprint, hence another holder. And since rmdir of a masked directory
-//! detaches its mask in every namespace (and inode numbers can be reused), a holder counts
-//! its mounts at each join and never serves a root that lost one. A bind of a socket or
+//! detaches its mask in every namespace (and inode numbers can be reused), a holder never
+//! serves a root that lost a mount: it watches its mount table ([`MountWatch`]: the kernel
+//! marks `/proc/self/mountinfo` on every change, a join looks at the mark in one `poll`)
+//! and counts the mounts again only when it is set. A bind of a socket or
 //! FIFO makes a plan not preparable: it is then built for that exec alone.
 //!
 //! Every exec still gets new pid, network, ipc and uts namespaces, its own `/proc` and
@@ -778,17 +780,20 @@ impl Holder<'_> {
         let mut last = Instant::now();
         // SAFETY: getuid cannot fail.
         let me = unsafe { libc::getuid() };
+        // the mounts of the prepared root, counted now: a host path removed under one of
+        // them (rmdir of a hidden folder) detaches it in every namespace, and a root that
+        // lost a mount is never served again, whatever the fingerprint says (inode numbers
+        // can be reused)
+        let Ok(mut watch) = MountWatch::new() else {
+            self.end(None, Vec::new())
+        };
         let own = [
             self.listener.as_raw_fd(),
             self.dirfd,
             userns.as_raw_fd(),
             mntns.as_raw_fd(),
+            watch.fd.as_raw_fd(),
         ];
-        // the mounts of the prepared root, counted now: a host path removed under one of
-        // them (rmdir of a hidden folder) detaches it in every namespace, and a root that
-        // lost a mount is never served again, whatever the fingerprint says (inode numbers
-        // can be reused)
-        let mounts = count_mounts();
         let mut spare = warm::make(self.plan, rules, landlock, &own).ok();
         // spares handed out and still running (they live in our pid namespace), with our
         // pidfds of them (readable when they end)
@@ -848,7 +853,7 @@ impl Holder<'_> {
             }
             let line = &req[..got];
             let ours = line.len() > 1 && line[1..] == *format!("{}\n", self.fp).as_bytes();
-            if ours && count_mounts() != mounts {
+            if ours && !watch.unchanged() {
                 drop(conn);
                 self.end(spare, served)
             }
@@ -962,12 +967,51 @@ fn set_title() {
     }
 }
 
-/// Mounts in this process's mount namespace (lines of `/proc/self/mountinfo`); `None` if
-/// unreadable.
-fn count_mounts() -> Option<usize> {
-    std::fs::read("/proc/self/mountinfo")
-        .ok()
-        .map(|b| b.iter().filter(|c| **c == b'\n').count())
+/// The holder's watch on its own mount table: `/proc/self/mountinfo` held open, which the
+/// kernel marks (`POLLPRI`) on every mount or unmount in the namespace, propagated ones
+/// and detaches by rmdir included. Its mounts are counted when the watch starts and again
+/// only after a mark: a join costs one `poll`, however many paths are hidden.
+struct MountWatch {
+    fd: OwnedFd,
+    mounts: usize,
+}
+
+impl MountWatch {
+    fn new() -> io::Result<Self> {
+        // opened before the count: a change after the open marks it
+        let fd = nix::fcntl::open(
+            "/proc/self/mountinfo",
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(io::Error::from)?;
+        let mounts = count_mounts()?;
+        Ok(MountWatch { fd, mounts })
+    }
+
+    /// Has the namespace still every mount it had when the watch started? (Mounts of
+    /// our own that a change of the host's brought and took again count as unchanged.)
+    fn unchanged(&mut self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting; a mark is read (and cleared) by the poll.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        if n == 0 {
+            return true;
+        }
+        if n < 0 || p.revents & (libc::POLLPRI | libc::POLLERR) == 0 {
+            return false;
+        }
+        count_mounts().ok() == Some(self.mounts)
+    }
+}
+
+/// Mounts in this process's mount namespace (lines of `/proc/self/mountinfo`).
+fn count_mounts() -> io::Result<usize> {
+    std::fs::read("/proc/self/mountinfo").map(|b| b.iter().filter(|c| **c == b'\n').count())
 }
 
 /// Reap the spares that ended: served ones leave `served`; a spare that ended before it
