@@ -218,11 +218,6 @@ mod imp {
         let caller_cwd = std::env::current_dir().ok();
         let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
 
-        // the workspace snapshot the record compares against is read (on its guarded
-        // thread, gix only: reading starts nothing) while the gate decides and the plan is
-        // made; it is handed to the record when the command is released
-        // (`before_release`), as one taken then would be
-        let snapshotting = Rc::new(RefCell::new(Some(record::start_snapshot(&cap.workspace))));
         // the launch-policy gate first: a denial starts nothing
         crate::cli::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
         tracing::debug!("gate decided: {:?}", started.elapsed());
@@ -295,47 +290,21 @@ mod imp {
             Isolation::Full
         };
 
-        // the workspace snapshot the record compares against: the one read while the plan
-        // was made, handed over when the command is released (taken then if the first
-        // run has used it up)
-        type Read = Result<(gix::Repository, record::Snapshot), String>;
-        let early: Rc<RefCell<Option<Read>>> = Rc::default();
+        // the workspace snapshot the record compares against: taken when the command is
+        // released (`before_release`, while init builds the sandbox), on this thread (it
+        // reads nothing that can block and starts no thread; see `record`)
         let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
-        // opened once, for the snapshot before and the one after
-        let repo: Rc<RefCell<Option<gix::Repository>>> = Rc::default();
         // the stderr relay's pipe is in place before the clone, its thread starts after it
         // (in `before_release`): the executor must clone while single-threaded
         let watch = Rc::new(RefCell::new(crate::home::display::Watch::start(!a.tty)));
         let snapshot_hooks = || {
             let slot = before.clone();
-            let repo = repo.clone();
             let ws = cap.workspace.clone();
             let watch = watch.clone();
-            let early = early.clone();
-            let snapshotting = snapshotting.clone();
             Hooks {
-                // the reading thread is joined before anything is cloned (the executor
-                // clones single-threaded), or at the release (a warm spare: no clone)
-                before_clone: Some(Box::new({
-                    let (early, snapshotting) = (early.clone(), snapshotting.clone());
-                    move || {
-                        if let Some(p) = snapshotting.borrow_mut().take() {
-                            *early.borrow_mut() = Some(p.wait());
-                        }
-                    }
-                })),
                 before_release: Some(Box::new(move || {
-                    if let Some(p) = snapshotting.borrow_mut().take() {
-                        *early.borrow_mut() = Some(p.wait());
-                    }
                     watch.borrow_mut().spawn_relay();
-                    let read = early.borrow_mut().take();
-                    let read = read.unwrap_or_else(|| record::open_and_snapshot(&ws));
-                    let snap = read.map(|(r, s)| {
-                        *repo.borrow_mut() = Some(r);
-                        s
-                    });
-                    *slot.borrow_mut() = Some(snap);
+                    *slot.borrow_mut() = Some(record::snapshot(&ws));
                 })),
                 ..Hooks::default()
             }
@@ -369,8 +338,8 @@ mod imp {
             net.apply(&mut plan);
             result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         }
-        // the snapshot after the command is read while the rest of the record is made
-        let after = record::start_snapshot_after(repo.borrow_mut().take(), &cap.workspace);
+        // the snapshot after the command
+        let after = record::snapshot(&cap.workspace);
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),
             Err(_) => false,
@@ -427,7 +396,6 @@ mod imp {
             .borrow_mut()
             .take()
             .unwrap_or_else(|| Err("the command did not start".into()));
-        let after = after.wait();
         match (before, after) {
             (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
             (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),

@@ -1,0 +1,590 @@
+//! Exec records: one JSON line per `capsule exec`, appended to the capsule's
+//! `events.jsonl` in its bundle (outside the workspace, hidden from the sandbox) and printed
+//! by `exec --json`; plus the workspace changes a command made.
+//!
+//! Changes come from two snapshots ([`snapshot()`]) taken before and after the command: the
+//! paths that differ from the index (tracked files whose stat or type differ, removed
+//! ones, untracked files), each with its worktree stat. A path whose status or stat
+//! changed in between was touched by the command ([`diff`]). Snapshots are read by capsule
+//! itself, never by git and never through gix's repository machinery: nothing of the
+//! repository's configuration (filters, fsmonitor, hooks), which the sandboxed command can
+//! write, runs or is read on the host; what they hold and how they read an untrusted
+//! workspace without blocking is the `record::snapshot` module's to say.
+
+mod snapshot;
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Status of one path relative to the index, with its worktree stat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    kind: &'static str,
+    stat: Option<Stat>,
+}
+
+/// The worktree stat of a path in a snapshot (`lstat`): what a command cannot change
+/// without the snapshot after it seeing so (it cannot set a ctime back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    size: libc::off_t,
+    mtime: (libc::time_t, i64),
+    ctime: (libc::time_t, i64),
+    mode: libc::mode_t,
+    ino: libc::ino_t,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+}
+
+impl Stat {
+    fn from_raw(st: &libc::stat) -> Self {
+        Stat {
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+            mode: st.st_mode,
+            ino: st.st_ino,
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }
+    }
+}
+
+/// A snapshot of the workspace's dirty paths.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    head: Option<String>,
+    paths: BTreeMap<String, Entry>,
+}
+
+/// Files the command added, changed or removed (workspace-relative).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Changes {
+    pub added: Vec<String>,
+    pub changed: Vec<String>,
+    pub removed: Vec<String>,
+    /// HEAD moved (e.g. a commit inside): (before, after).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub head: Option<(Option<String>, Option<String>)>,
+}
+
+fn exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// Take a snapshot of `workspace` (a git work tree) on this thread, as [`snapshot`]
+/// documents: it reads nothing that can block. Errors are plain messages.
+pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
+    snapshot::take(workspace)
+}
+
+/// What changed between two snapshots of the same workspace.
+pub fn diff(before: &Snapshot, after: &Snapshot, workspace: &Path) -> Changes {
+    let mut c = Changes::default();
+    for (p, a) in &after.paths {
+        match before.paths.get(p) {
+            Some(b) if b == a => {}
+            Some(_) if a.kind == "removed" => c.removed.push(p.clone()),
+            Some(_) => c.changed.push(p.clone()),
+            None => match a.kind {
+                "added" => c.added.push(p.clone()),
+                "removed" => c.removed.push(p.clone()),
+                _ => c.changed.push(p.clone()),
+            },
+        }
+    }
+    for p in before.paths.keys() {
+        if !after.paths.contains_key(p) {
+            // clean again: reverted, committed, or removed when it was untracked
+            if before.paths[p].kind == "added" && !exists(&workspace.join(p)) {
+                c.removed.push(p.clone());
+            } else {
+                c.changed.push(p.clone());
+            }
+        }
+    }
+    if before.head != after.head {
+        c.head = Some((before.head.clone(), after.head.clone()));
+    }
+    c
+}
+
+/// The record of one exec.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecRecord {
+    pub event: &'static str,
+    pub version: u32,
+    pub capsule: String,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// RFC 3339 UTC.
+    pub started_at: String,
+    pub requested: serde_json::Value,
+    pub applied: Option<serde_json::Value>,
+    /// Weaker than full isolation, in plain words (empty: none).
+    pub degradation: Vec<String>,
+    pub exit_status: u8,
+    pub termination: Option<serde_json::Value>,
+    /// Why nothing ran, or why the command could not start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: f64,
+    pub changes: Option<Changes>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes_error: Option<String>,
+}
+
+impl ExecRecord {
+    /// Append as one line to `events` (created if missing).
+    pub fn append(&self, events: &Path) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(events)?;
+        // one write: concurrent execs append whole lines
+        f.write_all(&line)
+    }
+}
+
+/// Current time as RFC 3339 UTC (seconds).
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::Duration;
+
+    pub(super) fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {:?}", out);
+    }
+
+    fn open(ws: &Path) -> gix::Repository {
+        let opts = gix::open::Options::isolated().filter_config_section(|_| false);
+        gix::open_opts(ws, opts).unwrap()
+    }
+
+    /// What the snapshot computed before it was capsule's own: gix's status iterator.
+    fn reference(ws: &Path) -> Vec<(String, &'static str)> {
+        use gix::status::index_worktree::iter::Summary as S;
+        let repo = open(ws);
+        let status = repo
+            .status(gix::progress::Discard)
+            .unwrap()
+            .index_worktree_submodules(None)
+            .index_worktree_options_mut(|o| o.thread_limit = Some(1))
+            .untracked_files(gix::status::UntrackedFiles::Files);
+        let mut out = Vec::new();
+        for item in status.into_index_worktree_iter(Vec::new()).unwrap() {
+            let item = item.unwrap();
+            let Some(summary) = item.summary() else {
+                continue;
+            };
+            let kind = match summary {
+                S::Added | S::Renamed | S::Copied => "added",
+                S::Removed => "removed",
+                S::Modified | S::TypeChange | S::Conflict | S::IntentToAdd => "changed",
+            };
+            out.push((item.rela_path().to_string(), kind));
+        }
+        out.sort();
+        out
+    }
+
+    /// The paths of a snapshot of `ws`, with their kind.
+    pub(super) fn ours(ws: &Path) -> Vec<(String, &'static str)> {
+        let s = snapshot(ws).unwrap();
+        s.paths.iter().map(|(p, e)| (p.clone(), e.kind)).collect()
+    }
+
+    pub(super) fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    }
+
+    pub(super) fn write(ws: &Path, p: &str, text: &str) {
+        let p = ws.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// A repository in `ws` with `files` committed (each holding its own name).
+    pub(super) fn repo_with(ws: &Path, files: &[&str]) {
+        git(ws, &["init", "-q", "-b", "main"]);
+        for f in files {
+            write(ws, f, f);
+        }
+        git(ws, &["add", "-A"]);
+        git(ws, &["commit", "-q", "-m", "first"]);
+    }
+
+    /// `f()` on a thread, failing the test when it takes more than a few seconds (it
+    /// blocked); the thread is left behind then.
+    pub(super) fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the snapshot blocked")
+    }
+
+    #[test]
+    fn snapshot_matches_gix_status() {
+        let d = tmp();
+        let ws = d.path();
+        let w = |p: &str, text: &str| write(ws, p, text);
+        git(ws, &["init", "-q", "-b", "main"]);
+        w(".gitignore", "*.log\nbuild/\n");
+        for f in [
+            "a",
+            "b",
+            "same",
+            "touched",
+            "x",
+            "dir/c",
+            "dir/deep/d",
+            "gone/e",
+            "t",
+        ] {
+            w(f, f);
+        }
+        git(ws, &["add", "-A"]);
+        git(ws, &["commit", "-q", "-m", "first"]);
+        // clean: nothing
+        assert_eq!(ours(ws), Vec::new());
+        assert_eq!(reference(ws), Vec::new());
+
+        w("a", "changed a");
+        w("same", "SAME"); // same size, new content
+        w("touched", "touched"); // same bytes, new stat
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let p = std::fs::Permissions::from_mode(0o755);
+            std::fs::set_permissions(ws.join("x"), p).unwrap(); // executable now
+        }
+        std::fs::remove_file(ws.join("b")).unwrap();
+        std::fs::remove_dir_all(ws.join("gone")).unwrap();
+        std::fs::remove_file(ws.join("t")).unwrap();
+        std::os::unix::fs::symlink("a", ws.join("t")).unwrap(); // type change
+        w("new.txt", "n");
+        w("newdir/x", "x");
+        w("newdir/sub/y", "y");
+        w("x.log", "ignored");
+        w("build/out", "ignored");
+        std::fs::create_dir_all(ws.join("empty")).unwrap();
+        w("staged", "s");
+        git(ws, &["add", "staged"]);
+        w("staged", "s, then changed");
+        w("intent", "i");
+        git(ws, &["add", "-N", "intent"]);
+        let nested = ws.join("nested");
+        std::fs::create_dir_all(&nested).unwrap();
+        git(&nested, &["init", "-q"]);
+        w("nested/f", "f");
+        let got = ours(ws);
+        // the one documented difference: a stat-only change is a change (no hashing)
+        let mut expected = reference(ws);
+        assert!(
+            !expected.iter().any(|(p, _)| p == "touched"),
+            "{expected:?}"
+        );
+        expected.push(("touched".into(), "changed"));
+        expected.sort();
+        assert_eq!(got, expected);
+        let has = |p: &str, k: &str| got.iter().any(|(a, b)| a == p && *b == k);
+        assert!(has("a", "changed") && has("same", "changed"), "{got:?}");
+        assert!(has("b", "removed") && has("gone/e", "removed"), "{got:?}");
+        assert!(has("t", "changed") && has("staged", "changed"), "{got:?}");
+        assert!(
+            has("nested", "added") && has("intent", "changed"),
+            "{got:?}"
+        );
+        assert!(has("x", "changed"), "{got:?}");
+        assert!(
+            has("new.txt", "added") && has("newdir/sub/y", "added"),
+            "{got:?}"
+        );
+        assert!(!got
+            .iter()
+            .any(|(p, _)| p.ends_with(".log") || p.starts_with("build")));
+
+        // and the whole snapshot, before and after a change
+        let before = snapshot(ws).unwrap();
+        assert_eq!(before.head, open(ws).head_id().ok().map(|i| i.to_string()));
+        w("dir/c", "C!");
+        w("later", "l");
+        let after = snapshot(ws).unwrap();
+        let c = diff(&before, &after, ws);
+        assert_eq!(c.added, vec!["later".to_string()]);
+        assert_eq!(c.changed, vec!["dir/c".to_string()]);
+        assert_eq!(c.head, None);
+    }
+
+    /// A merge conflict: its path once, changed.
+    #[test]
+    fn conflicts_are_changes() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["a", "b"]);
+        git(ws, &["checkout", "-q", "-b", "other"]);
+        write(ws, "a", "other");
+        git(ws, &["commit", "-q", "-am", "other"]);
+        git(ws, &["checkout", "-q", "main"]);
+        write(ws, "a", "main");
+        git(ws, &["commit", "-q", "-am", "main"]);
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "merge",
+                "-q",
+                "other",
+            ])
+            .current_dir(ws)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "a conflict: {out:?}");
+        let got = ours(ws);
+        assert_eq!(got, [("a".to_string(), "changed")]);
+        assert_eq!(got, reference(ws));
+    }
+
+    /// Negation, directory-only patterns, anchoring, `**`, a sub-folder's `.gitignore`
+    /// and `.git/info/exclude`: what gix's own status ignores.
+    #[test]
+    fn ignore_rules_follow_gitignore_semantics() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["tracked.log"]);
+        write(
+            ws,
+            ".gitignore",
+            "*.log\n!keep.log\n/top.txt\nout/\n**/gen/*.o\n",
+        );
+        write(ws, "sub/.gitignore", "!sub.log\nlocal\n");
+        write(ws, ".git/info/exclude", "excluded*\n");
+        for f in [
+            "x.log",
+            "keep.log",
+            "sub/keep.log",
+            "sub/sub.log",
+            "sub/x.log",
+            "top.txt",
+            "sub/top.txt",
+            "out/f",
+            "sub/out/f",
+            "out2",
+            "a/b/gen/x.o",
+            "gen/y.o",
+            "gen/y.c",
+            "sub/local",
+            "local",
+            "excluded.txt",
+            "sub/excluded2",
+        ] {
+            write(ws, f, "x");
+        }
+        let got = ours(ws);
+        assert_eq!(got, reference(ws));
+        let added: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            added,
+            [
+                ".gitignore",
+                "gen/y.c",
+                "keep.log",
+                "local",
+                "out2",
+                "sub/.gitignore",
+                "sub/keep.log",
+                "sub/sub.log",
+                "sub/top.txt",
+            ]
+        );
+    }
+
+    /// A tracked file whose bytes are written again unchanged (or only touched) is
+    /// changed, even when its mtime is set back: the ctime moved.
+    #[test]
+    fn touching_a_tracked_file_is_a_change() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["a", "b"]);
+        let before = snapshot(ws).unwrap();
+        assert!(before.paths.is_empty(), "{:?}", before.paths);
+        let f = std::fs::File::options()
+            .write(true)
+            .open(ws.join("a"))
+            .unwrap();
+        let mtime = f.metadata().unwrap().modified().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        // same bytes, mtime set back to what it was
+        std::fs::write(ws.join("a"), "a").unwrap();
+        f.set_modified(mtime).unwrap();
+        assert_eq!(
+            std::fs::metadata(ws.join("a")).unwrap().modified().unwrap(),
+            mtime
+        );
+        let after = snapshot(ws).unwrap();
+        let c = diff(&before, &after, ws);
+        assert_eq!(c.changed, vec!["a".to_string()]);
+        assert!(c.added.is_empty() && c.removed.is_empty(), "{c:?}");
+    }
+
+    /// A directory of tracked files replaced by a symlink to a copy elsewhere with the
+    /// very same stat (the directory moved out): followed, the files would look clean.
+    #[test]
+    fn tracked_files_behind_a_symlinked_directory_are_removed() {
+        let d = tmp();
+        let ws = d.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        repo_with(&ws, &["dir/f", "dir/g", "top"]);
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::rename(ws.join("dir"), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, ws.join("dir")).unwrap();
+        let got = ours(&ws);
+        assert_eq!(
+            got,
+            [
+                ("dir".to_string(), "added"),
+                ("dir/f".to_string(), "removed"),
+                ("dir/g".to_string(), "removed"),
+            ]
+        );
+        assert_eq!(got, reference(&ws));
+    }
+
+    /// A symlinked `.gitignore` is not read: its patterns do not apply.
+    #[test]
+    fn a_symlinked_gitignore_is_not_followed() {
+        let d = tmp();
+        let ws = d.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        repo_with(&ws, &["a"]);
+        write(d.path(), "patterns", "*.txt\n");
+        std::os::unix::fs::symlink(d.path().join("patterns"), ws.join(".gitignore")).unwrap();
+        write(&ws, "x.txt", "x");
+        assert_eq!(
+            ours(&ws),
+            [
+                (".gitignore".to_string(), "added"),
+                ("x.txt".to_string(), "added")
+            ]
+        );
+    }
+
+    /// FIFOs where a snapshot reads (a `.gitignore`, `.git/info/exclude`, `.git/index`,
+    /// `.git/HEAD`): no writer will ever come, and the snapshot must not wait for one.
+    #[test]
+    fn fifos_never_block_a_snapshot() {
+        fn mkfifo(p: &Path) {
+            let _ = std::fs::remove_file(p);
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        }
+        let d = tmp();
+        let ws = d.path().to_path_buf();
+        repo_with(&ws, &["sub/a"]);
+        write(&ws, "sub/new", "n");
+        mkfifo(&ws.join("sub/.gitignore"));
+        mkfifo(&ws.join("fifo"));
+        let w = ws.clone();
+        // the FIFO is neither read nor listed (not a file git could add)
+        assert_eq!(
+            bounded(move || ours(&w)),
+            [("sub/new".to_string(), "added")]
+        );
+        for p in [".git/info/exclude", ".git/index", ".git/HEAD"] {
+            mkfifo(&ws.join(p));
+            let w = ws.clone();
+            let e = bounded(move || snapshot(&w).map(|_| ())).unwrap_err();
+            assert!(e.contains("FIFO"), "{p}: {e}");
+            std::fs::remove_file(ws.join(p)).unwrap();
+        }
+    }
+
+    /// An ignored directory is not walked: one nested deeper than a walk goes is no error
+    /// when ignored, and is one when not.
+    #[test]
+    fn ignored_directories_are_not_walked() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["a"]);
+        let mut deep = ws.join("big");
+        for _ in 0..=snapshot::MAX_DEPTH {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("f"), "f").unwrap();
+        let e = snapshot(ws).unwrap_err();
+        assert!(e.contains("directories deep"), "{e}");
+        write(ws, ".gitignore", "big/\n");
+        assert_eq!(ours(ws), [(".gitignore".to_string(), "added")]);
+    }
+
+    /// HEAD: a branch (loose, then packed), detached, unborn; ref names outside `refs/`
+    /// are refused.
+    #[test]
+    fn head_is_read_without_gix() {
+        let d = tmp();
+        let ws = d.path();
+        git(ws, &["init", "-q", "-b", "main"]);
+        assert_eq!(snapshot(ws).unwrap().head, None);
+        repo_with(ws, &["a"]);
+        let id = open(ws).head_id().unwrap().to_string();
+        let head = || snapshot(ws).unwrap().head;
+        assert_eq!(head(), Some(id.clone()));
+        git(ws, &["pack-refs", "--all"]);
+        assert!(!ws.join(".git/refs/heads/main").exists());
+        assert_eq!(head(), Some(id.clone()));
+        git(ws, &["checkout", "-q", "--detach"]);
+        assert_eq!(head(), Some(id.clone()));
+        for bad in ["ref: refs/../../x", "ref: /etc/passwd", "ref: HEAD", "junk"] {
+            std::fs::write(ws.join(".git/HEAD"), format!("{bad}\n")).unwrap();
+            let e = snapshot(ws).unwrap_err();
+            assert!(
+                e.contains(".git/HEAD") && !e.contains("passwd"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    /// Files over their cap are an error, not read.
+    #[test]
+    fn oversized_ignore_files_are_an_error() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["a"]);
+        let big = "x\n".repeat(snapshot::SMALL_CAP as usize / 2 + 1);
+        write(ws, "sub/.gitignore", &big);
+        let e = snapshot(ws).unwrap_err();
+        assert!(
+            e.contains("sub/.gitignore") && e.contains("larger than"),
+            "{e}"
+        );
+    }
+}

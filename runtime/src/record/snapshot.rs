@@ -1,0 +1,818 @@
+//! Reading one workspace snapshot ([`take`]): HEAD, the tracked files whose stat differs
+//! from the index, and the untracked files, read by capsule itself from a workspace the
+//! sandboxed command has written. gix is used only to decode bytes read here (the index,
+//! ignore patterns); no repository is opened, no configuration read, no object read.
+//!
+//! # What a snapshot holds
+//!
+//! - **HEAD**: `.git/HEAD` as written: `ref: refs/…` is looked up as the loose ref file,
+//!   else as its line in `.git/packed-refs` (a symbolic ref is followed up to
+//!   [`SYMREF_DEPTH`] times); a detached object id as is. Nothing is peeled and no object
+//!   is read (HEAD on an annotated tag gives the tag's id). A ref name outside `refs/`, with
+//!   `..`, an empty or dotted component is refused. An unborn branch gives no HEAD.
+//! - **Tracked files**: `.git/index` decoded with `gix::index`. Each entry's worktree path
+//!   is `lstat`ed relative to directory descriptors opened with `O_NOFOLLOW|O_DIRECTORY`,
+//!   so neither the file nor any parent directory is a symlink followed: a parent that is
+//!   missing, not a directory or a symlink makes the entry **removed**, as does a missing
+//!   file or a directory in its place (as in git). Another type (a symlink for a file, a
+//!   file for a symlink, a FIFO…) or another executable bit is **changed**; so is a stat
+//!   that differs from the entry's in size, mtime or ctime (seconds and nanoseconds), inode,
+//!   uid or gid. There is no content hashing: a file whose stat changed counts as changed
+//!   even if its bytes are equal (`touch`). That is deliberate: a sandboxed command cannot
+//!   set a ctime back, so it cannot hide a change from the record by restoring mtime and
+//!   size. Conflicted entries and intent-to-add entries are **changed**; gitlinks
+//!   (submodules, not looked into) and skip-worktree entries (sparse checkouts) are
+//!   skipped. The assume-unchanged bit is not honoured (the command could set it). A split
+//!   index (`core.splitIndex`) is not read: an error.
+//! - **Untracked files**: the worktree is walked (without `.git`), every file or symlink
+//!   that is in no index entry and not ignored is listed one by one as **added**; FIFOs,
+//!   sockets and devices are skipped, symlinks are entries themselves and never followed.
+//!   A directory holding a `.git` (a nested repository) is one entry, its own path, and is
+//!   not walked. Ignore rules: `.git/info/exclude` and the `.gitignore` of every walked
+//!   directory, with gitignore semantics (negation, `dir/` patterns, anchoring, `**`) from
+//!   `gix::ignore`, fed from bytes read here; an ignored directory is not walked. Global
+//!   and system excludes are not read (the repository is untrusted). A `.gitignore` that
+//!   is not a regular file (a symlink, a FIFO…) is not read, as if absent (git ≥ 2.32
+//!   does not follow a symlinked one either).
+//!
+//! Configuration is not read: the executable bit and symlinks are taken as meaningful
+//! (`core.fileMode`, `core.symlinks` true), case as significant (`core.ignoreCase` false).
+//!
+//! # Never blocking, never trusting the workspace
+//!
+//! `.git` is first checked with [`gitguard::check_git_dir`] (a plain directory of the
+//! workspace, no `commondir`, no symlinks, FIFOs or devices inside). Every file read is
+//! opened with `O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC|O_NOCTTY`, checked with `fstat` to be a
+//! regular file and read up to a cap (the index [`INDEX_CAP`], `packed-refs`
+//! [`PACKED_REFS_CAP`], other files [`SMALL_CAP`]): over it, the snapshot is an error
+//! (the record's `changes_error`). Nothing can block, so a snapshot runs on the calling
+//! thread. Walks deeper than [`MAX_DEPTH`] directories are an error (one descriptor is held
+//! per level). Errors name the file and the cause and never quote what was read.
+
+use super::{Entry, Snapshot, Stat};
+use capsule_bundle::gitguard;
+use gix::bstr::ByteSlice;
+use gix::index::entry::{Flags, Mode};
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Largest `.git/index` read.
+pub const INDEX_CAP: u64 = 256 << 20;
+/// Largest `.git/packed-refs` read (many tags and remote branches).
+pub const PACKED_REFS_CAP: u64 = 64 << 20;
+/// Largest other file read: HEAD, a loose ref, `.gitignore`, `.git/info/exclude`.
+pub const SMALL_CAP: u64 = 1 << 20;
+/// Deepest directory walked, below the workspace.
+pub const MAX_DEPTH: usize = 256;
+/// Symbolic refs followed from HEAD.
+pub const SYMREF_DEPTH: usize = 5;
+
+/// Take a snapshot of `workspace` (a git work tree), as the module documents.
+pub fn take(workspace: &Path) -> Result<Snapshot, String> {
+    gitguard::check_git_dir(workspace).map_err(|e| e.to_string())?;
+    let ws = Ws(workspace);
+    let root = DirStream::open_path(workspace).map_err(|e| ws.err("", e))?;
+    let git = open_dir_at(root.fd(), b".git").map_err(|e| ws.err(".git", e))?;
+    let git = git.as_fd_ref();
+    let head = read_head(&ws, git)?;
+    let index = read_index(&ws, git)?;
+    let mut paths = BTreeMap::new();
+    tracked(&ws, root.fd(), &index, &mut paths)?;
+    let mut search = gix::ignore::Search::default();
+    let info = match open_dir_at(git, b"info") {
+        Ok(fd) => Some(fd),
+        Err(e) if missing(&e) => None,
+        Err(e) => return Err(ws.err(".git/info", e)),
+    };
+    if let Some(info) = info {
+        let exclude = read_at(
+            &ws,
+            info.as_fd_ref(),
+            b"exclude",
+            ".git/info/exclude",
+            SMALL_CAP,
+        )?;
+        if let Some(bytes) = exclude {
+            search.patterns.push(patterns(&bytes, b""));
+        }
+    }
+    let mut walk = Walk {
+        ws: &ws,
+        index: &index,
+        search,
+        paths: &mut paths,
+    };
+    walk.dir(&root, &mut Vec::new(), 0)?;
+    Ok(Snapshot { head, paths })
+}
+
+/// The workspace, for messages naming its files.
+struct Ws<'a>(&'a Path);
+
+impl Ws<'_> {
+    fn err(&self, rel: &str, e: io::Error) -> String {
+        format!("{}: {e}", self.0.join(rel).display())
+    }
+    fn msg(&self, rel: &str, what: &str) -> String {
+        format!("{}: {what}", self.0.join(rel).display())
+    }
+}
+
+// ---- HEAD ----
+
+fn read_head(ws: &Ws, git: BorrowedFd) -> Result<Option<String>, String> {
+    let Some(mut content) = read_at(ws, git, b"HEAD", ".git/HEAD", SMALL_CAP)? else {
+        return Err(ws.msg(".git/HEAD", "missing; not a git repository"));
+    };
+    let mut what = ".git/HEAD".to_string();
+    for _ in 0..=SYMREF_DEPTH {
+        let line = content.lines().next().unwrap_or_default().trim();
+        if let Some(name) = line.strip_prefix(b"ref:") {
+            let name = name.trim_start();
+            if !valid_ref_name(name) {
+                return Err(ws.msg(&what, "names an invalid ref; not read"));
+            }
+            let name = name.to_str_lossy().into_owned();
+            match read_loose_ref(ws, git, &name)? {
+                Some(next) => {
+                    content = next;
+                    what = format!(".git/{name}");
+                }
+                None => return packed_ref(ws, git, &name),
+            }
+        } else if is_object_id(line) {
+            return Ok(Some(line.to_ascii_lowercase().to_str_lossy().into_owned()));
+        } else {
+            return Err(ws.msg(&what, "neither a ref nor an object id; not read"));
+        }
+    }
+    Err(ws.msg(".git/HEAD", "symbolic refs nested too deep; not read"))
+}
+
+fn is_object_id(s: &[u8]) -> bool {
+    matches!(s.len(), 40 | 64) && s.iter().all(u8::is_ascii_hexdigit)
+}
+
+/// A ref name capsule reads: under `refs/`, no empty, dotted or `.lock` component, no
+/// `..`, `@{`, control characters, spaces or glob characters.
+fn valid_ref_name(name: &[u8]) -> bool {
+    name.starts_with(b"refs/")
+        && name
+            .split(|b| *b == b'/')
+            .all(|c| !c.is_empty() && c[0] != b'.' && !c.ends_with(b".lock"))
+        && !name.windows(2).any(|w| w == b".." || w == b"@{")
+        && name
+            .iter()
+            .all(|&b| b > b' ' && b != 0x7f && !b"\\:?*[~^".contains(&b))
+}
+
+/// The loose ref file `.git/<name>`, or `None` when there is none.
+fn read_loose_ref(ws: &Ws, git: BorrowedFd, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let rel = format!(".git/{name}");
+    let comps: Vec<&[u8]> = name.as_bytes().split(|b| *b == b'/').collect();
+    let Some((file, dirs)) = comps.split_last() else {
+        return Ok(None);
+    };
+    let mut held: Option<OwnedFd> = None;
+    for d in dirs {
+        let parent = held.as_ref().map_or(git, |f| f.as_fd_ref());
+        match open_dir_at(parent, d) {
+            Ok(fd) => held = Some(fd),
+            Err(e) if missing(&e) => return Ok(None),
+            Err(e) => return Err(ws.err(&rel, e)),
+        }
+    }
+    let parent = held.as_ref().map_or(git, |f| f.as_fd_ref());
+    read_at(ws, parent, file, &rel, SMALL_CAP)
+}
+
+/// `name`'s id in `.git/packed-refs`, or `None` (an unborn branch).
+fn packed_ref(ws: &Ws, git: BorrowedFd, name: &str) -> Result<Option<String>, String> {
+    let Some(packed) = read_at(ws, git, b"packed-refs", ".git/packed-refs", PACKED_REFS_CAP)?
+    else {
+        return Ok(None);
+    };
+    for line in packed.lines() {
+        if let Some((id, rest)) = line.split_once_str(b" ") {
+            if rest.trim_end() == name.as_bytes() && is_object_id(id) {
+                return Ok(Some(id.to_ascii_lowercase().to_str_lossy().into_owned()));
+            }
+        }
+    }
+    Ok(None)
+}
+
+// ---- the index ----
+
+fn read_index(ws: &Ws, git: BorrowedFd) -> Result<gix::index::State, String> {
+    let kind = gix::hash::Kind::Sha1;
+    let Some(bytes) = read_at(ws, git, b"index", ".git/index", INDEX_CAP)? else {
+        return Ok(gix::index::State::new(kind));
+    };
+    let opts = gix::index::decode::Options {
+        thread_limit: Some(1),
+        alloc_limit_bytes: Some(4 * INDEX_CAP as usize),
+        ..Default::default()
+    };
+    let (state, _) =
+        gix::index::State::from_bytes(&bytes, std::time::UNIX_EPOCH.into(), kind, opts)
+            .map_err(|e| ws.msg(".git/index", &format!("not a readable index ({e})")))?;
+    if state.link().is_some() {
+        return Err(ws.msg(".git/index", "a split index (core.splitIndex); not read"));
+    }
+    Ok(state)
+}
+
+/// A path of the index capsule looks at: relative, no empty, `.` or `..` component, no
+/// `.git` component, no NUL.
+fn valid_index_path(path: &[u8]) -> bool {
+    !path.contains(&0)
+        && path
+            .split(|b| *b == b'/')
+            .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git"))
+}
+
+/// The tracked files whose worktree differs from the index, with their stat.
+fn tracked(
+    ws: &Ws,
+    root: BorrowedFd,
+    index: &gix::index::State,
+    paths: &mut BTreeMap<String, Entry>,
+) -> Result<(), String> {
+    let entries = index.entries();
+    let mut dirs = Dirs {
+        root,
+        open: Vec::new(),
+    };
+    let mut i = 0;
+    while i < entries.len() {
+        let e = &entries[i];
+        let path = e.path(index);
+        i += 1;
+        let conflict = e.stage_raw() != 0;
+        if conflict {
+            // one entry per path, whichever stages it has
+            while i < entries.len() && entries[i].path(index) == path {
+                i += 1;
+            }
+        } else if matches!(e.mode, Mode::COMMIT | Mode::DIR)
+            || e.flags.contains(Flags::SKIP_WORKTREE)
+        {
+            continue;
+        }
+        if !valid_index_path(path) {
+            return Err(ws.msg(".git/index", "holds an invalid path; not read"));
+        }
+        let (dir, name) = match path.rfind_byte(b'/') {
+            Some(p) => (&path[..p], &path[p + 1..]),
+            None => (&path[..0], path),
+        };
+        let rel = path.to_str_lossy();
+        let st = match dirs.get(ws, dir)? {
+            None => None,
+            Some(fd) => match stat_at(fd, name) {
+                Ok(st) => Some(st),
+                Err(e) if missing(&e) => None,
+                Err(e) => return Err(ws.err(&rel, e)),
+            },
+        };
+        let kind = match &st {
+            _ if conflict => Some("changed"),
+            None => Some("removed"),
+            Some(st) => differs(e, st),
+        };
+        if let Some(kind) = kind {
+            let stat = st.as_ref().map(Stat::from_raw);
+            paths.insert(rel.into_owned(), Entry { kind, stat });
+        }
+    }
+    Ok(())
+}
+
+/// How the worktree file `st` differs from its index entry `e`, if it does.
+fn differs(e: &gix::index::Entry, st: &libc::stat) -> Option<&'static str> {
+    let is = |t: libc::mode_t| file_type(st) == t;
+    if is(libc::S_IFDIR) {
+        return Some("removed");
+    }
+    if e.flags.contains(Flags::INTENT_TO_ADD) {
+        return Some("changed");
+    }
+    let executable = st.st_mode & 0o100 != 0;
+    let same_type = match e.mode {
+        Mode::SYMLINK => is(libc::S_IFLNK),
+        Mode::FILE => is(libc::S_IFREG) && !executable,
+        Mode::FILE_EXECUTABLE => is(libc::S_IFREG) && executable,
+        _ => false,
+    };
+    if !same_type {
+        return Some("changed");
+    }
+    // the index keeps the low 32 bits of each field
+    let s = &e.stat;
+    let same = u64::from(s.size) == (st.st_size as u64 & 0xffff_ffff)
+        && s.mtime.secs == st.st_mtime as u32
+        && s.mtime.nsecs == st.st_mtime_nsec as u32
+        && s.ctime.secs == st.st_ctime as u32
+        && s.ctime.nsecs == st.st_ctime_nsec as u32
+        && s.ino == st.st_ino as u32
+        && s.uid == st.st_uid
+        && s.gid == st.st_gid;
+    (!same).then_some("changed")
+}
+
+/// The directories of the index entry being looked at, opened from the workspace down
+/// without following symlinks; kept open while the next entries share them.
+struct Dirs<'a> {
+    root: BorrowedFd<'a>,
+    /// One per component: its name, and its descriptor (`None`: missing, not a directory
+    /// or a symlink, and so everything below).
+    open: Vec<(Vec<u8>, Option<OwnedFd>)>,
+}
+
+impl Dirs<'_> {
+    /// The directory `dir` (slash-separated, empty for the workspace), or `None` when it or
+    /// a parent is missing, not a directory or a symlink.
+    fn get(&mut self, ws: &Ws, dir: &[u8]) -> Result<Option<BorrowedFd<'_>>, String> {
+        let comps: Vec<&[u8]> = if dir.is_empty() {
+            Vec::new()
+        } else {
+            dir.split(|b| *b == b'/').collect()
+        };
+        let keep = self
+            .open
+            .iter()
+            .zip(&comps)
+            .take_while(|((open, _), c)| open.as_slice() == **c)
+            .count();
+        self.open.truncate(keep);
+        for (n, c) in comps.iter().enumerate().skip(keep) {
+            let parent = match self.open.last() {
+                None => Some(self.root),
+                Some((_, fd)) => fd.as_ref().map(|f| f.as_fd_ref()),
+            };
+            let fd = match parent.map(|p| open_dir_at(p, c)) {
+                None => None,
+                Some(Ok(fd)) => Some(fd),
+                Some(Err(e)) if missing(&e) => None,
+                Some(Err(e)) => {
+                    let rel = comps[..=n].join(&b'/');
+                    return Err(ws.err(&rel.to_str_lossy(), e));
+                }
+            };
+            self.open.push((c.to_vec(), fd));
+        }
+        Ok(match self.open.last() {
+            None => Some(self.root),
+            Some((_, fd)) => fd.as_ref().map(|f| f.as_fd_ref()),
+        })
+    }
+}
+
+// ---- untracked files ----
+
+/// The walk for untracked files.
+struct Walk<'a> {
+    ws: &'a Ws<'a>,
+    index: &'a gix::index::State,
+    /// `.git/info/exclude`, then the `.gitignore` of each directory being walked
+    search: gix::ignore::Search,
+    paths: &'a mut BTreeMap<String, Entry>,
+}
+
+impl Walk<'_> {
+    /// Walk `dir`, at `rel` (empty for the workspace, else ending with `/`).
+    fn dir(&mut self, dir: &DirStream, rel: &mut Vec<u8>, depth: usize) -> Result<(), String> {
+        let names = dir
+            .list()
+            .map_err(|e| self.ws.err(&rel.to_str_lossy(), e))?;
+        if !rel.is_empty() && names.iter().any(|(n, _)| n == b".git") {
+            // a nested repository: one entry, unless the index tracks something inside
+            let path = &rel[..rel.len() - 1];
+            if self.index.prefixed_entries_range(rel.as_bstr()).is_none()
+                && !self.ignored(path, true)
+            {
+                let st = fstat(dir.fd()).map_err(|e| self.ws.err(&path.to_str_lossy(), e))?;
+                self.added(path, &st);
+            }
+            return Ok(());
+        }
+        let mut pushed = false;
+        if let Some((_, t)) = names.iter().find(|(n, _)| n == b".gitignore") {
+            let regular = match *t {
+                libc::DT_REG => true,
+                libc::DT_UNKNOWN => {
+                    stat_at(dir.fd(), b".gitignore").is_ok_and(|st| file_type(&st) == libc::S_IFREG)
+                }
+                _ => false,
+            };
+            if regular {
+                let what = format!("{}.gitignore", rel.to_str_lossy());
+                if let Some(bytes) = read_at(self.ws, dir.fd(), b".gitignore", &what, SMALL_CAP)? {
+                    self.search.patterns.push(patterns(&bytes, rel));
+                    pushed = true;
+                }
+            }
+        }
+        let mut result = Ok(());
+        for (name, t) in &names {
+            if rel.is_empty() && name == b".git" {
+                continue;
+            }
+            let len = rel.len();
+            rel.extend_from_slice(name);
+            result = self.entry(dir, name, *t, rel, depth);
+            rel.truncate(len);
+            if result.is_err() {
+                break;
+            }
+        }
+        if pushed {
+            self.search.patterns.pop();
+        }
+        result
+    }
+
+    /// One entry `name` of `dir`, at `rel`, of directory entry type `t`.
+    fn entry(
+        &mut self,
+        dir: &DirStream,
+        name: &[u8],
+        t: u8,
+        rel: &mut Vec<u8>,
+        depth: usize,
+    ) -> Result<(), String> {
+        let t = if t == libc::DT_UNKNOWN {
+            match stat_at(dir.fd(), name) {
+                Ok(st) => dt_of(&st),
+                Err(e) if missing(&e) => return Ok(()),
+                Err(e) => return Err(self.ws.err(&rel.to_str_lossy(), e)),
+            }
+        } else {
+            t
+        };
+        match t {
+            libc::DT_DIR => {
+                if let Ok(i) = self.index.entry_index_by_path(rel.as_bstr()) {
+                    // a submodule, or a sparse directory: not walked
+                    if matches!(self.index.entry(i).mode, Mode::COMMIT | Mode::DIR) {
+                        return Ok(());
+                    }
+                }
+                if self.ignored(rel, true) {
+                    return Ok(());
+                }
+                if depth >= MAX_DEPTH {
+                    return Err(self.ws.msg(
+                        &rel.to_str_lossy(),
+                        &format!("more than {MAX_DEPTH} directories deep; not walked"),
+                    ));
+                }
+                let sub = match DirStream::open_at(dir.fd(), name) {
+                    Ok(sub) => sub,
+                    Err(e) if missing(&e) => return Ok(()),
+                    Err(e) => return Err(self.ws.err(&rel.to_str_lossy(), e)),
+                };
+                rel.push(b'/');
+                self.dir(&sub, rel, depth + 1)
+            }
+            libc::DT_REG | libc::DT_LNK => {
+                if self.index.entry_index_by_path(rel.as_bstr()).is_ok() || self.ignored(rel, false)
+                {
+                    return Ok(());
+                }
+                let st = match stat_at(dir.fd(), name) {
+                    Ok(st) => st,
+                    Err(e) if missing(&e) => return Ok(()),
+                    Err(e) => return Err(self.ws.err(&rel.to_str_lossy(), e)),
+                };
+                if matches!(dt_of(&st), libc::DT_REG | libc::DT_LNK) {
+                    self.added(rel, &st);
+                }
+                Ok(())
+            }
+            // FIFOs, sockets, devices: not files git could add
+            _ => Ok(()),
+        }
+    }
+
+    fn ignored(&self, rel: &[u8], is_dir: bool) -> bool {
+        self.search
+            .pattern_matching_relative_path(
+                rel.as_bstr(),
+                Some(is_dir),
+                gix::glob::pattern::Case::Sensitive,
+            )
+            .is_some_and(|m| !m.pattern.is_negative())
+    }
+
+    fn added(&mut self, rel: &[u8], st: &libc::stat) {
+        self.paths.insert(
+            rel.to_str_lossy().into_owned(),
+            Entry {
+                kind: "added",
+                stat: Some(Stat::from_raw(st)),
+            },
+        );
+    }
+}
+
+/// The ignore patterns of `bytes`, for paths below `base` (empty, or ending with `/`).
+fn patterns(
+    bytes: &[u8],
+    base: &[u8],
+) -> gix::glob::search::pattern::List<gix::ignore::search::Ignore> {
+    use gix::glob::search::Pattern;
+    let parse = gix::ignore::search::Ignore::default();
+    gix::glob::search::pattern::List {
+        patterns: parse.bytes_to_patterns(bytes, Path::new("")),
+        source: None,
+        base: (!base.is_empty()).then(|| base.into()),
+    }
+}
+
+// ---- system calls ----
+
+fn missing(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+    )
+}
+
+fn dt_of(st: &libc::stat) -> u8 {
+    match file_type(st) {
+        libc::S_IFDIR => libc::DT_DIR,
+        libc::S_IFREG => libc::DT_REG,
+        libc::S_IFLNK => libc::DT_LNK,
+        _ => libc::DT_FIFO,
+    }
+}
+
+fn file_type(st: &libc::stat) -> libc::mode_t {
+    st.st_mode & libc::S_IFMT
+}
+
+trait AsFdRef {
+    fn as_fd_ref(&self) -> BorrowedFd<'_>;
+}
+
+impl AsFdRef for OwnedFd {
+    fn as_fd_ref(&self) -> BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(self)
+    }
+}
+
+fn c_name(name: &[u8]) -> io::Result<CString> {
+    CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a name"))
+}
+
+/// `openat(dir, name)` never following a symlink, never becoming a controlling terminal.
+fn open_at(dir: BorrowedFd, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let n = c_name(name)?;
+    let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+    // SAFETY: a valid descriptor and C string; the result is checked.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), n.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned here.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The directory `name` of `dir`, not through a symlink.
+fn open_dir_at(dir: BorrowedFd, name: &[u8]) -> io::Result<OwnedFd> {
+    open_at(dir, name, libc::O_RDONLY | libc::O_DIRECTORY)
+}
+
+/// `lstat` of `name` in `dir`.
+fn stat_at(dir: BorrowedFd, name: &[u8]) -> io::Result<libc::stat> {
+    let n = c_name(name)?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor, C string and buffer; the result is checked.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatat filled it.
+    Ok(unsafe { st.assume_init() })
+}
+
+fn fstat(fd: BorrowedFd) -> io::Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor and buffer; the result is checked.
+    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat filled it.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The regular file `name` of `dir` (`rel` in messages), at most `cap` bytes, or `None`
+/// when there is none. A symlink, a FIFO, anything but a regular file, or one over the
+/// cap, is an error; nothing blocks (`O_NONBLOCK`).
+fn read_at(
+    ws: &Ws,
+    dir: BorrowedFd,
+    name: &[u8],
+    rel: &str,
+    cap: u64,
+) -> Result<Option<Vec<u8>>, String> {
+    let fd = match open_at(dir, name, libc::O_RDONLY) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(ws.msg(rel, "a symlink; not followed"))
+        }
+        Err(e) => return Err(ws.err(rel, e)),
+    };
+    let file = std::fs::File::from(fd);
+    let md = file.metadata().map_err(|e| ws.err(rel, e))?;
+    if !md.file_type().is_file() {
+        return Err(ws.msg(rel, "not a regular file; not read"));
+    }
+    if md.len() > cap {
+        return Err(ws.msg(rel, &format!("larger than {cap} bytes; not read")));
+    }
+    let mut buf = Vec::with_capacity(md.len() as usize);
+    file.take(cap + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| ws.err(rel, e))?;
+    if buf.len() as u64 > cap {
+        return Err(ws.msg(rel, &format!("larger than {cap} bytes; not read")));
+    }
+    Ok(Some(buf))
+}
+
+/// An open directory being listed (`fdopendir`); its descriptor serves the `*at` calls.
+struct DirStream(std::ptr::NonNull<libc::DIR>);
+
+impl DirStream {
+    /// The workspace itself (the one path capsule chose: followed if it is a symlink).
+    fn open_path(path: &Path) -> io::Result<Self> {
+        let p = c_name(path.as_os_str().as_bytes())?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+        // SAFETY: a valid C string; the result is checked.
+        let fd = unsafe { libc::open(p.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor owned here.
+        Self::from_fd(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// The directory `name` of `dir`, not through a symlink.
+    fn open_at(dir: BorrowedFd, name: &[u8]) -> io::Result<Self> {
+        Self::from_fd(open_dir_at(dir, name)?)
+    }
+
+    fn from_fd(fd: OwnedFd) -> io::Result<Self> {
+        use std::os::fd::IntoRawFd;
+        let raw = fd.into_raw_fd();
+        // SAFETY: `raw` is an open directory descriptor; the stream owns it from here.
+        match std::ptr::NonNull::new(unsafe { libc::fdopendir(raw) }) {
+            Some(d) => Ok(Self(d)),
+            None => {
+                let e = io::Error::last_os_error();
+                // SAFETY: fdopendir failed, so `raw` is still ours.
+                unsafe { libc::close(raw) };
+                Err(e)
+            }
+        }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the stream is open; its descriptor lives as long as it does.
+        unsafe { BorrowedFd::borrow_raw(libc::dirfd(self.0.as_ptr())) }
+    }
+
+    /// The names in the directory (without `.` and `..`) with their `d_type`.
+    fn list(&self) -> io::Result<Vec<(Vec<u8>, u8)>> {
+        let mut out = Vec::new();
+        loop {
+            clear_errno();
+            // SAFETY: the stream is open and used by this thread only.
+            let ent = unsafe { libc::readdir(self.0.as_ptr()) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(0) | None => Ok(out),
+                    Some(_) => Err(e),
+                };
+            }
+            // SAFETY: readdir returned an entry, valid until the next call on the stream.
+            let (name, t) = unsafe { (CStr::from_ptr((*ent).d_name.as_ptr()), (*ent).d_type) };
+            let name = name.to_bytes();
+            if name != b"." && name != b".." {
+                out.push((name.to_vec(), t));
+            }
+        }
+    }
+}
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        // SAFETY: the stream is open and closed once, here.
+        unsafe { libc::closedir(self.0.as_ptr()) };
+    }
+}
+
+fn clear_errno() {
+    // SAFETY: the calling thread's errno.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    unsafe {
+        *libc::__errno_location() = 0
+    };
+    // SAFETY: the calling thread's errno.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    unsafe {
+        *libc::__error() = 0
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_refuse_fifos_and_symlinks_without_blocking() {
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let fifo = d.path().join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        std::fs::write(d.path().join("target"), "secret").unwrap();
+        std::os::unix::fs::symlink(d.path().join("target"), d.path().join("link")).unwrap();
+        let ws = Ws(d.path());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = d.path().to_path_buf();
+        std::thread::spawn(move || {
+            let ws = Ws(Path::new("/ws"));
+            let dir = DirStream::open_path(&path).unwrap();
+            let _ = tx.send(read_at(&ws, dir.fd(), b"fifo", "fifo", SMALL_CAP));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("blocked on a FIFO");
+        assert_eq!(got.unwrap_err(), "/ws/fifo: not a regular file; not read");
+        let dir = DirStream::open_path(d.path()).unwrap();
+        let e = read_at(&ws, dir.fd(), b"link", "link", SMALL_CAP).unwrap_err();
+        assert!(e.ends_with("link: a symlink; not followed"), "{e}");
+        assert_eq!(read_at(&ws, dir.fd(), b"none", "none", SMALL_CAP), Ok(None));
+        let e = read_at(&ws, dir.fd(), b"target", "target", 3).unwrap_err();
+        assert!(e.ends_with("target: larger than 3 bytes; not read"), "{e}");
+        assert_eq!(
+            read_at(&ws, dir.fd(), b"target", "target", 6),
+            Ok(Some(b"secret".to_vec()))
+        );
+    }
+
+    #[test]
+    fn ref_names_and_index_paths_are_checked() {
+        for ok in ["refs/heads/main", "refs/heads/a/b-c_d.e", "refs/tags/v1"] {
+            assert!(valid_ref_name(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "HEAD",
+            "/etc/passwd",
+            "refs/../x",
+            "refs/heads/../../x",
+            "refs//x",
+            "refs/heads/.x",
+            "refs/heads/x.lock",
+            "refs/heads/",
+            "refs/heads/a b",
+            "refs/heads/a\\b",
+            "refs/heads/x@{1}",
+        ] {
+            assert!(!valid_ref_name(bad.as_bytes()), "{bad}");
+        }
+        for ok in ["a", "a/b", ".gitignore", "a/.github/x", "..a"] {
+            assert!(valid_index_path(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "../a",
+            "a/../b",
+            "./a",
+            ".git/config",
+            "a/.GIT/x",
+            "a\0b",
+        ] {
+            assert!(!valid_index_path(bad.as_bytes()), "{bad}");
+        }
+    }
+}
