@@ -373,6 +373,27 @@ mod tests {
         assert_eq!(got, reference(ws));
     }
 
+    /// A submodule (a gitlink) is looked at, not into.
+    #[test]
+    fn submodules_are_looked_at_not_into() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["a"]);
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        repo_with(&ws.join("sub"), &["f"]);
+        git(ws, &["add", "sub"]);
+        git(ws, &["commit", "-q", "-m", "sub"]);
+        assert_eq!(ours(ws), Vec::new());
+        write(ws, "sub/f", "changed");
+        write(ws, "sub/new", "new");
+        assert_eq!(ours(ws), Vec::new());
+        assert_eq!(reference(ws), Vec::new());
+        std::fs::remove_dir_all(ws.join("sub")).unwrap();
+        let got = ours(ws);
+        assert_eq!(got, [("sub".to_string(), "removed")]);
+        assert_eq!(got, reference(ws));
+    }
+
     /// Negation, directory-only patterns, anchoring, `**`, a sub-folder's `.gitignore`
     /// and `.git/info/exclude`: what gix's own status ignores.
     #[test]

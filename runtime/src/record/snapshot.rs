@@ -20,9 +20,9 @@
 //!   uid or gid. There is no content hashing: a file whose stat changed counts as changed
 //!   even if its bytes are equal (`touch`). That is deliberate: a sandboxed command cannot
 //!   set a ctime back, so it cannot hide a change from the record by restoring mtime and
-//!   size. Conflicted entries and intent-to-add entries are **changed**; gitlinks
-//!   (submodules, not looked into) and skip-worktree entries (sparse checkouts) are
-//!   skipped. The assume-unchanged bit is not honoured (the command could set it). A split
+//!   size. Conflicted entries and intent-to-add entries are **changed**; a gitlink
+//!   (submodule) is only looked at, not into (missing: removed, not a directory:
+//!   changed); skip-worktree entries (sparse checkouts) are skipped. The assume-unchanged bit is not honoured (the command could set it). A split
 //!   index (`core.splitIndex`) is not read: an error.
 //! - **Untracked files**: the worktree is walked (without `.git`), every file or symlink
 //!   that is in no index entry and not ignored is listed one by one as **added**; FIFOs,
@@ -259,9 +259,7 @@ fn tracked(
             while i < entries.len() && entries[i].path(index) == path {
                 i += 1;
             }
-        } else if matches!(e.mode, Mode::COMMIT | Mode::DIR)
-            || e.flags.contains(Flags::SKIP_WORKTREE)
-        {
+        } else if e.mode == Mode::DIR || e.flags.contains(Flags::SKIP_WORKTREE) {
             continue;
         }
         if !valid_index_path(path) {
@@ -296,6 +294,10 @@ fn tracked(
 /// How the worktree file `st` differs from its index entry `e`, if it does.
 fn differs(e: &gix::index::Entry, st: &libc::stat) -> Option<&'static str> {
     let is = |t: libc::mode_t| file_type(st) == t;
+    if e.mode == Mode::COMMIT {
+        // a submodule: there or not, never looked into
+        return (!is(libc::S_IFDIR)).then_some("changed");
+    }
     if is(libc::S_IFDIR) {
         return Some("removed");
     }
