@@ -19,8 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-200}"
 
-cargo build --release -q -p capsule-runtime
-BIN="$PWD/target/release/capsule"
+# the binary as installed (hack/build-release.sh: release profile, static-pie on Linux)
+BIN="$(hack/build-release.sh)"
 command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
 
 W="$(mktemp -d /dev/shm/bench-exec-XXXXXX)"
