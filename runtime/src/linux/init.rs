@@ -51,9 +51,9 @@ pub enum Root<'a> {
 pub struct Warm {
     /// capsule's pidfd: readable when capsule has ended, which ends the sandbox.
     pub capsule: RawFd,
-    /// The layers the spare enforced on itself before the request (the command, forked
-    /// from it, inherits them): what was enforced.
-    pub layers: PreLayers,
+    /// The command's `layers` report ([`PreLayers::report_line`]): the layers the spare
+    /// enforced on itself before the request, which the command, forked from it, inherits.
+    pub report_line: Vec<u8>,
 }
 
 /// Layers a warm spare enforced on itself before its request ([`Warm::layers`]): no
@@ -61,6 +61,31 @@ pub struct Warm {
 pub struct PreLayers {
     pub landlock: serde_json::Value,
     pub seccomp: serde_json::Value,
+}
+
+impl PreLayers {
+    /// The `layers` report line of a command forked from a warm spare holding these layers
+    /// (all of it is known before the request: the command sends these bytes as they are).
+    pub fn report_line(&self, plan: &ExecPlan, namespaces: &[&str]) -> Vec<u8> {
+        let applied = Applied {
+            isolation: if plan.landlock_best_effort {
+                "weaker"
+            } else {
+                "full"
+            }
+            .into(),
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            landlock: self.landlock.clone(),
+            seccomp: self.seccomp.clone(),
+            capabilities:
+                "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into(),
+            no_new_privs: true,
+            root: "prepared".into(),
+        };
+        let mut line = serde_json::to_vec(&Report::Layers { applied }).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
 }
 
 impl Root<'_> {
@@ -165,6 +190,12 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         Ok(p) => p,
         Err(e) => fail(cx.report, format!("pipe: {e}")),
     };
+    // a warm spare runs no hooks inside: its command takes capsule's go-ahead itself (one
+    // wake-up less on the way to execve), and init is made non-dumpable before the fork
+    let warm = matches!(cx.root, Root::Warm(_)) && hooks.inside.is_empty();
+    if warm {
+        let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
+    }
     // init's signals are blocked before the fork (the command restores its own mask)
     init_signals();
     // SAFETY: fork in a single-threaded process.
@@ -177,9 +208,17 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     }
     if child == 0 {
         sys::close(go_w);
+        if warm {
+            sys::close(go_r);
+            command(&cx, cx.sync, pty_slave)
+        }
         command(&cx, go_r, pty_slave)
     }
     sys::close(go_r);
+    if warm {
+        sys::close(go_w);
+        sys::close(cx.sync);
+    }
     if let Some(s) = pty_slave {
         sys::close(s);
     }
@@ -224,19 +263,22 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
             );
         }
     }
-    // the caller's go-ahead (it may have work to finish first); end of file: it died
-    let mut b = [0u8; 1];
-    if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
-        // SAFETY: killing our own child.
-        unsafe { libc::kill(child, libc::SIGKILL) };
-        exit(crate::exit::SANDBOX_FAILED as i32);
+    if !warm {
+        // the caller's go-ahead (it may have work to finish first); end of file: it died
+        let mut b = [0u8; 1];
+        if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            exit(crate::exit::SANDBOX_FAILED as i32);
+        }
+        sys::close(cx.sync);
+        tracing::debug!("init: go-ahead: {:?}", cx.t0.elapsed());
+        // nothing in the sandbox may ptrace or read init's memory: set before the command
+        // runs
+        let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
+        let _ = sys::write_all(go_w, &[1]);
+        sys::close(go_w);
     }
-    sys::close(cx.sync);
-    tracing::debug!("init: go-ahead: {:?}", cx.t0.elapsed());
-    // nothing in the sandbox may ptrace or read init's memory: set before the command runs
-    let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
-    let _ = sys::write_all(go_w, &[1]);
-    sys::close(go_w);
     supervise(&cx, child, full)
 }
 
@@ -453,93 +495,88 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
     }
     sys::close(go);
 
-    let mut applied = Applied {
-        isolation: match plan.isolation {
-            Isolation::Full if plan.landlock_best_effort => "weaker",
-            Isolation::Full => "full",
-            Isolation::Weaker => "weaker",
-            Isolation::None => "none",
-        }
-        .into(),
-        namespaces: cx.namespaces.iter().map(|s| s.to_string()).collect(),
-        landlock: serde_json::Value::Null,
-        seccomp: serde_json::Value::Null,
-        capabilities: "kept (no sandbox)".into(),
-        no_new_privs: false,
-        root: match (plan.isolation, &cx.root) {
-            (Isolation::Full, Root::Build) => "built",
-            (Isolation::Full, _) => "prepared",
-            _ => "host",
-        }
-        .into(),
-    };
-    let pre = match &cx.root {
-        Root::Warm(w) => Some(&w.layers),
-        _ => None,
-    };
-    if let Some(pre) = pre {
+    if let Root::Warm(w) = &cx.root {
         // a warm spare enforced every layer before its request came: this process inherits
-        // them (from the spare, which forked it)
-        applied.capabilities =
-            "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
-        applied.no_new_privs = true;
-        applied.landlock = pre.landlock.clone();
-        applied.seccomp = pre.seccomp.clone();
-    } else if plan.isolation != Isolation::None {
-        if let Err(e) = sys::drop_all_capabilities() {
-            fail(rep, format!("dropping capabilities: {e}"));
-        }
-        applied.capabilities =
-            "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
-        if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
-            fail(rep, format!("setting no_new_privs: {e}"));
-        }
-        applied.no_new_privs = true;
-        let (policy, opts) = landlock_inputs(plan);
-        tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
-        if let Some((r, report, again)) = cx.root.landlock() {
-            match ll::restrict_received(r, report.clone(), again) {
-                Ok(v) => applied.landlock = v,
-                Err(e) => fail(rep, e.to_string()),
+        // them (from the spare, which forked it), and their report was written then too
+        tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
+        let _ = sys::write_all(rep, &w.report_line);
+    } else {
+        let mut applied = Applied {
+            isolation: match plan.isolation {
+                Isolation::Full if plan.landlock_best_effort => "weaker",
+                Isolation::Full => "full",
+                Isolation::Weaker => "weaker",
+                Isolation::None => "none",
             }
-        } else {
-            match ll::restrict(&policy, &opts) {
-                Ok(r) => {
-                    let missing: Vec<String> =
-                        r.missing().iter().map(|m| m.right.to_string()).collect();
-                    // weaker isolation with namespaces: the lacking rights are the accepted
-                    // degradation, recorded in the report's `missing`
-                    if !missing.is_empty() && !plan.landlock_best_effort {
-                        fail(
-                            rep,
-                            format!(
-                                "Landlock ABI {} lacks rights this policy needs: {}",
-                                r.abi,
-                                missing.join(", ")
-                            ),
-                        );
+            .into(),
+            namespaces: cx.namespaces.iter().map(|s| s.to_string()).collect(),
+            landlock: serde_json::Value::Null,
+            seccomp: serde_json::Value::Null,
+            capabilities: "kept (no sandbox)".into(),
+            no_new_privs: false,
+            root: match (plan.isolation, &cx.root) {
+                (Isolation::Full, Root::Build) => "built",
+                (Isolation::Full, _) => "prepared",
+                _ => "host",
+            }
+            .into(),
+        };
+        if plan.isolation != Isolation::None {
+            if let Err(e) = sys::drop_all_capabilities() {
+                fail(rep, format!("dropping capabilities: {e}"));
+            }
+            applied.capabilities =
+                "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
+            if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
+                fail(rep, format!("setting no_new_privs: {e}"));
+            }
+            applied.no_new_privs = true;
+            let (policy, opts) = landlock_inputs(plan);
+            tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
+            if let Some((r, report, again)) = cx.root.landlock() {
+                match ll::restrict_received(r, report.clone(), again) {
+                    Ok(v) => applied.landlock = v,
+                    Err(e) => fail(rep, e.to_string()),
+                }
+            } else {
+                match ll::restrict(&policy, &opts) {
+                    Ok(r) => {
+                        let missing: Vec<String> =
+                            r.missing().iter().map(|m| m.right.to_string()).collect();
+                        // weaker isolation with namespaces: the lacking rights are the accepted
+                        // degradation, recorded in the report's `missing`
+                        if !missing.is_empty() && !plan.landlock_best_effort {
+                            fail(
+                                rep,
+                                format!(
+                                    "Landlock ABI {} lacks rights this policy needs: {}",
+                                    r.abi,
+                                    missing.join(", ")
+                                ),
+                            );
+                        }
+                        applied.landlock = serde_json::to_value(&r).unwrap_or_default();
                     }
-                    applied.landlock = serde_json::to_value(&r).unwrap_or_default();
+                    Err(e) if plan.landlock_best_effort => {
+                        applied.landlock = serde_json::json!({
+                            "status": "not_applied",
+                            "error": e.to_string(),
+                        });
+                    }
+                    Err(e) => fail(rep, e.to_string()),
                 }
-                Err(e) if plan.landlock_best_effort => {
-                    applied.landlock = serde_json::json!({
-                        "status": "not_applied",
-                        "error": e.to_string(),
-                    });
+            }
+            if let Some(s) = cx.seccomp {
+                // the very last step before execve
+                if let Err(e) = s.install() {
+                    fail(rep, e.to_string());
                 }
-                Err(e) => fail(rep, e.to_string()),
+                applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();
             }
         }
-        if let Some(s) = cx.seccomp {
-            // the very last step before execve
-            if let Err(e) = s.install() {
-                fail(rep, e.to_string());
-            }
-            applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();
-        }
+        tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
+        send(rep, &Report::Layers { applied });
     }
-    tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
-    send(rep, &Report::Layers { applied });
     if let Err(e) = sys::cloexec_from(3) {
         fail(rep, format!("closing inherited descriptors: {e}"));
     }

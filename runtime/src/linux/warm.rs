@@ -271,6 +271,13 @@ fn spare_main(
     // spare (init) is held by them too, and the command forked from it inherits them
     let layers = enforce(ruleset.as_ref(), landlock, &seccomp);
     drop(ruleset);
+    let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts"];
+    if plan.new_netns {
+        namespaces.push("net");
+    }
+    // the command's report of them, made now rather than on its way to execve
+    let report_line = layers.report_line(plan, &namespaces);
+    drop(layers);
     // wait for the connection of the exec we serve (end of file: the holder is done)
     let Some(conn) = recv_fds(chan.as_raw_fd(), &mut [0u8; 8])
         .ok()
@@ -366,11 +373,10 @@ fn spare_main(
     ) else {
         quit()
     };
-    let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts"];
-    if plan.new_netns {
-        namespaces.push("net");
-    }
-    let warm = init::Warm { capsule, layers };
+    let warm = init::Warm {
+        capsule,
+        report_line,
+    };
     let old_mask = nix::sys::signal::SigSet::empty();
     let cx = init::Ctx {
         plan: &plan,
