@@ -304,7 +304,9 @@ mod imp {
             Hooks {
                 before_release: Some(Box::new(move || {
                     watch.borrow_mut().spawn_relay();
+                    let t = Instant::now();
                     *slot.borrow_mut() = Some(record::snapshot(&ws));
+                    tracing::debug!("snapshot before: took {:?}", t.elapsed());
                 })),
                 ..Hooks::default()
             }
@@ -340,6 +342,7 @@ mod imp {
         }
         // the snapshot after the command
         let after = record::snapshot(&cap.workspace);
+        tracing::debug!("snapshot after: {:?}", started.elapsed());
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),
             Err(_) => false,
@@ -400,7 +403,7 @@ mod imp {
             (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
             (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
         }
-        tracing::debug!("snapshot after: {:?}", started.elapsed());
+        tracing::debug!("changes computed: {:?}", started.elapsed());
         rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         if let Err(e) = rec.append(&events) {
             eprintln!(
