@@ -387,22 +387,38 @@ fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
     kill_rest(full);
     tracing::debug!("init: the rest killed: {:?}", cx.t0.elapsed());
     let st = main_status.unwrap_or(0);
-    if libc::WIFSIGNALED(st) {
-        let s = libc::WTERMSIG(st);
-        send(cx.report, &Report::Signaled { signal: s });
-        send(cx.report, &Report::Ended { code: 128 + s });
-        exit(128 + s)
-    }
     // everything else is dead and reaped: capsule need not wait for the namespaces'
     // teardown that follows our exit
-    send(
-        cx.report,
-        &Report::Ended {
-            code: libc::WEXITSTATUS(st),
-        },
-    );
-    exit(libc::WEXITSTATUS(st))
+    let code = if libc::WIFSIGNALED(st) {
+        let s = libc::WTERMSIG(st);
+        send(cx.report, &Report::Signaled { signal: s });
+        128 + s
+    } else {
+        libc::WEXITSTATUS(st)
+    };
+    send(cx.report, &Report::Ended { code });
+    if capsule >= 0 {
+        // a warm spare's end tears down its namespaces (network, mounts: CPU work and RCU
+        // grace periods); capsule, which has what it needs, finishes its record first
+        linger_until_gone(capsule);
+    }
+    exit(code)
 }
+
+/// Wait (up to [`LINGER`]) for capsule, whose pidfd is `capsule`, to end. Nothing of the
+/// sandbox runs any more: only init is left, and it makes no further report.
+fn linger_until_gone(capsule: RawFd) {
+    let mut p = libc::pollfd {
+        fd: capsule,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, LINGER.as_millis() as libc::c_int) };
+}
+
+/// How long a warm spare's init waits for capsule after the command's end.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Kill and reap every process left: the whole pid namespace under full isolation, the
 /// descendants we can see (as their subreaper) otherwise.

@@ -798,8 +798,9 @@ impl Holder<'_> {
         // spares handed out and still running (they live in our pid namespace), with our
         // pidfds of them (readable when they end)
         let mut served: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
-        // the next spare is made when the exec in the last one has ended (its CPU work then
-        // does not compete with that exec), or at once when execs run side by side
+        // the next spare is made when the exec in the last one has ended, capsule included
+        // (its CPU work then competes with neither), or at once when execs run side by side
+        // or back to back (an `X` finding none ready gets one made for it)
         let mut want_spare = false;
         loop {
             reap(&mut served, &mut spare);
@@ -864,12 +865,17 @@ impl Holder<'_> {
                 }
                 Some(b'X') if ours => {
                     last = Instant::now();
-                    match spare.take().filter(|s| s.alive()) {
+                    // none ready (execs back to back, the last spare still ending): one
+                    // made now, which gets ready while capsule sends its request
+                    let ready = spare.take().filter(|s| s.alive());
+                    let made = ready.is_none();
+                    match ready.or_else(|| warm::make(self.plan, rules, landlock, &own).ok()) {
                         Some(s) => {
                             if let Ok(served_one) = s.hand_over(&conn) {
                                 served.push(served_one);
                             }
-                            if served.len() > 1 {
+                            if served.len() > 1 || made {
+                                want_spare = false;
                                 spare = warm::make(self.plan, rules, landlock, &own).ok();
                             } else {
                                 want_spare = true;
@@ -877,8 +883,6 @@ impl Holder<'_> {
                         }
                         None => {
                             let _ = conn.write_all(b"N");
-                            want_spare = false;
-                            spare = warm::make(self.plan, rules, landlock, &own).ok();
                         }
                     }
                 }
