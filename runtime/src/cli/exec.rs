@@ -341,7 +341,11 @@ mod imp {
             result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         }
         // the snapshot after the command
-        let after = record::snapshot(&cap.workspace);
+        let after = {
+            let before = before.borrow();
+            let before = before.as_ref().and_then(|b| b.as_ref().ok());
+            record::snapshot_after(before, &cap.workspace)
+        };
         tracing::debug!("snapshot after: {:?}", started.elapsed());
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),

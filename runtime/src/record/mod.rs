@@ -57,6 +57,8 @@ impl Stat {
 pub struct Snapshot {
     head: Option<String>,
     paths: BTreeMap<String, Entry>,
+    /// The index it was taken against, for the next snapshot ([`snapshot_after`]).
+    index: Option<std::sync::Arc<snapshot::Index>>,
 }
 
 /// Files the command added, changed or removed (workspace-relative).
@@ -77,7 +79,13 @@ fn exists(path: &Path) -> bool {
 /// Take a snapshot of `workspace` (a git work tree) on this thread, as [`snapshot`]
 /// documents: it reads nothing that can block. Errors are plain messages.
 pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
-    snapshot::take(workspace)
+    snapshot::take(workspace, None)
+}
+
+/// [`snapshot`] of `workspace` after `before` (if there is one): the index is decoded
+/// again only when its bytes differ from the one `before` was taken against.
+pub fn snapshot_after(before: Option<&Snapshot>, workspace: &Path) -> Result<Snapshot, String> {
+    snapshot::take(workspace, before.and_then(|b| b.index.as_ref()))
 }
 
 /// What changed between two snapshots of the same workspace.
@@ -333,11 +341,24 @@ mod tests {
         assert_eq!(before.head, open(ws).head_id().ok().map(|i| i.to_string()));
         w("dir/c", "C!");
         w("later", "l");
-        let after = snapshot(ws).unwrap();
+        let after = snapshot_after(Some(&before), ws).unwrap();
         let c = diff(&before, &after, ws);
         assert_eq!(c.added, vec!["later".to_string()]);
         assert_eq!(c.changed, vec!["dir/c".to_string()]);
         assert_eq!(c.head, None);
+        // the same index bytes: decoded once; other bytes: decoded again
+        let (b, a) = (
+            before.index.as_ref().unwrap(),
+            after.index.as_ref().unwrap(),
+        );
+        assert!(std::sync::Arc::ptr_eq(b, a));
+        assert_eq!(after.paths, snapshot(ws).unwrap().paths);
+        git(ws, &["add", "later", "dir/c"]);
+        let staged = snapshot_after(Some(&after), ws).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(a, staged.index.as_ref().unwrap()));
+        assert_eq!(staged.paths, snapshot(ws).unwrap().paths);
+        let c = diff(&after, &staged, ws);
+        assert_eq!(c.changed, vec!["dir/c".to_string(), "later".to_string()]);
     }
 
     /// A merge conflict: its path once, changed.

@@ -10,7 +10,8 @@
 //!   [`SYMREF_DEPTH`] times); a detached object id as is. Nothing is peeled and no object
 //!   is read (HEAD on an annotated tag gives the tag's id). A ref name outside `refs/`, with
 //!   `..`, an empty or dotted component is refused. An unborn branch gives no HEAD.
-//! - **Tracked files**: `.git/index` decoded with `gix::index`. Each entry's worktree path
+//! - **Tracked files**: `.git/index` decoded with `gix::index` (once for the snapshots
+//!   before and after a command when its bytes are the same). Each entry's worktree path
 //!   is `lstat`ed relative to directory descriptors opened with `O_NOFOLLOW|O_DIRECTORY`,
 //!   so neither the file nor any parent directory is a symlink followed: a parent that is
 //!   missing, not a directory or a symlink makes the entry **removed**, as does a missing
@@ -59,6 +60,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Largest `.git/index` read.
 pub const INDEX_CAP: u64 = 256 << 20;
@@ -71,17 +73,31 @@ pub const MAX_DEPTH: usize = 256;
 /// Symbolic refs followed from HEAD.
 pub const SYMREF_DEPTH: usize = 5;
 
-/// Take a snapshot of `workspace` (a git work tree), as the module documents.
-pub fn take(workspace: &Path) -> Result<Snapshot, String> {
+/// The index a snapshot was taken against: its bytes and what they decode to.
+pub struct Index {
+    bytes: Vec<u8>,
+    state: gix::index::State,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Index({} bytes)", self.bytes.len())
+    }
+}
+
+/// Take a snapshot of `workspace` (a git work tree), as the module documents. `prev`: the
+/// index of an earlier snapshot, used again if the index's bytes have not changed.
+pub fn take(workspace: &Path, prev: Option<&Arc<Index>>) -> Result<Snapshot, String> {
     gitguard::check_git_dir(workspace).map_err(|e| e.to_string())?;
     let ws = Ws(workspace);
     let root = DirStream::open_path(workspace).map_err(|e| ws.err("", e))?;
     let git = open_dir_at(root.fd(), b".git").map_err(|e| ws.err(".git", e))?;
     let git = git.as_fd_ref();
     let head = read_head(&ws, git)?;
-    let index = read_index(&ws, git)?;
+    let read = read_index(&ws, git, prev)?;
+    let index = &read.state;
     let mut paths = BTreeMap::new();
-    tracked(&ws, root.fd(), &index, &mut paths)?;
+    tracked(&ws, root.fd(), index, &mut paths)?;
     let mut search = gix::ignore::Search::default();
     let info = match open_dir_at(git, b"info") {
         Ok(fd) => Some(fd),
@@ -102,12 +118,16 @@ pub fn take(workspace: &Path) -> Result<Snapshot, String> {
     }
     let mut walk = Walk {
         ws: &ws,
-        index: &index,
+        index,
         search,
         paths: &mut paths,
     };
     walk.dir(&root, &mut Vec::new(), 0)?;
-    Ok(Snapshot { head, paths })
+    Ok(Snapshot {
+        head,
+        paths,
+        index: Some(read),
+    })
 }
 
 /// The workspace, for messages naming its files.
@@ -208,11 +228,17 @@ fn packed_ref(ws: &Ws, git: BorrowedFd, name: &str) -> Result<Option<String>, St
 
 // ---- the index ----
 
-fn read_index(ws: &Ws, git: BorrowedFd) -> Result<gix::index::State, String> {
+/// `.git/index`, decoded (`prev` again when it holds the same bytes).
+fn read_index(ws: &Ws, git: BorrowedFd, prev: Option<&Arc<Index>>) -> Result<Arc<Index>, String> {
     let kind = gix::hash::Kind::Sha1;
     let Some(bytes) = read_at(ws, git, b"index", ".git/index", INDEX_CAP)? else {
-        return Ok(gix::index::State::new(kind));
+        let state = gix::index::State::new(kind);
+        let bytes = Vec::new();
+        return Ok(Arc::new(Index { bytes, state }));
     };
+    if let Some(prev) = prev.filter(|p| !bytes.is_empty() && p.bytes == bytes) {
+        return Ok(Arc::clone(prev));
+    }
     let opts = gix::index::decode::Options {
         thread_limit: Some(1),
         alloc_limit_bytes: Some(4 * INDEX_CAP as usize),
@@ -224,7 +250,7 @@ fn read_index(ws: &Ws, git: BorrowedFd) -> Result<gix::index::State, String> {
     if state.link().is_some() {
         return Err(ws.msg(".git/index", "a split index (core.splitIndex); not read"));
     }
-    Ok(state)
+    Ok(Arc::new(Index { bytes, state }))
 }
 
 /// A path of the index capsule looks at: relative, no empty, `.` or `..` component, no
