@@ -2,10 +2,11 @@
 //! starting a command costs a `setns` and a copy of the mount table instead of ~60 mount
 //! calls plus one per hidden path, and the Landlock walk is done once too. (Issue 4.)
 //!
-//! Two ways in: `X` takes the holder's *warm spare* (an init made ahead of time, see
-//! [`super::warm`]; the next one is made when the exec in it has ended, or at once when
-//! execs run side by side); `J` joins the holder's namespaces (init runs hooks inside, or
-//! no spare is ready):
+//! Two ways in: `X` takes one of the holder's two *warm spares* (inits made ahead of
+//! time, see [`super::warm`]; new ones are made when no exec runs in a spare any more,
+//! capsule included, so that their CPU work competes with none; at once when execs run
+//! side by side; an `X` finding none ready gets one made for it); `J` joins the holder's
+//! namespaces (init runs hooks inside):
 //!
 //! ```text
 //! capsule exec (P)                 holder (H, per capsule and plan fingerprint)
@@ -648,6 +649,9 @@ fn lock(dir: &Path) -> io::Result<OwnedFd> {
     }
 }
 
+/// Spares a holder keeps ready.
+const SPARES: usize = 2;
+
 /// Tell the oldest holders beyond [`MAX_HOLDERS`] - 1 to stop (a new one is coming).
 fn retire_old(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -785,7 +789,7 @@ impl Holder<'_> {
         // lost a mount is never served again, whatever the fingerprint says (inode numbers
         // can be reused)
         let Ok(mut watch) = MountWatch::new() else {
-            self.end(None, Vec::new())
+            self.end(Vec::new(), Vec::new())
         };
         let own = [
             self.listener.as_raw_fd(),
@@ -794,23 +798,26 @@ impl Holder<'_> {
             mntns.as_raw_fd(),
             watch.fd.as_raw_fd(),
         ];
-        let mut spare = warm::make(self.plan, rules, landlock, &own).ok();
+        let make = || warm::make(self.plan, rules, landlock, &own).ok();
+        // spares ready (up to SPARES); the first one at once, for the exec that spawned us
+        let mut spares: Vec<warm::Spare> = make().into_iter().collect();
         // spares handed out and still running (they live in our pid namespace), with our
         // pidfds of them (readable when they end)
         let mut served: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
-        // the next spare is made when the exec in the last one has ended, capsule included
-        // (its CPU work then competes with neither), or at once when execs run side by side
-        // or back to back (an `X` finding none ready gets one made for it)
-        let mut want_spare = false;
         loop {
-            reap(&mut served, &mut spare);
-            if want_spare && served.is_empty() {
-                want_spare = false;
-                spare = warm::make(self.plan, rules, landlock, &own).ok();
+            reap(&mut served, &mut spares);
+            // new spares are made when no exec runs in ours, capsule included (their CPU
+            // work then competes with none), or at once when execs run side by side (see
+            // `X`); two ready ones let execs back to back find one each
+            if served.is_empty() {
+                while spares.len() < SPARES {
+                    let Some(s) = make() else { break };
+                    spares.push(s);
+                }
             }
             let left = idle.saturating_sub(last.elapsed());
             if (left.is_zero() && served.is_empty()) || self.bundle_gone() {
-                self.end(spare, served);
+                self.end(spares, served);
             }
             let mut pfds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
                 .chain(served.iter().map(|(_, fd)| fd.as_raw_fd()))
@@ -856,7 +863,7 @@ impl Holder<'_> {
             let ours = line.len() > 1 && line[1..] == *format!("{}\n", self.fp).as_bytes();
             if ours && !watch.unchanged() {
                 drop(conn);
-                self.end(spare, served)
+                self.end(spares, served)
             }
             match line.first() {
                 Some(b'J') if ours => {
@@ -865,20 +872,22 @@ impl Holder<'_> {
                 }
                 Some(b'X') if ours => {
                     last = Instant::now();
-                    // none ready (execs back to back, the last spare still ending): one
-                    // made now, which gets ready while capsule sends its request
-                    let ready = spare.take().filter(|s| s.alive());
-                    let made = ready.is_none();
-                    match ready.or_else(|| warm::make(self.plan, rules, landlock, &own).ok()) {
+                    spares.retain(warm::Spare::alive);
+                    // none ready (more execs at once than spares): one made now, which
+                    // gets ready while capsule sends its request
+                    let next = if spares.is_empty() {
+                        make()
+                    } else {
+                        Some(spares.remove(0))
+                    };
+                    match next {
                         Some(s) => {
                             if let Ok(served_one) = s.hand_over(&conn) {
                                 served.push(served_one);
                             }
-                            if served.len() > 1 || made {
-                                want_spare = false;
-                                spare = warm::make(self.plan, rules, landlock, &own).ok();
-                            } else {
-                                want_spare = true;
+                            // execs side by side: the next one is not kept waiting
+                            if spares.is_empty() && served.len() > 1 {
+                                spares.extend(make());
                             }
                         }
                         None => {
@@ -889,7 +898,7 @@ impl Holder<'_> {
                 Some(b'Q') => {
                     let _ = conn.write_all(b"q");
                     drop(conn);
-                    self.end(spare, served)
+                    self.end(spares, served)
                 }
                 _ => {}
             }
@@ -907,7 +916,7 @@ impl Holder<'_> {
 
     /// Remove our socket (only if it is still ours), stop the spare, wait for the execs
     /// still running in spares we handed out (our exit would kill them), and exit.
-    fn end(&self, spare: Option<warm::Spare>, served: Vec<(libc::pid_t, OwnedFd)>) -> ! {
+    fn end(&self, spares: Vec<warm::Spare>, served: Vec<(libc::pid_t, OwnedFd)>) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
             // SAFETY: fstatat/unlinkat relative to our directory descriptor.
             unsafe {
@@ -921,7 +930,7 @@ impl Holder<'_> {
         }
         // SAFETY: closing our listening socket: no new joins.
         unsafe { libc::close(self.listener.as_raw_fd()) };
-        if let Some(s) = spare {
+        for s in spares {
             // SAFETY: killing our own child.
             unsafe { libc::kill(s.pid, libc::SIGKILL) };
         }
@@ -1020,7 +1029,7 @@ fn count_mounts() -> io::Result<usize> {
 
 /// Reap the spares that ended: served ones leave `served`; a spare that ended before it
 /// served (a failed setup) is dropped.
-fn reap(served: &mut Vec<(libc::pid_t, OwnedFd)>, spare: &mut Option<warm::Spare>) {
+fn reap(served: &mut Vec<(libc::pid_t, OwnedFd)>, spares: &mut Vec<warm::Spare>) {
     loop {
         // SAFETY: reaping our own children without blocking.
         let w = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
@@ -1028,9 +1037,7 @@ fn reap(served: &mut Vec<(libc::pid_t, OwnedFd)>, spare: &mut Option<warm::Spare
             break;
         }
         served.retain(|(p, _)| *p != w);
-        if spare.as_ref().is_some_and(|s| s.pid == w) {
-            *spare = None;
-        }
+        spares.retain(|s| s.pid != w);
     }
 }
 
