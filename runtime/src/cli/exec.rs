@@ -292,7 +292,9 @@ mod imp {
 
         // the workspace snapshot the record compares against: taken when the command is
         // released (`before_release`, while init builds the sandbox), on this thread (it
-        // reads nothing that can block and starts no thread; see `record`)
+        // reads nothing that can block and starts no thread; see `record`). Taken on a
+        // thread started here instead, overlapping the gate and the plan, exec was no
+        // faster (median 5.70 vs 5.64 ms, one-file workspace, warm spare)
         let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
         // the stderr relay's pipe is in place before the clone, its thread starts after it
         // (in `before_release`): the executor must clone while single-threaded
