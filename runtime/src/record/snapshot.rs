@@ -23,8 +23,9 @@
 //!   set a ctime back, so it cannot hide a change from the record by restoring mtime and
 //!   size. Conflicted entries and intent-to-add entries are **changed**; a gitlink
 //!   (submodule) is only looked at, not into (missing: removed, not a directory:
-//!   changed); skip-worktree entries (sparse checkouts) are skipped. The assume-unchanged bit is not honoured (the command could set it). A split
-//!   index (`core.splitIndex`) is not read: an error.
+//!   changed); skip-worktree entries (sparse checkouts) are skipped. The
+//!   assume-unchanged bit is not honoured (the command could set it). A split index
+//!   (`core.splitIndex`) is not read: an error.
 //! - **Untracked files**: the worktree is walked (without `.git`), every file or symlink
 //!   that is in no index entry and not ignored is listed one by one as **added**; FIFOs,
 //!   sockets and devices are skipped, symlinks are entries themselves and never followed.
