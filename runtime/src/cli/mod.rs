@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 pub mod capsules;
 pub mod exec;
+mod exec_args;
 pub mod gate;
 pub mod home;
 pub mod isolation;
@@ -99,6 +100,11 @@ pub fn main() -> ExitCode {
 /// the same messages as always; what it accepts, the full parser reads the same way.
 fn parse(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
     if args.get(1).is_some_and(|a| a == "exec") {
+        if let Some(exec) = exec_args::plain(&args) {
+            return Ok(Cli {
+                command: Command::Exec(exec),
+            });
+        }
         if let Ok(exec) = parse_exec(&args) {
             return Ok(Cli {
                 command: Command::Exec(exec),
