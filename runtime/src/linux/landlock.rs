@@ -889,20 +889,47 @@ fn not_expressible(policy: &SandboxPolicy, opts: &LandlockOptions) -> Vec<String
             ));
         }
     }
+    // hidden paths by the writable root they lie in, in policy order
+    let mut hidden: Vec<(&Path, Vec<&Path>)> = Vec::new();
     for h in &policy.hidden {
         if let Some(w) = roots
             .iter()
             .find(|w| h.path.starts_with(w) && h.path != **w)
         {
+            match hidden.iter_mut().find(|(r, _)| r == w) {
+                Some((_, paths)) => paths.push(&h.path),
+                None => hidden.push((w, vec![&h.path])),
+            }
+        }
+    }
+    for (w, paths) in hidden {
+        if paths.len() <= LISTED {
+            for p in paths {
+                v.push(format!(
+                    "{} stays readable at this layer (hidden inside writable {})",
+                    p.display(),
+                    w.display()
+                ));
+            }
+        } else {
+            // one line, not hundreds: this report travels with every exec and its record
+            // (the exec's hidden paths are in the record's request and policy)
+            let first: Vec<String> = paths[..3].iter().map(|p| p.display().to_string()).collect();
             v.push(format!(
-                "{} stays readable at this layer (hidden inside writable {})",
-                h.path.display(),
-                w.display()
+                "{} hidden paths stay readable at this layer (hidden inside writable {}), {} and {} more",
+                paths.len(),
+                w.display(),
+                first.join(", "),
+                paths.len() - 3
             ));
         }
     }
     v
 }
+
+/// Hidden paths inside one writable root that [`not_expressible`] lists one by one; more
+/// are summed up in one line.
+const LISTED: usize = 8;
 
 /// Build and enforce in one step; see [`LandlockRuleset`].
 pub fn restrict(

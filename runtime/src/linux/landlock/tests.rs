@@ -569,6 +569,37 @@ fn report_says_what_it_cannot_do() {
     }
 }
 
+/// Hidden paths inside a writable root are listed one by one up to a few; more are summed
+/// up in one line (the report travels with every exec and its record).
+#[test]
+fn many_hidden_paths_inside_a_writable_root_are_one_line() {
+    let t = tree();
+    let w = t.p("ws");
+    let line = |n: usize| {
+        let mut p = policy(&t, NetworkMode::Off);
+        p.writable = vec![w.clone()];
+        p.read_only.clear();
+        p.hidden = (0..n)
+            .map(|i| HiddenPath {
+                path: w.join(format!("h{i}")),
+                reason: HiddenReason::Requested,
+            })
+            .collect();
+        not_expressible(&p, &weaker())
+            .into_iter()
+            .filter(|l| l.contains("/h"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line(2).len(), 2, "{:?}", line(2));
+    assert!(line(2)[0].contains("h0 stays readable"), "{:?}", line(2));
+    let many = line(200);
+    assert_eq!(many.len(), 1, "{many:?}");
+    assert!(
+        many[0].starts_with("200 hidden paths stay readable") && many[0].contains("197 more"),
+        "{many:?}"
+    );
+}
+
 /// Not a timed assertion: prints the median cost of building and enforcing the ruleset with
 /// 0, 20 and 200 hidden sibling projects. Run with
 /// `cargo test -p capsule-runtime --release --lib bench_hidden_paths -- --ignored --nocapture`.
