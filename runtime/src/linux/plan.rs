@@ -188,12 +188,17 @@ pub const SYSTEM_SECRETS: &[&str] = &[
     "/var/spool",
 ];
 
+/// `p.components().count()` of a normalized absolute path, from its bytes.
 fn depth(p: &Path) -> usize {
-    p.components().count()
+    bytes(p)
+        .split(|b| *b == b'/')
+        .filter(|s| !s.is_empty())
+        .count()
+        + 1
 }
 
-fn under_any(p: &Path, roots: &[&str]) -> bool {
-    roots.iter().any(|r| p.starts_with(r))
+fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_bytes()
 }
 
 /// Build the mount plan of `policy`: system dirs, `/dev`, `/proc`, the capsule's `/tmp`,
@@ -276,13 +281,20 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
         // the sandbox's own /proc and /dev are not the host's; host paths below /dev/shm
         // and /tmp (a workspace or home on tmpfs) are bound at the same path all the same
         p.is_absolute()
-            && !under_any(p, &["/proc"])
-            && (!p.starts_with("/dev") || (p.starts_with("/dev/shm") && p != Path::new("/dev/shm")))
+            && !within(p, Path::new("/proc"))
+            && (!within(p, Path::new("/dev"))
+                || (within(p, Path::new("/dev/shm")) && p != Path::new("/dev/shm")))
             && p != Path::new("/tmp")
     });
-    // deeper rules later, stronger precedence later; path last so duplicates are adjacent
-    rules.sort_by_cached_key(|(p, prec, _)| (depth(p), *prec, p.clone()));
-    rules.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    // deeper rules later, stronger precedence later; path bytes last so duplicates are
+    // adjacent (policy paths are canonical: equal bytes, equal paths; hundreds of hidden
+    // paths are compared without splitting them into components)
+    rules.sort_by(|a, b| {
+        (depth(&a.0), a.1)
+            .cmp(&(depth(&b.0), b.1))
+            .then_with(|| bytes(&a.0).cmp(bytes(&b.0)))
+    });
+    rules.dedup_by(|a, b| a.1 == b.1 && bytes(&a.0) == bytes(&b.0));
 
     let binds: Vec<PathBuf> = rules
         .iter()

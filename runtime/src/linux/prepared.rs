@@ -123,7 +123,8 @@ struct JoinReply {
 /// siblings: one path walk instead of 200).
 struct Identities<'a> {
     h: &'a mut Sha256,
-    parents: std::collections::HashMap<PathBuf, Option<OwnedFd>>,
+    /// Parent folders opened (`O_PATH`), by their path bytes.
+    parents: std::collections::HashMap<Vec<u8>, Option<OwnedFd>>,
     /// Folders holding many of the plan's paths, listed once (hidden siblings).
     listings: sys::Listings,
 }
@@ -163,7 +164,7 @@ impl Identities<'_> {
             (Some(parent), Some(name)) => {
                 let fd = self
                     .parents
-                    .entry(parent.to_path_buf())
+                    .entry(parent.as_os_str().as_bytes().to_vec())
                     .or_insert_with(|| {
                         nix::fcntl::open(
                             parent,

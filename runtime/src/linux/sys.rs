@@ -412,9 +412,10 @@ pub fn canonicalize(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
 pub fn canonicalize_many(paths: &[std::path::PathBuf]) -> Vec<io::Result<std::path::PathBuf>> {
     use std::collections::HashMap;
     use std::os::unix::ffi::OsStrExt;
-    use std::path::{Component, Path, PathBuf};
+    use std::path::{Component, PathBuf};
     let listings = Listings::for_paths(paths.iter().map(PathBuf::as_path));
-    let mut parents: HashMap<&Path, Option<PathBuf>> = HashMap::new();
+    // keyed by bytes: hashing a Path goes component by component
+    let mut parents: HashMap<&[u8], Option<PathBuf>> = HashMap::new();
     paths
         .iter()
         .map(|p| {
@@ -423,7 +424,7 @@ pub fn canonicalize_many(paths: &[std::path::PathBuf]) -> Vec<io::Result<std::pa
                 return canonicalize(p);
             };
             let canon_parent = parents
-                .entry(parent)
+                .entry(parent.as_os_str().as_bytes())
                 .or_insert_with(|| canonicalize(parent).ok());
             let not_link = match listings.entry(parent, name.as_bytes()) {
                 Some(Some((_, _, t))) => t != libc::S_IFLNK,
@@ -442,7 +443,8 @@ pub fn canonicalize_many(paths: &[std::path::PathBuf]) -> Vec<io::Result<std::pa
 /// one `getdents` instead of an `lstat` per entry. Entries give the device of the folder,
 /// the inode number and the file type `readdir` reports.
 pub struct Listings {
-    dirs: std::collections::HashMap<std::path::PathBuf, Option<Listing>>,
+    /// By the folder's path bytes (hashing a `Path` goes component by component).
+    dirs: std::collections::HashMap<Vec<u8>, Option<Listing>>,
 }
 
 type Listing = (u64, std::collections::HashMap<Vec<u8>, (u64, libc::mode_t)>);
@@ -454,16 +456,20 @@ impl Listings {
     /// List the parents of `paths` that at least [`Self::MANY`] of them share.
     pub fn for_paths<'a>(paths: impl Iterator<Item = &'a std::path::Path>) -> Listings {
         use std::collections::HashMap;
-        let mut count: HashMap<&std::path::Path, usize> = HashMap::new();
+        use std::os::unix::ffi::OsStrExt;
+        let mut count: HashMap<&[u8], (&std::path::Path, usize)> = HashMap::new();
         for p in paths {
             if let Some(parent) = p.parent() {
-                *count.entry(parent).or_default() += 1;
+                count
+                    .entry(parent.as_os_str().as_bytes())
+                    .or_insert((parent, 0))
+                    .1 += 1;
             }
         }
         let dirs = count
             .into_iter()
-            .filter(|(_, n)| *n >= Self::MANY)
-            .map(|(d, _)| (d.to_path_buf(), list(d)))
+            .filter(|(_, (_, n))| *n >= Self::MANY)
+            .map(|(k, (d, _))| (k.to_vec(), list(d)))
             .collect();
         Listings { dirs }
     }
@@ -475,7 +481,8 @@ impl Listings {
         parent: &std::path::Path,
         name: &[u8],
     ) -> Option<Option<(u64, u64, libc::mode_t)>> {
-        let (dev, entries) = self.dirs.get(parent)?.as_ref()?;
+        use std::os::unix::ffi::OsStrExt;
+        let (dev, entries) = self.dirs.get(parent.as_os_str().as_bytes())?.as_ref()?;
         Some(entries.get(name).map(|(ino, t)| (*dev, *ino, *t)))
     }
 }
