@@ -151,8 +151,8 @@ impl Identities<'_> {
         // SAFETY: a zeroed stat is a valid out-buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if !follow {
-            if let (Some(parent), Some(name)) = (p.parent(), p.file_name()) {
-                if let Some(Some((dev, ino, t))) = self.listings.entry(parent, name.as_bytes()) {
+            if let Some((parent, name)) = sys::split_name(p) {
+                if let Some(Some((dev, ino, t))) = self.listings.entry(parent, name) {
                     st.st_dev = dev as libc::dev_t;
                     st.st_ino = ino as libc::ino_t;
                     st.st_mode = t;

@@ -407,43 +407,61 @@ pub fn canonicalize(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
 
 /// [`canonicalize`] of many paths, cheaper when many share a parent (200 `--hide` flags
 /// in one folder): each parent is resolved once, and an entry that is no symbolic link is
-/// its parent's canonical path joined with its name (one `lstat`); anything else (a link,
-/// `.`/`..`, a missing entry) goes through [`canonicalize`] on its own.
+/// its parent's canonical path joined with its name (one `lstat`, or none when the parent
+/// is listed); anything else (a link, `.`/`..`, a missing entry) goes through
+/// [`canonicalize`] on its own.
 pub fn canonicalize_many(paths: &[std::path::PathBuf]) -> Vec<io::Result<std::path::PathBuf>> {
     use std::collections::HashMap;
     use std::os::unix::ffi::OsStrExt;
-    use std::path::{Component, PathBuf};
+    use std::path::PathBuf;
     let listings = Listings::for_paths(paths.iter().map(PathBuf::as_path));
     // keyed by bytes: hashing a Path goes component by component
     let mut parents: HashMap<&[u8], Option<PathBuf>> = HashMap::new();
     paths
         .iter()
         .map(|p| {
-            let plain_name = matches!(p.components().next_back(), Some(Component::Normal(_)));
-            let (Some(parent), Some(name), true) = (p.parent(), p.file_name(), plain_name) else {
+            let Some((parent, name)) = split_name(p) else {
                 return canonicalize(p);
             };
             let canon_parent = parents
                 .entry(parent.as_os_str().as_bytes())
                 .or_insert_with(|| canonicalize(parent).ok());
-            let not_link = match listings.entry(parent, name.as_bytes()) {
+            let not_link = match listings.entry(parent, name) {
                 Some(Some((_, _, t))) => t != libc::S_IFLNK,
                 Some(None) => false, // not there: canonicalize says why
                 None => std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink()),
             };
             match canon_parent {
-                Some(cp) if not_link => Ok(cp.join(name)),
+                Some(cp) if not_link => Ok(cp.join(std::ffi::OsStr::from_bytes(name))),
                 _ => canonicalize(p),
             }
         })
         .collect()
 }
 
+/// `p`'s parent and final name, from its bytes (no walk over its components), when the
+/// final component is a plain name: not `.`, `..` or empty (a trailing `/`), and `p` has a
+/// parent part. `/a/b` gives (`/a`, `b`), `/a` gives (`/`, `a`).
+pub fn split_name(p: &std::path::Path) -> Option<(&std::path::Path, &[u8])> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = p.as_os_str().as_bytes();
+    let i = b.iter().rposition(|c| *c == b'/')?;
+    let name = &b[i + 1..];
+    if name.is_empty() || name == b"." || name == b".." {
+        return None;
+    }
+    let parent = if i == 0 { &b[..1] } else { &b[..i] };
+    Some((
+        std::path::Path::new(std::ffi::OsStr::from_bytes(parent)),
+        name,
+    ))
+}
+
 /// Directory listings of the parents that many paths share (at least [`Listings::MANY`]):
 /// one `getdents` instead of an `lstat` per entry. Entries give the device of the folder,
 /// the inode number and the file type `readdir` reports.
 pub struct Listings {
-    /// By the folder's path bytes (hashing a `Path` goes component by component).
+    /// By the folder's path bytes as [`split_name`] gives them.
     dirs: std::collections::HashMap<Vec<u8>, Option<Listing>>,
 }
 
@@ -459,7 +477,7 @@ impl Listings {
         use std::os::unix::ffi::OsStrExt;
         let mut count: HashMap<&[u8], (&std::path::Path, usize)> = HashMap::new();
         for p in paths {
-            if let Some(parent) = p.parent() {
+            if let Some((parent, _)) = split_name(p) {
                 count
                     .entry(parent.as_os_str().as_bytes())
                     .or_insert((parent, 0))
@@ -525,6 +543,24 @@ fn list(dir: &std::path::Path) -> Option<Listing> {
 #[cfg(test)]
 mod canonicalize_tests {
     #[test]
+    fn split_name_is_parent_and_file_name() {
+        use std::path::Path;
+        for p in ["/a/b", "/a", "/a//b", "a/b", "/a/./b", "/a/b.c"] {
+            let p = Path::new(p);
+            let (parent, name) = super::split_name(p).unwrap();
+            assert_eq!(name, p.file_name().unwrap().as_encoded_bytes(), "{p:?}");
+            // the same folder (a trailing `/` of a doubled one aside)
+            assert_eq!(
+                std::fs::canonicalize(parent).ok(),
+                std::fs::canonicalize(p.parent().unwrap()).ok()
+            );
+        }
+        for p in ["/", "a", "/a/", "/a/.", "/a/..", ""] {
+            assert_eq!(super::split_name(Path::new(p)), None, "{p:?}");
+        }
+    }
+
+    #[test]
     fn many_siblings_same_answers_as_std() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("many");
@@ -538,6 +574,11 @@ mod canonicalize_tests {
         std::os::unix::fs::symlink(d.path().join("elsewhere"), dir.join("link")).unwrap();
         paths.push(dir.join("link"));
         paths.push(dir.join("missing"));
+        paths.push(dir.join("link/../many/d1"));
+        paths.push(dir.join("d2/"));
+        paths.push(dir.join("d3/."));
+        paths.push(dir.join("d4/.."));
+        paths.push(d.path().join("many//d5"));
         let got = super::canonicalize_many(&paths);
         for (p, g) in paths.iter().zip(got) {
             match std::fs::canonicalize(p) {
