@@ -462,7 +462,7 @@ pub fn split_name(p: &std::path::Path) -> Option<(&std::path::Path, &[u8])> {
 /// the inode number and the file type `readdir` reports.
 pub struct Listings {
     /// By the folder's path bytes as [`split_name`] gives them.
-    dirs: std::collections::HashMap<Vec<u8>, Option<Listing>>,
+    dirs: std::collections::HashMap<Vec<u8>, Option<std::rc::Rc<Listing>>>,
 }
 
 type Listing = (u64, std::collections::HashMap<Vec<u8>, (u64, libc::mode_t)>);
@@ -487,7 +487,7 @@ impl Listings {
         let dirs = count
             .into_iter()
             .filter(|(_, (_, n))| *n >= Self::MANY)
-            .map(|(k, (d, _))| (k.to_vec(), list(d)))
+            .map(|(k, (d, _))| (k.to_vec(), listed(k, d)))
             .collect();
         Listings { dirs }
     }
@@ -500,10 +500,38 @@ impl Listings {
         name: &[u8],
     ) -> Option<Option<(u64, u64, libc::mode_t)>> {
         use std::os::unix::ffi::OsStrExt;
-        let (dev, entries) = self.dirs.get(parent.as_os_str().as_bytes())?.as_ref()?;
+        let (dev, entries) = &**self.dirs.get(parent.as_os_str().as_bytes())?.as_ref()?;
         Some(entries.get(name).map(|(ino, t)| (*dev, *ino, *t)))
     }
 }
+
+/// [`list`] of `dir` (path bytes `key`), listed again only when the last listing is
+/// older than [`LISTING_REUSE`]: an exec resolves its hidden paths and fingerprints them
+/// a fraction of a millisecond apart, both with the folder's entries as they are now.
+fn listed(key: &[u8], dir: &std::path::Path) -> Option<std::rc::Rc<Listing>> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::rc::Rc;
+    use std::time::Instant;
+    type Memo = HashMap<Vec<u8>, (Instant, Option<Rc<Listing>>)>;
+    thread_local! {
+        static LISTED: RefCell<Memo> = RefCell::default();
+    }
+    LISTED.with(|l| {
+        let mut l = l.borrow_mut();
+        match l.get(key) {
+            Some((at, v)) if at.elapsed() < LISTING_REUSE => v.clone(),
+            _ => {
+                let v = list(dir).map(Rc::new);
+                l.insert(key.to_vec(), (Instant::now(), v.clone()));
+                v
+            }
+        }
+    })
+}
+
+/// How long a listing is reused by [`listed`].
+const LISTING_REUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn list(dir: &std::path::Path) -> Option<Listing> {
     use nix::dir::{Dir, Type};
