@@ -289,11 +289,7 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
     // deeper rules later, stronger precedence later; path bytes last so duplicates are
     // adjacent (policy paths are canonical: equal bytes, equal paths; hundreds of hidden
     // paths are compared without splitting them into components)
-    rules.sort_by(|a, b| {
-        (depth(&a.0), a.1)
-            .cmp(&(depth(&b.0), b.1))
-            .then_with(|| bytes(&a.0).cmp(bytes(&b.0)))
-    });
+    rules.sort_by_cached_key(|(p, prec, _)| (depth(p), *prec, bytes(p).to_vec()));
     rules.dedup_by(|a, b| a.1 == b.1 && bytes(&a.0) == bytes(&b.0));
 
     let binds: Vec<PathBuf> = rules
