@@ -33,7 +33,8 @@
 //!
 //! [`run`] must be called while the calling process is single-threaded (the children
 //! allocate between `clone` and `execve`): it refuses to start otherwise (only a git read
-//! `gitguard` gave up on, parked on a FIFO, may be alive). Host-side threads (the stderr
+//! `gitguard` gave up on, parked on a FIFO, may be alive; the exec record's own workspace
+//! snapshots never block and take no thread). Host-side threads (the stderr
 //! relay of `home::display`, the allowlist proxy) start in [`Hooks::before_release`],
 //! after the clone; bind their sockets before.
 //!
@@ -51,9 +52,13 @@
 //! Where the time goes (release build, `RUST_LOG=capsule_runtime=debug` prints the points)
 //! is measured side by side with bwrap and runc by `hack/bench-exec.sh`; see the README's
 //! benchmark table. A built root costs ~3 ms (55 mounts, 35 `mount_setattr`, one bind per
-//! hidden path); a warm exec makes no mount at all on its path: its cost is capsule's own
-//! start, the gate, the plan and its fingerprint (one `statx` per mounted path), the
-//! workspace snapshots of the record, and the command's Landlock + seccomp + `execve`.
+//! hidden path); a warm exec makes no mount, no namespace and no Landlock or seccomp call
+//! on its path (the spare did all of that ahead of time, and its teardown waits until
+//! capsule has exited): its cost is capsule's own start (a static-pie binary, see
+//! `hack/build-release.sh`), the gate, the plan and its fingerprint (one `statx` per
+//! mounted path, or one listing of a folder of many hidden paths), the record's two
+//! workspace snapshots (`crate::record`, ~0.1-0.3 ms), a fork in the spare and the
+//! command's `execve`.
 
 pub mod init;
 pub mod landlock;
