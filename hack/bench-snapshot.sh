@@ -15,32 +15,8 @@ RUNS="${1:-200}"
 BIN="${BIN:-$PWD/target/release/capsule}"
 command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
 
-W="$(mktemp -d /dev/shm/bench-snapshot-XXXXXX)"
-trap 'rm -rf "$W"' EXIT
-cp "$BIN" "$W/capsule" && BIN="$W/capsule"
-if [ -n "${BASE_BIN:-}" ]; then cp "$BASE_BIN" "$W/capsule-base" && BASE_BIN="$W/capsule-base"; fi
-export CAPSULE_ROOT="$W/root" HOME="$W/home"
-mkdir -p "$HOME/.ssh" "$W/src"
-echo secret >"$HOME/.ssh/id_rsa"
-git -C "$W/src" init -q
-echo hi >"$W/src/README"
-git -C "$W/src" -c user.name=b -c user.email=b@example.invalid add -A
-git -C "$W/src" -c user.name=b -c user.email=b@example.invalid commit -qm init
-"$BIN" open --source "$W/src" --name bench >/dev/null
-WS="$(cd "$CAPSULE_ROOT/workspaces/bench" && pwd -P)"
-TMPD="$CAPSULE_ROOT/bundles/bench/tmp"
-
-# bwrap with the same shape of policy as hack/bench-exec.sh's
-BWRAP=(bwrap --unshare-user --unshare-pid --unshare-net --unshare-ipc --unshare-uts
-  --die-with-parent --new-session --cap-drop ALL --clearenv --setenv PATH /usr/bin:/bin
-  --setenv TMPDIR /tmp --ro-bind /usr /usr --ro-bind /etc /etc --ro-bind /opt /opt
-  --ro-bind /var /var --ro-bind /home /home --ro-bind "$HOME" "$HOME")
-for l in bin sbin lib lib64; do
-  if [ -L "/$l" ]; then BWRAP+=(--symlink "$(readlink "/$l")" "/$l"); elif [ -d "/$l" ]; then BWRAP+=(--ro-bind "/$l" "/$l"); fi
-done
-BWRAP+=(--tmpfs "$HOME/.ssh" --dev /dev --proc /proc --bind "$TMPD" /tmp
-  --bind "$WS" "$WS" --ro-bind "$WS/capsule-manifest.json" "$WS/capsule-manifest.json"
-  --chdir "$WS")
+# shellcheck source=hack/bench-capsule.sh
+. hack/bench-capsule.sh snapshot
 
 python3 - "$RUNS" "$BIN" "$WS" "${BWRAP[*]}" "${BASE_BIN:-}" <<'EOF'
 import os, re, statistics, subprocess, sys, time, shlex

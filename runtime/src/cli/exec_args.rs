@@ -97,7 +97,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use clap::Parser;
@@ -118,7 +118,8 @@ mod tests {
         }
     }
 
-    fn argv(s: &str) -> Vec<OsString> {
+    /// `capsule` and the words of `s` (split at spaces).
+    pub(in crate::cli) fn argv(s: &str) -> Vec<OsString> {
         std::iter::once("capsule")
             .chain(s.split(' ').filter(|a| !a.is_empty()))
             .map(Into::into)

@@ -248,14 +248,8 @@ pub fn print_json(value: &serde_json::Value) {
 
 #[cfg(test)]
 mod tests {
+    use super::exec_args::tests::argv;
     use super::*;
-
-    fn argv(s: &str) -> Vec<std::ffi::OsString> {
-        std::iter::once("capsule")
-            .chain(s.split(' ').filter(|a| !a.is_empty()))
-            .map(Into::into)
-            .collect()
-    }
 
     /// Whatever the exec-only parser accepts, the full parser reads the same way; what it
     /// refuses falls through to the full parser.
