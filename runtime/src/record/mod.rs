@@ -57,6 +57,8 @@ impl Stat {
 pub struct Snapshot {
     head: Option<String>,
     paths: BTreeMap<String, Entry>,
+    /// `.git/info/exclude` (ignore rules the command can write, outside any walk).
+    exclude: Option<Stat>,
     /// The index it was taken against, for the next snapshot ([`snapshot_after`]).
     index: Option<std::sync::Arc<snapshot::Index>>,
 }
@@ -113,11 +115,19 @@ pub fn diff(before: &Snapshot, after: &Snapshot, workspace: &Path) -> Changes {
             }
         }
     }
+    // new ignore rules in .git/info/exclude could hide what the command added: the
+    // change of the rules is a change of its own
+    if before.exclude != after.exclude {
+        c.changed.push(EXCLUDE.into());
+    }
     if before.head != after.head {
         c.head = Some((before.head.clone(), after.head.clone()));
     }
     c
 }
+
+/// The repository's own ignore file, reported when a command changes it.
+const EXCLUDE: &str = ".git/info/exclude";
 
 /// The record of one exec.
 #[derive(Debug, Clone, Serialize)]
@@ -495,6 +505,32 @@ mod tests {
         let c = diff(&before, &after, ws);
         assert_eq!(c.changed, vec!["a".to_string()]);
         assert!(c.added.is_empty() && c.removed.is_empty(), "{c:?}");
+    }
+
+    /// Ignore rules are the command's to write: rules that would hide what it added show
+    /// up themselves, a self-ignoring `.gitignore` and a changed `.git/info/exclude` alike.
+    #[test]
+    fn ignore_rules_cannot_hide_themselves() {
+        let d = tmp();
+        let ws = d.path();
+        repo_with(ws, &["a"]);
+        let before = snapshot(ws).unwrap();
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        std::fs::write(ws.join("sub/.gitignore"), "*\n").unwrap();
+        std::fs::write(ws.join("sub/loot"), "x").unwrap();
+        let info = ws.join(".git/info");
+        std::fs::create_dir_all(&info).unwrap();
+        let mut rules = std::fs::read_to_string(info.join("exclude")).unwrap_or_default();
+        rules.push_str("\nstash\n");
+        std::fs::write(info.join("exclude"), rules).unwrap();
+        std::fs::write(ws.join("stash"), "x").unwrap();
+        let c = diff(&before, &snapshot(ws).unwrap(), ws);
+        // the hidden files themselves stay ignored, as in git status
+        assert_eq!(c.added, vec!["sub/.gitignore".to_string()], "{c:?}");
+        assert_eq!(c.changed, vec![".git/info/exclude".to_string()], "{c:?}");
+        // untouched rules are no change
+        let again = snapshot(ws).unwrap();
+        assert_eq!(diff(&again, &snapshot(ws).unwrap(), ws), Changes::default());
     }
 
     /// A directory of tracked files replaced by a symlink to a copy elsewhere with the

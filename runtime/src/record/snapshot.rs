@@ -35,7 +35,9 @@
 //!   `gix::ignore`, fed from bytes read here; an ignored directory is not walked. Global
 //!   and system excludes are not read (the repository is untrusted). A `.gitignore` that
 //!   is not a regular file (a symlink, a FIFO…) is not read, as if absent (git ≥ 2.32
-//!   does not follow a symlinked one either).
+//!   does not follow a symlinked one either). Ignore rules are the command's to write, so
+//!   they cannot hide themselves: an untracked `.gitignore` is listed even when ignored,
+//!   and `.git/info/exclude` is reported as changed when its stat changed.
 //!
 //! Configuration is not read: the executable bit and symlinks are taken as meaningful
 //! (`core.fileMode`, `core.symlinks` true), case as significant (`core.ignoreCase` false).
@@ -105,7 +107,13 @@ pub fn take(workspace: &Path, prev: Option<&Arc<Index>>) -> Result<Snapshot, Str
         Err(e) if missing(&e) => None,
         Err(e) => return Err(ws.err(".git/info", e)),
     };
+    let mut exclude_stat = None;
     if let Some(info) = info {
+        exclude_stat = match stat_at(info.as_fd_ref(), b"exclude") {
+            Ok(st) => Some(super::Stat::from_raw(&st)),
+            Err(e) if missing(&e) => None,
+            Err(e) => return Err(ws.err(".git/info/exclude", e)),
+        };
         let exclude = read_at(
             &ws,
             info.as_fd_ref(),
@@ -127,6 +135,7 @@ pub fn take(workspace: &Path, prev: Option<&Arc<Index>>) -> Result<Snapshot, Str
     Ok(Snapshot {
         head,
         paths,
+        exclude: exclude_stat,
         index: Some(read),
     })
 }
@@ -510,7 +519,10 @@ impl Walk<'_> {
                 self.dir(&sub, rel, depth + 1)
             }
             libc::DT_REG | libc::DT_LNK => {
-                if self.index.entry_index_by_path(rel.as_bstr()).is_ok() || self.ignored(rel, false)
+                // a `.gitignore` is never hidden by ignore rules (its own, say `*`): new rules
+                // that would hide what the command added show up themselves
+                if self.index.entry_index_by_path(rel.as_bstr()).is_ok()
+                    || (self.ignored(rel, false) && name != b".gitignore")
                 {
                     return Ok(());
                 }
