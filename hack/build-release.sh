@@ -17,9 +17,15 @@ cd "$(dirname "$0")/.."
 host="$(rustc -vV | sed -n 's/^host: //p')"
 case "$host" in
   *-linux-gnu)
-    RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-      cargo build --release -q -p capsule-runtime --target "$host"
-    bin="$PWD/target/$host/release/capsule"
+    if RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+      cargo build --release -q -p capsule-runtime --target "$host"; then
+      bin="$PWD/target/$host/release/capsule"
+    else
+      # static glibc (libc.a) comes with libc6-dev (Debian, Ubuntu) or glibc-static (Fedora)
+      echo "hack/build-release.sh: the static build failed (libc6-dev or glibc-static missing?); building a dynamically linked capsule instead" >&2
+      cargo build --release -q -p capsule-runtime
+      bin="$PWD/target/release/capsule"
+    fi
     ;;
   *)
     cargo build --release -q -p capsule-runtime
