@@ -56,7 +56,7 @@ pub struct Warm {
     pub report_line: Vec<u8>,
 }
 
-/// Layers a warm spare enforced on itself before its request ([`Warm::layers`]): no
+/// Layers a warm spare enforced on itself before its request ([`Warm::report_line`]): no
 /// capabilities, `no_new_privs`, Landlock and seccomp. Their reports, for the record.
 pub struct PreLayers {
     pub landlock: serde_json::Value,

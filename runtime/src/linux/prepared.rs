@@ -38,7 +38,7 @@
 //! replaced since, a workspace recreated under the same name, a changed policy: each gives
 //! another fingerprint, hence another holder. And since rmdir of a masked directory
 //! detaches its mask in every namespace (and inode numbers can be reused), a holder never
-//! serves a root that lost a mount: it watches its mount table ([`MountWatch`]: the kernel
+//! serves a root that lost a mount: it watches its mount table (`MountWatch`: the kernel
 //! marks `/proc/self/mountinfo` on every change, a join looks at the mark in one `poll`)
 //! and counts the mounts again only when it is set. A bind of a socket or
 //! FIFO makes a plan not preparable: it is then built for that exec alone.
