@@ -8,6 +8,7 @@
 //! both listed in `.git/info/exclude`.
 
 use crate::error::{Error, IoContext, Result};
+use crate::grants::Acceptance;
 use crate::layout::{bundle_files, valid_name, Layout};
 use crate::manifest::{
     CapsuleExtension, Manifest, ManifestProbe, ManifestSource, MANIFEST, SENTINEL,
@@ -37,6 +38,9 @@ pub struct OpenRequest {
     pub name: Option<String>,
     /// Workspace folder (default `<root>/workspaces/<name>`); must not exist or be empty.
     pub dest: Option<PathBuf>,
+    /// What the operator accepts of the spec's grants (see [`crate::grants`]); a spec
+    /// with grants that are not accepted is refused before anything is made.
+    pub accept: Acceptance,
 }
 
 /// What `open` reports besides the capsule.
@@ -120,6 +124,23 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         return Err(Error::other(format!(
             "capsule name {name:?} must be letters, digits, '-', '_' or '.'"
         )));
+    }
+    // the spec's grants, decided before anything is read or made; the final policy is
+    // decided again below (same function, final paths)
+    if let Some(s) = &spec {
+        let ws_guess = match &req.dest {
+            Some(d) => d.clone(),
+            None => layout.workspaces_dir().join(&name),
+        };
+        let (p, tools) = resolve_policy(
+            &name,
+            &ws_guess,
+            &layout.bundle_dir(&name),
+            &layout.root,
+            None,
+            Some(s),
+        )?;
+        decide_grants(&p, &tools, &req.accept, &s.path)?;
     }
     std::fs::create_dir_all(&layout.root).at(&layout.root)?;
     let root_c = std::fs::canonicalize(&layout.root).at(&layout.root)?;
@@ -253,7 +274,7 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
     let head = crate::gitinfo::head(ws).ok();
 
     // ---- policy, config.json, bundle.json (with final paths)
-    let policy = build_policy(
+    let (policy, tool_reveals) = resolve_policy(
         &name,
         &ws_final,
         &bundle_final,
@@ -261,6 +282,12 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         source_dir.as_deref(),
         spec.as_ref(),
     )?;
+    let what = spec
+        .as_ref()
+        .map(|s| s.path.clone())
+        .or_else(|| source_dir.clone())
+        .unwrap_or_default();
+    let accepted = decide_grants(&policy, &tool_reveals, &req.accept, &what)?;
     let b = b_tmp.path();
     for d in [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE] {
         std::fs::create_dir(b.join(d)).at(b.join(d))?;
@@ -288,6 +315,8 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         head: head.as_ref().map(|h| h.commit.clone()),
         branch: head.as_ref().and_then(|h| h.branch.clone()),
         tree_digest: digest.clone(),
+        grants: Some(accepted),
+        tool_reveals,
     };
     let rec_json = serde_json::to_vec_pretty(&record)
         .map_err(|e| Error::other(format!("bundle.json: {e}")))?;
@@ -379,6 +408,18 @@ fn expand(p: &str, home: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
+/// The grants of `policy` against the operator's acceptance: what `bundle.json` records,
+/// or the one-line refusal naming `what` (the spec).
+fn decide_grants(
+    policy: &SandboxPolicy,
+    tool_reveals: &[PathBuf],
+    accept: &Acceptance,
+    what: &Path,
+) -> Result<crate::grants::Accepted> {
+    let grants = crate::grants::of_policy(policy, tool_reveals);
+    crate::grants::decide(grants, accept).map_err(|r| Error::other(r.message(what)))
+}
+
 /// The resolved sandbox policy of a capsule (absolute, canonical paths).
 pub fn build_policy(
     name: &str,
@@ -388,6 +429,18 @@ pub fn build_policy(
     source_dir: Option<&Path>,
     spec: Option<&Spec>,
 ) -> Result<SandboxPolicy> {
+    resolve_policy(name, workspace, bundle_dir, capsule_root, source_dir, spec).map(|(p, _)| p)
+}
+
+/// [`build_policy`], and the read-only carve-outs it added for tools (not grants).
+fn resolve_policy(
+    name: &str,
+    workspace: &Path,
+    bundle_dir: &Path,
+    capsule_root: &Path,
+    source_dir: Option<&Path>,
+    spec: Option<&Spec>,
+) -> Result<(SandboxPolicy, Vec<PathBuf>)> {
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .and_then(|h| std::fs::canonicalize(h).ok());
@@ -462,6 +515,7 @@ pub fn build_policy(
             revealed.push(p);
         }
     }
+    let mut tools: Vec<PathBuf> = Vec::new();
     let mut candidates: Vec<PathBuf> = Vec::new();
     candidates.push(workspace.join(".git"));
     if let Some(path) = std::env::var_os("PATH") {
@@ -480,11 +534,12 @@ pub fn build_policy(
             continue;
         };
         if policy.access(&cc) == crate::policy::Access::Hidden && !revealed.contains(&cc) {
-            revealed.push(cc);
+            revealed.push(cc.clone());
+            tools.push(cc);
         }
     }
     policy.revealed = revealed;
-    Ok(policy)
+    Ok((policy, tools))
 }
 
 fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
@@ -535,6 +590,7 @@ mod tests {
                     from: OpenFrom::Spec(d.join("capsule.yaml")),
                     name: None,
                     dest: None,
+                    accept: Acceptance::None,
                 },
             )
             .unwrap_or_else(|e| panic!("{}: {e}", d.display()));

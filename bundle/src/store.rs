@@ -17,14 +17,16 @@
 //! ```
 
 use crate::error::{Error, IoContext, Result};
+use crate::grants::{Accepted, Grant};
 use crate::layout::{bundle_files, valid_name, Layout};
 use crate::manifest::SENTINEL;
 use crate::policy::SandboxPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Format version of `bundle.json`.
-pub const RECORD_VERSION: u32 = 1;
+/// Format version of `bundle.json` (2: with [`BundleRecord::grants`] and
+/// [`BundleRecord::tool_reveals`]; version 1 records still load, see [`load`]).
+pub const RECORD_VERSION: u32 = 2;
 
 /// `bundle.json`: the pointer record of an open capsule, written by `open`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,6 +56,15 @@ pub struct BundleRecord {
     pub branch: Option<String>,
     /// Tree digest (lower-case hex, no prefix) right after the open.
     pub tree_digest: String,
+    /// The grants the operator accepted at open (what the policy may give beyond the
+    /// defaults, see [`crate::grants`]); `None` in records written before grants were
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants: Option<Accepted>,
+    /// Read-only carve-outs `open` added by itself so tools under a hidden path keep
+    /// working (`PATH` and SDK folders); not grants.
+    #[serde(default)]
+    pub tool_reveals: Vec<PathBuf>,
 }
 
 /// An open capsule, loaded from its bundle.
@@ -135,6 +146,7 @@ pub fn load(layout: &Layout, name: &str) -> Result<OpenCapsule> {
             rec_file.display()
         )));
     }
+    let policy = accepted_only(policy, &record, &bundle_dir)?;
     Ok(OpenCapsule {
         name: name.to_string(),
         workspace: record.workspace.clone(),
@@ -142,6 +154,51 @@ pub fn load(layout: &Layout, name: &str) -> Result<OpenCapsule> {
         policy,
         record,
     })
+}
+
+/// The policy with only the grants the record says were accepted. A record with an
+/// acceptance whose policy gives more is refused (the bundle was changed after open);
+/// a record from before acceptance was recorded loads with its grants dropped (none
+/// was ever accepted).
+fn accepted_only(
+    mut policy: SandboxPolicy,
+    record: &BundleRecord,
+    bundle_dir: &Path,
+) -> Result<SandboxPolicy> {
+    let given = crate::grants::of_policy(&policy, &record.tool_reveals);
+    let accepted: &[Grant] = record.grants.as_ref().map_or(&[], |a| &a.grants);
+    let extra: Vec<Grant> = given
+        .into_iter()
+        .filter(|g| !accepted.contains(g))
+        .collect();
+    if extra.is_empty() {
+        return Ok(policy);
+    }
+    if record.grants.is_some() {
+        return Err(Error::other(format!(
+            "{}: gives {} which {} does not record as accepted (the bundle was changed after open); close it and open the spec again",
+            bundle_dir.join(bundle_files::POLICY).display(),
+            crate::grants::list_line(&extra),
+            bundle_dir.join(bundle_files::RECORD).display()
+        )));
+    }
+    for g in &extra {
+        match g {
+            Grant::Reveal(p) => policy.revealed.retain(|r| r != p),
+            Grant::Writable(p) => policy.writable.retain(|w| w != p),
+            Grant::PassEnv(n) => policy.pass_env.retain(|x| x != n),
+            Grant::Device(d) => policy.devices.retain(|x| x != d),
+            Grant::NetworkOpen | Grant::NetworkAllow(_) => {
+                policy.network = crate::policy::NetworkPolicy::default()
+            }
+        }
+    }
+    tracing::warn!(
+        "{}: opened before grants were recorded; not applying {}",
+        bundle_dir.display(),
+        crate::grants::list_line(&extra)
+    );
+    Ok(policy)
 }
 
 /// Find an open capsule by `reference`: a capsule name, a workspace path (or a path

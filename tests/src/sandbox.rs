@@ -142,7 +142,7 @@ impl Capsule {
 
 /// Write a hand-made capsule's records into `bundle` as `capsule open` would:
 /// `policy.json` and a `bundle.json` naming the policy's capsule and workspace (no spec,
-/// source or HEAD, a zero tree digest, network `none`).
+/// source or HEAD, a zero tree digest, network `none`, every grant of the policy accepted).
 pub fn write_bundle(bundle: &Path, policy: &SandboxPolicy) {
     let record = BundleRecord {
         version: RECORD_VERSION,
@@ -156,6 +156,12 @@ pub fn write_bundle(bundle: &Path, policy: &SandboxPolicy) {
         head: None,
         branch: None,
         tree_digest: "0".repeat(64),
+        // a hand-made capsule stands for an operator who accepted what its policy gives
+        grants: Some(capsule_bundle::grants::decide(
+            capsule_bundle::grants::of_policy(policy, &[]),
+            &capsule_bundle::grants::Acceptance::All,
+        ).expect("accept all")),
+        tool_reveals: vec![],
     };
     std::fs::write(
         bundle.join("policy.json"),

@@ -199,7 +199,11 @@ fn our_fixture_covers_overlay_mkdir_branch_allow_empty_and_default_remote() {
     let s = scratch();
     let root = s.path().join("root");
     let spec = fixtures().join("capsules/features");
-    let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+    // the fixture asks for a device and an allowlisted network
+    let o = cap(
+        &root,
+        &["open", spec.to_str().unwrap(), "--accept-grants", "--json"],
+    );
     assert_ok(&o, "open features");
     let j = json_of(&o);
     let ws = PathBuf::from(j["workspace"].as_str().unwrap());
@@ -268,6 +272,7 @@ fn two_opens_give_the_git_cli_head() {
             &[
                 "open",
                 spec.to_str().unwrap(),
+                "--accept-grants",
                 "--name",
                 name,
                 "--dest",
@@ -340,7 +345,10 @@ fn hostile_global_git_config_changes_nothing() {
     let base_root = s.path().join("base");
     let mut base = Vec::new();
     for spec in &specs {
-        let o = cap(&base_root, &["open", spec.to_str().unwrap(), "--json"]);
+        let o = cap(
+            &base_root,
+            &["open", spec.to_str().unwrap(), "--accept-grants", "--json"],
+        );
         assert_ok(&o, "baseline open");
         let j = json_of(&o);
         let ws = PathBuf::from(j["workspace"].as_str().unwrap());
@@ -393,7 +401,7 @@ fn hostile_global_git_config_changes_nothing() {
             .env("GIT_AUTHOR_NAME", "Evil")
             .env("GIT_COMMITTER_DATE", "2001-01-01T00:00:00Z")
             .env("XDG_CONFIG_HOME", home.join(".config"))
-            .args(["open", spec.to_str().unwrap(), "--json"]);
+            .args(["open", spec.to_str().unwrap(), "--accept-grants", "--json"]);
         let o = run(&mut c);
         assert_ok(&o, "open under hostile config");
         let j = json_of(&o);
@@ -689,6 +697,7 @@ fn bad_inputs_fail_on_one_line_and_leave_nothing_behind() {
         &[
             "open",
             fixtures().join("capsules/features").to_str().unwrap(),
+            "--accept-grants",
             "--dest",
             dest.to_str().unwrap(),
         ],
@@ -813,7 +822,11 @@ fn config_json_is_a_valid_oci_runtime_spec() {
         (kitsoki_capsules().join("clean-repo"), true),
         (live, false),
     ] {
-        let o = cap(&root, &["open", spec.to_str().unwrap(), "--json"]);
+        // the fixture and the live spec ask for network access: accepted
+        let o = cap(
+            &root,
+            &["open", spec.to_str().unwrap(), "--accept-grants", "--json"],
+        );
         assert_ok(&o, "open");
         let j = json_of(&o);
         let name = j["name"].as_str().unwrap().to_string();

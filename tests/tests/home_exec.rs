@@ -338,13 +338,18 @@ fn devices_by_name_only() {
                 r.label()
             );
         }
-        // specs asking for disks or input devices are refused, and nothing runs
+        // specs asking for disks or input devices are refused, and nothing runs, even
+        // when the operator accepted the grant at open
         for (spec, name) in [
             ("devices-sda.yaml", "dev-sda"),
             ("devices-dev-sda.yaml", "dev-dev-sda"),
             ("devices-input-event0.yaml", "dev-input-event0"),
         ] {
-            let o = run(e.cmd().arg("open").arg(fixtures().join("home").join(spec)));
+            let o = run(e
+                .cmd()
+                .arg("open")
+                .arg("--accept-grants")
+                .arg(fixtures().join("home").join(spec)));
             assert_ok(&o, spec);
             let marker = e.root.join(format!("ran-{name}"));
             let o = e.capsule(&[

@@ -8,6 +8,7 @@ use crate::cli::print_json;
 use crate::exit::{CliError, CliResult};
 use capsule_bundle::layout::{bundle_files, Layout};
 use capsule_bundle::manifest::{Manifest, MANIFEST};
+use capsule_bundle::grants::Acceptance;
 use capsule_bundle::open::{OpenFrom, OpenRequest};
 use capsule_bundle::policy::{Access, HiddenReason, NetworkMode, SandboxPolicy};
 use capsule_bundle::spec::{Probe, Spec};
@@ -46,6 +47,12 @@ pub struct OpenArgs {
     /// Capsule name (default: the spec's name, or the checkout folder's name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Accept the access the spec asks beyond the defaults (reveal, pass_env, writable
+    /// host paths, devices, network): without a value whatever `open` listed when it
+    /// refused; with =sha256:<digest> exactly that list, so a spec changed since you
+    /// reviewed it is refused again.
+    #[arg(long, value_name = "DIGEST", num_args = 0..=1, require_equals = true)]
+    pub accept_grants: Option<Option<String>>,
     /// Print one JSON object: name, workspace, bundle, head, branch, tree_digest, ...
     #[arg(long)]
     pub json: bool,
@@ -56,8 +63,21 @@ pub struct VerifyArgs {
     /// An open capsule (name or workspace path), or a spec to open temporarily and verify.
     #[arg(value_name = "SPEC|WORKSPACE|NAME")]
     pub target: String,
+    /// For a spec: accept the access it asks beyond the defaults (as `capsule open`).
+    #[arg(long, value_name = "DIGEST", num_args = 0..=1, require_equals = true)]
+    pub accept_grants: Option<Option<String>>,
     #[arg(long)]
     pub json: bool,
+}
+
+/// The operator's `--accept-grants`.
+fn acceptance(flag: &Option<Option<String>>) -> Result<Acceptance, CliError> {
+    match flag {
+        None => Ok(Acceptance::None),
+        Some(v) => {
+            Acceptance::from_flag(v.as_deref()).map_err(|m| CliError::new(crate::exit::USAGE, m))
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -126,13 +146,49 @@ fn capsule_json(c: &OpenCapsule) -> serde_json::Value {
         "network": c.record.network,
         "policy_digest": c.record.policy_digest,
         "opened_at": c.record.opened_at,
+        "grants": grants_json(c),
     })
+}
+
+/// The grants a capsule's policy gives and how they were accepted.
+fn grants_json(c: &OpenCapsule) -> serde_json::Value {
+    match &c.record.grants {
+        Some(a) => json!({
+            "accepted": a.grants,
+            "digest": a.digest,
+            "by": a.by,
+        }),
+        None => json!({
+            "accepted": [],
+            "digest": null,
+            "by": "not recorded (opened before grants were recorded: none is applied)",
+        }),
+    }
+}
+
+/// The grants in words, one line each (spec-controlled text escaped).
+fn grants_in_words(c: &OpenCapsule) -> Vec<String> {
+    match &c.record.grants {
+        Some(a) if a.grants.is_empty() => vec!["none (nothing beyond the defaults)".into()],
+        Some(a) => {
+            let mut v: Vec<String> = a.grants.iter().map(|g| g.to_string()).collect();
+            let by = if a.by == "digest" {
+                "--accept-grants=<digest>"
+            } else {
+                "--accept-grants"
+            };
+            v.push(format!("accepted with {by}; digest {}", a.digest));
+            v
+        }
+        None => vec!["not recorded (opened before grants were recorded): none is applied".into()],
+    }
 }
 
 // ------------------------------------------------------------------ open
 
 pub fn open(a: OpenArgs) -> CliResult {
     let layout = layout()?;
+    let accept = acceptance(&a.accept_grants)?;
     let from = match (&a.spec, &a.source) {
         (_, Some(src)) => OpenFrom::Checkout(src.clone()),
         (Some(s), None) => OpenFrom::Spec(capsule_bundle::spec::find_spec(s).map_err(fail)?),
@@ -149,6 +205,7 @@ pub fn open(a: OpenArgs) -> CliResult {
             from,
             name: a.name.clone(),
             dest: a.dest.clone(),
+            accept,
         },
     )
     .map_err(fail)?;
@@ -170,6 +227,12 @@ pub fn open(a: OpenArgs) -> CliResult {
         );
         println!("  digest     sha256:{}", c.record.tree_digest);
         println!("  network    {}", c.policy.network.mode.as_str());
+        if let Some(a) = c.record.grants.as_ref().filter(|a| !a.grants.is_empty()) {
+            println!(
+                "  grants     accepted: {}",
+                capsule_bundle::grants::list_line(&a.grants)
+            );
+        }
         if opened.read_source == Some(false) {
             println!("  source     served from the repository cache");
         }
@@ -436,6 +499,7 @@ fn print_verification(v: &Verification) {
 
 pub fn verify(a: VerifyArgs) -> CliResult {
     let layout = layout()?;
+    let accept = acceptance(&a.accept_grants)?;
     let v = match store::resolve(&layout, &a.target) {
         Ok(cap) => verify_capsule(&cap)?,
         Err(capsule_bundle::Error::NotFound(_)) => {
@@ -457,6 +521,7 @@ pub fn verify(a: VerifyArgs) -> CliResult {
                     from: OpenFrom::Spec(spec_path),
                     name: None,
                     dest: None,
+                    accept,
                 },
             )
             .map_err(fail)?;
@@ -664,19 +729,24 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     if let Some(s) = &cap.record.source {
         println!("  source     {} (checkout, left untouched)", s.display());
     }
+    println!("\ngrants (access beyond the defaults, accepted at open):");
+    for w in grants_in_words(&cap) {
+        println!("  {w}");
+    }
     println!(
         "\neffective policy (from {}):",
         cap.bundle_file(bundle_files::POLICY).display()
     );
+    // paths and lines below come from the spec: escaped, never raw on the terminal
     for w in &words {
-        println!("  {w}");
+        println!("  {}", capsule_bundle::grants::escape(w));
     }
     println!("\nspec:");
     match (&cap.record.spec_path, &spec_text) {
         (Some(p), Some(t)) => {
             println!("  {}", p.display());
             for l in t.lines() {
-                println!("  | {l}");
+                println!("  | {}", capsule_bundle::grants::escape(l));
             }
         }
         _ => println!("  (none: opened from a checkout)"),
@@ -752,6 +822,8 @@ pub fn demo(a: DemoArgs) -> CliResult {
             from: OpenFrom::Spec(spec_file),
             name: None,
             dest: None,
+            // the demo spec asks for nothing beyond the defaults: refuse if it ever does
+            accept: Acceptance::None,
         },
     )
     .map_err(fail)?;
