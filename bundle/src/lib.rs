@@ -21,6 +21,7 @@ pub mod manifest;
 pub mod materialize;
 pub mod oci;
 pub mod open;
+pub mod ownobjects;
 pub mod policy;
 pub mod source;
 pub mod spec;

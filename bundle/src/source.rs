@@ -3,14 +3,18 @@
 //! - `--source PATH` ([`from_checkout`]): the operator's checkout (a main or linked
 //!   worktree, on a branch or detached) is opened read-only with gix (isolated: no
 //!   environment, no global/system config; gix runs no hooks, filters or fsmonitor). A
-//!   fresh repository is created, the object files (packs and loose objects, plus those
-//!   of alternates) are *copied* into it (no hardlinks, no alternates: nothing writable
-//!   is shared), HEAD's branch ref is written, and the work tree is checked out by gix with
-//!   the new repository's empty configuration, so no filter driver runs. Nothing in the
-//!   source is written, locked or refreshed.
+//!   fresh repository is created, the objects HEAD reaches are *copied* into it from the
+//!   checkout's own object store ([`crate::ownobjects`]: alternates are never followed,
+//!   nothing is hardlinked or shared), HEAD's branch ref is written, and the work tree is
+//!   checked out by gix with the new repository's empty configuration, so no filter driver
+//!   runs. A linked worktree's `gitdir:` file and `commondir` are followed to its main
+//!   repository: the operator chose that checkout. Nothing in the source is written,
+//!   locked or refreshed.
 //! - pinned `repo` + `commit` ([`from_pinned`]): a content-addressed cache of bare
-//!   repositories under `Layout::repo_cache_dir()/<commit>.git`; a second open of the same
-//!   commit reads only the cache.
+//!   repositories under `Layout::repo_cache_dir()/<commit>.git`, filled with exactly the
+//!   objects the commit reaches from the named repository's own object store; a `.git`
+//!   file, a `commondir` or alternates that lead out of the named repository are refused
+//!   or not followed. A second open of the same commit reads only the cache.
 
 use crate::error::{Error, IoContext, Result};
 use std::path::{Path, PathBuf};
@@ -25,70 +29,67 @@ pub struct Imported {
     pub tree_digest: Option<String>,
 }
 
-/// Object folders of a repository: its own and, one level deep, its alternates.
-fn object_dirs(common_dir: &Path) -> Vec<PathBuf> {
-    let own = common_dir.join("objects");
-    let mut v = vec![own.clone()];
-    if let Ok(text) = std::fs::read_to_string(own.join("info/alternates")) {
-        for line in text.lines().map(str::trim) {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let p = if Path::new(line).is_absolute() {
-                PathBuf::from(line)
-            } else {
-                own.join(line)
-            };
-            if p.is_dir() {
-                v.push(p);
-            }
-        }
+/// The git directory of a spec's pinned `repo` path, which must hold its own repository:
+/// `<path>/.git` as a real folder, or `<path>` itself when bare. A `.git` file or symlink
+/// (`gitdir:` pointing elsewhere) and a `commondir` file (a linked worktree's git dir) lead
+/// out of the named repository and are refused.
+fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
+    let not_repo = |why: &str| {
+        Error::other(format!(
+            "{}: pinned repo is not a git repository ({why})",
+            p.display()
+        ))
+    };
+    let md = std::fs::metadata(p).map_err(|e| not_repo(&e.to_string()))?;
+    if !md.is_dir() {
+        return Err(not_repo("not a folder"));
     }
-    v
+    let dotgit = p.join(".git");
+    let git_dir = match std::fs::symlink_metadata(&dotgit) {
+        Ok(m) if m.is_dir() => dotgit,
+        Ok(_) => {
+            return Err(Error::other(format!(
+                "{}: is a gitdir file or symlink pointing elsewhere; a pinned repo must be a repository of its own (give its main checkout or a bare repository)",
+                dotgit.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let bare = ["objects", "HEAD", "refs"]
+                .iter()
+                .all(|f| std::fs::symlink_metadata(p.join(f)).is_ok());
+            if !bare {
+                return Err(not_repo("no .git folder, and not a bare repository"));
+            }
+            p.to_path_buf()
+        }
+        Err(e) => return Err(Error::io(&dotgit, e)),
+    };
+    if std::fs::symlink_metadata(git_dir.join("commondir")).is_ok() {
+        return Err(Error::other(format!(
+            "{}: has a commondir file (a linked worktree's git directory) pointing to another repository; a pinned repo must be a repository of its own",
+            git_dir.display()
+        )));
+    }
+    Ok(git_dir)
 }
 
-/// Copy regular files of `src` objects folders (packs, loose objects, commit-graph) into
-/// `dst_objects`. Never hardlinks; symlinks are skipped; existing files are kept.
-fn copy_objects(srcs: &[PathBuf], dst_objects: &Path) -> Result<()> {
-    for src in srcs {
-        let rd = match std::fs::read_dir(src) {
-            Ok(rd) => rd,
-            Err(e) => return Err(Error::io(src, e)),
-        };
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let Some(n) = name.to_str() else { continue };
-            let Ok(ft) = e.file_type() else { continue };
-            if !ft.is_dir() {
-                continue;
-            }
-            let is_fanout = n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit());
-            if !(is_fanout || n == "pack") {
-                continue;
-            }
-            let dst = dst_objects.join(n);
-            std::fs::create_dir_all(&dst).at(&dst)?;
-            for f in std::fs::read_dir(e.path()).at(e.path())?.flatten() {
-                let Ok(fft) = f.file_type() else { continue };
-                if !fft.is_file() {
-                    continue;
-                }
-                let fname = f.file_name();
-                if n == "pack" {
-                    let s = fname.to_string_lossy();
-                    // temporary or lock files of a concurrent git are not ours to copy
-                    if s.starts_with("tmp_") || s.ends_with(".lock") || s.ends_with(".keep") {
-                        continue;
-                    }
-                }
-                let to = dst.join(&fname);
-                if to.exists() {
-                    continue;
-                }
-                std::fs::copy(f.path(), &to).at(f.path())?;
-            }
-        }
-    }
+/// Copy what `commit` reaches from the own object store of the git directory `src_git`
+/// into the (fresh) git directory `dst_git`, and the `shallow` commits the walk met.
+fn copy_commit(
+    src_git_objects: &Path,
+    follow_top: bool,
+    shallow: &std::collections::HashSet<gix::ObjectId>,
+    commit: &str,
+    dst_git: &Path,
+    what: &str,
+) -> Result<()> {
+    let id = gix::ObjectId::from_hex(commit.as_bytes())
+        .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
+    let own = crate::ownobjects::OwnObjects::open(src_git_objects, follow_top)?;
+    let copied =
+        crate::ownobjects::copy_reachable(&own, &id, shallow, &dst_git.join("objects"), what)?;
+    crate::ownobjects::write_shallow(dst_git, &copied.shallow)?;
+    tracing::debug!("{what}: {} objects of {commit} copied", copied.objects);
     Ok(())
 }
 
@@ -212,20 +213,22 @@ pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
         )));
     }
     let head = crate::gitinfo::head_of(&src, source)?;
+    // the operator's checkout: its git dir and, for a linked worktree, the main
+    // repository's common dir are followed (the operator chose it); alternates are not
     let common = src.common_dir().to_path_buf();
-    let srcs = object_dirs(&common);
-    let shallow = common.join("shallow");
+    let shallow = crate::ownobjects::read_shallow(&common);
     drop(src);
     let t0 = std::time::Instant::now();
     let git_dir = init_repo(dest)?;
-    copy_objects(&srcs, &git_dir.join("objects"))?;
+    copy_commit(
+        &common.join("objects"),
+        true,
+        &shallow,
+        &head.commit,
+        &git_dir,
+        &format!("--source {}", source.display()),
+    )?;
     tracing::debug!("--source: objects copied in {:?}", t0.elapsed());
-    if std::fs::symlink_metadata(&shallow)
-        .map(|m| m.is_file())
-        .unwrap_or(false)
-    {
-        std::fs::copy(&shallow, git_dir.join("shallow")).at(&shallow)?;
-    }
     set_head(&git_dir, &head.commit, head.branch.as_deref())?;
     let tree_digest = checkout_head(dest)?;
     tracing::debug!("--source: checked out at {:?}", t0.elapsed());
@@ -236,6 +239,9 @@ pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
     })
 }
 
+/// A file in a cache entry saying it holds only what its commit reaches.
+const CACHE_MARK: &str = "capsule-reachable-only";
+
 /// The cache entry of `commit`.
 pub fn cache_entry(cache_dir: &Path, commit: &str) -> PathBuf {
     cache_dir.join(format!("{commit}.git"))
@@ -243,6 +249,10 @@ pub fn cache_entry(cache_dir: &Path, commit: &str) -> PathBuf {
 
 /// Does the bare repository at `git_dir` hold `commit`?
 fn has_commit(git_dir: &Path, commit: &str) -> bool {
+    // entries filled before only reachable objects were copied are filled again
+    if std::fs::symlink_metadata(git_dir.join(CACHE_MARK)).is_err() {
+        return false;
+    }
     let Ok(repo) = gix::open_opts(git_dir, gix::open::Options::isolated()) else {
         return false;
     };
@@ -309,22 +319,28 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
         } else {
             spec_dir.join(repo)
         };
-        let src = gix::open_opts(&p, gix::open::Options::isolated()).map_err(|e| {
-            Error::other(format!(
-                "{}: pinned repo is not a git repository ({e})",
-                p.display()
-            ))
-        })?;
-        let srcs = object_dirs(src.common_dir());
-        drop(src);
-        copy_objects(&srcs, &bare.join("objects"))?;
+        let src_git = pinned_git_dir(&p)?;
+        let shallow = crate::ownobjects::read_shallow(&src_git);
+        copy_commit(
+            &src_git.join("objects"),
+            false,
+            &shallow,
+            commit,
+            &bare,
+            &format!("pinned repo {}", p.display()),
+        )?;
     }
+    std::fs::write(bare.join(CACHE_MARK), "").at(bare.join(CACHE_MARK))?;
     if !has_commit(&bare, commit) {
         return Err(Error::other(format!(
             "pinned repo {repo} has no commit {commit}"
         )));
     }
     set_head(&bare, commit, Some("capsule-pinned"))?;
+    if std::fs::symlink_metadata(&entry).is_ok() && !has_commit(&entry, commit) {
+        // an entry from before only reachable objects were cached: replaced
+        crate::store::remove_dir_atomically(&entry)?;
+    }
     match std::fs::rename(&bare, &entry) {
         Ok(()) => {}
         // another open filled it meanwhile
@@ -339,7 +355,15 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
 pub fn from_pinned(cache_dir: &Path, commit: &str, branch: &str, dest: &Path) -> Result<Imported> {
     let entry = cache_entry(cache_dir, commit);
     let git_dir = init_repo(dest)?;
-    copy_objects(&object_dirs(&entry), &git_dir.join("objects"))?;
+    let shallow = crate::ownobjects::read_shallow(&entry);
+    copy_commit(
+        &entry.join("objects"),
+        false,
+        &shallow,
+        commit,
+        &git_dir,
+        &format!("repository cache {}", entry.display()),
+    )?;
     set_head(&git_dir, commit, Some(branch))?;
     let tree_digest = checkout_head(dest)?;
     Ok(Imported {

@@ -1,0 +1,440 @@
+//! A repository's *own* object store, and copying exactly what one commit needs out of it.
+//!
+//! A repository someone else prepared (a spec's pinned `repo`) or the operator's checkout
+//! (`--source`) may borrow objects from elsewhere: `objects/info/alternates` and
+//! `objects/info/http-alternates` name other object stores (a password store, another
+//! capsule's repository) that the operator can read. [`OwnObjects`] reads only the loose
+//! objects and packs under the given `objects` folder and never looks at `info/`; every
+//! file is opened through directory descriptors with `O_NOFOLLOW`, so a symlinked fan-out
+//! folder, pack or loose object is refused rather than followed. Every object read is
+//! checked against its id.
+//!
+//! [`copy_reachable`] walks one commit's history, trees and blobs (submodule entries are
+//! not followed; the commits of a `shallow` list end the walk) and writes each object as a
+//! loose object into a fresh object store, so the result holds nothing the commit does not
+//! reach. An object that is not in the own store fails the copy, naming it.
+
+use crate::error::{Error, Result};
+use gix::hash::ObjectId;
+use gix::objs::Kind;
+use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+const HASH: gix::hash::Kind = gix::hash::Kind::Sha1;
+
+/// zlib cannot expand more than about 1032:1; a loose object's header claiming more than
+/// that over its file size is corrupt (and must not make us allocate it).
+const MAX_INFLATE_RATIO: usize = 1100;
+
+/// Decoded pack entries kept to resolve delta chains (bytes).
+const CACHE_BYTES: usize = 64 << 20;
+
+/// The loose objects and packs of one `objects` folder, alternates never followed.
+pub struct OwnObjects {
+    /// For messages.
+    dir: PathBuf,
+    dirfd: OwnedFd,
+    /// Whether `info/alternates` or `info/http-alternates` exists (for messages only).
+    has_alternates: bool,
+    packs: Vec<gix::odb::pack::Bundle>,
+    /// Descriptors the packs were mapped through (kept open: their `/proc/self/fd` paths
+    /// name the packs).
+    _pack_fds: Vec<OwnedFd>,
+}
+
+fn cstr(name: &str) -> std::io::Result<CString> {
+    CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC)`.
+fn open_at(dir: &OwnedFd, name: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+    let c = cstr(name)?;
+    // SAFETY: a valid descriptor and C string; the result is checked
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A path naming the open file `fd` (for APIs that take paths).
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    #[cfg(target_os = "linux")]
+    let base = "/proc/self/fd";
+    #[cfg(not(target_os = "linux"))]
+    let base = "/dev/fd";
+    PathBuf::from(format!("{base}/{}", fd.as_raw_fd()))
+}
+
+fn is_regular(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat on a valid descriptor into a zeroed struct
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG }
+}
+
+fn symlink_refused(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR))
+}
+
+impl OwnObjects {
+    /// Open the object store `objects` (of a repository's git directory). With
+    /// `follow_top` the folder itself may be reached through a symlink (the operator's own
+    /// checkout); everything below it never is.
+    pub fn open(objects: &Path, follow_top: bool) -> Result<Self> {
+        let c = CString::new(objects.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::other(format!("{}: bad path", objects.display())))?;
+        let nofollow = if follow_top { 0 } else { libc::O_NOFOLLOW };
+        // SAFETY: a valid C string; the result is checked
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow,
+            )
+        };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::other(if symlink_refused(&e) {
+                format!(
+                    "{}: is a symlink or not a folder; an object store outside the repository is not followed",
+                    objects.display()
+                )
+            } else {
+                format!("{}: {e}", objects.display())
+            }));
+        }
+        // SAFETY: a fresh descriptor we own
+        let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let has_alternates = ["info/alternates", "info/http-alternates"]
+            .iter()
+            .any(|f| std::fs::symlink_metadata(objects.join(f)).is_ok());
+        let mut me = OwnObjects {
+            dir: objects.to_path_buf(),
+            dirfd,
+            has_alternates,
+            packs: Vec::new(),
+            _pack_fds: Vec::new(),
+        };
+        me.open_packs()?;
+        Ok(me)
+    }
+
+    fn open_packs(&mut self) -> Result<()> {
+        let packdir = match open_at(&self.dirfd, "pack", libc::O_RDONLY | libc::O_DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if symlink_refused(&e) => {
+                return Err(Error::other(format!(
+                    "{}/pack: is a symlink or not a folder; not followed",
+                    self.dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(self.dir.join("pack"), e)),
+        };
+        let mut names: Vec<String> = std::fs::read_dir(fd_path(&packdir))
+            .map_err(|e| Error::io(self.dir.join("pack"), e))?
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("pack-") && n.ends_with(".idx"))
+            .collect();
+        names.sort();
+        for idx_name in names {
+            let pack_name = format!("{}.pack", idx_name.trim_end_matches(".idx"));
+            let open = |n: &str| -> Result<Option<OwnedFd>> {
+                match open_at(&packdir, n, libc::O_RDONLY) {
+                    Ok(fd) if is_regular(&fd) => Ok(Some(fd)),
+                    Ok(_) => Ok(None),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) if symlink_refused(&e) => Err(Error::other(format!(
+                        "{}/pack/{n}: is a symlink; not followed",
+                        self.dir.display()
+                    ))),
+                    Err(e) => Err(Error::io(self.dir.join("pack").join(n), e)),
+                }
+            };
+            let (Some(ifd), Some(pfd)) = (open(&idx_name)?, open(&pack_name)?) else {
+                continue;
+            };
+            let bad = |e: &dyn std::fmt::Display| {
+                Error::other(format!(
+                    "{}/pack/{idx_name}: unreadable pack ({e})",
+                    self.dir.display()
+                ))
+            };
+            let index = gix::odb::pack::index::File::at(fd_path(&ifd), HASH).map_err(|e| bad(&e))?;
+            let mut pack = gix::odb::pack::data::File::at(fd_path(&pfd), HASH).map_err(|e| bad(&e))?;
+            pack.id = self.packs.len() as u32;
+            self.packs.push(gix::odb::pack::Bundle { pack, index });
+            self._pack_fds.push(ifd);
+            self._pack_fds.push(pfd);
+        }
+        Ok(())
+    }
+
+    /// Whether the store names alternates (which are not followed).
+    pub fn has_alternates(&self) -> bool {
+        self.has_alternates
+    }
+
+    /// Read object `id` into `out`; `None` if the own store does not hold it.
+    pub fn find(
+        &self,
+        id: &ObjectId,
+        out: &mut Vec<u8>,
+        cache: &mut DeltaCache,
+    ) -> Result<Option<Kind>> {
+        let kind = match self.find_loose(id, out)? {
+            Some(k) => Some(k),
+            None => self.find_packed(id, out, cache)?,
+        };
+        let Some(kind) = kind else { return Ok(None) };
+        let actual = gix::objs::compute_hash(HASH, kind, out)
+            .map_err(|e| Error::other(format!("hashing {id}: {e}")))?;
+        if actual != *id {
+            return Err(Error::other(format!(
+                "{}: object {id} is corrupt (its content hashes to {actual})",
+                self.dir.display()
+            )));
+        }
+        Ok(Some(kind))
+    }
+
+    fn find_loose(&self, id: &ObjectId, out: &mut Vec<u8>) -> Result<Option<Kind>> {
+        let hex = id.to_string();
+        let (fan, rest) = hex.split_at(2);
+        let shown = || self.dir.join(fan).join(rest);
+        let fand = match open_at(&self.dirfd, fan, libc::O_RDONLY | libc::O_DIRECTORY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if symlink_refused(&e) => {
+                return Err(Error::other(format!(
+                    "{}/{fan}: is a symlink or not a folder; not followed",
+                    self.dir.display()
+                )))
+            }
+            Err(e) => return Err(Error::io(self.dir.join(fan), e)),
+        };
+        let fd = match open_at(&fand, rest, libc::O_RDONLY) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if symlink_refused(&e) => {
+                return Err(Error::other(format!(
+                    "{}: is a symlink; not followed",
+                    shown().display()
+                )))
+            }
+            Err(e) => return Err(Error::io(shown(), e)),
+        };
+        if !is_regular(&fd) {
+            return Err(Error::other(format!(
+                "{}: not a regular file",
+                shown().display()
+            )));
+        }
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut raw)
+            .map_err(|e| Error::io(shown(), e))?;
+        let corrupt = |why: &dyn std::fmt::Display| {
+            Error::other(format!(
+                "{}: corrupt loose object ({why})",
+                shown().display()
+            ))
+        };
+        let mut inflate = gix::zlib::Inflate::default();
+        let mut header = [0u8; 64];
+        let (_, consumed_in, consumed_out) =
+            inflate.prefix(&raw, &mut header).map_err(|e| corrupt(&e))?;
+        let (kind, size, header_size) =
+            gix::objs::decode::loose_header(&header[..consumed_out]).map_err(|e| corrupt(&e))?;
+        let size = usize::try_from(size).map_err(|e| corrupt(&e))?;
+        if size > raw.len().saturating_mul(MAX_INFLATE_RATIO) + 1024 {
+            return Err(corrupt(&"its header claims more than the file can hold"));
+        }
+        let n = inflate
+            .rest(
+                &raw[consumed_in..],
+                &header[..consumed_out],
+                header_size,
+                out,
+                size,
+            )
+            .map_err(|e| corrupt(&e))?;
+        if n != size || out.len() != size {
+            return Err(corrupt(&format!("{n} bytes, the header says {size}")));
+        }
+        Ok(Some(kind))
+    }
+
+    fn find_packed(
+        &self,
+        id: &ObjectId,
+        out: &mut Vec<u8>,
+        cache: &mut DeltaCache,
+    ) -> Result<Option<Kind>> {
+        let mut inflate = gix::zlib::Inflate::default();
+        for b in &self.packs {
+            match b.find(id, out, &mut inflate, cache) {
+                Ok(Some((data, _))) => return Ok(Some(data.kind)),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Error::other(format!(
+                        "{}: reading {id} from a pack: {e}",
+                        self.dir.display()
+                    )))
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Decoded pack entries by (pack, offset), so delta chains are not decoded again for
+/// every object; emptied when it grows past [`CACHE_BYTES`].
+#[derive(Default)]
+pub struct DeltaCache {
+    map: HashMap<(u32, u64), (Vec<u8>, Kind, usize)>,
+    bytes: usize,
+}
+
+impl gix::odb::pack::cache::DecodeEntry for DeltaCache {
+    fn put(&mut self, pack_id: u32, offset: u64, data: &[u8], kind: Kind, compressed_size: usize) {
+        if data.len() > CACHE_BYTES / 4 {
+            return;
+        }
+        if self.bytes + data.len() > CACHE_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        self.bytes += data.len();
+        self.map
+            .insert((pack_id, offset), (data.to_vec(), kind, compressed_size));
+    }
+    fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {
+        let (d, k, c) = self.map.get(&(pack_id, offset))?;
+        out.clear();
+        out.extend_from_slice(d);
+        Some((*k, *c))
+    }
+}
+
+/// What [`copy_reachable`] copied.
+#[derive(Debug, Clone, Default)]
+pub struct Copied {
+    pub objects: usize,
+    /// Commits of the `shallow` list the walk met (their parents were not needed).
+    pub shallow: Vec<ObjectId>,
+}
+
+/// Copy every object `commit` reaches (history, trees, blobs; not submodules; not past a
+/// commit in `shallow`) from `src` into the object store `dst_objects` as loose objects.
+/// `what` names the repository in errors.
+pub fn copy_reachable(
+    src: &OwnObjects,
+    commit: &ObjectId,
+    shallow: &HashSet<ObjectId>,
+    dst_objects: &Path,
+    what: &str,
+) -> Result<Copied> {
+    use gix::objs::Write as _;
+    let dst = gix::odb::loose::Store::at(dst_objects, HASH);
+    let mut cache = DeltaCache::default();
+    let mut seen: HashSet<ObjectId> = HashSet::new();
+    let mut todo: Vec<(ObjectId, Option<Kind>)> = vec![(*commit, Some(Kind::Commit))];
+    let mut buf = Vec::new();
+    let mut copied = Copied::default();
+    while let Some((id, want)) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let Some(kind) = src.find(&id, &mut buf, &mut cache)? else {
+            let why = if src.has_alternates() {
+                "it has alternates, which are not followed"
+            } else {
+                "the repository is incomplete"
+            };
+            return Err(Error::other(format!(
+                "{what}: commit {commit} needs object {id} that is not in the repository's own object store ({why})"
+            )));
+        };
+        if let Some(w) = want {
+            if w != kind {
+                return Err(Error::other(format!(
+                    "{what}: object {id} is a {kind}, where commit {commit} needs a {w}"
+                )));
+            }
+        }
+        let bad = |e: &dyn std::fmt::Display| {
+            Error::other(format!("{what}: object {id} ({kind}) cannot be parsed: {e}"))
+        };
+        match kind {
+            Kind::Commit => {
+                let c = gix::objs::CommitRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
+                todo.push((c.tree(), Some(Kind::Tree)));
+                if shallow.contains(&id) {
+                    copied.shallow.push(id);
+                } else {
+                    todo.extend(c.parents().map(|p| (p, Some(Kind::Commit))));
+                }
+            }
+            Kind::Tree => {
+                let t = gix::objs::TreeRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
+                for e in &t.entries {
+                    if e.mode.is_commit() {
+                        continue; // a submodule: its commit lives in another repository
+                    }
+                    let k = if e.mode.is_tree() {
+                        Kind::Tree
+                    } else {
+                        Kind::Blob
+                    };
+                    todo.push((e.oid.to_owned(), Some(k)));
+                }
+            }
+            Kind::Tag => {
+                let t = gix::objs::TagRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
+                todo.push((t.target(), None));
+            }
+            Kind::Blob => {}
+        }
+        dst.write_buf_with_known_id(kind, &buf, id)
+            .map_err(|e| Error::other(format!("{}: writing {id}: {e}", dst_objects.display())))?;
+        copied.objects += 1;
+    }
+    Ok(copied)
+}
+
+/// The commit ids of a repository's `shallow` file (missing: none).
+pub fn read_shallow(git_dir: &Path) -> HashSet<ObjectId> {
+    let p = git_dir.join("shallow");
+    let Ok(md) = std::fs::symlink_metadata(&p) else {
+        return HashSet::new();
+    };
+    if !md.is_file() {
+        return HashSet::new();
+    }
+    std::fs::read_to_string(&p)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| ObjectId::from_hex(l.trim().as_bytes()).ok())
+        .collect()
+}
+
+/// Write the `shallow` file of `git_dir` (nothing when `commits` is empty).
+pub fn write_shallow(git_dir: &Path, commits: &[ObjectId]) -> Result<()> {
+    if commits.is_empty() {
+        return Ok(());
+    }
+    let mut v: Vec<String> = commits.iter().map(|c| c.to_string()).collect();
+    v.sort();
+    v.dedup();
+    let p = git_dir.join("shallow");
+    std::fs::write(&p, v.join("\n") + "\n").map_err(|e| Error::io(&p, e))
+}
