@@ -22,6 +22,7 @@ pub mod materialize;
 pub mod oci;
 pub mod open;
 pub mod ownobjects;
+pub mod packwrite;
 pub mod policy;
 pub mod source;
 pub mod spec;

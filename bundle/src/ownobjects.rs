@@ -10,9 +10,9 @@
 //! checked against its id.
 //!
 //! [`copy_reachable`] walks one commit's history, trees and blobs (submodule entries are
-//! not followed; the commits of a `shallow` list end the walk) and writes each object as a
-//! loose object into a fresh object store, so the result holds nothing the commit does not
-//! reach. An object that is not in the own store fails the copy, naming it.
+//! not followed; the commits of a `shallow` list end the walk) and writes the objects as
+//! one pack into a fresh object store ([`crate::packwrite`]), so the result holds nothing
+//! the commit does not reach. An object that is not in the own store fails the copy, naming it.
 
 use crate::error::{Error, Result};
 use gix::hash::ObjectId;
@@ -343,8 +343,7 @@ pub fn copy_reachable(
     dst_objects: &Path,
     what: &str,
 ) -> Result<Copied> {
-    use gix::objs::Write as _;
-    let dst = gix::odb::loose::Store::at(dst_objects, HASH);
+    let mut dst = crate::packwrite::PackWriter::new(dst_objects)?;
     let mut cache = DeltaCache::default();
     let mut seen: HashSet<ObjectId> = HashSet::new();
     let mut todo: Vec<(ObjectId, Option<Kind>)> = vec![(*commit, Some(Kind::Commit))];
@@ -404,10 +403,9 @@ pub fn copy_reachable(
             }
             Kind::Blob => {}
         }
-        dst.write_buf_with_known_id(kind, &buf, id)
-            .map_err(|e| Error::other(format!("{}: writing {id}: {e}", dst_objects.display())))?;
-        copied.objects += 1;
+        dst.add(id, kind, &buf)?;
     }
+    copied.objects = dst.finish()?;
     Ok(copied)
 }
 
