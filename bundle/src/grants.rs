@@ -344,7 +344,9 @@ mod tests {
         ));
         assert_eq!(decide(g.clone(), &Acceptance::All).unwrap().by, "all");
         assert_eq!(
-            decide(g.clone(), &Acceptance::Digest(d.clone())).unwrap().grants,
+            decide(g.clone(), &Acceptance::Digest(d.clone()))
+                .unwrap()
+                .grants,
             g
         );
         let more = vec![Grant::NetworkOpen, Grant::PassEnv("TOKEN".into())];

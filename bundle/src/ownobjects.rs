@@ -78,7 +78,9 @@ fn fd_path(fd: &OwnedFd) -> PathBuf {
 fn is_regular(fd: &OwnedFd) -> bool {
     // SAFETY: fstat on a valid descriptor into a zeroed struct
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe { libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG }
+    unsafe {
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFREG
+    }
 }
 
 fn symlink_refused(e: &std::io::Error) -> bool {
@@ -169,8 +171,10 @@ impl OwnObjects {
                     self.dir.display()
                 ))
             };
-            let index = gix::odb::pack::index::File::at(fd_path(&ifd), HASH).map_err(|e| bad(&e))?;
-            let mut pack = gix::odb::pack::data::File::at(fd_path(&pfd), HASH).map_err(|e| bad(&e))?;
+            let index =
+                gix::odb::pack::index::File::at(fd_path(&ifd), HASH).map_err(|e| bad(&e))?;
+            let mut pack =
+                gix::odb::pack::data::File::at(fd_path(&pfd), HASH).map_err(|e| bad(&e))?;
             pack.id = self.packs.len() as u32;
             self.packs.push(gix::odb::pack::Bundle { pack, index });
             self._pack_fds.push(ifd);
@@ -371,7 +375,9 @@ pub fn copy_reachable(
             }
         }
         let bad = |e: &dyn std::fmt::Display| {
-            Error::other(format!("{what}: object {id} ({kind}) cannot be parsed: {e}"))
+            Error::other(format!(
+                "{what}: object {id} ({kind}) cannot be parsed: {e}"
+            ))
         };
         match kind {
             Kind::Commit => {

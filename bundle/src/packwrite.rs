@@ -39,7 +39,11 @@ fn crc32(data: &[u8]) -> u32 {
         for (i, e) in t.iter_mut().enumerate() {
             let mut c = i as u32;
             for _ in 0..8 {
-                c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
             }
             *e = c;
         }
@@ -150,7 +154,7 @@ impl PackWriter {
         drop(f);
 
         // index version 2
-        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        self.entries.sort_by_key(|e| e.0);
         let mut idx = Vec::with_capacity(1072 + n * 28);
         idx.extend_from_slice(b"\xfftOc\0\0\0\x02");
         let mut fan = [0u32; 256];

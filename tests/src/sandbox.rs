@@ -157,10 +157,13 @@ pub fn write_bundle(bundle: &Path, policy: &SandboxPolicy) {
         branch: None,
         tree_digest: "0".repeat(64),
         // a hand-made capsule stands for an operator who accepted what its policy gives
-        grants: Some(capsule_bundle::grants::decide(
-            capsule_bundle::grants::of_policy(policy, &[]),
-            &capsule_bundle::grants::Acceptance::All,
-        ).expect("accept all")),
+        grants: Some(
+            capsule_bundle::grants::decide(
+                capsule_bundle::grants::of_policy(policy, &[]),
+                &capsule_bundle::grants::Acceptance::All,
+            )
+            .expect("accept all"),
+        ),
         tool_reveals: vec![],
     };
     std::fs::write(

@@ -176,7 +176,10 @@ fn a_pinned_commit_only_reachable_through_alternates_is_refused() {
         &root,
         "commit in the alternate",
         &[
-            &format!("commit {} needs object {}", r.secret_commit, r.secret_commit),
+            &format!(
+                "commit {} needs object {}",
+                r.secret_commit, r.secret_commit
+            ),
             "not in the repository's own object store (it has alternates, which are not followed)",
         ],
     );
@@ -211,7 +214,10 @@ fn a_pinned_repo_with_alternates_gives_only_what_its_commit_reaches() {
     let j = json_of(&o);
     assert_eq!(j["head"], c.as_str());
     let ws = PathBuf::from(j["workspace"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(ws.join("own.txt")).unwrap(), "own\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("own.txt")).unwrap(),
+        "own\n"
+    );
     // no shared object store, and none of the borrowed objects
     assert!(!ws.join(".git/objects/info/alternates").exists());
     assert!(has_object(&ws, &c));
@@ -284,7 +290,12 @@ fn a_pinned_repo_leading_elsewhere_is_refused() {
     .unwrap();
     let spec = pinned_spec(r.s.path(), "fanlink", &fanlink, &r.secret_commit);
     let o = cap(&root, &["open", spec.to_str().unwrap()]);
-    assert_refused(&o, &root, "fan-out symlink", &["is a symlink", "not followed"]);
+    assert_refused(
+        &o,
+        &root,
+        "fan-out symlink",
+        &["is a symlink", "not followed"],
+    );
     // a linked worktree of another repository (its git dir has a commondir)
     let wt = r.s.path().join("wt");
     git(
@@ -311,7 +322,13 @@ fn a_source_checkout_with_alternates_gives_only_its_own_objects() {
     // HEAD only in the alternate: refused, nothing made
     let o = cap(
         &root,
-        &["open", "--source", r.borrower.to_str().unwrap(), "--name", "b"],
+        &[
+            "open",
+            "--source",
+            r.borrower.to_str().unwrap(),
+            "--name",
+            "b",
+        ],
     );
     assert_refused(
         &o,
@@ -336,7 +353,10 @@ fn a_source_checkout_with_alternates_gives_only_its_own_objects() {
     );
     assert_ok(&o, "open --source on an own commit");
     let ws = PathBuf::from(json_of(&o)["workspace"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(ws.join("own.txt")).unwrap(), "own\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("own.txt")).unwrap(),
+        "own\n"
+    );
     assert!(!ws.join(".git/objects/info/alternates").exists());
     for id in [&r.secret_blob, &r.secret_commit] {
         assert!(!has_object(&ws, id), "{id} leaked into the workspace");

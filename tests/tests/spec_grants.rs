@@ -60,7 +60,10 @@ impl Env {
                     rd.flatten()
                         .map(|e| {
                             if e.file_type().unwrap().is_dir() {
-                                files(&e.path()) + usize::from(e.file_name() != "workspaces" && e.file_name() != "bundles")
+                                files(&e.path())
+                                    + usize::from(
+                                        e.file_name() != "workspaces" && e.file_name() != "bundles",
+                                    )
                             } else {
                                 1
                             }
@@ -93,7 +96,11 @@ fn grant_kinds(e: &Env) -> Vec<(&'static str, String, &'static str)> {
             format!("sandbox:\n  writable: [{}]\n", outside.display()),
             "writable ",
         ),
-        ("device", "sandbox:\n  devices: [fuse]\n".into(), "device fuse"),
+        (
+            "device",
+            "sandbox:\n  devices: [fuse]\n".into(),
+            "device fuse",
+        ),
         ("open-net", "network: live\n".into(), "network open"),
         (
             "allow-net",
@@ -120,7 +127,10 @@ fn each_grant_is_refused_without_acceptance_and_leaves_nothing() {
                 && err.contains("--accept-grants"),
             "{name}: {err}"
         );
-        assert!(e.root_is_empty(), "{name}: something left in the capsule root");
+        assert!(
+            e.root_is_empty(),
+            "{name}: something left in the capsule root"
+        );
         // verify of a spec opens it too: refused the same way
         let o = e.cap(&["verify", spec.to_str().unwrap()]);
         assert!(!o.status.success(), "{name}: verify: {}", stderr(&o));
@@ -139,7 +149,10 @@ fn accepted_grants_are_applied_recorded_and_shown() {
         assert_eq!(j["grants"]["by"], "all", "{name}: {j}");
         let accepted = j["grants"]["accepted"].as_array().unwrap();
         assert_eq!(accepted.len(), 1, "{name}: {j}");
-        assert!(j["grants"]["digest"].as_str().unwrap().starts_with("sha256:"));
+        assert!(j["grants"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
         let o = e.cap(&["inspect", name, "--json"]);
         assert_ok(&o, "inspect");
         let i = json_of(&o);
@@ -186,7 +199,10 @@ fn tightening_and_workspace_paths_need_no_acceptance() {
         ("net-none", "network: none\n"),
         ("replay", "network: replay\n"),
         ("in-ws", "sandbox:\n  writable: [build-out, a/b]\n"),
-        ("default-env", "sandbox:\n  pass_env: [TERM, LANG, LC_ALL]\n"),
+        (
+            "default-env",
+            "sandbox:\n  pass_env: [TERM, LANG, LC_ALL]\n",
+        ),
     ] {
         let spec = e.spec(name, rest);
         let o = e.cap(&["open", spec.to_str().unwrap(), "--json"]);
@@ -246,14 +262,21 @@ fn refusals_escape_spec_text() {
         "esc",
         &format!(
             "sandbox:\n  reveal: [\"{}\"]\n",
-            weird.display().to_string().replace('\x1b', "\\e").replace('\u{202e}', "\\u202e")
+            weird
+                .display()
+                .to_string()
+                .replace('\x1b', "\\e")
+                .replace('\u{202e}', "\\u202e")
         ),
     );
     let o = e.cap(&["open", spec.to_str().unwrap()]);
     let err = stderr(&o);
     assert!(!o.status.success());
     assert!(err.contains("x\\x1b[2J\\u{202e}y"), "{err}");
-    assert!(!err.contains('\x1b') && !err.contains('\u{202e}'), "{err:?}");
+    assert!(
+        !err.contains('\x1b') && !err.contains('\u{202e}'),
+        "{err:?}"
+    );
 }
 
 /// Rewrite `policy.json` with `edit` and put its digest in `bundle.json`, as someone
@@ -284,7 +307,11 @@ fn a_bundle_edited_to_give_more_does_not_get_it() {
         );
         let o = e.cap(&["exec", "acc", "--", "sh", "-c", "echo v=$GRANT_TOKEN"]);
         assert_ok(&o, &format!("[{label}] exec"));
-        assert!(stdout(&o).contains("v=tok-1234"), "[{label}] {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("v=tok-1234"),
+            "[{label}] {}",
+            stdout(&o)
+        );
 
         // a capsule opened with nothing accepted, its policy edited to reveal ~/.aws and
         // pass a variable, its digest updated: refused, nothing runs
@@ -353,7 +380,10 @@ fn a_bundle_edited_to_give_more_does_not_get_it() {
         ]);
         assert_ok(&o, &format!("[{label}] legacy bundle loads"));
         let out = stdout(&o);
-        assert!(out.contains("v=\n") || out.starts_with("v=\n"), "[{label}] {out}");
+        assert!(
+            out.contains("v=\n") || out.starts_with("v=\n"),
+            "[{label}] {out}"
+        );
         assert!(!out.contains("AWS-SECRET"), "[{label}] {out}");
         let o = e.cap(&["inspect", "plain"]);
         assert_ok(&o, "inspect legacy");

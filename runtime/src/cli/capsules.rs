@@ -6,9 +6,9 @@
 
 use crate::cli::print_json;
 use crate::exit::{CliError, CliResult};
+use capsule_bundle::grants::Acceptance;
 use capsule_bundle::layout::{bundle_files, Layout};
 use capsule_bundle::manifest::{Manifest, MANIFEST};
-use capsule_bundle::grants::Acceptance;
 use capsule_bundle::open::{OpenFrom, OpenRequest};
 use capsule_bundle::policy::{Access, HiddenReason, NetworkMode, SandboxPolicy};
 use capsule_bundle::spec::{Probe, Spec};
