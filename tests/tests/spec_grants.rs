@@ -139,6 +139,50 @@ fn each_grant_is_refused_without_acceptance_and_leaves_nothing() {
 }
 
 #[test]
+fn a_pinned_spec_with_grants_is_refused_before_its_repository_is_read() {
+    let e = Env::new(&Runner::Current);
+    let up = e.dir.join("upstream");
+    std::fs::create_dir_all(&up).unwrap();
+    let git = |args: &[&str]| {
+        let o = run(Command::new("git")
+            .current_dir(&up)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &up)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "T")
+            .env("GIT_AUTHOR_EMAIL", "t@example.org")
+            .env("GIT_COMMITTER_NAME", "T")
+            .env("GIT_COMMITTER_EMAIL", "t@example.org")
+            .args(args));
+        assert_ok(&o, &format!("git {args:?}"));
+        stdout(&o).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "x"]);
+    let commit = git(&["rev-parse", "HEAD"]);
+    let p = e.dir.join("pinned.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "name: pinned\nsource:\n  repo: {}\n  commit: {commit}\nnetwork: live\n",
+            up.display()
+        ),
+    )
+    .unwrap();
+    let o = e.cap(&["open", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("network open"), "{}", stderr(&o));
+    assert!(
+        !e.root.exists(),
+        "the capsule root (or its repository cache) was made before the refusal"
+    );
+    let o = e.cap(&["open", p.to_str().unwrap(), "--accept-grants"]);
+    assert_ok(&o, "open accepted");
+}
+
+#[test]
 fn accepted_grants_are_applied_recorded_and_shown() {
     let e = Env::new(&Runner::Current);
     for (name, rest, words) in grant_kinds(&e) {
