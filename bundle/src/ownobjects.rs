@@ -39,6 +39,9 @@ pub struct OwnObjects {
     /// Whether `info/alternates` or `info/http-alternates` exists (for messages only).
     has_alternates: bool,
     packs: Vec<gix::odb::pack::Bundle>,
+    /// Which fan-out folders (`objects/00` .. `objects/ff`) exist: a missing one is not
+    /// asked for each object.
+    fanout: [bool; 256],
     /// Descriptors the packs were mapped through (kept open: their `/proc/self/fd` paths
     /// name the packs).
     _pack_fds: Vec<OwnedFd>,
@@ -123,8 +126,22 @@ impl OwnObjects {
             dirfd,
             has_alternates,
             packs: Vec::new(),
+            fanout: [false; 256],
             _pack_fds: Vec::new(),
         };
+        for e in std::fs::read_dir(fd_path(&me.dirfd))
+            .map_err(|e| Error::io(objects, e))?
+            .flatten()
+        {
+            let n = e.file_name();
+            if let Some(b) = n
+                .to_str()
+                .filter(|n| n.len() == 2)
+                .and_then(|n| u8::from_str_radix(n, 16).ok())
+            {
+                me.fanout[b as usize] = true;
+            }
+        }
         me.open_packs()?;
         Ok(me)
     }
@@ -188,18 +205,22 @@ impl OwnObjects {
         self.has_alternates
     }
 
-    /// Read object `id` into `out`; `None` if the own store does not hold it.
+    /// Read object `id` into `out`; `None` if the own store does not hold it. With the
+    /// object comes, when it is stored whole (not as a delta) in a pack, where its pack
+    /// entry lies ([`Self::raw_entry`]): it can be copied as is.
     pub fn find(
         &self,
         id: &ObjectId,
         out: &mut Vec<u8>,
         cache: &mut DeltaCache,
-    ) -> Result<Option<Kind>> {
-        let kind = match self.find_loose(id, out)? {
-            Some(k) => Some(k),
+    ) -> Result<Option<(Kind, Option<RawEntry>)>> {
+        let found = match self.find_loose(id, out)? {
+            Some(k) => Some((k, None)),
             None => self.find_packed(id, out, cache)?,
         };
-        let Some(kind) = kind else { return Ok(None) };
+        let Some((kind, raw)) = found else {
+            return Ok(None);
+        };
         let actual = gix::objs::compute_hash(HASH, kind, out)
             .map_err(|e| Error::other(format!("hashing {id}: {e}")))?;
         if actual != *id {
@@ -208,10 +229,21 @@ impl OwnObjects {
                 self.dir.display()
             )));
         }
-        Ok(Some(kind))
+        Ok(Some((kind, raw)))
+    }
+
+    /// The bytes of a whole (not deltified) pack entry [`Self::find`] named.
+    pub fn raw_entry(&self, r: &RawEntry) -> Option<&[u8]> {
+        self.packs
+            .get(r.pack as usize)?
+            .pack
+            .entry_slice(r.offset..r.offset + r.size as u64)
     }
 
     fn find_loose(&self, id: &ObjectId, out: &mut Vec<u8>) -> Result<Option<Kind>> {
+        if !self.fanout[id.as_slice()[0] as usize] {
+            return Ok(None);
+        }
         let hex = id.to_string();
         let (fan, rest) = hex.split_at(2);
         let shown = || self.dir.join(fan).join(rest);
@@ -282,11 +314,24 @@ impl OwnObjects {
         id: &ObjectId,
         out: &mut Vec<u8>,
         cache: &mut DeltaCache,
-    ) -> Result<Option<Kind>> {
+    ) -> Result<Option<(Kind, Option<RawEntry>)>> {
         let mut inflate = gix::zlib::Inflate::default();
-        for b in &self.packs {
+        for (i, b) in self.packs.iter().enumerate() {
             match b.find(id, out, &mut inflate, cache) {
-                Ok(Some((data, _))) => return Ok(Some(data.kind)),
+                Ok(Some((data, loc))) => {
+                    let kind = data.kind;
+                    let whole = b
+                        .pack
+                        .entry(loc.pack_offset)
+                        .map(|e| e.header.is_base())
+                        .unwrap_or(false);
+                    let raw = whole.then_some(RawEntry {
+                        pack: i as u32,
+                        offset: loc.pack_offset,
+                        size: loc.entry_size,
+                    });
+                    return Ok(Some((kind, raw)));
+                }
                 Ok(None) => {}
                 Err(e) => {
                     return Err(Error::other(format!(
@@ -298,6 +343,14 @@ impl OwnObjects {
         }
         Ok(None)
     }
+}
+
+/// Where a whole object's entry lies in one of the packs of an [`OwnObjects`].
+#[derive(Debug, Clone, Copy)]
+pub struct RawEntry {
+    pack: u32,
+    offset: u64,
+    size: usize,
 }
 
 /// Decoded pack entries by (pack, offset), so delta chains are not decoded again for
@@ -357,7 +410,7 @@ pub fn copy_reachable(
         if !seen.insert(id) {
             continue;
         }
-        let Some(kind) = src.find(&id, &mut buf, &mut cache)? else {
+        let Some((kind, raw)) = src.find(&id, &mut buf, &mut cache)? else {
             let why = if src.has_alternates() {
                 "it has alternates, which are not followed"
             } else {
@@ -409,7 +462,12 @@ pub fn copy_reachable(
             }
             Kind::Blob => {}
         }
-        dst.add(id, kind, &buf)?;
+        // a whole entry of the source's pack is copied as is (no recompression); the
+        // object was read from it and checked against its id above
+        match raw.as_ref().and_then(|r| src.raw_entry(r)) {
+            Some(bytes) => dst.add_raw(id, bytes)?,
+            None => dst.add(id, kind, &buf)?,
+        }
     }
     copied.objects = dst.finish()?;
     Ok(copied)

@@ -122,6 +122,15 @@ impl PackWriter {
         Ok(())
     }
 
+    /// Add one object as an entry copied from another pack (header and compressed data of
+    /// a whole, not deltified, object).
+    pub fn add_raw(&mut self, id: ObjectId, entry: &[u8]) -> Result<()> {
+        self.file.write_all(entry).at(&self.tmp)?;
+        self.entries.push((id, self.offset, crc32(entry)));
+        self.offset += entry.len() as u64;
+        Ok(())
+    }
+
     /// Write the count and checksum, the index, and name both by the pack's checksum.
     pub fn finish(mut self) -> Result<usize> {
         let n = self.entries.len();

@@ -340,6 +340,19 @@ fn a_source_checkout_with_alternates_gives_only_its_own_objects() {
     let c = own_commit(&r.borrower, &[("own.txt", "own\n")], None);
     git(&r.borrower, &["update-ref", "refs/heads/own", &c]);
     git(&r.borrower, &["checkout", "-q", "-f", "own"]);
+    // two versions of a large file, packed (with a delta) without the borrowed objects
+    let big: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(r.borrower.join("big.txt"), &big).unwrap();
+    git(&r.borrower, &["add", "big.txt"]);
+    git(&r.borrower, &["commit", "-q", "-m", "big"]);
+    std::fs::write(
+        r.borrower.join("big.txt"),
+        big.replace("line 1500\n", "changed\n"),
+    )
+    .unwrap();
+    git(&r.borrower, &["commit", "-q", "-am", "big v2"]);
+    git(&r.borrower, &["repack", "-q", "-a", "-d", "-l", "-f"]);
+    let head = git(&r.borrower, &["rev-parse", "HEAD"]);
     let o = cap(
         &root,
         &[
@@ -352,7 +365,13 @@ fn a_source_checkout_with_alternates_gives_only_its_own_objects() {
         ],
     );
     assert_ok(&o, "open --source on an own commit");
-    let ws = PathBuf::from(json_of(&o)["workspace"].as_str().unwrap());
+    let j = json_of(&o);
+    assert_eq!(j["head"], head.as_str());
+    let ws = PathBuf::from(j["workspace"].as_str().unwrap());
+    assert!(std::fs::read_to_string(ws.join("big.txt"))
+        .unwrap()
+        .contains("changed\n"));
+    assert_eq!(git(&ws, &["rev-list", "--count", "HEAD"]), "3");
     assert_eq!(
         std::fs::read_to_string(ws.join("own.txt")).unwrap(),
         "own\n"
