@@ -274,6 +274,13 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
     if has_commit(&entry, commit) {
         return Ok(false);
     }
+    if repo.to_ascii_lowercase().starts_with("file:") {
+        // git would serve a local repository's alternates through upload-pack
+        return Err(Error::other(format!(
+            "{}: file:// URLs are not fetched; name a local repository by its path (its own objects are read, alternates are not followed)",
+            crate::grants::escape(repo)
+        )));
+    }
     std::fs::create_dir_all(cache_dir).at(cache_dir)?;
     let tmp = tempfile::Builder::new()
         .prefix(".fill-")
@@ -298,6 +305,8 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
             "protocol.ssh.allow=always",
             "-c",
             "protocol.git.allow=always",
+            "-c",
+            "protocol.file.allow=never",
             "fetch",
             "--quiet",
             "--no-tags",

@@ -261,6 +261,15 @@ fn a_pinned_repo_leading_elsewhere_is_refused() {
     let spec = pinned_spec(r.s.path(), "gitfile", &gitfile, &r.secret_commit);
     let o = cap(&root, &["open", spec.to_str().unwrap()]);
     assert_refused(&o, &root, "gitdir file", &["gitdir file or symlink"]);
+    // a file:// URL (git's upload-pack would serve the alternates)
+    let spec = pinned_spec(
+        r.s.path(),
+        "fileurl",
+        Path::new(&format!("file://{}", r.borrower.display())),
+        &r.secret_commit,
+    );
+    let o = cap(&root, &["open", spec.to_str().unwrap()]);
+    assert_refused(&o, &root, "file:// URL", &["file:// URLs are not fetched"]);
     // a `.git` symlink to it
     let link = r.s.path().join("gitlink");
     std::fs::create_dir_all(&link).unwrap();
