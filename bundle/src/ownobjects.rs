@@ -95,8 +95,9 @@ impl OwnObjects {
     /// `follow_top` the folder itself may be reached through a symlink (the operator's own
     /// checkout); everything below it never is.
     pub fn open(objects: &Path, follow_top: bool) -> Result<Self> {
-        let c = CString::new(objects.as_os_str().as_encoded_bytes())
-            .map_err(|_| Error::other(format!("{}: bad path", objects.display())))?;
+        let c = CString::new(objects.as_os_str().as_encoded_bytes()).map_err(|_| {
+            Error::other(format!("{}: bad path", crate::grants::escape_path(objects)))
+        })?;
         let nofollow = if follow_top { 0 } else { libc::O_NOFOLLOW };
         // SAFETY: a valid C string; the result is checked
         let fd = unsafe {
@@ -110,10 +111,10 @@ impl OwnObjects {
             return Err(Error::other(if symlink_refused(&e) {
                 format!(
                     "{}: is a symlink or not a folder; an object store outside the repository is not followed",
-                    objects.display()
+                    crate::grants::escape_path(objects)
                 )
             } else {
-                format!("{}: {e}", objects.display())
+                format!("{}: {e}", crate::grants::escape_path(objects))
             }));
         }
         // SAFETY: a fresh descriptor we own
@@ -130,7 +131,7 @@ impl OwnObjects {
             _pack_fds: Vec::new(),
         };
         for e in std::fs::read_dir(fd_path(&me.dirfd))
-            .map_err(|e| Error::io(objects, e))?
+            .map_err(|e| Error::other(format!("{}: {e}", crate::grants::escape_path(objects))))?
             .flatten()
         {
             let n = e.file_name();
@@ -153,13 +154,23 @@ impl OwnObjects {
             Err(e) if symlink_refused(&e) => {
                 return Err(Error::other(format!(
                     "{}/pack: is a symlink or not a folder; not followed",
-                    self.dir.display()
+                    crate::grants::escape_path(&self.dir)
                 )))
             }
-            Err(e) => return Err(Error::io(self.dir.join("pack"), e)),
+            Err(e) => {
+                return Err(Error::other(format!(
+                    "{}/pack: {e}",
+                    crate::grants::escape_path(&self.dir)
+                )))
+            }
         };
         let mut names: Vec<String> = std::fs::read_dir(fd_path(&packdir))
-            .map_err(|e| Error::io(self.dir.join("pack"), e))?
+            .map_err(|e| {
+                Error::other(format!(
+                    "{}/pack: {e}",
+                    crate::grants::escape_path(&self.dir)
+                ))
+            })?
             .flatten()
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| n.starts_with("pack-") && n.ends_with(".idx"))
@@ -174,9 +185,12 @@ impl OwnObjects {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) if symlink_refused(&e) => Err(Error::other(format!(
                         "{}/pack/{n}: is a symlink; not followed",
-                        self.dir.display()
+                        crate::grants::escape_path(&self.dir)
                     ))),
-                    Err(e) => Err(Error::io(self.dir.join("pack").join(n), e)),
+                    Err(e) => Err(Error::other(format!(
+                        "{}/pack/{n}: {e}",
+                        crate::grants::escape_path(&self.dir)
+                    ))),
                 }
             };
             let (Some(ifd), Some(pfd)) = (open(&idx_name)?, open(&pack_name)?) else {
@@ -185,7 +199,7 @@ impl OwnObjects {
             let bad = |e: &dyn std::fmt::Display| {
                 Error::other(format!(
                     "{}/pack/{idx_name}: unreadable pack ({e})",
-                    self.dir.display()
+                    crate::grants::escape_path(&self.dir)
                 ))
             };
             let index =
@@ -226,7 +240,7 @@ impl OwnObjects {
         if actual != *id {
             return Err(Error::other(format!(
                 "{}: object {id} is corrupt (its content hashes to {actual})",
-                self.dir.display()
+                crate::grants::escape_path(&self.dir)
             )));
         }
         Ok(Some((kind, raw)))
@@ -253,10 +267,15 @@ impl OwnObjects {
             Err(e) if symlink_refused(&e) => {
                 return Err(Error::other(format!(
                     "{}/{fan}: is a symlink or not a folder; not followed",
-                    self.dir.display()
+                    crate::grants::escape_path(&self.dir)
                 )))
             }
-            Err(e) => return Err(Error::io(self.dir.join(fan), e)),
+            Err(e) => {
+                return Err(Error::other(format!(
+                    "{}: {e}",
+                    crate::grants::escape_path(&self.dir.join(fan))
+                )))
+            }
         };
         let fd = match open_at(&fand, rest, libc::O_RDONLY) {
             Ok(fd) => fd,
@@ -264,24 +283,29 @@ impl OwnObjects {
             Err(e) if symlink_refused(&e) => {
                 return Err(Error::other(format!(
                     "{}: is a symlink; not followed",
-                    shown().display()
+                    crate::grants::escape_path(&shown())
                 )))
             }
-            Err(e) => return Err(Error::io(shown(), e)),
+            Err(e) => {
+                return Err(Error::other(format!(
+                    "{}: {e}",
+                    crate::grants::escape_path(&shown())
+                )))
+            }
         };
         if !is_regular(&fd) {
             return Err(Error::other(format!(
                 "{}: not a regular file",
-                shown().display()
+                crate::grants::escape_path(&shown())
             )));
         }
         let mut raw = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut raw)
-            .map_err(|e| Error::io(shown(), e))?;
+            .map_err(|e| Error::other(format!("{}: {e}", crate::grants::escape_path(&shown()))))?;
         let corrupt = |why: &dyn std::fmt::Display| {
             Error::other(format!(
                 "{}: corrupt loose object ({why})",
-                shown().display()
+                crate::grants::escape_path(&shown())
             ))
         };
         let mut inflate = gix::zlib::Inflate::default();
@@ -336,7 +360,7 @@ impl OwnObjects {
                 Err(e) => {
                     return Err(Error::other(format!(
                         "{}: reading {id} from a pack: {e}",
-                        self.dir.display()
+                        crate::grants::escape_path(&self.dir)
                     )))
                 }
             }

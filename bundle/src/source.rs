@@ -37,7 +37,7 @@ fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
     let not_repo = |why: &str| {
         Error::other(format!(
             "{}: pinned repo is not a git repository ({why})",
-            p.display()
+            crate::grants::escape_path(p)
         ))
     };
     let md = std::fs::metadata(p).map_err(|e| not_repo(&e.to_string()))?;
@@ -50,7 +50,7 @@ fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
         Ok(_) => {
             return Err(Error::other(format!(
                 "{}: is a gitdir file or symlink pointing elsewhere; a pinned repo must be a repository of its own (give its main checkout or a bare repository)",
-                dotgit.display()
+                crate::grants::escape_path(&dotgit)
             )))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -62,12 +62,12 @@ fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
             }
             p.to_path_buf()
         }
-        Err(e) => return Err(Error::io(&dotgit, e)),
+        Err(e) => return Err(not_repo(&e.to_string())),
     };
     if std::fs::symlink_metadata(git_dir.join("commondir")).is_ok() {
         return Err(Error::other(format!(
             "{}: has a commondir file (a linked worktree's git directory) pointing to another repository; a pinned repo must be a repository of its own",
-            git_dir.display()
+            crate::grants::escape_path(&git_dir)
         )));
     }
     Ok(git_dir)
@@ -318,7 +318,8 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
             .map_err(|e| Error::other(format!("cannot run git: {e}")))?;
         if !out.status.success() {
             return Err(Error::other(format!(
-                "fetch {commit} from {repo}: {}",
+                "fetch {commit} from {}: {}",
+                crate::grants::escape(repo),
                 crate::git::one_line_failure(&out)
             )));
         }
@@ -336,13 +337,14 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
             &shallow,
             commit,
             &bare,
-            &format!("pinned repo {}", p.display()),
+            &format!("pinned repo {}", crate::grants::escape_path(&p)),
         )?;
     }
     std::fs::write(bare.join(CACHE_MARK), "").at(bare.join(CACHE_MARK))?;
     if !has_commit(&bare, commit) {
         return Err(Error::other(format!(
-            "pinned repo {repo} has no commit {commit}"
+            "pinned repo {} has no commit {commit}",
+            crate::grants::escape(repo)
         )));
     }
     set_head(&bare, commit, Some("capsule-pinned"))?;
