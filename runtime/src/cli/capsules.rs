@@ -27,7 +27,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  capsule open ./capsules/clean-repo          # a spec folder\n  capsule open clean-repo                     # capsules/clean-repo/capsule.yaml here or above\n  capsule open --source ~/src/myproject       # a throwaway clone of your checkout's HEAD\n  capsule open spec.yaml --dest /tmp/ws --json"
+    after_help = "Examples:\n  capsule open ./capsules/clean-repo          # a spec folder\n  capsule open clean-repo                     # capsules/clean-repo/capsule.yaml here or above\n  capsule open --source ~/src/myproject       # a throwaway clone of your checkout's HEAD\n  capsule open ./my-spec --accept-grants      # after reviewing what it asks beyond the defaults\n  capsule open spec.yaml --dest /tmp/ws --json"
 )]
 pub struct OpenArgs {
     /// A capsule.yaml, a folder holding one, or a name under ./capsules/.
