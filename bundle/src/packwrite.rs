@@ -211,8 +211,56 @@ impl PackWriter {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn crc32_of_known_input() {
-        assert_eq!(super::crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    }
+
+    #[test]
+    fn a_written_pack_reads_back_and_its_entries_copy_as_is() {
+        let t = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
+        let objects = t.path().join("objects");
+        let big: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let blobs: Vec<(ObjectId, Vec<u8>)> = [b"hello\n".to_vec(), Vec::new(), big]
+            .into_iter()
+            .map(|d| {
+                let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, Kind::Blob, &d).unwrap();
+                (id, d)
+            })
+            .collect();
+        let mut w = PackWriter::new(&objects).unwrap();
+        for (id, d) in &blobs {
+            w.add(*id, Kind::Blob, d).unwrap();
+        }
+        assert_eq!(w.finish().unwrap(), 3);
+        let own = crate::ownobjects::OwnObjects::open(&objects, false).unwrap();
+        let mut cache = crate::ownobjects::DeltaCache::default();
+        let copy = t.path().join("copy");
+        let mut w2 = PackWriter::new(&copy).unwrap();
+        for (id, d) in &blobs {
+            let mut out = Vec::new();
+            let (k, raw) = own.find(id, &mut out, &mut cache).unwrap().unwrap();
+            assert_eq!((k, &out), (Kind::Blob, d));
+            let raw = raw.expect("a whole entry");
+            w2.add_raw(*id, own.raw_entry(&raw).unwrap()).unwrap();
+        }
+        assert_eq!(w2.finish().unwrap(), 3);
+        let again = crate::ownobjects::OwnObjects::open(&copy, false).unwrap();
+        // a cache belongs to one store (entries are keyed by pack number and offset)
+        let mut cache = crate::ownobjects::DeltaCache::default();
+        for (id, d) in &blobs {
+            let mut out = Vec::new();
+            let (_, _) = again.find(id, &mut out, &mut cache).unwrap().unwrap();
+            assert_eq!(&out, d);
+        }
+        let missing = ObjectId::from_hex(b"0123456789012345678901234567890123456789").unwrap();
+        assert!(again
+            .find(&missing, &mut Vec::new(), &mut cache)
+            .unwrap()
+            .is_none());
     }
 }
