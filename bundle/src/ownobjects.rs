@@ -378,7 +378,8 @@ pub struct RawEntry {
 }
 
 /// Decoded pack entries by (pack, offset), so delta chains are not decoded again for
-/// every object; emptied when it grows past [`CACHE_BYTES`].
+/// every object; emptied when it grows past [`CACHE_BYTES`]. One cache serves one
+/// [`OwnObjects`] (its packs are numbered from 0).
 #[derive(Default)]
 pub struct DeltaCache {
     map: HashMap<(u32, u64), (Vec<u8>, Kind, usize)>,
