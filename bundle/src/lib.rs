@@ -12,6 +12,7 @@
 
 pub mod digest;
 pub mod error;
+pub mod escape;
 pub mod git;
 pub mod gitguard;
 pub mod gitinfo;
@@ -21,6 +22,7 @@ pub mod materialize;
 pub mod oci;
 pub mod open;
 pub mod policy;
+pub mod rmtree;
 pub mod source;
 pub mod spec;
 pub mod store;
