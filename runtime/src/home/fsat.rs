@@ -246,25 +246,10 @@ pub fn rename_at(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
 }
 
 /// Remove `name` from `dir`: a file, symlink, device node, or a whole directory tree
-/// (walked without following symlinks). Missing is fine.
+/// (walked without following symlinks, iteratively, with bounded descriptors, folders
+/// made writable first: [`capsule_bundle::rmtree`]). Missing is fine.
 pub fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let Some(st) = stat_at(dir, name)? else {
-        return Ok(());
-    };
-    let c = cstr(name)?;
-    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        let sub = open_dir_at(dir, name)?;
-        for child in list(&sub)? {
-            remove_at(&sub, &child)?;
-        }
-        drop(sub);
-        // SAFETY: valid fd and C string.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
-    } else {
-        // SAFETY: valid fd and C string.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) })?;
-    }
-    Ok(())
+    capsule_bundle::rmtree::remove_at(dir, name)
 }
 
 /// Set permission bits of an open descriptor.

@@ -15,7 +15,9 @@ pub mod devices;
 pub mod display;
 pub mod fsat;
 pub mod layer;
+pub mod lock;
 pub mod reveal;
+pub mod review;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
 
