@@ -71,7 +71,12 @@ pub enum LayerError {
     MovedOn(Vec<(PathBuf, String)>),
     #[error("~/{}: no change in the home layer", esc(.0))]
     NoChange(PathBuf),
-    #[error("~/{}: inside ~/{}, which the task replaced as a whole; discard ~/{}", esc(path), esc(dir), esc(dir))]
+    #[error(
+        "~/{}: inside ~/{}, which the task replaced as a whole; discard ~/{}",
+        esc(path),
+        esc(dir),
+        esc(dir)
+    )]
     InsideOpaque { path: PathBuf, dir: PathBuf },
     #[error("the home layer was not reviewed: run `capsule home diff` on this capsule, read it, then apply")]
     NotReviewed,
@@ -617,8 +622,7 @@ pub struct Applied {
 
 /// Parent components and name of a relative path.
 fn split(rel: &Path) -> Result<(Vec<OsString>, OsString), LayerError> {
-    let mut comps = fsat::plain_components(rel)
-        .ok_or_else(|| LayerError::BadPath(esc(rel)))?;
+    let mut comps = fsat::plain_components(rel).ok_or_else(|| LayerError::BadPath(esc(rel)))?;
     let name = comps.pop().ok_or_else(|| LayerError::BadPath(esc(rel)))?;
     Ok((comps, name))
 }

@@ -55,7 +55,9 @@ pub fn exec_shared(bundle_dir: &Path) -> Option<File> {
 /// Why the exclusive lock was not taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("a `capsule exec` of this capsule is still running; wait for it to end, then review again")]
+    #[error(
+        "a `capsule exec` of this capsule is still running; wait for it to end, then review again"
+    )]
     Running,
     #[error("locking {path}: {source}")]
     Io {

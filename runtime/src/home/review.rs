@@ -114,7 +114,10 @@ impl Review {
 
     /// Does `token` (full, or a prefix of at least [`MIN_TOKEN`] hex digits) name this one?
     pub fn is(&self, token: &str) -> bool {
-        let t = token.trim().trim_start_matches("sha256:").to_ascii_lowercase();
+        let t = token
+            .trim()
+            .trim_start_matches("sha256:")
+            .to_ascii_lowercase();
         t.len() >= MIN_TOKEN && self.token.starts_with(&t)
     }
 
