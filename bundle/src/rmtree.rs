@@ -215,7 +215,7 @@ mod tests {
             std::fs::Permissions::from_mode(0o500),
         )
         .unwrap();
-        std::fs::set_permissions(root.join("ro"), std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(root.join("ro"), std::fs::Permissions::from_mode(0o000)).unwrap();
         let outside = t.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
         std::fs::write(outside.join("keep"), "keep").unwrap();

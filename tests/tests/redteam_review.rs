@@ -160,7 +160,8 @@ fn home_diff_shows_hostile_names_and_content_escaped() {
     }
     // the forged line is part of its own escaped line, never a line of its own
     assert!(
-        !out.lines().any(|l| l.starts_with("removed ~/.bashrc") || l.starts_with("+ changed")),
+        !out.lines()
+            .any(|l| l.starts_with("removed ~/.bashrc") || l.starts_with("+ changed")),
         "{out}"
     );
     assert!(out.contains("added   ~/x\\nremoved ~/.bashrc\n"), "{out}");
@@ -527,6 +528,29 @@ fn host_tools_survive_hostile_workspace_and_home_layer() {
             .collect();
         assert!(left.is_empty(), "{}: left behind: {left:?}", r.label());
     }
+}
+
+/// A 1 TiB sparse file in the workspace: `verify` and `close` say so at once, never read
+/// it (nor try to hold it in memory).
+#[test]
+fn a_sparse_terabyte_is_never_read() {
+    let r = Runner::Current;
+    let p = Project::new(&r);
+    let ws = p.open("sparse");
+    sparse(&ws.join("big.img"));
+    let t = std::time::Instant::now();
+    let o = limited(p.capsule().args(["verify", "sparse"]));
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stderr(&o).contains("larger than"), "{}", stderr(&o));
+    let o = limited(p.capsule().args(["close", "sparse"]));
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stderr(&o).contains("larger than"), "{}", stderr(&o));
+    assert!(t.elapsed().as_secs() < 20, "{:?}", t.elapsed());
+    assert_ok(
+        &limited(p.capsule().args(["close", "sparse", "--force"])),
+        "close",
+    );
+    assert!(!ws.exists());
 }
 
 /// A folder of tracked files replaced by a symlink to a host folder: the record reports

@@ -366,33 +366,38 @@ pub fn reveal(cmd: RevealCommand) -> CliResult {
 }
 
 fn print_scan(scan: &reveal::Scan) {
+    use capsule_bundle::escape;
     if scan.suggestions.is_empty() {
         println!(
             "no folders outside {} are named by its manifests",
-            scan.source.display()
+            escape::path(&scan.source)
         );
     }
     for s in &scan.suggestions {
         let mark = if s.opened { "opened" } else { "closed" };
         let missing = if s.exists { "" } else { " (missing)" };
-        println!("{mark:<7} {}{missing}  [{}]", s.relative, s.path.display());
+        println!(
+            "{mark:<7} {}{missing}  [{}]",
+            escape::name(s.relative.as_bytes()),
+            escape::path(&s.path)
+        );
         if s.named_by.is_empty() {
             println!("        opened by hand; no manifest names it");
         }
         for m in &s.named_by {
             println!(
-                "        {}: {} = {:?}",
-                m.manifest.display(),
-                m.field,
-                m.written
+                "        {}: {} = \"{}\"",
+                escape::path(&m.manifest),
+                escape::name(m.field.as_bytes()),
+                escape::name(m.written.as_bytes())
             );
         }
     }
     for u in &scan.unreadable {
         println!(
             "could not read {}: {}",
-            u.manifest.display(),
-            u.error.replace('\n', " ")
+            escape::path(&u.manifest),
+            escape::text_line(&u.error.replace('\n', " "))
         );
     }
     if scan.suggestions.iter().any(|s| !s.opened && s.exists) {

@@ -901,6 +901,68 @@ mod tests {
         }
     }
 
+    /// The bytes copied are the bytes hashed: a layer file that no longer has the
+    /// reviewed sha256 when it is copied never takes the real file's name.
+    #[test]
+    fn apply_writes_only_the_reviewed_bytes() {
+        let t = tempfile::tempdir_in("/dev/shm").unwrap();
+        let home = t.path().join("home");
+        let upper = t.path().join("upper");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&upper).unwrap();
+        std::fs::write(home.join(".a"), "old\n").unwrap();
+        std::fs::write(upper.join(".a"), "reviewed\n").unwrap();
+        let layer = Layer {
+            home: home.clone(),
+            upper: upper.clone(),
+            excluded: vec![],
+            hidden: vec![],
+        };
+        let changes = layer.changes(&[], false).unwrap();
+        assert_eq!(changes.len(), 1);
+        // the layer's copy changes between the review (and the checks) and the copy
+        std::fs::write(upper.join(".a"), "swapped!\n").unwrap();
+        let home_fd = fsat::open_dir(&home).unwrap();
+        let upper_fd = fsat::open_dir(&upper).unwrap();
+        let e = layer
+            .apply_one(&home_fd, &upper_fd, &changes[0])
+            .unwrap_err();
+        assert!(matches!(e, LayerError::ChangedWhileApplying(_)), "{e}");
+        assert_eq!(std::fs::read_to_string(home.join(".a")).unwrap(), "old\n");
+        assert_eq!(fsat::list(&home_fd).unwrap(), [OsString::from(".a")]);
+        // the reviewed bytes again: applied
+        std::fs::write(upper.join(".a"), "reviewed\n").unwrap();
+        layer.apply_one(&home_fd, &upper_fd, &changes[0]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(home.join(".a")).unwrap(),
+            "reviewed\n"
+        );
+    }
+
+    /// A layer deeper than the walk goes is a clear error, not a crash or a descriptor
+    /// per level.
+    #[test]
+    fn a_too_deep_layer_is_an_error() {
+        let t = tempfile::tempdir_in("/dev/shm").unwrap();
+        let home = t.path().join("home");
+        let mut deep = t.path().join("upper");
+        for _ in 0..=MAX_DEPTH + 1 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&deep).unwrap();
+        let layer = Layer {
+            home,
+            upper: t.path().join("upper"),
+            excluded: vec![],
+            hidden: vec![],
+        };
+        let e = layer.changes(&[], true).unwrap_err();
+        assert!(matches!(e, LayerError::TooDeep(_)), "{e}");
+        layer.discard(&[]).unwrap();
+        assert!(layer.changes(&[], true).unwrap().is_empty());
+    }
+
     #[test]
     fn symlink_escape_rule() {
         let h = Path::new("/home/u");
