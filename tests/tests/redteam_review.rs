@@ -394,7 +394,8 @@ fn apply_refuses_while_an_exec_runs() {
 }
 
 /// Make `dir` hold everything hostile: a tree 5000 folders deep, a 1 TiB sparse file, a
-/// FIFO, a socket, read-only and mode-000 folders with files inside, a symlink out.
+/// FIFO, a socket, read-only and mode-000 folders with files inside, a file of mode 000, a
+/// symlink out.
 fn plant(dir: &Path, deep: bool) {
     if deep {
         deep_tree(&dir.join("deep"), 5000);
@@ -405,9 +406,11 @@ fn plant(dir: &Path, deep: bool) {
     std::os::unix::fs::symlink("/etc", dir.join("etc-link")).unwrap();
     write(&dir.join("ro/inner/f"), "f\n");
     write(&dir.join("none/f"), "f\n");
+    write(&dir.join("unreadable"), "u\n");
 }
 
-/// Read-only folders (`ro`, `ro/inner`: 0500); with `none`, a folder of mode 000.
+/// Read-only folders (`ro`, `ro/inner`: 0500); with `none`, a folder and a file of mode
+/// 000.
 fn lock_down(dir: &Path, none: bool) {
     let set =
         |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
@@ -415,6 +418,7 @@ fn lock_down(dir: &Path, none: bool) {
     set(&dir.join("ro"), 0o500);
     if none {
         set(&dir.join("none"), 0o000);
+        set(&dir.join("unreadable"), 0o000);
     }
 }
 
@@ -442,8 +446,7 @@ fn host_tools_survive_hostile_workspace_and_home_layer() {
         }
         r.own(p.dir.path());
         lock_down(&ws, true);
-        // (a mode-000 folder in the layer is not readable for review by its owner either)
-        lock_down(&upper, false);
+        lock_down(&upper, true);
 
         // the exec record: bounded, and says why it could not list the changes
         let o = limited(
@@ -485,7 +488,15 @@ fn host_tools_survive_hostile_workspace_and_home_layer() {
                 .iter()
                 .any(|c| c["path"] == path && c.get("refused").is_some())
         };
-        for path in ["sparse", "fifo", "sock", "etc-link"] {
+        let unreadable: &[&str] = match r {
+            // root reads whatever the mode says
+            Runner::Current => &[],
+            Runner::User { .. } => &["none", "unreadable"],
+        };
+        for path in ["sparse", "fifo", "sock", "etc-link"]
+            .iter()
+            .chain(unreadable)
+        {
             assert!(refused(path), "{}: {path} not refused: {v}", r.label());
         }
         let o = limited(p.capsule().args(["home", "apply", "hostile"]));

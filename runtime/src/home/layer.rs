@@ -270,6 +270,13 @@ impl From<std::io::Error> for WalkError {
     }
 }
 
+/// Why an entry of the layer its owner may not read (a task's `chmod 000`) is refused.
+const UNREADABLE: &str = "not readable (its mode denies it); discard it";
+
+fn denied(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EACCES)
+}
+
 /// sha256 (hex) of what `f` holds, streamed; more than `limit` bytes is an error.
 fn sha256_of(f: std::fs::File, limit: u64) -> std::io::Result<String> {
     use sha2::Digest;
@@ -420,7 +427,14 @@ impl Walk<'_> {
             }
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {
-                    self.file(upper, real, &name, &path, &st, real_st.as_ref(), filter)?
+                    match self.file(upper, real, &name, &path, &st, real_st.as_ref(), filter) {
+                        Err(e) if denied(&e) => {
+                            let mut c = base(add_or_change, EntryType::File);
+                            c.refused = Some(UNREADABLE.into());
+                            self.push(filter, c);
+                        }
+                        r => r?,
+                    }
                 }
                 libc::S_IFLNK => {
                     let target = fsat::read_link_at(upper, &name)?;
@@ -442,7 +456,16 @@ impl Walk<'_> {
                     self.push(filter, c);
                 }
                 libc::S_IFDIR => {
-                    let sub = fsat::open_dir_at(upper, &name)?;
+                    let sub = match fsat::open_dir_at(upper, &name) {
+                        Ok(sub) => sub,
+                        Err(e) if denied(&e) => {
+                            let mut c = base(add_or_change, EntryType::Dir);
+                            c.refused = Some(UNREADABLE.into());
+                            self.push(filter, c);
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
                     let real_dir = match (real, real_st.as_ref()) {
                         (Some(r), Some(rs)) if fsat::is_type(rs, libc::S_IFDIR) => {
                             Some(fsat::open_dir_at(r, &name)?)
