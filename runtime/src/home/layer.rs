@@ -31,6 +31,8 @@ use std::path::{Path, PathBuf};
 
 /// Text files up to this size get a content diff.
 pub const DIFF_LIMIT: u64 = 1 << 20;
+/// Time a content diff may take before it settles for a coarser one.
+const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
 /// Files larger than this are refused (never read: copy such a file yourself).
 pub const APPLY_LIMIT: u64 = 256 << 20;
 /// Deepest folder of the layer walked.
@@ -626,7 +628,11 @@ impl Walk<'_> {
 fn unified(path: &Path, old: &[u8], new: &[u8]) -> String {
     let o = String::from_utf8_lossy(old);
     let n = String::from_utf8_lossy(new);
-    let d = similar::TextDiff::from_lines(o.as_ref(), n.as_ref());
+    // two large texts with nothing in common cost the diff quadratic time: past the
+    // deadline it gives a coarser (still correct) diff
+    let d = similar::TextDiff::configure()
+        .deadline(std::time::Instant::now() + DIFF_DEADLINE)
+        .diff_lines(o.as_ref(), n.as_ref());
     d.unified_diff()
         .context_radius(3)
         .header(&format!("a/~/{}", esc(path)), &format!("b/~/{}", esc(path)))
@@ -960,6 +966,25 @@ mod tests {
             std::fs::read_to_string(home.join(".a")).unwrap(),
             "reviewed\n"
         );
+    }
+
+    /// Two texts at the diff limit with no line in common: a diff in bounded time.
+    #[test]
+    fn a_large_diff_is_bounded_in_time() {
+        let a: String = (0..(DIFF_LIMIT as usize / 16))
+            .map(|i| format!("a{i:013}\n"))
+            .collect();
+        let b: String = (0..(DIFF_LIMIT as usize / 16))
+            .map(|i| format!("b{i:013}\n"))
+            .collect();
+        let t = std::time::Instant::now();
+        let d = unified(Path::new("x"), a.as_bytes(), b.as_bytes());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(d.contains("-a0000000000000") && d.contains("+b0000000000000"));
     }
 
     /// A layer deeper than the walk goes is a clear error, not a crash or a descriptor
