@@ -564,9 +564,9 @@ fn a_sparse_terabyte_is_never_read() {
     assert!(!ws.exists());
 }
 
-/// A folder of tracked files replaced by a symlink to a host folder: the record reports
-/// the tracked files removed and the symlink added, and nothing of what the host folder
-/// holds (no oracle for `~/.ssh`).
+/// A folder of tracked (or earlier untracked) files replaced by a symlink to a host
+/// folder: the record reports the files removed and the symlink added, and nothing of
+/// what the host folder holds (no oracle for `~/.ssh`).
 #[test]
 fn the_record_is_no_oracle_for_a_symlinked_parent() {
     for r in runners() {
@@ -605,6 +605,42 @@ fn the_record_is_no_oracle_for_a_symlinked_parent() {
             r.label()
         );
         assert_eq!(list("added"), ["sub"], "{}: {rec}", r.label());
+        assert!(list("changed").is_empty(), "{}: {rec}", r.label());
+        // untracked files an earlier exec made, then their folder replaced by a symlink
+        let o = limited(p.capsule().args([
+            "exec",
+            "oracle",
+            "--",
+            "sh",
+            "-c",
+            "mkdir u && touch u/passwd u/no-such-file-anywhere",
+        ]));
+        assert_ok(&o, "exec");
+        let o = limited(p.capsule().args([
+            "exec",
+            "oracle",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "rm -rf u && ln -s /etc u",
+        ]));
+        assert_ok(&o, "exec");
+        let rec: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let list = |k: &str| -> Vec<String> {
+            rec["changes"][k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            list("removed"),
+            ["u/no-such-file-anywhere", "u/passwd"],
+            "{}: {rec}",
+            r.label()
+        );
         assert!(list("changed").is_empty(), "{}: {rec}", r.label());
         assert_ok(
             &limited(p.capsule().args(["close", "oracle", "--force"])),
