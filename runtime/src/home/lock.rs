@@ -26,25 +26,41 @@ fn open(bundle_dir: &Path) -> std::io::Result<File> {
         .open(bundle_dir.join(EXEC_LOCK))
 }
 
-fn lock(f: &File, kind: libc::c_int) -> std::io::Result<()> {
+fn whole_file(kind: libc::c_int) -> libc::flock {
     // SAFETY: a zeroed flock is valid; whole file (start 0, len 0).
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
-    // SAFETY: valid fd and flock.
-    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &fl) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    fl
 }
 
-/// Held by an exec while its command runs (see the module docs). `None` when the lock
-/// cannot be taken (a read-only bundle, say): the exec runs all the same, and a later
-/// `home apply` cannot see it.
+/// `fcntl(cmd)` with a whole-file lock of `kind`; the lock description after the call.
+fn fcntl_lock(f: &File, cmd: libc::c_int, kind: libc::c_int) -> std::io::Result<libc::flock> {
+    let mut fl = whole_file(kind);
+    loop {
+        // SAFETY: valid fd and flock.
+        if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &mut fl) } == 0 {
+            return Ok(fl);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn lock(f: &File, kind: libc::c_int) -> std::io::Result<()> {
+    fcntl_lock(f, libc::F_SETLK, kind).map(|_| ())
+}
+
+/// Held by an exec while its command runs (see the module docs); waits for an apply or a
+/// discard running right now to end first. `None` when the lock cannot be taken (a
+/// read-only bundle, say): the exec runs all the same, and a later `home apply` cannot
+/// see it.
 pub fn exec_shared(bundle_dir: &Path) -> Option<File> {
     let f = open(bundle_dir).ok()?;
-    match lock(&f, libc::F_RDLCK) {
-        Ok(()) => Some(f),
+    match fcntl_lock(&f, libc::F_SETLKW, libc::F_RDLCK) {
+        Ok(_) => Some(f),
         Err(e) => {
             tracing::debug!("exec lock not taken: {e}");
             None
@@ -82,9 +98,14 @@ pub fn exclusive(bundle_dir: &Path) -> Result<File, LockError> {
     }
 }
 
-/// Is an exec of the capsule running right now? (Takes and drops the exclusive lock.)
+/// Is an exec of the capsule running right now? (Asks, `F_GETLK`: takes no lock, so it
+/// never delays an exec starting meanwhile.)
 pub fn exec_running(bundle_dir: &Path) -> bool {
-    matches!(exclusive(bundle_dir), Err(LockError::Running))
+    let Ok(f) = open(bundle_dir) else {
+        return false;
+    };
+    fcntl_lock(&f, libc::F_GETLK, libc::F_WRLCK)
+        .is_ok_and(|fl| fl.l_type != libc::F_UNLCK as libc::c_short)
 }
 
 #[cfg(test)]
@@ -113,6 +134,7 @@ mod tests {
                 let mut b = [0u8; 1];
                 nix::unistd::read(&r, &mut b).unwrap();
                 assert!(matches!(exclusive(d), Err(LockError::Running)));
+                assert!(exec_running(d));
                 nix::unistd::write(&w2, b"x").unwrap();
                 let mut st = 0;
                 unsafe { libc::waitpid(pid, &mut st, 0) };
