@@ -9,7 +9,9 @@
 //!   `\t` and `\xNN` (ESC is `\x1b`);
 //! - C1 controls (U+0080–U+009F; a terminal may read U+009B as CSI): `\u{9b}`;
 //! - bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A–U+202E,
-//!   U+2066–U+2069), which can make a name read differently from what it is: `\u{202e}`;
+//!   U+2066–U+2069), which can make a name read differently from what it is, and the
+//!   invisible ones that make two names look alike (zero-width U+200B–U+200D, U+2060–U+2064,
+//!   U+FEFF) or break a line in some viewers (U+2028, U+2029): `\u{202e}`;
 //! - bytes that are not UTF-8: `\xNN`.
 //!
 //! [`name`] also escapes the backslash (`\\`), so two different names never look alike:
@@ -31,9 +33,10 @@ fn is_dangerous(c: char) -> bool {
     matches!(c,
         '\u{80}'..='\u{9f}'
         | '\u{61c}'
-        | '\u{200e}' | '\u{200f}'
-        | '\u{202a}'..='\u{202e}'
-        | '\u{2066}'..='\u{2069}')
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}'
+        | '\u{feff}')
 }
 
 fn push_char(out: &mut String, c: char, keep_backslash: bool, keep_tab: bool) {
@@ -152,6 +155,11 @@ mod tests {
             "\\u{2066}\\u{2069}\\u{200f}"
         );
         assert_eq!(name(b"bad\xff\xfe"), "bad\\xff\\xfe");
+        assert_eq!(name(".bash\u{200b}rc".as_bytes()), ".bash\\u{200b}rc");
+        assert_eq!(
+            name("a\u{2028}b\u{feff}".as_bytes()),
+            "a\\u{2028}b\\u{feff}"
+        );
         assert_eq!(name(b"back\\slash"), "back\\\\slash");
         // two different names never look alike
         assert_ne!(name(b"a\\x1b"), name(b"a\x1b"));
