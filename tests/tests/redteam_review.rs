@@ -438,11 +438,15 @@ fn host_tools_survive_hostile_workspace_and_home_layer() {
             // a real device node (a task cannot make one; weaker isolation is another
             // matter): refused by review, removed by discard
             // SAFETY: a valid C string
-            let dev = cstr(&upper.join("null-dev"));
-            assert_eq!(
-                unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) },
-                0
-            );
+            for d in [&upper, &ws] {
+                let dev = cstr(&d.join("null-dev"));
+                assert_eq!(
+                    unsafe {
+                        libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3))
+                    },
+                    0
+                );
+            }
         }
         r.own(p.dir.path());
         lock_down(&ws, true);
