@@ -34,11 +34,21 @@ pub fn check_git_dir(workspace: &Path) -> Result<PathBuf> {
             git.display()
         )));
     }
-    walk(&git, &git)?;
+    walk(&git, &git, 0)?;
     Ok(git)
 }
 
-fn walk(git: &Path, dir: &Path) -> Result<()> {
+/// Deepest folder of `.git` walked (refs and logs nest a few levels; a task can nest
+/// thousands).
+pub const MAX_DEPTH: usize = 64;
+
+fn walk(git: &Path, dir: &Path, depth: usize) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(Error::other(format!(
+            "{}: more than {MAX_DEPTH} folders deep in the git directory; not read",
+            crate::escape::path(dir)
+        )));
+    }
     let objects = git.join("objects");
     for ent in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let ent = ent.map_err(|e| Error::io(dir, e))?;
@@ -51,7 +61,7 @@ fn walk(git: &Path, dir: &Path) -> Result<()> {
             let store = dir == objects
                 && (name == b"pack" || (name.len() == 2 && name.iter().all(u8::is_ascii_hexdigit)));
             if !store {
-                walk(git, &path)?;
+                walk(git, &path, depth + 1)?;
             }
         } else if !ft.is_file() {
             let what = if ft.is_symlink() {
@@ -175,6 +185,18 @@ mod tests {
         std::fs::create_dir_all(g.join("objects/ab")).unwrap();
         std::fs::write(g.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         d
+    }
+
+    #[test]
+    fn a_deep_git_dir_is_refused() {
+        let d = repo();
+        let mut deep = d.path().join(".git/refs/heads");
+        for _ in 0..=MAX_DEPTH {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let e = check_git_dir(d.path()).unwrap_err().to_string();
+        assert!(e.contains("folders deep"), "{e}");
     }
 
     #[test]

@@ -229,43 +229,14 @@ impl Refusal {
     }
 }
 
-/// `s` with control characters, backslashes and other non-printing characters escaped
-/// (`\x1b`, `\n`, `\u{202e}`...), safe to print on a terminal.
+/// Spec text escaped for a terminal: the shared rule of [`crate::escape::name`].
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            // C1 controls, bidi overrides and other invisible format characters
-            c if c.is_control()
-                || matches!(c as u32, 0x200b..=0x200f | 0x202a..=0x202e | 0x2066..=0x2069 | 0xfeff) =>
-            {
-                out.push_str(&format!("\\u{{{:x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    crate::escape::name(s.as_bytes())
 }
 
-/// A path escaped like [`escape`]; bytes that are not UTF-8 show as `\xNN`.
+/// A path escaped like [`escape`]: [`crate::escape::path`].
 pub fn escape_path(p: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let bytes = p.as_os_str().as_bytes();
-    let mut out = String::new();
-    for chunk in bytes.utf8_chunks() {
-        out.push_str(&escape(chunk.valid()));
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
+    crate::escape::path(p)
 }
 
 #[cfg(test)]

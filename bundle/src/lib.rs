@@ -12,6 +12,7 @@
 
 pub mod digest;
 pub mod error;
+pub mod escape;
 pub mod git;
 pub mod gitguard;
 pub mod gitinfo;
@@ -24,6 +25,7 @@ pub mod open;
 pub mod ownobjects;
 pub mod packwrite;
 pub mod policy;
+pub mod rmtree;
 pub mod source;
 pub mod spec;
 pub mod store;

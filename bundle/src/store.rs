@@ -355,43 +355,8 @@ pub fn changed_since_open(cap: &OpenCapsule) -> Option<String> {
     }
 }
 
-/// Give every folder under `dir` (itself included) read, write and search permission for
-/// its owner, never following a symlink.
-fn make_removable(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    let md = std::fs::symlink_metadata(dir)?;
-    if !md.is_dir() {
-        return Ok(());
-    }
-    let mode = md.permissions().mode() & 0o7777;
-    if mode & 0o700 != 0o700 {
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: a valid C string; AT_SYMLINK_NOFOLLOW refuses a symlink swapped in
-        if unsafe {
-            libc::fchmodat(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                mode | 0o700,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        } != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        if e.file_type()?.is_dir() {
-            let _ = make_removable(&e.path());
-        }
-    }
-    Ok(())
-}
-
 /// Rename `dir` to a hidden sibling, then remove it, so a half-removed directory never
-/// carries the original name. `std::fs::remove_dir_all` does not follow symlinks.
+/// carries the original name ([`crate::rmtree`]: no symlink followed).
 pub(crate) fn remove_dir_atomically(dir: &Path) -> Result<()> {
     let parent = dir
         .parent()
@@ -402,16 +367,9 @@ pub(crate) fn remove_dir_atomically(dir: &Path) -> Result<()> {
         .unwrap_or_default();
     let tomb = parent.join(format!(".closing-{base}-{}", std::process::id()));
     match std::fs::rename(dir, &tomb) {
-        Ok(()) => match std::fs::remove_dir_all(&tomb) {
-            // a folder without search or write permission for its owner: the overlay's
-            // work/work (mode 000) of the home layer, or one a command made in the
-            // workspace; root ignores the mode, anyone else must restore it first
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                let _ = make_removable(&tomb);
-                std::fs::remove_dir_all(&tomb).at(&tomb)
-            }
-            r => r.at(&tomb),
-        },
+        // whatever a task planted: folders without permissions for their owner (the
+        // overlay's work/work is mode 000), trees thousands deep, FIFOs, symlinks
+        Ok(()) => crate::rmtree::remove_path(&tomb).at(&tomb),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(dir, e)),
     }

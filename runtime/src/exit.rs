@@ -58,8 +58,9 @@ pub type CliResult = Result<ExitCode, CliError>;
 
 /// Print a one-line error on stderr and turn it into the process exit code.
 pub fn report(err: &CliError) -> ExitCode {
-    // one line: collapse any newline a lower layer let through
-    let msg = err.message.replace('\n', " ");
+    // one line: collapse any newline a lower layer let through; nothing a task or a spec
+    // wrote and an error quotes reaches the terminal raw
+    let msg = capsule_bundle::escape::text_line(&err.message.replace('\n', " "));
     eprintln!("capsule: {msg}");
     ExitCode::from(err.code)
 }

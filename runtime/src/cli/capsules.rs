@@ -123,6 +123,18 @@ fn layout() -> Result<Layout, CliError> {
         .ok_or_else(|| CliError::failure("no capsule root: set CAPSULE_ROOT (or HOME)"))
 }
 
+/// A name from a spec or a record, shown on a terminal ([`capsule_bundle::escape`]).
+fn esc_name(s: &str) -> String {
+    capsule_bundle::escape::name(s.as_bytes())
+}
+fn esc_path(p: &Path) -> String {
+    capsule_bundle::escape::path(p)
+}
+/// A line of text (a spec's, a probe's output, a policy line).
+fn esc_line(s: &str) -> String {
+    capsule_bundle::escape::text_line(s)
+}
+
 fn fail(e: impl std::fmt::Display) -> CliError {
     CliError::failure(e.to_string())
 }
@@ -217,13 +229,13 @@ pub fn open(a: OpenArgs) -> CliResult {
         }
         print_json(&v);
     } else {
-        println!("opened {}", c.name);
-        println!("  workspace  {}", c.workspace.display());
-        println!("  bundle     {}", c.bundle_dir.display());
+        println!("opened {}", esc_name(&c.name));
+        println!("  workspace  {}", esc_path(&c.workspace));
+        println!("  bundle     {}", esc_path(&c.bundle_dir));
         println!(
             "  HEAD       {} ({})",
-            short(&c.record.head),
-            c.record.branch.as_deref().unwrap_or("detached")
+            esc_name(&short(&c.record.head)),
+            esc_name(c.record.branch.as_deref().unwrap_or("detached"))
         );
         println!("  digest     sha256:{}", c.record.tree_digest);
         println!("  network    {}", c.policy.network.mode.as_str());
@@ -238,7 +250,7 @@ pub fn open(a: OpenArgs) -> CliResult {
         }
         println!(
             "next: capsule exec {n} -- <command>  |  capsule verify {n}  |  capsule inspect {n}  |  capsule close {n}",
-            n = c.name
+            n = esc_name(&c.name)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -475,23 +487,27 @@ fn print_verification(v: &Verification) {
     println!(
         "{} {}",
         if v.ok { "verified" } else { "FAILED" },
-        v.capsule_name
+        esc_name(&v.capsule_name)
     );
     match &v.expected_tree_digest {
-        Some(w) => println!("  tree digest  {} (want {})", v.actual_tree_digest, w),
+        Some(w) => println!(
+            "  tree digest  {} (want {})",
+            v.actual_tree_digest,
+            esc_line(w)
+        ),
         None => println!("  tree digest  {} (spec pins none)", v.actual_tree_digest),
     }
     for p in &v.probes {
         println!(
             "  probe {:<28} {}  exit {} (expect {})",
-            p.name,
+            esc_name(&p.name),
             if p.ok { "ok  " } else { "FAIL" },
             p.exit_code,
             p.expect
         );
         if !p.ok && !p.output.is_empty() {
-            for l in p.output.lines().take(5) {
-                println!("      | {l}");
+            for l in p.output.split('\n').take(5) {
+                println!("      | {}", esc_line(l));
             }
         }
     }
@@ -564,14 +580,14 @@ pub fn close(a: CloseArgs) -> CliResult {
     } else if c.workspace_removed {
         println!(
             "closed {}: removed {} and its bundle",
-            c.name,
-            c.workspace.display()
+            esc_name(&c.name),
+            esc_path(&c.workspace)
         );
     } else {
         println!(
             "closed {}: removed its bundle; {} was left in place",
-            c.name,
-            c.workspace.display()
+            esc_name(&c.name),
+            esc_path(&c.workspace)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -603,13 +619,17 @@ pub fn list(a: ListArgs) -> CliResult {
         match &e.capsule {
             Ok(c) => println!(
                 "{:<32} {:<9} {:<13} {:<20} {}",
-                c.name,
+                esc_name(&c.name),
                 c.policy.network.mode.as_str(),
-                short(&c.record.head),
-                c.record.opened_at,
-                c.workspace.display()
+                esc_name(&short(&c.record.head)),
+                esc_name(&c.record.opened_at),
+                esc_path(&c.workspace)
             ),
-            Err(err) => println!("{:<32} (broken bundle: {err})", e.name),
+            Err(err) => println!(
+                "{:<32} (broken bundle: {})",
+                esc_name(&e.name),
+                esc_line(&err.to_string())
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -717,17 +737,17 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("capsule {}", cap.name);
-    println!("  workspace  {}", cap.workspace.display());
-    println!("  bundle     {}", cap.bundle_dir.display());
-    println!("  opened     {}", cap.record.opened_at);
+    println!("capsule {}", esc_name(&cap.name));
+    println!("  workspace  {}", esc_path(&cap.workspace));
+    println!("  bundle     {}", esc_path(&cap.bundle_dir));
+    println!("  opened     {}", esc_name(&cap.record.opened_at));
     println!(
         "  HEAD       {} ({})",
-        short(&cap.record.head),
-        cap.record.branch.as_deref().unwrap_or("detached")
+        esc_name(&short(&cap.record.head)),
+        esc_name(cap.record.branch.as_deref().unwrap_or("detached"))
     );
     if let Some(s) = &cap.record.source {
-        println!("  source     {} (checkout, left untouched)", s.display());
+        println!("  source     {} (checkout, left untouched)", esc_path(s));
     }
     println!("\ngrants (access beyond the defaults, accepted at open):");
     for w in grants_in_words(&cap) {
@@ -735,43 +755,43 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     }
     println!(
         "\neffective policy (from {}):",
-        cap.bundle_file(bundle_files::POLICY).display()
+        esc_path(&cap.bundle_file(bundle_files::POLICY))
     );
     // paths and lines below come from the spec: escaped, never raw on the terminal
     for w in &words {
-        println!("  {}", capsule_bundle::grants::escape(w));
+        println!("  {}", esc_line(w));
     }
     println!("\nspec:");
     match (&cap.record.spec_path, &spec_text) {
         (Some(p), Some(t)) => {
-            println!("  {}", p.display());
-            for l in t.lines() {
-                println!("  | {}", capsule_bundle::grants::escape(l));
+            println!("  {}", esc_path(p));
+            for l in t.strip_suffix('\n').unwrap_or(t).split('\n') {
+                println!("  | {}", esc_line(l));
             }
         }
         _ => println!("  (none: opened from a checkout)"),
     }
     println!(
         "\nmanifest ({}; informational, the runtime never trusts it):",
-        cap.workspace.join(MANIFEST).display()
+        esc_path(&cap.workspace.join(MANIFEST))
     );
     match &manifest {
         Ok(m) => {
             let t = serde_json::to_string_pretty(m).unwrap_or_default();
             for l in t.lines() {
-                println!("  | {l}");
+                println!("  | {}", esc_line(l));
             }
         }
-        Err(e) => println!("  (unreadable: {e})"),
+        Err(e) => println!("  (unreadable: {})", esc_line(e)),
     }
-    println!("\nconfig.json ({}):", config_path.display());
+    println!("\nconfig.json ({}):", esc_path(&config_path));
     match &config_check {
         Ok(_) => println!("  valid OCI runtime spec"),
-        Err(e) => println!("  INVALID: {e}"),
+        Err(e) => println!("  INVALID: {}", esc_line(&e.to_string())),
     }
     let t = serde_json::to_string_pretty(&config_json).unwrap_or_default();
     for l in t.lines() {
-        println!("  | {l}");
+        println!("  | {}", esc_line(l));
     }
     Ok(ExitCode::SUCCESS)
 }

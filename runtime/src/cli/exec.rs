@@ -277,8 +277,8 @@ mod imp {
         let mut landlock_best_effort = false;
         let mut isolation = if a.no_sandbox {
             eprintln!(
-                "capsule: WARNING: --no-sandbox: running {:?} WITHOUT ANY ISOLATION: it can read, write and reach everything you can",
-                rec.argv.join(" ")
+                "capsule: WARNING: --no-sandbox: running \"{}\" WITHOUT ANY ISOLATION: it can read, write and reach everything you can",
+                capsule_bundle::escape::name(rec.argv.join(" ").as_bytes())
             );
             degradation.push("no sandbox at all (--no-sandbox)".to_string());
             Isolation::None
@@ -329,6 +329,8 @@ mod imp {
         task_env(&mut plan)?;
         net.apply(&mut plan);
         tracing::debug!("plan ready: {:?}", started.elapsed());
+        // held while the command runs: `home apply|discard` refuse meanwhile
+        let _exec_lock = crate::home::lock::exec_shared(&cap.bundle_dir);
         let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
         tracing::debug!("command ended: {:?}", started.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {
@@ -392,6 +394,7 @@ mod imp {
                 .first()
                 .map(String::as_str)
                 .unwrap_or("the command");
+            let what = capsule_bundle::escape::name(what.as_bytes());
             eprintln!("capsule: {what} {}", display::NEEDS_DISPLAY);
             if let Err(e) = display::record(&events, &cap.name, &rec.argv, code) {
                 tracing::warn!(

@@ -254,23 +254,20 @@ fn check(a: CheckArgs) -> CliResult {
 }
 
 fn print_human(d: &Decision) {
-    let wd = d
-        .resolved_working_dir
-        .as_deref()
-        .unwrap_or(&d.working_dir)
-        .display();
+    use capsule_bundle::escape;
+    let wd = escape::path(d.resolved_working_dir.as_deref().unwrap_or(&d.working_dir));
     if d.allowed {
         println!("allowed: {} in {wd}", d.verb);
     } else {
-        println!("denied: {} in {wd} — {}", d.verb, denial(d));
+        println!(
+            "denied: {} in {wd} — {}",
+            d.verb,
+            escape::text_line(&denial(d).to_string())
+        );
     }
-    println!("  {}", d.reason);
+    println!("  {}", escape::text_line(&d.reason));
     if !d.config_files.is_empty() {
-        let files: Vec<String> = d
-            .config_files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
+        let files: Vec<String> = d.config_files.iter().map(|p| escape::path(p)).collect();
         println!("  config: {}", files.join(", "));
     }
     if let Some(g) = &d.git {
@@ -280,10 +277,18 @@ fn print_human(d: &Decision) {
             (Some(b), _) => format!("branch {b}"),
             (None, _) => "HEAD unreadable".to_string(),
         };
-        println!("  git: {} ({head})", g.root.display());
+        println!(
+            "  git: {} ({})",
+            escape::path(&g.root),
+            escape::text_line(&head)
+        );
     }
     if let Some(c) = &d.capsule {
-        println!("  capsule: {} at {}", c.name, c.root.display());
+        println!(
+            "  capsule: {} at {}",
+            escape::name(c.name.as_bytes()),
+            escape::path(&c.root)
+        );
     }
 }
 

@@ -1,6 +1,9 @@
 //! `capsule home diff|apply|discard` (review of a capsule's home layer) and
 //! `capsule reveal list|add|rm` (projects next to the source folder that its capsules may
 //! read). The work is done in [`crate::home`]; this module parses arguments and prints.
+//!
+//! Everything printed from the home layer (names, symlink targets, content lines) was
+//! written by a task: it goes through [`capsule_bundle::escape`] first.
 
 use crate::exit::{CliError, CliResult};
 use crate::home::{layer, reveal};
@@ -13,10 +16,13 @@ use std::process::ExitCode;
 #[derive(Debug, Subcommand)]
 pub enum HomeCommand {
     /// What the task added, changed or removed in the home directory (content diffs for
-    /// text). Package caches are not part of the review.
+    /// text). Package caches are not part of the review. What it shows becomes the
+    /// review that `home apply` applies, and nothing else.
     Diff(HomeDiffArgs),
-    /// Copy the task's home changes (all, or the named paths) to the real home directory.
-    /// Refuses a change whose real file moved on since the task started, unless --force.
+    /// Copy the task's home changes (all, or the named paths) to the real home directory,
+    /// exactly as the last `home diff` showed them. Refuses a change not in that review
+    /// or changed since, refuses while an exec of the capsule runs, and refuses a change
+    /// whose real file moved on since the task started, unless --force.
     Apply(HomeApplyArgs),
     /// Throw away the task's home changes (all, or the named paths).
     Discard(HomeDiscardArgs),
@@ -42,6 +48,10 @@ pub struct HomeApplyArgs {
     /// Apply even where the real file changed since the task started.
     #[arg(long)]
     pub force: bool,
+    /// Apply only if the last `home diff` printed this review token (or a prefix of at
+    /// least 12 of its hex digits).
+    #[arg(long, value_name = "TOKEN")]
+    pub review: Option<String>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -113,26 +123,39 @@ pub fn home(cmd: HomeCommand) -> CliResult {
     match cmd {
         HomeCommand::Diff(a) => {
             let filter = rel_paths(&a.paths)?;
+            let running = crate::home::lock::exec_running(&cap.bundle_dir);
             let changes = layer.changes(&filter, true).map_err(|e| fail(&e))?;
+            // what was shown is what `apply` may apply
+            let review = crate::home::review::Review::of(&changes);
+            review.save(&cap.bundle_dir).map_err(|e| {
+                fail(&format!(
+                    "saving the review in {}: {e}",
+                    capsule_bundle::escape::path(&cap.bundle_dir)
+                ))
+            })?;
             if a.json {
                 let v = serde_json::json!({
                     "capsule": cap.name,
                     "home": layer.home,
                     "changes": changes,
+                    "review": review.token,
+                    "exec_running": running,
                 });
                 super::print_json(&v);
             } else {
-                print_changes(&cap.name, &changes);
+                print_changes(&cap.name, &changes, &review, running);
             }
             Ok(ExitCode::SUCCESS)
         }
         HomeCommand::Apply(a) => {
             let filter = rel_paths(&a.paths)?;
+            // no exec may run (and write to the layer) while it is applied
+            let _lock = crate::home::lock::exclusive(&cap.bundle_dir).map_err(|e| fail(&e))?;
             // no prepared root may keep the layer mounted while it changes under it
             #[cfg(target_os = "linux")]
             crate::linux::prepared::stop_all(&crate::linux::prepared::dir(&cap.bundle_dir));
             let done = layer
-                .apply(&cap.bundle_dir, &filter, a.force)
+                .apply(&cap.bundle_dir, &filter, a.force, a.review.as_deref())
                 .map_err(|e| fail(&e))?;
             if a.json {
                 let v = serde_json::to_value(&done).map_err(|e| fail(&e))?;
@@ -149,16 +172,19 @@ pub fn home(cmd: HomeCommand) -> CliResult {
                     } else {
                         ""
                     };
-                    println!("applied ~/{}{forced}", p.display());
+                    println!("applied ~/{}{forced}", capsule_bundle::escape::path(p));
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
         HomeCommand::Discard(a) => {
             let filter = rel_paths(&a.paths)?;
+            let _lock = crate::home::lock::exclusive(&cap.bundle_dir).map_err(|e| fail(&e))?;
             #[cfg(target_os = "linux")]
             crate::linux::prepared::stop_all(&crate::linux::prepared::dir(&cap.bundle_dir));
             let removed = layer.discard(&filter).map_err(|e| fail(&e))?;
+            // the layer changed: what was reviewed is no longer what it holds
+            crate::home::review::Review::clear(&cap.bundle_dir);
             if removed.is_empty() {
                 println!(
                     "nothing to discard: the home layer of {} is empty",
@@ -166,14 +192,26 @@ pub fn home(cmd: HomeCommand) -> CliResult {
                 );
             }
             for p in removed {
-                println!("discarded ~/{}", p.display());
+                println!("discarded ~/{}", capsule_bundle::escape::path(&p));
             }
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn print_changes(name: &str, changes: &[layer::Change]) {
+fn print_changes(
+    name: &str,
+    changes: &[layer::Change],
+    review: &crate::home::review::Review,
+    running: bool,
+) {
+    use capsule_bundle::escape;
+    let name = escape::name(name.as_bytes());
+    if running {
+        eprintln!(
+            "capsule: an exec of {name} is still running: the layer may still change (apply refuses until it ends)"
+        );
+    }
     if changes.is_empty() {
         println!("no home changes in capsule {name}");
         return;
@@ -191,22 +229,32 @@ fn print_changes(name: &str, changes: &[layer::Change]) {
         let target = c
             .target
             .as_ref()
-            .map(|t| format!(" -> {}", t.display()))
+            .map(|t| format!(" -> {}", escape::path(t)))
             .unwrap_or_default();
-        println!("{mark} ~/{}{suffix}{target}", c.path.display());
+        println!("{mark} ~/{}{suffix}{target}", escape::path(&c.path));
         if let Some(r) = &c.refused {
-            println!("        refused: {r}");
+            println!("        refused: {}", escape::text_line(r));
         }
         if c.binary {
             println!("        (binary or large file: no content diff)");
         }
+        if let Some(sum) = &c.sha256 {
+            if c.diff.is_none() {
+                println!("        sha256 {sum}");
+            }
+        }
         if let Some(d) = &c.diff {
-            for line in d.lines() {
-                println!("        {line}");
+            // split on \n only: a \r shows, it never returns to the start of the line
+            for line in d.strip_suffix('\n').unwrap_or(d).split('\n') {
+                println!("        {}", escape::text_line(line));
             }
         }
     }
-    println!("apply with `capsule home apply {name} [PATH…]`, or drop with `capsule home discard {name} [PATH…]`");
+    println!(
+        "review {} ({} change(s)): apply exactly this with `capsule home apply {name} [PATH…]`, or drop with `capsule home discard {name} [PATH…]`",
+        review.short_token(),
+        changes.len()
+    );
 }
 
 fn layout() -> Result<Layout, CliError> {
@@ -318,33 +366,38 @@ pub fn reveal(cmd: RevealCommand) -> CliResult {
 }
 
 fn print_scan(scan: &reveal::Scan) {
+    use capsule_bundle::escape;
     if scan.suggestions.is_empty() {
         println!(
             "no folders outside {} are named by its manifests",
-            scan.source.display()
+            escape::path(&scan.source)
         );
     }
     for s in &scan.suggestions {
         let mark = if s.opened { "opened" } else { "closed" };
         let missing = if s.exists { "" } else { " (missing)" };
-        println!("{mark:<7} {}{missing}  [{}]", s.relative, s.path.display());
+        println!(
+            "{mark:<7} {}{missing}  [{}]",
+            escape::name(s.relative.as_bytes()),
+            escape::path(&s.path)
+        );
         if s.named_by.is_empty() {
             println!("        opened by hand; no manifest names it");
         }
         for m in &s.named_by {
             println!(
-                "        {}: {} = {:?}",
-                m.manifest.display(),
-                m.field,
-                m.written
+                "        {}: {} = \"{}\"",
+                escape::path(&m.manifest),
+                escape::name(m.field.as_bytes()),
+                escape::name(m.written.as_bytes())
             );
         }
     }
     for u in &scan.unreadable {
         println!(
             "could not read {}: {}",
-            u.manifest.display(),
-            u.error.replace('\n', " ")
+            escape::path(&u.manifest),
+            escape::text_line(&u.error.replace('\n', " "))
         );
     }
     if scan.suggestions.iter().any(|s| !s.opened && s.exists) {

@@ -126,38 +126,7 @@ pub fn fstat(fd: RawFd) -> io::Result<libc::stat> {
 
 /// Names in `dir` (without `.` and `..`), sorted.
 pub fn list(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
-    let fd = dup(dir)?;
-    let raw = {
-        use std::os::fd::IntoRawFd;
-        fd.into_raw_fd()
-    };
-    // SAFETY: raw is an owned directory descriptor; fdopendir takes ownership.
-    let d = unsafe { libc::fdopendir(raw) };
-    if d.is_null() {
-        let e = io::Error::last_os_error();
-        // SAFETY: fdopendir failed, so we still own raw.
-        unsafe { libc::close(raw) };
-        return Err(e);
-    }
-    // rewind: the dup shares the offset with `dir`
-    // SAFETY: d is a valid DIR*.
-    unsafe { libc::rewinddir(d) };
-    let mut out = Vec::new();
-    loop {
-        // SAFETY: d is valid; readdir returns NULL at the end.
-        let ent = unsafe { libc::readdir(d) };
-        if ent.is_null() {
-            break;
-        }
-        // SAFETY: d_name is NUL-terminated.
-        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
-        let b = name.to_bytes();
-        if b != b"." && b != b".." {
-            out.push(OsString::from_vec(b.to_vec()));
-        }
-    }
-    // SAFETY: d is valid and closed once.
-    unsafe { libc::closedir(d) };
+    let mut out = capsule_bundle::rmtree::list(dir)?;
     out.sort();
     Ok(out)
 }
@@ -246,25 +215,10 @@ pub fn rename_at(dir: &OwnedFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
 }
 
 /// Remove `name` from `dir`: a file, symlink, device node, or a whole directory tree
-/// (walked without following symlinks). Missing is fine.
+/// (walked without following symlinks, iteratively, with bounded descriptors, folders
+/// made writable first: [`capsule_bundle::rmtree`]). Missing is fine.
 pub fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    let Some(st) = stat_at(dir, name)? else {
-        return Ok(());
-    };
-    let c = cstr(name)?;
-    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        let sub = open_dir_at(dir, name)?;
-        for child in list(&sub)? {
-            remove_at(&sub, &child)?;
-        }
-        drop(sub);
-        // SAFETY: valid fd and C string.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) })?;
-    } else {
-        // SAFETY: valid fd and C string.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) })?;
-    }
-    Ok(())
+    capsule_bundle::rmtree::remove_at(dir, name)
 }
 
 /// Set permission bits of an open descriptor.

@@ -13,6 +13,12 @@
 //! file with the `trusted.overlay.whiteout` / `user.overlay.whiteout` xattr; an opaque
 //! folder has `trusted.overlay.opaque` / `user.overlay.opaque` = `y` (a value `x` only
 //! marks a folder holding xattr whiteouts).
+//!
+//! Bounded whatever the layer holds: content diffs read at most [`DIFF_LIMIT`] bytes of a
+//! file, content digests stream, files over [`APPLY_LIMIT`] (a 1 TiB sparse file) are
+//! refused without being read, walks deeper than [`MAX_DEPTH`] folders are an error (two
+//! descriptors are held per level), and removal goes through [`capsule_bundle::rmtree`].
+//! What `apply` copies is bound to what `home diff` showed: [`super::review`].
 
 use super::baseline::{self, Baseline};
 use super::fsat;
@@ -24,7 +30,13 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Text files up to this size get a content diff.
-const DIFF_LIMIT: u64 = 1 << 20;
+pub const DIFF_LIMIT: u64 = 1 << 20;
+/// Time a content diff may take before it settles for a coarser one.
+const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+/// Files larger than this are refused (never read: copy such a file yourself).
+pub const APPLY_LIMIT: u64 = 256 << 20;
+/// Deepest folder of the layer walked.
+pub const MAX_DEPTH: usize = 256;
 
 /// Paths of a capsule's home layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +59,7 @@ pub fn layer_paths(bundle_dir: &Path) -> LayerPaths {
 /// Errors of home-layer operations.
 #[derive(Debug, thiserror::Error)]
 pub enum LayerError {
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {}: {source}", esc(path))]
     Io {
         what: &'static str,
         path: PathBuf,
@@ -55,14 +67,33 @@ pub enum LayerError {
     },
     #[error("{0}: not a path under the home directory (use ~/x, x, or an absolute path under home; no `..`)")]
     BadPath(String),
-    #[error("refused {}: {}", .0.iter().map(|(p, _)| format!("~/{}", p.display())).collect::<Vec<_>>().join(", "), .0.first().map(|(_, w)| w.as_str()).unwrap_or(""))]
+    #[error("refused {}: {}", .0.iter().map(|(p, _)| format!("~/{}", esc(p))).collect::<Vec<_>>().join(", "), .0.first().map(|(_, w)| w.as_str()).unwrap_or(""))]
     Refused(Vec<(PathBuf, String)>),
-    #[error("the real file moved on since the task started: {}; review it, then use --force to overwrite", .0.iter().map(|(p, w)| format!("~/{} ({w})", p.display())).collect::<Vec<_>>().join(", "))]
+    #[error("the real file moved on since the task started: {}; review it, then use --force to overwrite", .0.iter().map(|(p, w)| format!("~/{} ({w})", esc(p))).collect::<Vec<_>>().join(", "))]
     MovedOn(Vec<(PathBuf, String)>),
-    #[error("~/{0}: no change in the home layer")]
+    #[error("~/{}: no change in the home layer", esc(.0))]
     NoChange(PathBuf),
-    #[error("~/{path}: inside ~/{dir}, which the task replaced as a whole; discard ~/{dir}")]
+    #[error(
+        "~/{}: inside ~/{}, which the task replaced as a whole; discard ~/{}",
+        esc(path),
+        esc(dir),
+        esc(dir)
+    )]
     InsideOpaque { path: PathBuf, dir: PathBuf },
+    #[error("the home layer was not reviewed: run `capsule home diff` on this capsule, read it, then apply")]
+    NotReviewed,
+    #[error("the last review is not {0}: run `capsule home diff` again, read it, then apply with its token")]
+    OtherReview(String),
+    #[error("changed since the last review, or not part of it: {}; run `capsule home diff` again, read it, then apply", .0.iter().map(|p| format!("~/{}", esc(p))).collect::<Vec<_>>().join(", "))]
+    Unreviewed(Vec<PathBuf>),
+    #[error("~/{}: the layer's copy changed while it was applied (not the reviewed bytes); nothing of it was written; review again", esc(.0))]
+    ChangedWhileApplying(PathBuf),
+    #[error("{}: more than {MAX_DEPTH} folders deep; discard it", esc(.0))]
+    TooDeep(PathBuf),
+}
+
+fn esc(p: &Path) -> String {
+    capsule_bundle::escape::path(p)
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LayerError {
@@ -93,6 +124,7 @@ pub enum EntryType {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
     /// Relative to the home directory.
+    #[serde(serialize_with = "capsule_bundle::escape::serialize_path")]
     pub path: PathBuf,
     pub kind: ChangeKind,
     pub entry: EntryType,
@@ -100,7 +132,10 @@ pub struct Change {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<u32>,
     /// Symlink target.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "capsule_bundle::escape::serialize_opt_path"
+    )]
     pub target: Option<PathBuf>,
     /// Why this change can never be applied (unsafe content).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,6 +146,9 @@ pub struct Change {
     /// The file is binary or too large for a content diff.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub binary: bool,
+    /// sha256 of a file's new content (what `apply` will write).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// A home layer to review: the real home, its upper directory, and paths kept out of the
@@ -222,6 +260,63 @@ fn same_content(a: std::fs::File, b: std::fs::File) -> std::io::Result<bool> {
     }
 }
 
+/// Why a walk of the layer stopped.
+enum WalkError {
+    Io(std::io::Error),
+    TooDeep(PathBuf),
+}
+
+impl From<std::io::Error> for WalkError {
+    fn from(e: std::io::Error) -> Self {
+        WalkError::Io(e)
+    }
+}
+
+/// Why an entry of the layer its owner may not read (a task's `chmod 000`) is refused.
+const UNREADABLE: &str = "not readable (its mode denies it); discard it";
+
+fn denied(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EACCES)
+}
+
+/// sha256 (hex) of what `f` holds, streamed; more than `limit` bytes is an error.
+fn sha256_of(f: std::fs::File, limit: u64) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let n = std::io::copy(&mut f.take(limit + 1), &mut h)?;
+    if n > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "grew past the limit while read",
+        ));
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Copy `src` to `dst`, hashing what is written; the sha256 (hex) of the bytes written.
+fn copy_hashed(src: &mut std::fs::File, dst: &mut std::fs::File) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0u64;
+    loop {
+        let n = src.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        if total > APPLY_LIMIT {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "grew past the limit while copied",
+            ));
+        }
+        h.update(&buf[..n]);
+        dst.write_all(&buf[..n])?;
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
 struct Walk<'a> {
     layer: &'a Layer,
     with_diff: bool,
@@ -243,8 +338,11 @@ impl Layer {
             with_diff,
             out: Vec::new(),
         };
-        w.dir(&upper, Some(&real), Path::new(""), filter)
-            .map_err(io("reading", &self.upper))?;
+        w.dir(&upper, Some(&real), Path::new(""), filter, 0)
+            .map_err(|e| match e {
+                WalkError::Io(e) => io("reading", &self.upper)(e),
+                WalkError::TooDeep(p) => LayerError::TooDeep(self.upper.join(p)),
+            })?;
         Ok(w.out)
     }
 
@@ -255,7 +353,7 @@ impl Layer {
         self.hidden
             .iter()
             .find(|h| rel.starts_with(h))
-            .map(|h| format!("~/{} is hidden from tasks", h.display()))
+            .map(|h| format!("~/{} is hidden from tasks", esc(h)))
     }
 }
 
@@ -283,7 +381,11 @@ impl Walk<'_> {
         real: Option<&OwnedFd>,
         rel: &Path,
         filter: &[PathBuf],
-    ) -> std::io::Result<()> {
+        depth: usize,
+    ) -> Result<(), WalkError> {
+        if depth > MAX_DEPTH {
+            return Err(WalkError::TooDeep(rel.to_path_buf()));
+        }
         for name in fsat::list(upper)? {
             let path = rel.join(&name);
             if self.layer.is_excluded(&path) || !wanted(filter, &path) {
@@ -305,6 +407,7 @@ impl Walk<'_> {
                 refused: None,
                 diff: None,
                 binary: false,
+                sha256: None,
             };
             let add_or_change = if real_st.is_some() {
                 ChangeKind::Changed
@@ -326,7 +429,14 @@ impl Walk<'_> {
             }
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {
-                    self.file(upper, real, &name, &path, &st, real_st.as_ref(), filter)?
+                    match self.file(upper, real, &name, &path, &st, real_st.as_ref(), filter) {
+                        Err(e) if denied(&e) => {
+                            let mut c = base(add_or_change, EntryType::File);
+                            c.refused = Some(UNREADABLE.into());
+                            self.push(filter, c);
+                        }
+                        r => r?,
+                    }
                 }
                 libc::S_IFLNK => {
                     let target = fsat::read_link_at(upper, &name)?;
@@ -341,14 +451,23 @@ impl Walk<'_> {
                     if !symlink_inside(&self.layer.home, &path, &target) {
                         c.refused = Some(format!(
                             "symlink to {} points outside the home directory",
-                            target.display()
+                            esc(&target)
                         ));
                     }
                     c.target = Some(target);
                     self.push(filter, c);
                 }
                 libc::S_IFDIR => {
-                    let sub = fsat::open_dir_at(upper, &name)?;
+                    let sub = match fsat::open_dir_at(upper, &name) {
+                        Ok(sub) => sub,
+                        Err(e) if denied(&e) => {
+                            let mut c = base(add_or_change, EntryType::Dir);
+                            c.refused = Some(UNREADABLE.into());
+                            self.push(filter, c);
+                            continue;
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
                     let real_dir = match (real, real_st.as_ref()) {
                         (Some(r), Some(rs)) if fsat::is_type(rs, libc::S_IFDIR) => {
                             Some(fsat::open_dir_at(r, &name)?)
@@ -383,7 +502,7 @@ impl Walk<'_> {
                             }
                         }
                     }
-                    self.dir(&sub, real_dir.as_ref(), &path, filter)?;
+                    self.dir(&sub, real_dir.as_ref(), &path, filter, depth + 1)?;
                 }
                 _ => {
                     let mut c = base(add_or_change, EntryType::Other);
@@ -418,6 +537,7 @@ impl Walk<'_> {
             refused: self.layer.hidden_reason(path),
             diff: None,
             binary: false,
+            sha256: None,
         };
         if self.with_diff && fsat::is_type(rs, libc::S_IFREG) {
             if let Some(r) = real {
@@ -473,7 +593,18 @@ impl Walk<'_> {
             refused: None,
             diff: None,
             binary: false,
+            sha256: None,
         };
+        if st.st_size as u64 > APPLY_LIMIT {
+            c.refused = Some(format!(
+                "larger than {} MiB; not read (copy it yourself if you want it)",
+                APPLY_LIMIT >> 20
+            ));
+            c.binary = true;
+            self.push(filter, c);
+            return Ok(());
+        }
+        c.sha256 = Some(sha256_of(fsat::open_file_at(upper, name)?, APPLY_LIMIT)?);
         if self.with_diff {
             let new = read_limited(fsat::open_file_at(upper, name)?, DIFF_LIMIT)?;
             let old = match real_file {
@@ -497,43 +628,46 @@ impl Walk<'_> {
 fn unified(path: &Path, old: &[u8], new: &[u8]) -> String {
     let o = String::from_utf8_lossy(old);
     let n = String::from_utf8_lossy(new);
-    let d = similar::TextDiff::from_lines(o.as_ref(), n.as_ref());
+    // two large texts with nothing in common cost the diff quadratic time: past the
+    // deadline it gives a coarser (still correct) diff
+    let d = similar::TextDiff::configure()
+        .deadline(std::time::Instant::now() + DIFF_DEADLINE)
+        .diff_lines(o.as_ref(), n.as_ref());
     d.unified_diff()
         .context_radius(3)
-        .header(
-            &format!("a/~/{}", path.display()),
-            &format!("b/~/{}", path.display()),
-        )
+        .header(&format!("a/~/{}", esc(path)), &format!("b/~/{}", esc(path)))
         .to_string()
 }
 
 /// What `apply` did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Applied {
+    #[serde(serialize_with = "capsule_bundle::escape::serialize_paths")]
     pub applied: Vec<PathBuf>,
     /// Changes applied over a real file that moved on (`--force`).
+    #[serde(serialize_with = "capsule_bundle::escape::serialize_paths")]
     pub forced: Vec<PathBuf>,
 }
 
 /// Parent components and name of a relative path.
 fn split(rel: &Path) -> Result<(Vec<OsString>, OsString), LayerError> {
-    let mut comps = fsat::plain_components(rel)
-        .ok_or_else(|| LayerError::BadPath(rel.display().to_string()))?;
-    let name = comps
-        .pop()
-        .ok_or_else(|| LayerError::BadPath(rel.display().to_string()))?;
+    let mut comps = fsat::plain_components(rel).ok_or_else(|| LayerError::BadPath(esc(rel)))?;
+    let name = comps.pop().ok_or_else(|| LayerError::BadPath(esc(rel)))?;
     Ok((comps, name))
 }
 
 impl Layer {
     /// Copy the changes under `filter` (all when empty) to the real home directory.
-    /// Refuses unsafe entries always, and changes whose real file moved on since the
-    /// baseline unless `force`. Nothing is written when anything is refused.
+    /// Refuses unsafe entries always, changes not in the last review (`home diff`; with
+    /// `token`, only when the last review is that one, see [`super::review`]), and changes
+    /// whose real file moved on since the baseline unless `force`. Nothing is written when
+    /// anything is refused. The caller holds the exec lock ([`super::lock::exclusive`]).
     pub fn apply(
         &self,
         bundle_dir: &Path,
         filter: &[PathBuf],
         force: bool,
+        token: Option<&str>,
     ) -> Result<Applied, LayerError> {
         let changes = self.changes(filter, false)?;
         for f in filter {
@@ -547,6 +681,26 @@ impl Layer {
             .collect();
         if !refused.is_empty() {
             return Err(LayerError::Refused(refused));
+        }
+        if !changes.is_empty() {
+            let review = super::review::Review::load(bundle_dir)
+                .map_err(io("reading the review in", bundle_dir))?
+                .ok_or(LayerError::NotReviewed)?;
+            if let Some(t) = token {
+                if !review.is(t) {
+                    return Err(LayerError::OtherReview(capsule_bundle::escape::name(
+                        t.as_bytes(),
+                    )));
+                }
+            }
+            let unreviewed: Vec<PathBuf> = review
+                .unreviewed(&changes)
+                .into_iter()
+                .map(|c| c.path.clone())
+                .collect();
+            if !unreviewed.is_empty() {
+                return Err(LayerError::Unreviewed(unreviewed));
+            }
         }
         let home_fd = fsat::open_dir(&self.home).map_err(io("opening", &self.home))?;
         let upper_fd = fsat::open_dir(&self.upper).map_err(io("opening", &self.upper))?;
@@ -580,7 +734,7 @@ impl Layer {
         };
         for c in &changes {
             self.apply_one(&home_fd, &upper_fd, c)?;
-            if let Some(b) = base.as_mut() {
+            if let Some(b) = base.as_mut().filter(|_| c.path.to_str().is_some()) {
                 let comps = fsat::plain_components(&c.path).unwrap_or_default();
                 b.update(&c.path, baseline::current(&home_fd, &comps).ok().flatten());
             }
@@ -630,13 +784,23 @@ impl Layer {
                     fsat::open_file_at(&up_dir, &name).map_err(err("reading the layer copy of"))?;
                 let mode = c.mode.unwrap_or(0o644) & 0o777;
                 let mut dst = fsat::create_file_at(&parent, &tmp, 0o600).map_err(err("writing"))?;
-                let written = std::io::copy(&mut src, &mut dst)
-                    .and_then(|_| fsat::fchmod(dst.as_raw_fd(), mode))
-                    .and_then(|_| dst.flush())
-                    .and_then(|_| dst.sync_all());
-                if let Err(e) = written {
-                    let _ = fsat::remove_at(&parent, &tmp);
-                    return Err(err("writing")(e));
+                // the bytes written are the bytes hashed: they must be the reviewed ones
+                let written = copy_hashed(&mut src, &mut dst).and_then(|sum| {
+                    fsat::fchmod(dst.as_raw_fd(), mode)?;
+                    dst.flush()?;
+                    dst.sync_all()?;
+                    Ok(sum)
+                });
+                match written {
+                    Ok(sum) if Some(&sum) == c.sha256.as_ref() => {}
+                    Ok(_) => {
+                        let _ = fsat::remove_at(&parent, &tmp);
+                        return Err(LayerError::ChangedWhileApplying(c.path.clone()));
+                    }
+                    Err(e) => {
+                        let _ = fsat::remove_at(&parent, &tmp);
+                        return Err(err("writing")(e));
+                    }
                 }
                 if real_is_dir {
                     fsat::remove_at(&parent, &name).map_err(err("replacing"))?;
@@ -764,6 +928,87 @@ mod tests {
         for bad in ["~", "/etc/passwd", "../x", "a/../../b", "", "/home/u"] {
             assert!(home_relative(h, bad).is_err(), "{bad}");
         }
+    }
+
+    /// The bytes copied are the bytes hashed: a layer file that no longer has the
+    /// reviewed sha256 when it is copied never takes the real file's name.
+    #[test]
+    fn apply_writes_only_the_reviewed_bytes() {
+        let t = tempfile::tempdir_in("/dev/shm").unwrap();
+        let home = t.path().join("home");
+        let upper = t.path().join("upper");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&upper).unwrap();
+        std::fs::write(home.join(".a"), "old\n").unwrap();
+        std::fs::write(upper.join(".a"), "reviewed\n").unwrap();
+        let layer = Layer {
+            home: home.clone(),
+            upper: upper.clone(),
+            excluded: vec![],
+            hidden: vec![],
+        };
+        let changes = layer.changes(&[], false).unwrap();
+        assert_eq!(changes.len(), 1);
+        // the layer's copy changes between the review (and the checks) and the copy
+        std::fs::write(upper.join(".a"), "swapped!\n").unwrap();
+        let home_fd = fsat::open_dir(&home).unwrap();
+        let upper_fd = fsat::open_dir(&upper).unwrap();
+        let e = layer
+            .apply_one(&home_fd, &upper_fd, &changes[0])
+            .unwrap_err();
+        assert!(matches!(e, LayerError::ChangedWhileApplying(_)), "{e}");
+        assert_eq!(std::fs::read_to_string(home.join(".a")).unwrap(), "old\n");
+        assert_eq!(fsat::list(&home_fd).unwrap(), [OsString::from(".a")]);
+        // the reviewed bytes again: applied
+        std::fs::write(upper.join(".a"), "reviewed\n").unwrap();
+        layer.apply_one(&home_fd, &upper_fd, &changes[0]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(home.join(".a")).unwrap(),
+            "reviewed\n"
+        );
+    }
+
+    /// Two texts at the diff limit with no line in common: a diff in bounded time.
+    #[test]
+    fn a_large_diff_is_bounded_in_time() {
+        let a: String = (0..(DIFF_LIMIT as usize / 16))
+            .map(|i| format!("a{i:013}\n"))
+            .collect();
+        let b: String = (0..(DIFF_LIMIT as usize / 16))
+            .map(|i| format!("b{i:013}\n"))
+            .collect();
+        let t = std::time::Instant::now();
+        let d = unified(Path::new("x"), a.as_bytes(), b.as_bytes());
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(d.contains("-a0000000000000") && d.contains("+b0000000000000"));
+    }
+
+    /// A layer deeper than the walk goes is a clear error, not a crash or a descriptor
+    /// per level.
+    #[test]
+    fn a_too_deep_layer_is_an_error() {
+        let t = tempfile::tempdir_in("/dev/shm").unwrap();
+        let home = t.path().join("home");
+        let mut deep = t.path().join("upper");
+        for _ in 0..=MAX_DEPTH + 1 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&deep).unwrap();
+        let layer = Layer {
+            home,
+            upper: t.path().join("upper"),
+            excluded: vec![],
+            hidden: vec![],
+        };
+        let e = layer.changes(&[], true).unwrap_err();
+        assert!(matches!(e, LayerError::TooDeep(_)), "{e}");
+        layer.discard(&[]).unwrap();
+        assert!(layer.changes(&[], true).unwrap().is_empty());
     }
 
     #[test]

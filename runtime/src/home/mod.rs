@@ -2,7 +2,9 @@
 //! the capsule's own, projects revealed next to the source folder, and devices.
 //!
 //! - [`reveal`]: folders a source folder's manifests name, and which are opened.
-//! - [`layer`]: the home layer (an overlayfs upper directory) — review, apply, discard.
+//! - [`layer`]: the home layer (an overlayfs upper directory) — review, apply, discard;
+//!   [`review`]: binding an apply to what `home diff` showed; [`lock`]: the exec lock that
+//!   keeps apply and discard from running while an exec does.
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
 //! - [`devices`]: the device allowlist and validation of `sandbox.devices`.
 //! - [`sandbox`]: all of the above wired into an exec's mount plan; [`display`]: telling
@@ -15,7 +17,9 @@ pub mod devices;
 pub mod display;
 pub mod fsat;
 pub mod layer;
+pub mod lock;
 pub mod reveal;
+pub mod review;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
 

@@ -74,8 +74,20 @@ pub struct Changes {
     pub head: Option<(Option<String>, Option<String>)>,
 }
 
-fn exists(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok()
+/// Does `rel` exist in `workspace`, found without following a symlink on the way (a
+/// parent replaced by a symlink to `~/.ssh` must not make the record say what is there)?
+fn exists(workspace: &Path, rel: &str) -> bool {
+    use crate::home::fsat;
+    let Some(mut comps) = fsat::plain_components(Path::new(rel)) else {
+        return false;
+    };
+    let Some(name) = comps.pop() else {
+        return false;
+    };
+    fsat::open_dir(workspace)
+        .and_then(|root| fsat::open_dir_path(&root, &comps))
+        .and_then(|dir| fsat::stat_at(&dir, &name))
+        .is_ok_and(|st| st.is_some())
 }
 
 /// Take a snapshot of `workspace` (a git work tree) on this thread, as [`snapshot`]
@@ -108,7 +120,7 @@ pub fn diff(before: &Snapshot, after: &Snapshot, workspace: &Path) -> Changes {
     for p in before.paths.keys() {
         if !after.paths.contains_key(p) {
             // clean again: reverted, committed, or removed when it was untracked
-            if before.paths[p].kind == "added" && !exists(&workspace.join(p)) {
+            if before.paths[p].kind == "added" && !exists(workspace, p) {
                 c.removed.push(p.clone());
             } else {
                 c.changed.push(p.clone());
@@ -554,6 +566,32 @@ mod tests {
             ]
         );
         assert_eq!(got, reference(&ws));
+    }
+
+    /// Untracked files of an earlier exec under a folder the command replaced by a
+    /// symlink to a host folder: removed, whether or not the host folder holds the same
+    /// names (the record is no oracle for what it holds).
+    #[test]
+    fn untracked_files_behind_a_symlinked_parent_are_removed() {
+        let d = tmp();
+        let ws = d.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        repo_with(&ws, &["top"]);
+        write(&ws, "sub/passwd", "x");
+        write(&ws, "sub/no-such-file", "x");
+        let outside = d.path().join("outside");
+        write(&outside, "passwd", "host");
+        let before = snapshot(&ws).unwrap();
+        std::fs::remove_dir_all(ws.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("sub")).unwrap();
+        let c = diff(&before, &snapshot(&ws).unwrap(), &ws);
+        assert_eq!(
+            c.removed,
+            ["sub/no-such-file".to_string(), "sub/passwd".to_string()],
+            "{c:?}"
+        );
+        assert_eq!(c.added, ["sub".to_string()], "{c:?}");
+        assert!(c.changed.is_empty(), "{c:?}");
     }
 
     /// A symlinked `.gitignore` is not read: its patterns do not apply.

@@ -152,6 +152,16 @@ impl Ws<'_> {
     }
 }
 
+/// A workspace path as the record names it: as is when UTF-8, else in the escaped form
+/// of [`capsule_bundle::escape::name`] (JSON cannot carry other bytes; two names never
+/// collapse into one, as lossy decoding would make them).
+fn path_string(rel: &[u8]) -> String {
+    match std::str::from_utf8(rel) {
+        Ok(s) => s.to_string(),
+        Err(_) => capsule_bundle::escape::name(rel),
+    }
+}
+
 // ---- HEAD ----
 
 fn read_head(ws: &Ws, git: BorrowedFd) -> Result<Option<String>, String> {
@@ -321,7 +331,7 @@ fn tracked(
         };
         if let Some(kind) = kind {
             let stat = st.as_ref().map(Stat::from_raw);
-            paths.insert(rel.into_owned(), Entry { kind, stat });
+            paths.insert(path_string(path), Entry { kind, stat });
         }
     }
     Ok(())
@@ -553,7 +563,7 @@ impl Walk<'_> {
 
     fn added(&mut self, rel: &[u8], st: &libc::stat) {
         self.paths.insert(
-            rel.to_str_lossy().into_owned(),
+            path_string(rel),
             Entry {
                 kind: "added",
                 stat: Some(Stat::from_raw(st)),
