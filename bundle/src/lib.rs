@@ -15,6 +15,7 @@ pub mod error;
 pub mod git;
 pub mod gitguard;
 pub mod gitinfo;
+pub mod hostgit;
 pub mod layout;
 pub mod manifest;
 pub mod materialize;

@@ -1,0 +1,375 @@
+use super::*;
+use std::process::Command;
+
+/// A workspace made by the host's git (hermetic), in a tempdir beside a bundle dir.
+struct Ws {
+    _d: tempfile::TempDir,
+    ws: PathBuf,
+    bundle: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let st = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .status()
+        .unwrap();
+    assert!(st.success(), "git {args:?}");
+}
+
+fn ws() -> Ws {
+    let d = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(d.path()).unwrap().join("ws");
+    let bundle = std::fs::canonicalize(d.path()).unwrap().join("bundle");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&bundle).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    git(&ws, &["add", "a.txt"]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    Ws { _d: d, ws, bundle }
+}
+
+fn append_config(ws: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(ws.join(".git/config"))
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn a_fresh_repository_passes_and_is_stamped() {
+    let w = ws();
+    git(
+        &w.ws,
+        &["remote", "add", "origin", "https://example.com/r.git"],
+    );
+    git(&w.ws, &["config", "user.name", "Me"]);
+    git(&w.ws, &["branch", "topic"]);
+    git(&w.ws, &["config", "branch.topic.remote", "origin"]);
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(r.checked);
+    assert!(!r.is_notable(), "{r:?}");
+    assert!(r.summary_line().is_none());
+    // nothing changed: not checked again
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.checked, "{r:?}");
+    // a commit changes the index and .git's own mtime, not what the guard watches
+    std::fs::write(w.ws.join("b.txt"), "b\n").unwrap();
+    git(&w.ws, &["add", "b.txt"]);
+    git(&w.ws, &["commit", "-q", "-m", "b"]);
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.checked, "{r:?}");
+}
+
+#[test]
+fn dangerous_config_keys_are_quarantined_and_safe_ones_kept() {
+    let w = ws();
+    git(
+        &w.ws,
+        &["remote", "add", "origin", "https://example.com/r.git"],
+    );
+    guard_workspace(&w.ws, &w.bundle, None);
+    append_config(
+        &w.ws,
+        "[core]\n\tfsmonitor = touch /tmp/x\n\tPAGER = evil\n[Diff]\n\texternal = evil\n\
+         [filter \"x\"]\n\tclean = evil\n[diff \"t\"]\n\ttextconv = evil\n[include]\n\tpath = /etc/x\n\
+         [includeIf \"gitdir:/\"]\n\tpath = /etc/x\n[alias]\n\tst = !evil\n\
+         [remote \"bad\"]\n\turl = ext::sh -c evil\n\tuploadpack = evil\n[core.worktree]\n\
+         [core]\n\tworktree = /tmp\n[submodule \"s\"]\n\tupdate = !evil\n\turl = ../../x\n\
+         [user]\n\temail = \"me\\\"@x\" ; comment\n[core]\n\tsshCommand = \\\n evil\n",
+    );
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(r.checked);
+    let line = r.summary_line().unwrap();
+    for k in [
+        "core.fsmonitor",
+        "core.pager",
+        "diff.external",
+        "filter.x.clean",
+        "diff.t.textconv",
+        "include.path",
+        "includeif.gitdir:/.path",
+        "alias.st",
+        "remote.bad.url",
+        "remote.bad.uploadpack",
+        "core.worktree",
+        "submodule.s.update",
+        "submodule.s.url",
+        "core.sshcommand",
+    ] {
+        assert!(line.contains(k), "{k} not in {line}");
+    }
+    assert!(!line.contains("evil"), "values never printed: {line}");
+    let q = r.quarantine.clone().unwrap();
+    assert!(q.starts_with(&w.bundle));
+    let orig = std::fs::read_to_string(q.join(".git/config")).unwrap();
+    assert!(orig.contains("fsmonitor"));
+    // git reads the reduced config back: the safe keys are there, nothing else
+    let out = Command::new("git")
+        .args(["config", "--list", "--local"])
+        .current_dir(&w.ws)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{list}");
+    assert!(
+        list.contains("remote.origin.url=https://example.com/r.git"),
+        "{list}"
+    );
+    assert!(list.contains("user.email=me\"@x"), "{list}");
+    assert!(list.contains("core.bare=false"), "{list}");
+    for bad in [
+        "fsmonitor",
+        "pager",
+        "external",
+        "filter",
+        "textconv",
+        "include",
+        "alias",
+        "ext::",
+        "worktree",
+        "sshcommand",
+        "submodule",
+    ] {
+        assert!(!list.to_lowercase().contains(bad), "{bad} in {list}");
+    }
+    // the reduced config is clean: checked once more, nothing found, then stamped
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.is_notable(), "{r:?}");
+}
+
+#[test]
+fn hooks_are_quarantined_samples_kept() {
+    let w = ws();
+    let hooks = w.ws.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh\n").unwrap();
+    guard_workspace(&w.ws, &w.bundle, None);
+    std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\ntouch /tmp/x\n").unwrap();
+    std::os::unix::fs::symlink("/bin/true", hooks.join("post-checkout.sample")).unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    let line = r.summary_line().unwrap();
+    assert!(line.contains(".git/hooks/pre-commit ("), "{line}");
+    assert!(line.contains(".git/hooks/post-checkout.sample"), "{line}");
+    assert!(hooks.join("pre-commit.sample").is_file());
+    assert!(!hooks.join("pre-commit").exists());
+    assert!(r
+        .quarantine
+        .unwrap()
+        .join(".git/hooks/pre-commit")
+        .is_file());
+}
+
+#[test]
+fn a_replaced_dotgit_is_quarantined_and_a_placeholder_written() {
+    let w = ws();
+    let operator = w.ws.parent().unwrap().join("operator");
+    std::fs::create_dir_all(&operator).unwrap();
+    git(&operator, &["init", "-q"]);
+    std::fs::rename(w.ws.join(".git"), w.ws.parent().unwrap().join("moved")).unwrap();
+    std::fs::write(
+        w.ws.join(".git"),
+        format!("gitdir: {}/.git\n", operator.display()),
+    )
+    .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line().unwrap().contains(".git (a .git file"),
+        "{r:?}"
+    );
+    assert_eq!(std::fs::read(w.ws.join(".git")).unwrap(), PLACEHOLDER);
+    // git there now fails rather than acting on the operator's repository
+    let out = Command::new("git")
+        .args(["status"])
+        .current_dir(&w.ws)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // the placeholder itself is not a finding
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.is_notable(), "{r:?}");
+
+    // a symlink
+    std::fs::remove_file(w.ws.join(".git")).unwrap();
+    std::os::unix::fs::symlink(operator.join(".git"), w.ws.join(".git")).unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line().unwrap().contains("a .git symlink"),
+        "{r:?}"
+    );
+    assert!(
+        operator.join(".git/HEAD").is_file(),
+        "the target is untouched"
+    );
+}
+
+#[test]
+fn linked_worktrees_stay_and_redirected_ones_are_quarantined() {
+    let w = ws();
+    git(
+        &w.ws,
+        &["worktree", "add", "-q", "-b", "wt", ".worktrees/wt"],
+    );
+    git(
+        &w.ws,
+        &["worktree", "add", "-q", "-b", "wt2", ".worktrees/wt2"],
+    );
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.is_notable(), "{r:?}");
+    // the admin dir's gitdir points outside; the other worktree's .git file too
+    let outside = w.ws.parent().unwrap().join("victim");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(
+        w.ws.join(".git/worktrees/wt/gitdir"),
+        format!("{}/.git\n", outside.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        w.ws.join(".worktrees/wt2/.git"),
+        format!("gitdir: {}\n", outside.display()),
+    )
+    .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    let line = r.summary_line().unwrap();
+    assert!(line.contains(".git/worktrees/wt ("), "{line}");
+    assert!(line.contains(".worktrees/wt2/.git ("), "{line}");
+    assert!(!w.ws.join(".git/worktrees/wt").exists());
+    // commondir redirected
+    let w = ws();
+    git(
+        &w.ws,
+        &["worktree", "add", "-q", "-b", "wt", ".worktrees/wt"],
+    );
+    std::fs::write(w.ws.join(".git/worktrees/wt/commondir"), "/elsewhere\n").unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(r.summary_line().unwrap().contains("commondir"), "{r:?}");
+    assert_eq!(
+        std::fs::read(w.ws.join(".git/worktrees/wt/commondir")).unwrap(),
+        b"../..\n"
+    );
+    // config.worktree of the admin dir is checked too
+    std::fs::write(
+        w.ws.join(".git/worktrees/wt/config.worktree"),
+        "[core]\n\tfsmonitor = x\n",
+    )
+    .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line().unwrap().contains("core.fsmonitor"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn bare_remotes_and_submodules_inside_are_checked() {
+    let w = ws();
+    let bare = w.ws.join("peers/origin.git");
+    std::fs::create_dir_all(w.ws.join("peers")).unwrap();
+    git(&w.ws, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    git(&w.ws, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    git(&w.ws, &["push", "-q", "-u", "origin", "main"]);
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.is_notable(), "{r:?}");
+    std::fs::write(bare.join("hooks/post-receive"), "#!/bin/sh\n").unwrap();
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(bare.join("config"))
+        .unwrap()
+        .write_all(b"[uploadpack]\n\tpackObjectsHook = x\n")
+        .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    let line = r.summary_line().unwrap();
+    assert!(
+        line.contains("peers/origin.git/hooks/post-receive"),
+        "{line}"
+    );
+    assert!(line.contains("uploadpack.packobjectshook"), "{line}");
+
+    // an embedded repository added as a gitlink, with a hostile config
+    let w = ws();
+    let sub = w.ws.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    git(&sub, &["init", "-q"]);
+    git(&sub, &["commit", "-q", "--allow-empty", "-m", "s"]);
+    git(&w.ws, &["add", "sub"]);
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.is_notable(), "{r:?}");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(sub.join(".git/config"))
+        .unwrap()
+        .write_all(b"[core]\n\tfsmonitor = x\n")
+        .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line().unwrap().contains("sub/.git/config"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn config_parsing_follows_git() {
+    let ws = Path::new("/w");
+    let g = Path::new("/w/.git");
+    let s = config::sanitize(b"[core]\n\tbare\n\tfilemode = \"tr\\\nue\"\n[branch.Main]\n\tremote = o\n[branch \"Main\"]\n\tremote = p\n", ws, g);
+    assert!(s.dropped.is_empty(), "{:?}", s.dropped);
+    let text = String::from_utf8(s.bytes).unwrap();
+    assert!(text.contains("\tbare\n"), "implicit true kept: {text}");
+    assert!(text.contains("[branch \"main\"]"), "{text}");
+    assert!(text.contains("[branch \"Main\"]"), "{text}");
+    // remote URLs
+    for (url, ok) in [
+        ("https://h/r", true),
+        ("git@github.com:o/r.git", true),
+        ("ssh://-oProxyCommand=x/r", false),
+        ("ext::sh -c x", false),
+        ("fd::3", false),
+        ("foo://x", false),
+        ("/w/peers/o.git", true),
+        ("/home/op/secret", false),
+        ("file:///home/op/secret", false),
+        ("peers/o.git", true),
+        ("../x", false),
+        ("-upload-pack=x", false),
+    ] {
+        let s = config::sanitize(format!("[remote \"o\"]\n\turl = {url}\n").as_bytes(), ws, g);
+        assert_eq!(s.dropped.is_empty(), ok, "{url}: {:?}", s.dropped);
+    }
+    let s = config::sanitize(b"[core\n", ws, g);
+    assert!(!s.dropped.is_empty());
+}
+
+#[test]
+fn subsections_are_escaped_as_git_reads_them() {
+    let w = ws();
+    std::fs::write(
+        w.ws.join(".git/config"),
+        "[core]\n\trepositoryformatversion = 0\n[remote \"a\\\"b\\\\c\"]\n\turl = https://h/r\n\tfetch = +refs/heads/*:refs/remotes/x/*\n[core]\n\tfsmonitor = x\n",
+    )
+    .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(r.is_notable());
+    let out = Command::new("git")
+        .args(["config", "--list", "--local"])
+        .current_dir(&w.ws)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains("remote.a\"b\\c.url=https://h/r"), "{list}");
+}
