@@ -272,6 +272,7 @@ mod imp {
             duration_ms: 0.0,
             changes: None,
             changes_error: None,
+            git_guard: None,
         };
 
         let mut landlock_best_effort = false;
@@ -349,6 +350,9 @@ mod imp {
             record::snapshot_after(before, &cap.workspace)
         };
         tracing::debug!("snapshot after: {:?}", started.elapsed());
+        // the operator's own git in the workspace must not run what the command planted
+        rec.git_guard = guard_git(&cap, after.as_ref().ok());
+        tracing::debug!("git guard: {:?}", started.elapsed());
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),
             Err(_) => false,
@@ -424,6 +428,26 @@ mod imp {
             Ok(_) => Ok(ExitCode::from(code)),
             Err(e) => Err(CliError::new(code, e.to_string())),
         }
+    }
+
+    /// Check the workspace's git dirs for the operator's host git
+    /// ([`capsule_bundle::hostgit::guard_workspace`]) with the gitlinks of the snapshot
+    /// after the command; say on stderr what was quarantined. Returns the record's
+    /// `git_guard` (only when something was found or could not be checked).
+    fn guard_git(
+        cap: &store::OpenCapsule,
+        after: Option<&record::Snapshot>,
+    ) -> Option<serde_json::Value> {
+        let links = after.and_then(|s| s.gitlinks());
+        let report = capsule_bundle::hostgit::guard_workspace(
+            &cap.workspace,
+            &cap.bundle_dir,
+            links.as_deref(),
+        );
+        tracing::debug!("git guard checked: {}", report.checked);
+        let line = report.summary_line()?;
+        eprintln!("{line}");
+        serde_json::to_value(&report).ok()
     }
 
     /// Run a probe script (`sh -c script`) of `cap` in its sandbox, with the capsule's own
