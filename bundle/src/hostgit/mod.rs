@@ -16,8 +16,9 @@
 //! - `config` and `config.worktree`: reduced to an allowlist ([`config`]); the original
 //!   goes to the quarantine and the reduced one takes its place. A config that is not a
 //!   regular file (a symlink, a FIFO) is quarantined and not replaced.
-//! - `hooks/`: every entry but a regular `*.sample` file is quarantined (git runs only
-//!   exact hook names); a `hooks` that is not a directory is quarantined whole.
+//! - `hooks/`: every entry but a regular `*.sample` file or a regular file without an
+//!   executable bit is quarantined (git runs only exact hook names, and only executable
+//!   ones); a `hooks` that is not a directory is quarantined whole.
 //! - `commondir`: quarantined, except in a linked worktree's admin dir, where it must say
 //!   `../..` (else it is quarantined and `../..` written).
 //! - `objects/info/alternates`: quarantined when a line leads outside the workspace.
@@ -637,11 +638,15 @@ impl Guard {
                     Err(e) => return self.error(&hrel, e),
                 };
                 for n in names {
+                    let erel = hrel.join(&n);
+                    // git runs a hook only under its exact name and only when executable:
+                    // `*.sample` files and non-executable files (gix's `docs.url`) stay
+                    let st = h.lstat(&n);
                     let sample = n.as_bytes().ends_with(b".sample");
-                    if sample && h.lstat(&n).kind() == Kind::File {
+                    if st.kind() == Kind::File && (sample || st.mode & 0o111 == 0) {
+                        self.watch(&erel, false);
                         continue;
                     }
-                    let erel = hrel.join(&n);
                     if self.quarantine(&h, &n, &erel) {
                         self.found(
                             &erel,
