@@ -128,51 +128,7 @@ echo new > c.txt
             "a hook could be written into .git/hooks: {}",
             out(&o)
         );
-        let rec = record(&o);
-        let guard = &rec["git_guard"];
-        let found = guard["findings"].to_string();
-        for k in [
-            "core.fsmonitor",
-            "core.pager",
-            "core.editor",
-            "core.sshcommand",
-            "diff.external",
-            "filter.x.clean",
-            "diff.t.textconv",
-            "include.path",
-            "includeif",
-            "alias.st",
-            "core.hookspath",
-            "core.worktree",
-            "credential.helper",
-            "remote.evil.url",
-        ] {
-            assert!(
-                found.contains(k),
-                "{k} not in the record's git_guard: {guard}"
-            );
-        }
-        assert!(
-            !found.contains("touch"),
-            "the record names keys, never their values: {found}"
-        );
-        let q = PathBuf::from(guard["quarantine"].as_str().expect("a quarantine"));
-        assert!(
-            q.starts_with(e.root().join("bundles/cfg/quarantine")),
-            "{q:?}"
-        );
-        assert!(
-            std::fs::read_to_string(q.join(".git/config"))
-                .unwrap()
-                .contains("fsmonitor"),
-            "the original config is kept in the quarantine"
-        );
-        let line = err(&o);
-        assert!(
-            line.contains("capsule: git guard:") && line.contains(&q.display().to_string()),
-            "one stderr line says what was quarantined and where: {line}"
-        );
-
+        let planted = o;
         // the operator's git on the host
         for args in [
             &["status"][..],
@@ -223,6 +179,52 @@ echo new > c.txt
                 args.join(" ")
             );
         }
+        // the record and stderr say what was found and where it went
+        let rec = record(&planted);
+        let guard = &rec["git_guard"];
+        let found = guard["findings"].to_string();
+        for k in [
+            "core.fsmonitor",
+            "core.pager",
+            "core.editor",
+            "core.sshcommand",
+            "diff.external",
+            "filter.x.clean",
+            "diff.t.textconv",
+            "include.path",
+            "includeif",
+            "alias.st",
+            "core.hookspath",
+            "core.worktree",
+            "credential.helper",
+            "remote.evil.url",
+        ] {
+            assert!(
+                found.contains(k),
+                "{k} not in the record's git_guard: {guard}"
+            );
+        }
+        assert!(
+            !found.contains("touch"),
+            "the record names keys, never their values: {found}"
+        );
+        let q = PathBuf::from(guard["quarantine"].as_str().expect("a quarantine"));
+        assert!(
+            q.starts_with(e.root().join("bundles/cfg/quarantine")),
+            "{q:?}"
+        );
+        assert!(
+            std::fs::read_to_string(q.join(".git/config"))
+                .unwrap()
+                .contains("fsmonitor"),
+            "the original config is kept in the quarantine"
+        );
+        let line = err(&planted);
+        assert!(
+            line.contains("capsule: git guard:") && line.contains(&q.display().to_string()),
+            "one stderr line says what was quarantined and where: {line}"
+        );
+
         // the next exec finds nothing new
         let o = exec(&e, "cfg", "git status --porcelain >/dev/null");
         assert!(o.status.success(), "exec: {}", err(&o));
@@ -278,16 +280,6 @@ fn a_replaced_dotgit_never_reaches_the_operators_repository() {
                 .output()
                 .expect("run capsule in a user namespace");
             assert!(o.status.success(), "{what}: weaker exec: {}", err(&o));
-            assert!(
-                err(&o).contains("capsule: git guard:"),
-                "{what}: no guard line: {}",
-                err(&o)
-            );
-            let rec = record(&o);
-            assert!(
-                rec["git_guard"]["findings"].to_string().contains(".git"),
-                "{what}: {rec}"
-            );
             let md = std::fs::symlink_metadata(ws.join(".git")).unwrap();
             assert!(!md.file_type().is_symlink(), "{what}: still a symlink");
             let c = host_git(
@@ -312,6 +304,16 @@ fn a_replaced_dotgit_never_reaches_the_operators_repository() {
                 &["log", "--all", "--format=%s"],
             ));
             assert!(!log.contains("evil"), "{what}: {log}");
+            assert!(
+                err(&o).contains("capsule: git guard:"),
+                "{what}: no guard line: {}",
+                err(&o)
+            );
+            let rec = record(&o);
+            assert!(
+                rec["git_guard"]["findings"].to_string().contains(".git"),
+                "{what}: {rec}"
+            );
         }
     }
 }
@@ -347,14 +349,6 @@ fn a_redirected_linked_worktree_never_reaches_outside() {
         );
         let o = exec(&e, "wt", &script);
         assert!(o.status.success(), "redirect: {}", err(&o));
-        let found = record(&o)["git_guard"]["findings"].to_string();
-        for p in [
-            ".worktrees/one/.git",
-            ".git/worktrees/two",
-            ".git/worktrees/three/commondir",
-        ] {
-            assert!(found.contains(p), "{p} not quarantined: {found}");
-        }
         let real_head = out(&host_git(&r, &home, &real, &["rev-parse", "HEAD"]));
         let _ = host_git(
             &r,
@@ -379,6 +373,14 @@ fn a_redirected_linked_worktree_never_reaches_outside() {
             victim.join("keep.txt").is_file(),
             "git worktree deleted outside the workspace"
         );
+        let found = record(&o)["git_guard"]["findings"].to_string();
+        for p in [
+            ".worktrees/one/.git",
+            ".git/worktrees/two",
+            ".git/worktrees/three/commondir",
+        ] {
+            assert!(found.contains(p), "{p} not quarantined: {found}");
+        }
         // the intact worktree machinery still works
         let l = host_git(&r, &home, &ws, &["worktree", "list"]);
         assert!(l.status.success(), "{}", err(&l));
