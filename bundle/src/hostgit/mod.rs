@@ -644,7 +644,11 @@ impl Guard {
                     let st = h.lstat(&n);
                     let sample = n.as_bytes().ends_with(b".sample");
                     if st.kind() == Kind::File && (sample || st.mode & 0o111 == 0) {
-                        self.watch(&erel, false);
+                        // a later `chmod +x` changes no directory: watch the file itself
+                        // (a sample never runs, whatever its mode)
+                        if !sample {
+                            self.watch(&erel, false);
+                        }
                         continue;
                     }
                     if self.quarantine(&h, &n, &erel) {

@@ -36,6 +36,11 @@ fn ws() -> Ws {
     Ws { _d: d, ws, bundle }
 }
 
+fn exec_bit(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 fn append_config(ws: &Path, text: &str) {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
@@ -157,6 +162,7 @@ fn hooks_are_quarantined_samples_kept() {
     std::fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh\n").unwrap();
     guard_workspace(&w.ws, &w.bundle, None);
     std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\ntouch /tmp/x\n").unwrap();
+    exec_bit(&hooks.join("pre-commit"));
     std::os::unix::fs::symlink("/bin/true", hooks.join("post-checkout.sample")).unwrap();
     let r = guard_workspace(&w.ws, &w.bundle, None);
     let line = r.summary_line().unwrap();
@@ -284,6 +290,7 @@ fn bare_remotes_and_submodules_inside_are_checked() {
     let r = guard_workspace(&w.ws, &w.bundle, None);
     assert!(!r.is_notable(), "{r:?}");
     std::fs::write(bare.join("hooks/post-receive"), "#!/bin/sh\n").unwrap();
+    exec_bit(&bare.join("hooks/post-receive"));
     use std::io::Write;
     std::fs::OpenOptions::new()
         .append(true)
@@ -372,4 +379,50 @@ fn subsections_are_escaped_as_git_reads_them() {
         .unwrap();
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(list.contains("remote.a\"b\\c.url=https://h/r"), "{list}");
+}
+
+#[test]
+fn a_kept_hook_made_executable_later_is_seen() {
+    let w = ws();
+    let hooks = w.ws.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::write(hooks.join("pre-commit"), "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        hooks.join("pre-commit"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(!r.is_notable(), "a non-executable file is no hook: {r:?}");
+    std::fs::set_permissions(
+        hooks.join("pre-commit"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line().unwrap().contains(".git/hooks/pre-commit"),
+        "{r:?}"
+    );
+}
+
+/// The fast path's cost (nothing changed since the last check): `cargo test -p
+/// capsule-bundle fast_path_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fast_path_cost() {
+    let w = ws();
+    guard_workspace(&w.ws, &w.bundle, None);
+    let links: Vec<PathBuf> = Vec::new();
+    let mut times: Vec<std::time::Duration> = (0..2000)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            let r = guard_workspace(&w.ws, &w.bundle, Some(&links));
+            assert!(!r.checked);
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    eprintln!("fast path median {:?}, p90 {:?}", times[1000], times[1800]);
 }

@@ -518,6 +518,8 @@ mod imp {
                 weaker_or_refuse(&settings, &mut degradation, false).map_err(|e| e.message)?;
             result = linux::run(&make(isolation, best_effort), Hooks::default());
         }
+        // a probe is the spec's code: the operator's git is guarded after it as after exec
+        guard_git(cap, None);
         match result {
             Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
             Ok(o) => Ok(Some(o.termination.exit_status() as i32)),
