@@ -15,7 +15,7 @@
 //! `includeIf.*`, `core.worktree`, `url.*.insteadOf`, `init.templateDir`,
 //! `extensions.partialClone`...) faster than a list of bad ones could follow.
 
-use super::paths::{local_inside, Inside};
+use super::paths::{local_inside, Inside, Roots};
 use gix::bstr::{BStr, BString, ByteSlice};
 use gix::config::parse::{EventRef, Events};
 use std::os::unix::ffi::OsStrExt;
@@ -134,7 +134,7 @@ pub struct Sanitized {
 
 /// Reduce `input` (a config file of the git dir `git_dir`, inside `workspace`) to the
 /// allowlist, as the module documents.
-pub fn sanitize(input: &[u8], workspace: &Path, git_dir: &Path) -> Sanitized {
+pub fn sanitize(input: &[u8], workspace: &Roots, git_dir: &Path) -> Sanitized {
     let mut out = Sanitized {
         bytes: Vec::new(),
         dropped: Vec::new(),
@@ -296,7 +296,7 @@ fn valid_name(n: &[u8]) -> bool {
 fn value_ok(
     check: Check,
     v: Option<&BStr>,
-    workspace: &Path,
+    workspace: &Roots,
     git_dir: &Path,
 ) -> Result<Option<std::path::PathBuf>, &'static str> {
     match check {
@@ -342,7 +342,7 @@ const SCHEMES: &[&str] = &[
     "http", "https", "ssh", "git", "git+ssh", "ssh+git", "ftp", "ftps",
 ];
 
-fn url_ok(v: &BStr, workspace: &Path) -> Result<Option<std::path::PathBuf>, &'static str> {
+fn url_ok(v: &BStr, workspace: &Roots) -> Result<Option<std::path::PathBuf>, &'static str> {
     if v.is_empty() {
         return Ok(None);
     }
@@ -389,7 +389,7 @@ fn url_ok(v: &BStr, workspace: &Path) -> Result<Option<std::path::PathBuf>, &'st
     local(v, workspace)
 }
 
-fn local(path: &BStr, workspace: &Path) -> Result<Option<std::path::PathBuf>, &'static str> {
+fn local(path: &BStr, workspace: &Roots) -> Result<Option<std::path::PathBuf>, &'static str> {
     let p = Path::new(std::ffi::OsStr::from_bytes(path)).to_path_buf();
     if !p.is_absolute()
         && p.components()
@@ -399,7 +399,7 @@ fn local(path: &BStr, workspace: &Path) -> Result<Option<std::path::PathBuf>, &'
             "a relative local path with `..` (where it leads depends on the directory git runs in)",
         );
     }
-    match local_inside(workspace, workspace, &p) {
+    match local_inside(workspace, &workspace.canonical, &p) {
         Inside::Yes(abs) => Ok(Some(abs)),
         Inside::Outside => Err("a local repository outside the workspace"),
         Inside::Symlink => Err("a local path through a symlink"),

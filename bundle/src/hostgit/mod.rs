@@ -156,8 +156,10 @@ pub fn guard_workspace(
             return GuardReport::default();
         }
     }
+    let roots = paths::Roots::new(workspace);
     let mut g = Guard {
-        ws: workspace.to_path_buf(),
+        ws: roots.canonical.clone(),
+        roots,
         q: Quarantine::new(bundle_dir),
         report: GuardReport {
             checked: true,
@@ -167,7 +169,7 @@ pub fn guard_workspace(
         visited: BTreeSet::new(),
         pending_repos: Vec::new(),
     };
-    match Dir::open_path(workspace) {
+    match Dir::open_path(&g.ws.clone()) {
         Ok(root) => g.run(&root, gitlinks),
         Err(e) => g
             .report
@@ -359,7 +361,9 @@ enum GitDirKind {
 }
 
 struct Guard {
+    /// The workspace's canonical path.
     ws: PathBuf,
+    roots: paths::Roots,
     q: Quarantine,
     report: GuardReport,
     watch: BTreeSet<Watch>,
@@ -479,7 +483,7 @@ impl Guard {
                 let abs_dir = self.ws.join(link);
                 let inside = target
                     .as_ref()
-                    .map(|t| paths::local_inside(&self.ws, &abs_dir, t));
+                    .map(|t| paths::local_inside(&self.roots, &abs_dir, t));
                 match inside {
                     Some(paths::Inside::Yes(abs)) => {
                         if let Ok(r) = abs.strip_prefix(&self.ws) {
@@ -518,9 +522,16 @@ impl Guard {
 
     /// Check the git dir at `rel` (a directory reached without symlinks).
     fn git_dir(&mut self, root: &Dir, rel: &Path, kind: GitDirKind, nesting: usize) {
-        if !self.visited.insert(rel.to_path_buf()) || self.visited.len() > MAX_GIT_DIRS {
+        if self.visited.contains(rel) {
             return;
         }
+        if self.visited.len() >= MAX_GIT_DIRS {
+            return self.error(
+                rel,
+                format!("more than {MAX_GIT_DIRS} git dirs; not checked"),
+            );
+        }
+        self.visited.insert(rel.to_path_buf());
         let d = match root.open_rel(rel) {
             Ok(d) => d,
             Err(e) => return self.error(rel, e),
@@ -589,7 +600,7 @@ impl Guard {
                         return;
                     }
                 };
-                let s = config::sanitize(&bytes, &self.ws, abs);
+                let s = config::sanitize(&bytes, &self.roots, abs);
                 self.pending_repos.extend(s.local_repos.iter().cloned());
                 if s.dropped.is_empty() {
                     return;
@@ -687,7 +698,7 @@ impl Guard {
                 l.is_empty()
                     || l.starts_with(b"#")
                     || matches!(
-                        paths::local_inside(&self.ws, &objects, Path::new(OsStr::from_bytes(l))),
+                        paths::local_inside(&self.roots, &objects, Path::new(OsStr::from_bytes(l))),
                         paths::Inside::Yes(_)
                     )
             }),
@@ -766,7 +777,7 @@ impl Guard {
         let inside = match &target {
             None => None,
             Some(None) => Some(None),
-            Some(Some(t)) => Some(match paths::local_inside(&self.ws, &abs_admin, t) {
+            Some(Some(t)) => Some(match paths::local_inside(&self.roots, &abs_admin, t) {
                 paths::Inside::Yes(p) if p.file_name() == Some(OsStr::new(".git")) => Some(p),
                 _ => None,
             }),
@@ -809,7 +820,7 @@ impl Guard {
                     .ok()
                     .flatten()
                     .and_then(|b| gitdir_line(&b))
-                    .map(|t| paths::normalize(&abs_parent.join(t)));
+                    .map(|t| self.roots.rebase(&paths::normalize(&abs_parent.join(t))));
                 if back.as_deref() != Some(abs_admin) && self.quarantine(&p, name, &rel) {
                     self.found(
                         &rel,
@@ -863,7 +874,7 @@ impl Guard {
             }
         };
         if depth > MAX_NESTING {
-            return;
+            return self.error(mrel, "submodule git dirs nested too deep; not checked");
         }
         let Ok(names) = m.names() else { return };
         for n in names {

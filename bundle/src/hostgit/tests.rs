@@ -330,7 +330,10 @@ fn bare_remotes_and_submodules_inside_are_checked() {
 
 #[test]
 fn config_parsing_follows_git() {
-    let ws = Path::new("/w");
+    let ws = &paths::Roots {
+        canonical: "/w".into(),
+        given: None,
+    };
     let g = Path::new("/w/.git");
     let s = config::sanitize(b"[core]\n\tbare\n\tfilemode = \"tr\\\nue\"\n[branch.Main]\n\tremote = o\n[branch \"Main\"]\n\tremote = p\n", ws, g);
     assert!(s.dropped.is_empty(), "{:?}", s.dropped);
@@ -425,4 +428,32 @@ fn fast_path_cost() {
         .collect();
     times.sort();
     eprintln!("fast path median {:?}, p90 {:?}", times[1000], times[1800]);
+}
+
+#[test]
+fn a_workspace_reached_through_a_symlink_keeps_its_worktrees_and_remotes() {
+    let w = ws();
+    git(
+        &w.ws,
+        &["worktree", "add", "-q", "-b", "wt", ".worktrees/wt"],
+    );
+    let bare = w.ws.join("peers/o.git");
+    std::fs::create_dir_all(w.ws.join("peers")).unwrap();
+    git(&w.ws, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    let alias = w.ws.parent().unwrap().join("alias");
+    std::os::unix::fs::symlink(&w.ws, &alias).unwrap();
+    // one remote named by the canonical path (as git writes it), one by the alias
+    git(&w.ws, &["remote", "add", "a", bare.to_str().unwrap()]);
+    git(
+        &w.ws,
+        &[
+            "remote",
+            "add",
+            "b",
+            alias.join("peers/o.git").to_str().unwrap(),
+        ],
+    );
+    let r = guard_workspace(&alias, &w.bundle, None);
+    assert!(r.checked);
+    assert!(!r.is_notable(), "{r:?}");
 }
