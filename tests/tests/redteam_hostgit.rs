@@ -88,6 +88,14 @@ fn planted_git_config_and_hooks_never_run_in_the_operators_git() {
         let script = format!(
             r#"set -e
 run='touch {md}'
+mkdir -p peers && git init -q --bare peers/o.git
+git remote add origin "$PWD/peers/o.git"
+printf '#!/bin/sh\n%s\n' "$run" > peers/o.git/hooks/pre-receive
+chmod +x peers/o.git/hooks/pre-receive
+git -C peers/o.git config core.fsmonitor "$run"
+mkdir sub && git -C sub init -q && git -C sub -c user.name=t -c user.email=t@t commit -q --allow-empty -m s
+git add sub 2>/dev/null
+git -C sub config core.fsmonitor "$run"
 git config core.fsmonitor "$run"
 git config core.pager "$run"
 git config core.editor "$run"
@@ -157,6 +165,7 @@ echo new > c.txt
         let log = host_git(&r, &home, &ws, &["log", "--format=%s", "-1"]);
         assert_eq!(out(&log).trim(), "operator", "{}", err(&log));
         // git pulled from the workspace by the operator's real checkout
+        let bare_url = ws.join("peers/o.git").display().to_string();
         let real = e.dir.path().join("operator-real");
         git_repo(&real, &[("r.txt", "r\n")]);
         r.own(&real);
@@ -169,6 +178,13 @@ echo new > c.txt
                 "--allow-unrelated-histories",
                 ws.to_str().unwrap(),
                 "op-branch",
+            ],
+            // the bare remote inside the workspace: receive-pack runs its hooks
+            &[
+                "push",
+                "-q",
+                bare_url.as_str(),
+                "HEAD:refs/heads/from-operator",
             ],
         ] {
             let o = host_git(&r, &home, &real, args);
@@ -198,6 +214,9 @@ echo new > c.txt
             "core.worktree",
             "credential.helper",
             "remote.evil.url",
+            "peers/o.git/hooks/pre-receive",
+            "peers/o.git/config",
+            "sub/.git/config",
         ] {
             assert!(
                 found.contains(k),
