@@ -369,6 +369,7 @@ fn a_redirected_linked_worktree_never_reaches_outside() {
         let o = exec(&e, "wt", &script);
         assert!(o.status.success(), "redirect: {}", err(&o));
         let real_head = out(&host_git(&r, &home, &real, &["rev-parse", "HEAD"]));
+        let real_objects = out(&host_git(&r, &home, &real, &["count-objects"]));
         let _ = host_git(
             &r,
             &home,
@@ -385,6 +386,31 @@ fn a_redirected_linked_worktree_never_reaches_outside() {
             out(&host_git(&r, &home, &real, &["rev-parse", "HEAD"])),
             real_head,
             "a commit in the linked worktree landed in the operator's repository"
+        );
+        let all = out(&host_git(
+            &r,
+            &home,
+            &real,
+            &["log", "--all", "--format=%s"],
+        ));
+        assert!(
+            !all.contains("evil"),
+            "a commit in a linked worktree landed in the operator's repository: {all}"
+        );
+        let seen = out(&host_git(
+            &r,
+            &home,
+            &ws.join(".worktrees/three"),
+            &["rev-parse", "refs/heads/main"],
+        ));
+        assert_ne!(
+            seen, real_head,
+            "git in a linked worktree read the operator's repository (commondir)"
+        );
+        let objs = out(&host_git(&r, &home, &real, &["count-objects"]));
+        assert_eq!(
+            objs, real_objects,
+            "objects were written into the operator's repository"
         );
         let _ = host_git(&r, &home, &ws, &["worktree", "remove", "--force", "two"]);
         let _ = host_git(&r, &home, &ws, &["worktree", "prune"]);
