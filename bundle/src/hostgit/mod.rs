@@ -151,12 +151,16 @@ pub fn guard_workspace(
         }
     };
     let stamp_path = bundle_dir.join(STAMP_FILE);
-    if let Ok(old) = std::fs::read(&stamp_path) {
-        if stamp_matches(&old, workspace, gitlinks) {
-            return GuardReport::default();
-        }
+    let old = std::fs::read(&stamp_path).unwrap_or_default();
+    if stamp_matches(&old, workspace, gitlinks) {
+        return GuardReport::default();
     }
     let roots = paths::Roots::new(workspace);
+    // repositories found through URLs last time stay checked when no URL names them now
+    let known: Vec<PathBuf> = stamp_repos(&old)
+        .into_iter()
+        .map(|r| roots.canonical.join(r))
+        .collect();
     let mut g = Guard {
         ws: roots.canonical.clone(),
         roots,
@@ -167,7 +171,7 @@ pub fn guard_workspace(
         },
         watch: BTreeSet::new(),
         visited: BTreeSet::new(),
-        pending_repos: Vec::new(),
+        pending_repos: known,
     };
     match Dir::open_path(&g.ws.clone()) {
         Ok(root) => g.run(&root, gitlinks),
@@ -269,6 +273,9 @@ fn hex(b: &[u8]) -> String {
 struct Watch {
     rel: PathBuf,
     ident_only: bool,
+    /// A repository found through a URL (a bare remote): checked again by the next full
+    /// check even when no config names it any more.
+    repo: bool,
 }
 
 fn make_stamp(ws: &Path, watch: &BTreeSet<Watch>, gitlinks: &[PathBuf]) -> Vec<u8> {
@@ -282,7 +289,11 @@ fn make_stamp(ws: &Path, watch: &BTreeSet<Watch>, gitlinks: &[PathBuf]) -> Vec<u
     }
     for w in watch {
         let st = fsat::lstat_path(&ws.join(&w.rel));
-        out.push(if w.ident_only { b'i' } else { b'f' });
+        out.push(match (w.repo, w.ident_only) {
+            (true, _) => b'r',
+            (false, true) => b'i',
+            (false, false) => b'f',
+        });
         out.push(b' ');
         stamp_line(&mut out, &w.rel, &st, w.ident_only);
     }
@@ -298,6 +309,17 @@ fn unhex(s: &[u8]) -> Option<Vec<u8>> {
     }
     s.chunks(2)
         .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+        .collect()
+}
+
+/// The repositories found through URLs that the stamp `old` names.
+fn stamp_repos(old: &[u8]) -> Vec<PathBuf> {
+    old.split(|b| *b == b'\n')
+        .filter_map(|l| l.strip_prefix(b"r "))
+        .filter_map(|l| l.split(|b| *b == b' ').next())
+        .filter_map(unhex)
+        .filter(|p| !p.is_empty())
+        .map(|p| PathBuf::from(OsStr::from_bytes(&p)))
         .collect()
 }
 
@@ -328,7 +350,7 @@ fn stamp_matches(old: &[u8], ws: &Path, gitlinks: &[PathBuf]) -> bool {
         }
         saw_entries = true;
         let (ident_only, rest) = match line.split_first() {
-            Some((b'i', r)) => (true, r),
+            Some((b'i' | b'r', r)) => (true, r),
             Some((b'f', r)) => (false, r),
             _ => return false,
         };
@@ -376,6 +398,7 @@ impl Guard {
         self.watch.insert(Watch {
             rel: rel.to_path_buf(),
             ident_only,
+            repo: false,
         });
     }
 
@@ -447,7 +470,11 @@ impl Guard {
             let Ok(d) = pd.open_dir(name) else { continue };
             // a repository: HEAD and objects (a bare one, or a work tree's `.git`)
             if d.lstat(OsStr::new("HEAD")).kind() == Kind::File {
-                self.watch(&rel, true);
+                self.watch.insert(Watch {
+                    rel: rel.clone(),
+                    ident_only: true,
+                    repo: true,
+                });
                 self.git_dir(root, &rel, GitDirKind::Own, 1);
             } else if d.lstat(OsStr::new(".git")).kind() == Kind::Dir {
                 let g = rel.join(".git");

@@ -457,3 +457,23 @@ fn a_workspace_reached_through_a_symlink_keeps_its_worktrees_and_remotes() {
     assert!(r.checked);
     assert!(!r.is_notable(), "{r:?}");
 }
+
+#[test]
+fn a_bare_remote_stays_checked_after_its_remote_is_removed() {
+    let w = ws();
+    let bare = w.ws.join("peers/o.git");
+    std::fs::create_dir_all(w.ws.join("peers")).unwrap();
+    git(&w.ws, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    git(&w.ws, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    assert!(!guard_workspace(&w.ws, &w.bundle, None).is_notable());
+    git(&w.ws, &["remote", "remove", "origin"]);
+    std::fs::write(bare.join("hooks/pre-receive"), "#!/bin/sh\n").unwrap();
+    exec_bit(&bare.join("hooks/pre-receive"));
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line()
+            .unwrap_or_default()
+            .contains("peers/o.git/hooks/pre-receive"),
+        "{r:?}"
+    );
+}
