@@ -11,7 +11,7 @@
 //! linked worktrees' admin dirs (`.git/worktrees/*`), every submodule checkout the index
 //! names (a gitlink) whose `.git` is a directory or a `gitdir:` file, and local
 //! repositories inside the workspace that a kept remote or submodule URL names (Kitsoki's
-//! `bare_remote`). In each:
+//! `bare_remote`), now or at the last check. In each:
 //!
 //! - `config` and `config.worktree`: reduced to an allowlist ([`config`]); the original
 //!   goes to the quarantine and the reduced one takes its place. A config that is not a
