@@ -477,3 +477,62 @@ fn a_bare_remote_stays_checked_after_its_remote_is_removed() {
         "{r:?}"
     );
 }
+
+#[test]
+fn alternates_outside_are_quarantined() {
+    let w = ws();
+    let info = w.ws.join(".git/objects/info");
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::write(
+        info.join("alternates"),
+        "# own\n../../peers/o.git/objects\n",
+    )
+    .unwrap();
+    assert!(!guard_workspace(&w.ws, &w.bundle, None).is_notable());
+    std::fs::write(info.join("alternates"), "/home/op/real/.git/objects\n").unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(r.summary_line().unwrap().contains("alternates"), "{r:?}");
+    assert!(!info.join("alternates").exists());
+}
+
+/// The bundle on another filesystem than the workspace (a `--dest` workspace): entries
+/// are copied into the quarantine, then removed.
+#[test]
+fn quarantine_across_filesystems() {
+    let shm = Path::new("/dev/shm");
+    let tmp = std::env::temp_dir();
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(a), Ok(b)) = (std::fs::metadata(shm), std::fs::metadata(&tmp)) else {
+        return;
+    };
+    if a.dev() == b.dev() {
+        eprintln!(
+            "note: /dev/shm and {} are one filesystem; nothing to test",
+            tmp.display()
+        );
+        return;
+    }
+    let d = tempfile::tempdir_in(shm).unwrap();
+    let ws = std::fs::canonicalize(d.path()).unwrap();
+    let bundle = tempfile::tempdir_in(&tmp).unwrap();
+    git(&ws, &["init", "-q"]);
+    std::fs::create_dir_all(ws.join(".git/worktrees/x/sub")).unwrap();
+    std::fs::write(ws.join(".git/worktrees/x/gitdir"), "/elsewhere/.git\n").unwrap();
+    std::fs::write(ws.join(".git/worktrees/x/sub/f"), "f\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", ws.join(".git/worktrees/x/link")).unwrap();
+    std::fs::write(ws.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+    exec_bit(&ws.join(".git/hooks/pre-commit"));
+    let r = guard_workspace(&ws, bundle.path(), None);
+    assert!(r.errors.is_empty(), "{r:?}");
+    let q = r.quarantine.unwrap();
+    assert!(q.join(".git/hooks/pre-commit").is_file());
+    assert!(q.join(".git/worktrees/x/sub/f").is_file());
+    assert!(q
+        .join(".git/worktrees/x/link")
+        .symlink_metadata()
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!ws.join(".git/worktrees/x").exists());
+    assert!(!ws.join(".git/hooks/pre-commit").exists());
+}
