@@ -438,13 +438,18 @@ mod imp {
         cap: &store::OpenCapsule,
         after: Option<&record::Snapshot>,
     ) -> Option<serde_json::Value> {
+        let t = Instant::now();
         let links = after.and_then(|s| s.gitlinks());
         let report = capsule_bundle::hostgit::guard_workspace(
             &cap.workspace,
             &cap.bundle_dir,
             links.as_deref(),
         );
-        tracing::debug!("git guard checked: {}", report.checked);
+        tracing::debug!(
+            "git guard: took {:?} (full check: {})",
+            t.elapsed(),
+            report.checked
+        );
         let line = report.summary_line()?;
         eprintln!("{line}");
         serde_json::to_value(&report).ok()
