@@ -458,6 +458,14 @@ impl Guard {
             if rel.as_os_str().is_empty() || self.visited.contains(&rel) {
                 continue;
             }
+            // watched even when missing or not (yet) a repository: one made later is seen
+            self.watch.insert(Watch {
+                rel: rel.clone(),
+                ident_only: true,
+                repo: true,
+            });
+            self.watch(&rel.join("HEAD"), true);
+            self.watch(&rel.join(".git"), true);
             let Some((parent, name)) = split(&rel) else {
                 continue;
             };
@@ -470,16 +478,9 @@ impl Guard {
             let Ok(d) = pd.open_dir(name) else { continue };
             // a repository: HEAD and objects (a bare one, or a work tree's `.git`)
             if d.lstat(OsStr::new("HEAD")).kind() == Kind::File {
-                self.watch.insert(Watch {
-                    rel: rel.clone(),
-                    ident_only: true,
-                    repo: true,
-                });
                 self.git_dir(root, &rel, GitDirKind::Own, 1);
             } else if d.lstat(OsStr::new(".git")).kind() == Kind::Dir {
-                let g = rel.join(".git");
-                self.watch(&g, true);
-                self.git_dir(root, &g, GitDirKind::Own, 1);
+                self.git_dir(root, &rel.join(".git"), GitDirKind::Own, 1);
             }
         }
     }
@@ -492,20 +493,19 @@ impl Guard {
         {
             return;
         }
+        let dotgit = OsStr::new(".git");
+        let rel = link.join(".git");
+        // watched even when missing: one made later is seen
+        self.watch(&rel, true);
         let Ok(d) = root.open_rel(link) else {
             // missing, or a symlink on the way: git does not look into it either way
             return;
         };
-        let dotgit = OsStr::new(".git");
-        let rel = link.join(".git");
-        self.watch(&rel, false);
         match d.lstat(dotgit).kind() {
             Kind::Missing => {}
-            Kind::Dir => {
-                self.watch(&rel, true);
-                self.git_dir(root, &rel, GitDirKind::Own, 1)
-            }
+            Kind::Dir => self.git_dir(root, &rel, GitDirKind::Own, 1),
             Kind::File => {
+                self.watch(&rel, false);
                 let target = d.read(dotgit).ok().flatten().and_then(|b| gitdir_line(&b));
                 let abs_dir = self.ws.join(link);
                 let inside = target
@@ -834,13 +834,14 @@ impl Guard {
         let Some((parent, name)) = split(&rel) else {
             return;
         };
-        self.watch(&rel, false);
+        self.watch(&rel, true);
         let Ok(p) = root.open_rel(&parent) else {
             return;
         };
         match p.lstat(name).kind() {
             Kind::Missing => {}
             Kind::File => {
+                self.watch(&rel, false);
                 let abs_parent = self.ws.join(&parent);
                 let back = p
                     .read(name)
@@ -857,7 +858,6 @@ impl Guard {
                 }
             }
             Kind::Dir => {
-                self.watch(&rel, true);
                 self.git_dir(root, &rel, GitDirKind::Own, 1);
             }
             _ => {
