@@ -538,27 +538,42 @@ fn quarantine_across_filesystems() {
 }
 
 #[test]
-fn repositories_made_later_where_git_would_look_are_seen() {
-    // a gitlink whose checkout is missing at the first check
+fn a_gitlink_checkout_made_later_is_seen() {
     let w = ws();
     let sub = w.ws.join("sub");
     std::fs::create_dir_all(&sub).unwrap();
     git(&sub, &["init", "-q"]);
     git(&sub, &["commit", "-q", "--allow-empty", "-m", "s"]);
     git(&w.ws, &["add", "sub"]);
-    std::fs::rename(&sub, w.ws.parent().unwrap().join("sub-away")).unwrap();
-    // a remote naming a bare repository not made yet
+    let away = w.ws.parent().unwrap().join("sub-away");
+    std::fs::rename(&sub, &away).unwrap();
+    assert!(!guard_workspace(&w.ws, &w.bundle, None).is_notable());
+    std::fs::rename(&away, &sub).unwrap();
+    std::fs::write(sub.join(".git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+    let r = guard_workspace(&w.ws, &w.bundle, None);
+    assert!(
+        r.summary_line()
+            .unwrap_or_default()
+            .contains("sub/.git/config"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_remote_repository_made_later_is_seen() {
+    let w = ws();
     let bare = w.ws.join("peers/o.git");
     git(&w.ws, &["remote", "add", "origin", bare.to_str().unwrap()]);
     assert!(!guard_workspace(&w.ws, &w.bundle, None).is_notable());
-    std::fs::rename(w.ws.parent().unwrap().join("sub-away"), &sub).unwrap();
-    std::fs::write(sub.join(".git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
     std::fs::create_dir_all(w.ws.join("peers")).unwrap();
     git(&w.ws, &["init", "-q", "--bare", bare.to_str().unwrap()]);
     std::fs::write(bare.join("hooks/pre-receive"), "#!/bin/sh\n").unwrap();
     exec_bit(&bare.join("hooks/pre-receive"));
     let r = guard_workspace(&w.ws, &w.bundle, None);
-    let line = r.summary_line().unwrap_or_default();
-    assert!(line.contains("sub/.git/config"), "{r:?}");
-    assert!(line.contains("peers/o.git/hooks/pre-receive"), "{r:?}");
+    assert!(
+        r.summary_line()
+            .unwrap_or_default()
+            .contains("peers/o.git/hooks/pre-receive"),
+        "{r:?}"
+    );
 }
