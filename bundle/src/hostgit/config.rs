@@ -234,7 +234,12 @@ pub fn sanitize(input: &[u8], workspace: &Roots, git_dir: &Path) -> Sanitized {
             });
             continue;
         };
-        if !valid_name(sec) || !valid_name(&e.key) {
+        if !valid_name(sec)
+            || !valid_name(&e.key)
+            || sub
+                .as_ref()
+                .is_some_and(|s| s.iter().any(|&b| b == 0 || b == b'\n' || b == b'\r'))
+        {
             out.dropped.push(Dropped {
                 key: name,
                 why: "not a valid name",
@@ -367,10 +372,10 @@ fn url_ok(v: &BStr, workspace: &Roots) -> Result<Option<std::path::PathBuf>, &'s
             return local(path.as_bstr(), workspace);
         }
         if SCHEMES.iter().any(|s| s.as_bytes() == scheme.as_slice()) {
-            let host = &v[scheme_len + 3..];
-            let host = host.rsplit_str("@").next().unwrap_or(host);
-            if host.starts_with(b"-") {
-                return Err("an option-like host");
+            let rest = &v[scheme_len + 3..];
+            let authority = rest.split_str("/").next().unwrap_or(rest);
+            if option_like(authority) {
+                return Err("an option-like user or host");
             }
             return Ok(None);
         }
@@ -379,14 +384,18 @@ fn url_ok(v: &BStr, workspace: &Roots) -> Result<Option<std::path::PathBuf>, &'s
     // scp-like `[user@]host:path`: a colon before any slash
     if let Some(colon) = v.find_byte(b':') {
         if !v[..colon].contains(&b'/') {
-            let host = v[..colon].rsplit_str("@").next().unwrap_or(&v[..colon]);
-            if host.starts_with(b"-") {
-                return Err("an option-like host");
+            if option_like(&v[..colon]) {
+                return Err("an option-like user or host");
             }
             return Ok(None);
         }
     }
     local(v, workspace)
+}
+
+/// Does a part of `user@host` start with `-` (ssh would take it for an option)?
+fn option_like(authority: &[u8]) -> bool {
+    authority.split_str("@").any(|p| p.starts_with(b"-"))
 }
 
 fn local(path: &BStr, workspace: &Roots) -> Result<Option<std::path::PathBuf>, &'static str> {
