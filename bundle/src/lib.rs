@@ -17,6 +17,7 @@ pub mod git;
 pub mod gitguard;
 pub mod gitinfo;
 pub mod grants;
+pub mod hostgit;
 pub mod layout;
 pub mod manifest;
 pub mod materialize;

@@ -301,7 +301,13 @@ pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
         sandbox_exec,
         log: Some(Path::new(LOG)),
     };
-    match run(&x) {
+    let result = run(&x);
+    // the operator's own git in the workspace must not run what the command planted
+    let guard = capsule_bundle::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, None);
+    if let Some(line) = guard.summary_line() {
+        eprintln!("{line}");
+    }
+    match result {
         Ok(st) => Ok(exit_code(st)),
         Err(e) => Err(CliError::new(
             exit::SANDBOX_FAILED,

@@ -100,12 +100,18 @@ echo new > c.txt
 /// the host must not read that repository into this capsule's record.
 #[test]
 fn record_does_not_follow_git_redirects_to_hidden_repositories() {
+    // under full isolation `.git` is a mount point the command cannot replace (the first
+    // two plants fail there; redteam_hostgit checks that): what is left must still not
+    // be followed
     let redirects: &[(&str, &str)] = &[
         (
             "gitfile",
-            r#"rm -rf .git && printf 'gitdir: %s\n' "$OTHER/.git" > .git"#,
+            r#"{ rm -rf .git && printf 'gitdir: %s\n' "$OTHER/.git" > .git; } 2>/dev/null; true"#,
         ),
-        ("symlink", r#"rm -rf .git && ln -s "$OTHER/.git" .git"#),
+        (
+            "symlink",
+            r#"{ rm -rf .git && ln -s "$OTHER/.git" .git; } 2>/dev/null; true"#,
+        ),
         (
             "commondir",
             r#"printf '%s\n' "$OTHER/.git" > .git/commondir"#,

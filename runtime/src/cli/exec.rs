@@ -272,6 +272,7 @@ mod imp {
             duration_ms: 0.0,
             changes: None,
             changes_error: None,
+            git_guard: None,
         };
 
         let mut landlock_best_effort = false;
@@ -351,6 +352,9 @@ mod imp {
             record::snapshot_after(before, &cap.workspace)
         };
         tracing::debug!("snapshot after: {:?}", started.elapsed());
+        // the operator's own git in the workspace must not run what the command planted
+        rec.git_guard = guard_git(&cap, after.as_ref().ok());
+        tracing::debug!("git guard: {:?}", started.elapsed());
         let needs_display = match Rc::try_unwrap(watch) {
             Ok(w) => w.into_inner().finish(),
             Err(_) => false,
@@ -429,6 +433,31 @@ mod imp {
         }
     }
 
+    /// Check the workspace's git dirs for the operator's host git
+    /// ([`capsule_bundle::hostgit::guard_workspace`]) with the gitlinks of the snapshot
+    /// after the command; say on stderr what was quarantined. Returns the record's
+    /// `git_guard` (only when something was found or could not be checked).
+    fn guard_git(
+        cap: &store::OpenCapsule,
+        after: Option<&record::Snapshot>,
+    ) -> Option<serde_json::Value> {
+        let t = Instant::now();
+        let links = after.and_then(|s| s.gitlinks());
+        let report = capsule_bundle::hostgit::guard_workspace(
+            &cap.workspace,
+            &cap.bundle_dir,
+            links.as_deref(),
+        );
+        tracing::debug!(
+            "git guard: took {:?} (full check: {})",
+            t.elapsed(),
+            report.checked
+        );
+        let line = report.summary_line()?;
+        eprintln!("{line}");
+        serde_json::to_value(&report).ok()
+    }
+
     /// Run a probe script (`sh -c script`) of `cap` in its sandbox, with the capsule's own
     /// policy (the spec's network mode) and exactly `env`; stdin is `/dev/null`, stdout and
     /// stderr go to `out`. Isolation as for `exec` (never a silent fallback). Returns the
@@ -497,6 +526,8 @@ mod imp {
                 weaker_or_refuse(&settings, &mut degradation, false).map_err(|e| e.message)?;
             result = linux::run(&make(isolation, best_effort), Hooks::default());
         }
+        // a probe is the spec's code: the operator's git is guarded after it as after exec
+        guard_git(cap, None);
         match result {
             Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
             Ok(o) => Ok(Some(o.termination.exit_status() as i32)),

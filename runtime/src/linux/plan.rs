@@ -271,6 +271,15 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
         rules.push((r.clone(), 2, Rule::Reveal));
     }
     rules.push((policy.workspace.clone(), 3, Rule::Write));
+    // the workspace's `.git` bound onto itself: a mount point, which the command cannot
+    // rename, remove or replace (EBUSY), and its hooks read-only (see [`git_dir_rules`])
+    for (p, ro) in git_dir_rules(&policy.workspace) {
+        if ro {
+            rules.push((p, 4, Rule::ReadOnly));
+        } else {
+            rules.push((p, 3, Rule::Write));
+        }
+    }
     for w in &policy.writable {
         rules.push((w.clone(), 3, Rule::Write));
     }
@@ -336,6 +345,28 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
     }
     steps.extend(seals);
     steps
+}
+
+/// The mounts that keep the workspace's git dir in place for the operator's host git:
+/// `(path, read_only)`. `.git` (when it is a real directory, not a symlink or a `gitdir:`
+/// file) is bound read-write onto itself, so it is a mount point inside the sandbox: the
+/// command can write in it (commit, branch, rebase, worktrees...) but cannot rename or
+/// remove it, nor put a `gitdir:` file or a symlink to another repository in its place.
+/// `.git/hooks` (when a directory) is bound read-only: no hook can be planted for the
+/// operator's next `git commit` while the command runs. `.git/config` stays writable:
+/// `git branch -d`/`-m`, `git push -u`, `git remote add` rewrite it; what it may hold
+/// for the host is enforced after every exec (`capsule_bundle::hostgit`). Two `lstat`s.
+pub fn git_dir_rules(workspace: &Path) -> Vec<(PathBuf, bool)> {
+    let git = workspace.join(".git");
+    let mut out = Vec::new();
+    if std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
+        let hooks = git.join("hooks");
+        out.push((git, false));
+        if std::fs::symlink_metadata(&hooks).is_ok_and(|m| m.is_dir()) {
+            out.push((hooks, true));
+        }
+    }
+    out
 }
 
 /// `p` is `root` or below it: `Path::starts_with` on the bytes of absolute, normalized

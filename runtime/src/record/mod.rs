@@ -102,6 +102,13 @@ pub fn snapshot_after(before: Option<&Snapshot>, workspace: &Path) -> Result<Sna
     snapshot::take(workspace, before.and_then(|b| b.index.as_ref()))
 }
 
+impl Snapshot {
+    /// The gitlink (submodule) paths of the index this snapshot was taken against.
+    pub fn gitlinks(&self) -> Option<Vec<PathBuf>> {
+        self.index.as_ref().map(|i| i.gitlinks())
+    }
+}
+
 /// What changed between two snapshots of the same workspace.
 pub fn diff(before: &Snapshot, after: &Snapshot, workspace: &Path) -> Changes {
     let mut c = Changes::default();
@@ -164,6 +171,11 @@ pub struct ExecRecord {
     pub changes: Option<Changes>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes_error: Option<String>,
+    /// What the git guard found in the workspace's git dirs after the command and moved to
+    /// the quarantine ([`capsule_bundle::hostgit::GuardReport`]); only when it found
+    /// something or could not check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_guard: Option<serde_json::Value>,
 }
 
 impl ExecRecord {

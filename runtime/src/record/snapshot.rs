@@ -82,6 +82,13 @@ pub struct Index {
     state: gix::index::State,
 }
 
+impl Index {
+    /// The paths of its gitlink (submodule) entries.
+    pub fn gitlinks(&self) -> Vec<std::path::PathBuf> {
+        capsule_bundle::hostgit::gitlinks_of_state(&self.state)
+    }
+}
+
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Index({} bytes)", self.bytes.len())
