@@ -16,6 +16,7 @@ use crate::policy::{
     default_hidden, HiddenInputs, HiddenPath, HiddenReason, NetworkMode, NetworkPolicy,
     SandboxPolicy, SDK_ENV,
 };
+use crate::materialize::StepRunner;
 use crate::spec::{Source, Spec, SpecNetwork};
 use crate::store::{BundleRecord, OpenCapsule, RECORD_VERSION};
 use std::path::{Path, PathBuf};
@@ -94,8 +95,10 @@ fn canonical_future(p: &Path) -> Result<PathBuf> {
     Ok(std::fs::canonicalize(parent).at(parent)?.join(name))
 }
 
-/// Open a capsule.
-pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
+/// Open a capsule. A synthetic spec's steps run through `steps` (the runtime passes its
+/// build sandbox; see [`crate::materialize::StepRunner`]); everything else here only
+/// copies and reads files.
+pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Result<Opened> {
     let (spec, source_dir) = match &req.from {
         OpenFrom::Spec(p) => (Some(crate::spec::load(p)?), None),
         OpenFrom::Checkout(p) => {
@@ -189,7 +192,12 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
     let (synthetic, repo_field, commit_field) = match (&spec, &source_dir) {
         (Some(s), _) => match &s.source {
             Source::Synthetic { .. } => {
-                crate::materialize::synthetic(s, ws)?;
+                // the runner's private folder, in the staging bundle (outside the workspace)
+                let scratch = b_tmp.path().join(".steps");
+                std::fs::create_dir(&scratch).at(&scratch)?;
+                let r = crate::materialize::synthetic(s, ws, steps, &scratch);
+                std::fs::remove_dir_all(&scratch).at(&scratch)?;
+                r?;
                 (true, None, None)
             }
             Source::Pinned {
@@ -250,7 +258,20 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
             }
         }
     }
-    let head = crate::gitinfo::head(ws).ok();
+    // the steps wrote .git: read it only when it points nowhere else and holds no
+    // symlink or special file, on a thread that is given up if it blocks anyway
+    let head = if synthetic {
+        crate::gitguard::check_git_dir(ws).map_err(|e| Error::SpecFile {
+            file: spec.as_ref().map(|s| s.path.clone()).unwrap_or_default(),
+            msg: format!("source.steps left a .git capsule will not read: {e}"),
+        })?;
+        let w = ws.to_path_buf();
+        crate::gitguard::guarded("HEAD of the new workspace", move || {
+            crate::gitinfo::head(&w).ok()
+        })?
+    } else {
+        crate::gitinfo::head(ws).ok()
+    };
 
     // ---- policy, config.json, bundle.json (with final paths)
     let policy = build_policy(
@@ -337,12 +358,12 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
             policy_digest: record.policy_digest.clone(),
         }),
     };
-    std::fs::write(ws.join(SENTINEL), format!("{name}\n")).at(ws.join(SENTINEL))?;
+    write_reserved(&ws.join(SENTINEL), format!("{name}\n").as_bytes())?;
     let mjson =
         serde_json::to_vec_pretty(&manifest).map_err(|e| Error::other(format!("manifest: {e}")))?;
     let mut mjson = mjson;
     mjson.push(b'\n');
-    std::fs::write(ws.join(MANIFEST), mjson).at(ws.join(MANIFEST))?;
+    write_reserved(&ws.join(MANIFEST), &mjson)?;
 
     // ---- rename into place: bundle first, then the workspace; undo the bundle on failure
     std::fs::rename(b, &bundle_final).map_err(|e| {
@@ -368,6 +389,15 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         spec,
         read_source,
     })
+}
+
+/// Write one of capsule's own files into the staging workspace, without following (or
+/// truncating first) whatever the steps or the overlay may have put at that name.
+fn write_reserved(p: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    let mut f = crate::materialize::open_regular(p, libc::O_WRONLY | libc::O_CREAT)?;
+    f.set_len(0).at(p)?;
+    f.write_all(data).at(p)
 }
 
 /// Expand `~/` with `home`; `None` if `~/` is used without a home.
@@ -536,6 +566,7 @@ mod tests {
                     name: None,
                     dest: None,
                 },
+                &crate::materialize::InProcess,
             )
             .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
             eprintln!(

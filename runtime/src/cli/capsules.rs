@@ -131,6 +131,23 @@ fn capsule_json(c: &OpenCapsule) -> serde_json::Value {
 
 // ------------------------------------------------------------------ open
 
+/// THE way the command line opens a capsule: a synthetic spec's steps run in the build
+/// sandbox ([`crate::cli::steps::SandboxedSteps`]), never on the host. Exit status 125
+/// when that sandbox could not be set up (nothing ran, nothing is left behind).
+pub fn open_sandboxed(
+    layout: &Layout,
+    req: &OpenRequest,
+) -> Result<capsule_bundle::open::Opened, CliError> {
+    let steps = crate::cli::steps::SandboxedSteps::new(layout);
+    capsule_bundle::open::open(layout, req, &steps).map_err(|e| {
+        if steps.setup_failed() {
+            CliError::new(crate::exit::SANDBOX_FAILED, e.to_string())
+        } else {
+            fail(e)
+        }
+    })
+}
+
 pub fn open(a: OpenArgs) -> CliResult {
     let layout = layout()?;
     let from = match (&a.spec, &a.source) {
@@ -143,15 +160,14 @@ pub fn open(a: OpenArgs) -> CliResult {
             ))
         }
     };
-    let opened = capsule_bundle::open::open(
+    let opened = open_sandboxed(
         &layout,
         &OpenRequest {
             from,
             name: a.name.clone(),
             dest: a.dest.clone(),
         },
-    )
-    .map_err(fail)?;
+    )?;
     let c = &opened.capsule;
     if a.json {
         let mut v = capsule_json(c);
@@ -451,15 +467,14 @@ pub fn verify(a: VerifyArgs) -> CliResult {
                 .tempdir()
                 .map_err(fail)?;
             let tl = Layout::new(tmp.path());
-            let opened = capsule_bundle::open::open(
+            let opened = open_sandboxed(
                 &tl,
                 &OpenRequest {
                     from: OpenFrom::Spec(spec_path),
                     name: None,
                     dest: None,
                 },
-            )
-            .map_err(fail)?;
+            )?;
             let v = verify_capsule(&opened.capsule)?;
             let _ = store::close(&tl, &opened.capsule.name, true);
             v
@@ -746,15 +761,14 @@ pub fn demo(a: DemoArgs) -> CliResult {
             home.display()
         );
     }
-    let opened = capsule_bundle::open::open(
+    let opened = open_sandboxed(
         &layout,
         &OpenRequest {
             from: OpenFrom::Spec(spec_file),
             name: None,
             dest: None,
         },
-    )
-    .map_err(fail)?;
+    )?;
     let cap = &opened.capsule;
     if !a.json {
         println!("  opened {} at {}", cap.name, cap.workspace.display());
