@@ -143,7 +143,12 @@ pub enum StepFailure {
 pub trait StepRunner {
     /// Apply `steps` in `root`; `scratch` is a fresh private folder of this open (outside
     /// the workspace, removed afterwards) the runner may use (e.g. as the sandbox's tmp).
-    fn run(&self, steps: &Steps, root: &Path, scratch: &Path) -> std::result::Result<(), StepFailure>;
+    fn run(
+        &self,
+        steps: &Steps,
+        root: &Path,
+        scratch: &Path,
+    ) -> std::result::Result<(), StepFailure>;
 }
 
 /// Apply `steps` in `root`, in this process: runs `git init` and every step (the spec
@@ -152,7 +157,10 @@ pub trait StepRunner {
 /// ONLY for the runtime's build sandbox (its internal `__materialize` entry runs this
 /// inside the sandbox) and for this crate's tests. Opening a capsule goes through
 /// [`crate::open::open`] with a [`StepRunner`] that sandboxes it.
-pub fn apply_steps_inside_sandbox(job: &Steps, root: &Path) -> std::result::Result<(), StepFailure> {
+pub fn apply_steps_inside_sandbox(
+    job: &Steps,
+    root: &Path,
+) -> std::result::Result<(), StepFailure> {
     let default_branch = &job.default_branch;
     let git = Git::new(default_branch).map_err(|e| StepFailure::Init { msg: e.to_string() })?;
     let init_err = |msg: String| StepFailure::Init { msg };
@@ -415,6 +423,24 @@ pub fn exclude_provenance(root: &Path) -> Result<()> {
     write!(f, "\n/{MANIFEST}\n/{SENTINEL}\n").at(&p)
 }
 
+/// What a sandboxed build left in `root`, checked before the host touches it: `.git` a
+/// real directory pointing nowhere else, without symlinks or special files
+/// ([`crate::gitguard::check_git_dir`]), and nothing but a regular file (or nothing) at
+/// the names of capsule's own files (sentinel, manifest).
+pub fn check_staged(root: &Path) -> std::result::Result<(), String> {
+    crate::gitguard::check_git_dir(root).map_err(|e| e.to_string())?;
+    for name in [SENTINEL, MANIFEST] {
+        if let Ok(md) = std::fs::symlink_metadata(root.join(name)) {
+            if !md.is_file() {
+                return Err(format!(
+                    "{name} (capsule's own file) is a symlink, folder or special file"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Largest git bookkeeping file [`rewrite_paths`] reads (configs, gitdir links: a few KiB).
 const MAX_GIT_FILE: u64 = 4 << 20;
 
@@ -430,7 +456,9 @@ pub fn open_regular(p: &Path, flags: libc::c_int) -> Result<std::fs::File> {
         _ => o.read(true).write(true),
     };
     let f = o
-        .custom_flags((flags & !libc::O_ACCMODE) | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(
+            (flags & !libc::O_ACCMODE) | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
         .mode(0o644)
         .open(p)
         .map_err(|e| {
@@ -468,7 +496,10 @@ pub fn rewrite_paths(root: &Path, from: &Path, to: &Path) -> Result<()> {
             continue;
         };
         let mut data = Vec::new();
-        (&mut f).take(MAX_GIT_FILE + 1).read_to_end(&mut data).at(&p)?;
+        (&mut f)
+            .take(MAX_GIT_FILE + 1)
+            .read_to_end(&mut data)
+            .at(&p)?;
         if data.len() as u64 > MAX_GIT_FILE {
             return Err(Error::other(format!(
                 "{}: larger than {MAX_GIT_FILE} bytes; not a git bookkeeping file",

@@ -12,11 +12,11 @@ use crate::layout::{bundle_files, valid_name, Layout};
 use crate::manifest::{
     CapsuleExtension, Manifest, ManifestProbe, ManifestSource, MANIFEST, SENTINEL,
 };
+use crate::materialize::StepRunner;
 use crate::policy::{
     default_hidden, HiddenInputs, HiddenPath, HiddenReason, NetworkMode, NetworkPolicy,
     SandboxPolicy, SDK_ENV,
 };
-use crate::materialize::StepRunner;
 use crate::spec::{Source, Spec, SpecNetwork};
 use crate::store::{BundleRecord, OpenCapsule, RECORD_VERSION};
 use std::path::{Path, PathBuf};
@@ -234,6 +234,13 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         _ => return Err(Error::other("nothing to open")),
     };
     tracing::debug!("open {name}: materialized in {:?}", t0.elapsed());
+    if synthetic {
+        // the steps wrote this tree: checked before the host reads or writes in it
+        crate::materialize::check_staged(ws).map_err(|msg| Error::SpecFile {
+            file: spec.as_ref().map(|s| s.path.clone()).unwrap_or_default(),
+            msg: format!("source.steps left what capsule will not touch: {msg}"),
+        })?;
+    }
     crate::materialize::exclude_provenance(ws)?;
     if synthetic {
         // only git steps record absolute paths (remote URLs, worktree links)
@@ -258,13 +265,8 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
             }
         }
     }
-    // the steps wrote .git: read it only when it points nowhere else and holds no
-    // symlink or special file, on a thread that is given up if it blocks anyway
     let head = if synthetic {
-        crate::gitguard::check_git_dir(ws).map_err(|e| Error::SpecFile {
-            file: spec.as_ref().map(|s| s.path.clone()).unwrap_or_default(),
-            msg: format!("source.steps left a .git capsule will not read: {e}"),
-        })?;
+        // checked by check_staged above; a read that blocks anyway is given up
         let w = ws.to_path_buf();
         crate::gitguard::guarded("HEAD of the new workspace", move || {
             crate::gitinfo::head(&w).ok()

@@ -9,45 +9,56 @@
 //! Kitsoki's capsules keep their commit ids and digests. Every case runs as root and as
 //! the unprivileged test user.
 
-use capsule_e2e::{code, kitsoki_capsules, run, runners, scratch, stderr, Runner};
+use capsule_e2e::{bounded, code, kitsoki_capsules, run, runners, scratch, stderr, Runner};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SECRET: &str = "SECRET-KEY-3c9f1e";
 
-/// One runner's scratch world: a home with a planted key, a folder outside every
-/// workspace, a capsule root, and the spec folders.
+/// One runner's scratch world: a home with a planted secret and a folder outside every
+/// workspace, both where a sandbox could see them (under /var/tmp, a system folder every
+/// sandbox shows read-only: not a private /dev/shm), a capsule root and the spec folders.
 struct World {
     runner: Runner,
     dir: tempfile::TempDir,
+    visible: tempfile::TempDir,
 }
 
 impl World {
     fn new(runner: &Runner) -> Self {
         let dir = scratch();
+        let visible = tempfile::Builder::new()
+            .prefix("capsule-e2e-visible-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(visible.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let w = Self {
             runner: runner.clone(),
             dir,
+            visible,
         };
-        std::fs::create_dir_all(w.home().join(".ssh")).unwrap();
+        std::fs::create_dir_all(w.secret().parent().unwrap()).unwrap();
         std::fs::write(w.secret(), format!("{SECRET}\n")).unwrap();
         for d in ["cdir", "wt"] {
             std::fs::create_dir_all(w.out().join(d)).unwrap();
         }
         std::fs::create_dir_all(w.dir.path().join("specs")).unwrap();
         runner.own(w.dir.path());
+        runner.own(w.visible.path());
         w
     }
     fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
+        self.visible.path().join("home")
     }
+    /// Not among the default hidden paths: hidden only because the whole home is.
     fn secret(&self) -> PathBuf {
-        self.home().join(".ssh/id_test")
+        self.home().join("notes/id_test")
     }
     /// A folder outside every workspace that the runner can write on the host.
     fn out(&self) -> PathBuf {
-        self.dir.path().join("outside")
+        self.visible.path().join("outside")
     }
     fn root(&self) -> PathBuf {
         self.dir.path().join("root")
@@ -131,7 +142,8 @@ fn leaks(dir: &Path) -> Vec<PathBuf> {
 /// The steps of every attack, by name.
 fn attacks(w: &World) -> Vec<(&'static str, Vec<Value>)> {
     let p = |n: &str| w.payload(n);
-    let normal_config = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
+    let normal_config =
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n";
     vec![
         (
             "alias",
@@ -227,7 +239,7 @@ fn attacks(w: &World) -> Vec<(&'static str, Vec<Value>)> {
                     ".git/config",
                     &format!(
                         "{normal_config}\tworktree = {}\n",
-                        w.home().join(".ssh").display()
+                        w.secret().parent().unwrap().display()
                     ),
                 ),
                 json!({"action": "commit", "message": "home", "allow_empty": true}),
@@ -278,10 +290,18 @@ fn contained(w: &World, name: &str, steps: Vec<Value>) {
     assert!(outside_leaks.is_empty(), "{label}: {outside_leaks:?}");
     if let Some(ws) = ws {
         let l = leaks(&ws);
-        assert!(l.is_empty(), "{label}: the home's secret reached the workspace: {l:?}");
+        assert!(
+            l.is_empty(),
+            "{label}: the home's secret reached the workspace: {l:?}"
+        );
     } else {
         // it may fail; then on one line, leaving nothing behind
-        assert_eq!(stderr(&o).trim().lines().count(), 1, "{label}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o).trim().lines().count(),
+            1,
+            "{label}: {}",
+            stderr(&o)
+        );
     }
 }
 
@@ -329,7 +349,11 @@ fn verify_of_a_spec_builds_it_in_the_sandbox() {
         let w = World::new(&r);
         let spec = w.spec(
             "verify-alias",
-            vec![git(&["-c", &format!("alias.x=!{}", w.payload("verify")), "x"])],
+            vec![git(&[
+                "-c",
+                &format!("alias.x=!{}", w.payload("verify")),
+                "x",
+            ])],
         );
         let o = run(w.capsule().arg("verify").arg(&spec).arg("--json"));
         assert!(
@@ -363,7 +387,11 @@ fn no_build_sandbox_no_open() {
         let e = stderr(&o);
         assert!(e.contains("sandbox"), "{e}");
         assert_eq!(e.trim().lines().count(), 1, "{e}");
-        assert!(!w.marker("no-sandbox").exists(), "[{}] ran on the host", r.label());
+        assert!(
+            !w.marker("no-sandbox").exists(),
+            "[{}] ran on the host",
+            r.label()
+        );
         for sub in ["workspaces", "bundles"] {
             let left: Vec<_> = std::fs::read_dir(w.root().join(sub))
                 .map(|rd| rd.flatten().map(|e| e.path()).collect())
@@ -384,23 +412,171 @@ fn no_build_sandbox_no_open() {
     }
 }
 
+/// What the steps leave in the staging workspace is read and written by capsule on the
+/// host afterwards (`.git/info/exclude`, the sentinel and manifest, HEAD, the paths git
+/// recorded): a symlink the steps planted there is never followed, a FIFO never blocks.
+#[test]
+fn what_the_steps_leave_is_never_followed_on_the_host() {
+    for r in runners() {
+        let w = World::new(&r);
+        let out = w.out();
+        std::fs::create_dir_all(out.join("info-dir")).unwrap();
+        for v in ["victim-sentinel", "victim-manifest", "victim-config"] {
+            std::fs::write(out.join(v), "orig\n").unwrap();
+        }
+        r.own(&out);
+        let cases = [
+            (
+                "info-link",
+                format!(
+                    "rm -rf .git/info && ln -s {} .git/info",
+                    out.join("info-dir").display()
+                ),
+            ),
+            (
+                "sentinel-link",
+                format!(
+                    "ln -s {} .kitsoki-capsule",
+                    out.join("victim-sentinel").display()
+                ),
+            ),
+            (
+                "manifest-link",
+                format!(
+                    "ln -s {} capsule-manifest.json",
+                    out.join("victim-manifest").display()
+                ),
+            ),
+            (
+                "config-link",
+                format!(
+                    "mv .git/config .git/config.real && ln -s {} .git/config",
+                    out.join("victim-config").display()
+                ),
+            ),
+            ("fifo-packed-refs", "mkfifo .git/packed-refs".to_string()),
+            ("fifo-sentinel", "mkfifo .kitsoki-capsule".to_string()),
+        ];
+        for (name, script) in cases {
+            let spec = w.spec(
+                name,
+                vec![
+                    write("a.txt", "a\n"),
+                    commit("one"),
+                    json!({"action": "git", "args": ["-c", format!("alias.x=!{script}"), "x"]}),
+                ],
+            );
+            let o = bounded(w.capsule().arg("open").arg(&spec).arg("--json"), 60);
+            let label = format!("[{}] {name}", r.label());
+            // refused on one line, or opened without touching what the links point at
+            if !o.status.success() {
+                assert_eq!(
+                    stderr(&o).trim().lines().count(),
+                    1,
+                    "{label}: {}",
+                    stderr(&o)
+                );
+            }
+            assert!(
+                !out.join("info-dir/exclude").exists(),
+                "{label}: wrote through .git/info"
+            );
+            for v in ["victim-sentinel", "victim-manifest", "victim-config"] {
+                assert_eq!(
+                    std::fs::read_to_string(out.join(v)).unwrap(),
+                    "orig\n",
+                    "{label}: wrote through a link to {v}"
+                );
+            }
+        }
+        let left: Vec<_> = std::fs::read_dir(w.root().join("bundles"))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(
+            left.iter().all(|p| !p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".open-")),
+            "[{}] a half-made bundle was left: {left:?}",
+            r.label()
+        );
+    }
+}
+
 /// Kitsoki's commit ids and tree digests, as the steps gave them when they ran on the
 /// host: building in the sandbox changes no byte.
 const KITSOKI: &[(&str, &str, &str)] = &[
-    ("agent-task-replay-base", "a6326699bc979ccd4b0a22e1837293171a7dbf78", "d1ef38c655c96f7baaf23b4ece27a5857cfb70a92d09c09c17b0db8be62b1f47"),
-    ("clean-repo", "895f37ec80453a990b7c47aeeedcf4a1c96f2ed0", "769060770f6140b512a65419b6d81985491947f34e56d1a86fd6000cb403d4eb"),
-    ("corpus-forge-red-green", "ae6a103888954dd1cab4e7fc3a09265ffaccfb48", "3481bcbd72971d568f389790405744d5bd3a64ce99d26a2acafda453796feae7"),
-    ("dev-story-implementation-replay", "ec695077f90e04b8179ebc4755db3117e650bc49", "182cdb395bed66e717c3b0f2e7fb4b0717fed61bc9fcf76640c1cd0180f096c1"),
-    ("dirty-index", "376299ea7616dcbb76092d9998027a434d51a6a3", "918e8f39748a5e6866079f4fe1eaae8e64b9d83d37fcc60a5fe5aca09fee8d5d"),
-    ("diverged-remote", "0d2f7d21ac31a27e4ead00c2c72a8735433eeaf9", "b9501be9f62d32986f4b540f0ba0c0512d1e13d1667ee9d778d7c6b0ba356d78"),
-    ("kit-update-pair", "4a83e809d9c57b3df7acd7443f028674887014ed", "cde5c44a63d33c663abfb8676316e19d41dec6b62d03c0639d15b63292b94021"),
-    ("mid-rebase-conflict", "59fa7eeaa030a02e330fe336847bac75b93d7a7f", "16b5dd43c849e6a11089fdf0801fa5c6229480a8bceff8b7b8863ed353ceb5e1"),
-    ("old-dev-story-project", "f6900514cb65cd670c30772136748d571603f40a", "430d9a3abf6fb954587b982b30a7aaf7582d9c85cf7ee787818d84457042303b"),
-    ("rebase-conflict-ready", "b4b5eed01fb46d37d9d66b776db2a5a8d7f83041", "2197998034a19c275446c3b1c98c52137f81452a3bf989af46a6d12342d5569d"),
-    ("slidey-edit-kitsoki-pitch", "0ffa68881b5943e255c47ef190cf411acf851461", "45f22f9e49e38a9800abdd6191116e862cd9183984af9c7efc7198e4000eee49"),
-    ("stale-worktree", "157d23f8db199fba3ed77956f0b6eb02df41591f", "11c6de3871c4e1b767c4f82c2120fc8498b9bd1433affbdd0a86f88a1fdcdb5f"),
-    ("visual-story-two-revisions", "259325d8de52e4491056dd59f476e6640eed7bb2", "59199b875e4b20c0ad6b4a23469783d2fe0f65663804d075dafbdcaac2da6657"),
-    ("worktree-repro-repo", "7011c5710b33e85230407e41d1c2e2a1ba0dcc25", "1ba53111e6a4e77830bdd2726324a22663f6fd3f38ecba0020784eabf1b1d565"),
+    (
+        "agent-task-replay-base",
+        "a6326699bc979ccd4b0a22e1837293171a7dbf78",
+        "d1ef38c655c96f7baaf23b4ece27a5857cfb70a92d09c09c17b0db8be62b1f47",
+    ),
+    (
+        "clean-repo",
+        "895f37ec80453a990b7c47aeeedcf4a1c96f2ed0",
+        "769060770f6140b512a65419b6d81985491947f34e56d1a86fd6000cb403d4eb",
+    ),
+    (
+        "corpus-forge-red-green",
+        "ae6a103888954dd1cab4e7fc3a09265ffaccfb48",
+        "3481bcbd72971d568f389790405744d5bd3a64ce99d26a2acafda453796feae7",
+    ),
+    (
+        "dev-story-implementation-replay",
+        "ec695077f90e04b8179ebc4755db3117e650bc49",
+        "182cdb395bed66e717c3b0f2e7fb4b0717fed61bc9fcf76640c1cd0180f096c1",
+    ),
+    (
+        "dirty-index",
+        "376299ea7616dcbb76092d9998027a434d51a6a3",
+        "918e8f39748a5e6866079f4fe1eaae8e64b9d83d37fcc60a5fe5aca09fee8d5d",
+    ),
+    (
+        "diverged-remote",
+        "0d2f7d21ac31a27e4ead00c2c72a8735433eeaf9",
+        "b9501be9f62d32986f4b540f0ba0c0512d1e13d1667ee9d778d7c6b0ba356d78",
+    ),
+    (
+        "kit-update-pair",
+        "4a83e809d9c57b3df7acd7443f028674887014ed",
+        "cde5c44a63d33c663abfb8676316e19d41dec6b62d03c0639d15b63292b94021",
+    ),
+    (
+        "mid-rebase-conflict",
+        "59fa7eeaa030a02e330fe336847bac75b93d7a7f",
+        "16b5dd43c849e6a11089fdf0801fa5c6229480a8bceff8b7b8863ed353ceb5e1",
+    ),
+    (
+        "old-dev-story-project",
+        "f6900514cb65cd670c30772136748d571603f40a",
+        "430d9a3abf6fb954587b982b30a7aaf7582d9c85cf7ee787818d84457042303b",
+    ),
+    (
+        "rebase-conflict-ready",
+        "b4b5eed01fb46d37d9d66b776db2a5a8d7f83041",
+        "2197998034a19c275446c3b1c98c52137f81452a3bf989af46a6d12342d5569d",
+    ),
+    (
+        "slidey-edit-kitsoki-pitch",
+        "0ffa68881b5943e255c47ef190cf411acf851461",
+        "45f22f9e49e38a9800abdd6191116e862cd9183984af9c7efc7198e4000eee49",
+    ),
+    (
+        "stale-worktree",
+        "157d23f8db199fba3ed77956f0b6eb02df41591f",
+        "11c6de3871c4e1b767c4f82c2120fc8498b9bd1433affbdd0a86f88a1fdcdb5f",
+    ),
+    (
+        "visual-story-two-revisions",
+        "259325d8de52e4491056dd59f476e6640eed7bb2",
+        "59199b875e4b20c0ad6b4a23469783d2fe0f65663804d075dafbdcaac2da6657",
+    ),
+    (
+        "worktree-repro-repo",
+        "7011c5710b33e85230407e41d1c2e2a1ba0dcc25",
+        "1ba53111e6a4e77830bdd2726324a22663f6fd3f38ecba0020784eabf1b1d565",
+    ),
 ];
 
 #[test]

@@ -108,8 +108,9 @@ pub fn materialize_entry(a: MaterializeArgs) -> CliResult {
             format!("capsule {ENTRY} is internal: it runs a spec's steps inside capsule's build sandbox only (use `capsule open`)"),
         ));
     }
-    let outcome = read_steps(&a.steps)
-        .and_then(|job| capsule_bundle::materialize::apply_steps_inside_sandbox(&job, &a.workspace));
+    let outcome = read_steps(&a.steps).and_then(|job| {
+        capsule_bundle::materialize::apply_steps_inside_sandbox(&job, &a.workspace)
+    });
     let line = match &outcome {
         Ok(()) => "null".to_string(),
         Err(f) => serde_json::to_string(f).unwrap_or_else(|_| "null".into()),
@@ -231,8 +232,8 @@ mod imp {
         scratch: &Path,
     ) -> Result<(), Refused> {
         let setup = |what: &str, e: &dyn std::fmt::Display| Refused::Setup(format!("{what}: {e}"));
-        let settings = Settings::load(&layout.settings_file())
-            .map_err(|e| setup("settings", &e))?;
+        let settings =
+            Settings::load(&layout.settings_file()).map_err(|e| setup("settings", &e))?;
         let capsule_root =
             std::fs::canonicalize(&layout.root).map_err(|e| setup("capsule root", &e))?;
         let exe = std::fs::canonicalize("/proc/self/exe")
