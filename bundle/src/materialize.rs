@@ -586,6 +586,32 @@ pub fn check_staged(root: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Remove a tree a sandboxed build wrote (e.g. the build's private tmp): a folder it
+/// left without permissions (`chmod 000`) is made removable first. Symlinks are removed,
+/// never followed.
+pub fn remove_built(path: &Path) -> Result<()> {
+    if std::fs::remove_dir_all(path).is_ok() || std::fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    fn open_up(dir: &Path, depth: usize) {
+        if depth > 256 {
+            return;
+        }
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&e.path(), depth + 1);
+                }
+            }
+        }
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        open_up(path, 0);
+    }
+    std::fs::remove_dir_all(path).at(path)
+}
+
 /// Largest git bookkeeping file [`rewrite_paths`] reads (configs, gitdir links: a few KiB).
 const MAX_GIT_FILE: u64 = 4 << 20;
 

@@ -196,7 +196,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
                 let scratch = b_tmp.path().join(".steps");
                 std::fs::create_dir(&scratch).at(&scratch)?;
                 let r = crate::materialize::synthetic(s, ws, steps, &scratch);
-                std::fs::remove_dir_all(&scratch).at(&scratch)?;
+                crate::materialize::remove_built(&scratch)?;
                 r?;
                 (true, None, None)
             }

@@ -598,3 +598,29 @@ fn kitsoki_capsules_keep_their_ids_when_built_in_the_sandbox() {
         }
     }
 }
+
+/// A folder the steps lock (`chmod 000`) in the build's private tmp is removed all the
+/// same: the bundle keeps nothing of the build.
+#[test]
+fn the_build_tmp_is_removed_even_when_locked() {
+    for r in runners() {
+        let w = World::new(&r);
+        let spec = w.spec(
+            "locked",
+            vec![
+                write("a.txt", "a\n"),
+                commit("one"),
+                json!({"action": "git", "args": ["-c", "alias.x=!mkdir -p /tmp/locked/in && chmod 000 /tmp/locked", "x"]}),
+            ],
+        );
+        let (o, _) = w.open(&spec);
+        assert_eq!(code(&o), 0, "[{}] {}", r.label(), stderr(&o));
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let bundle = PathBuf::from(j["bundle"].as_str().unwrap());
+        assert!(
+            !bundle.join(".steps").exists(),
+            "[{}] build tmp kept",
+            r.label()
+        );
+    }
+}

@@ -134,26 +134,6 @@ fn read_steps(p: &Path) -> Result<Steps, StepFailure> {
     serde_json::from_slice(&text).map_err(|e| runner(format!("{}: {e}", p.display())))
 }
 
-/// The outcome line the entry printed (its last non-empty stdout line).
-fn parse_outcome(stdout: &[u8]) -> Option<Option<StepFailure>> {
-    let text = String::from_utf8_lossy(stdout);
-    let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
-    serde_json::from_str::<Option<StepFailure>>(last).ok()
-}
-
-/// The last line or two of the entry's stderr, bounded, for an error message.
-fn tail(stderr: &[u8]) -> String {
-    let text = String::from_utf8_lossy(stderr);
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let mut s = lines[lines.len().saturating_sub(2)..].join(" / ");
-    s = s.chars().filter(|c| !c.is_control()).take(400).collect();
-    s
-}
-
 #[cfg(not(target_os = "linux"))]
 mod imp {
     use super::*;
@@ -177,6 +157,26 @@ mod imp {
     use std::ffi::OsString;
     use std::io::{Read, Seek};
     use std::os::fd::AsRawFd;
+
+    /// The outcome line the entry printed (its last non-empty stdout line).
+    fn parse_outcome(stdout: &[u8]) -> Option<Option<StepFailure>> {
+        let text = String::from_utf8_lossy(stdout);
+        let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
+        serde_json::from_str::<Option<StepFailure>>(last).ok()
+    }
+
+    /// The last line or two of the entry's stderr, bounded, for an error message.
+    fn tail(stderr: &[u8]) -> String {
+        let text = String::from_utf8_lossy(stderr);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let mut s = lines[lines.len().saturating_sub(2)..].join(" / ");
+        s = s.chars().filter(|c| !c.is_control()).take(400).collect();
+        s
+    }
 
     /// The build sandbox's policy: `workspace` and `tmp` writable, everything of the
     /// user's and of capsule's hidden, `exe` revealed, no network.
