@@ -23,6 +23,7 @@ pub mod manifest;
 pub mod materialize;
 pub mod oci;
 pub mod open;
+mod overlay;
 pub mod policy;
 pub mod source;
 pub mod spec;

@@ -7,8 +7,8 @@
 //! host: [`synthetic`] hands the parsed steps ([`Steps`]) to a [`StepRunner`] chosen by
 //! the caller, which applies them with [`apply_steps_inside_sandbox`] somewhere else (the
 //! runtime's build sandbox: only the staging workspace and a private tmp writable, no
-//! network, the home hidden). The overlay is copied on the host afterwards (files only,
-//! nothing executed; no symlink followed, special files refused).
+//! network, the home hidden). The overlay is copied on the host afterwards
+//! ([`apply_overlay`]: files only, nothing executed, no symlink followed).
 //!
 //! Every path a step, the overlay or a probe names must stay inside the workspace: the
 //! spec parser rejects `..` and absolute paths, and here each existing component is
@@ -18,17 +18,17 @@
 //! The workspace is built in a temporary folder and renamed into place by
 //! [`crate::open`]; [`rewrite_paths`] turns the absolute temporary paths git recorded
 //! (remote URLs, worktree links) into the final ones before the rename. What the steps
-//! left is hostile input for the host: [`rewrite_paths`] and [`exclude_provenance`]
-//! refuse a `.git` with symlinks or special files ([`crate::gitguard::check_git_dir`])
-//! and never follow a link.
+//! left is hostile input for the host: [`check_staged`] refuses a `.git` with symlinks or
+//! special files ([`crate::gitguard::check_git_dir`]) before the host touches the tree,
+//! and [`rewrite_paths`], [`exclude_provenance`] and [`open_regular`] never follow a link
+//! or block on a FIFO on their own either. The overlay copy is in `crate::overlay`.
 
 use crate::error::{Error, IoContext, Result};
 use crate::git::Git;
 use crate::manifest::{MANIFEST, SENTINEL};
 use crate::spec::{Action, Source, Spec, Step};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -76,7 +76,7 @@ pub fn inside(root: &Path, rel: &str, last: Last) -> std::result::Result<PathBuf
 }
 
 /// `mkdir -p` of `rel` under `root`, never following a symlink.
-fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
+pub(crate) fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
     let mut cur = root.to_path_buf();
     for c in rel.components() {
         if matches!(c, Component::CurDir) {
@@ -95,7 +95,7 @@ fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
 }
 
 /// Write `content` to `root/rel` (mode 0644 before umask, like Kitsoki), parents created.
-fn write_file(
+pub(crate) fn write_file(
     root: &Path,
     rel: &str,
     content: &[u8],
@@ -241,7 +241,7 @@ pub fn synthetic(spec: &Spec, root: &Path, runner: &dyn StepRunner, scratch: &Pa
 /// Copy the spec's overlay folder (if any) into `root`.
 pub fn apply_overlay(spec: &Spec, root: &Path) -> Result<()> {
     match &spec.overlay {
-        Some(ov) => overlay(spec, ov, root),
+        Some(ov) => crate::overlay::copy(spec, ov, root),
         None => Ok(()),
     }
 }
@@ -332,211 +332,6 @@ fn apply(git: &Git, root: &Path, step: &Step) -> std::result::Result<(), String>
             )
             .map(|_| ())
         }
-    }
-}
-
-/// Copy the overlay folder (relative to the spec's folder, which it may not leave) into
-/// the workspace. Regular files keep their executable bit; symlinks are copied as links.
-fn overlay(spec: &Spec, rel: &str, root: &Path) -> Result<()> {
-    let spec_dir = spec
-        .path
-        .parent()
-        .ok_or_else(|| Error::other("spec has no folder"))?;
-    let err = |msg: String| Error::SpecFile {
-        file: spec.path.clone(),
-        msg: format!("overlay {rel:?}: {msg}"),
-    };
-    let src = std::fs::canonicalize(spec_dir.join(rel)).map_err(|e| err(e.to_string()))?;
-    let spec_dir_c = std::fs::canonicalize(spec_dir).at(spec_dir)?;
-    if !src.starts_with(&spec_dir_c) {
-        return Err(err("escapes the spec's folder (through a symlink)".into()));
-    }
-    let c = std::ffi::CString::new(src.as_os_str().as_bytes())
-        .map_err(|_| err("NUL in path".into()))?;
-    // SAFETY: a valid C string; the returned fd is checked and owned.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(err(format!(
-            "is not a directory ({})",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
-    copy_tree(&dir, root, Path::new(""), 0).map_err(err)
-}
-
-/// Deepest folder nesting an overlay may have.
-const MAX_OVERLAY_DEPTH: usize = 64;
-
-/// Copy the overlay tree open at `dir` (relative path `rel`) into `root`. The source is
-/// read through directory descriptors (`openat` with `O_NOFOLLOW`, `fstatat` without
-/// following): a symlink in it is copied as a link, never followed; a FIFO, socket or
-/// device is refused (a FIFO would block the copy); nesting is bounded.
-fn copy_tree(
-    dir: &OwnedFd,
-    root: &Path,
-    rel: &Path,
-    depth: usize,
-) -> std::result::Result<(), String> {
-    if depth > MAX_OVERLAY_DEPTH {
-        return Err(format!(
-            "{}: nested deeper than {MAX_OVERLAY_DEPTH} folders",
-            rel.display()
-        ));
-    }
-    let mut names = list_at(dir).map_err(|e| format!("{}: {e}", shown(rel)))?;
-    names.sort();
-    for name in names {
-        let r = rel.join(&name);
-        let rs = r.to_string_lossy().into_owned();
-        let c =
-            std::ffi::CString::new(name.as_bytes()).map_err(|_| format!("{rs}: NUL in name"))?;
-        let st = stat_at(dir, &c).map_err(|er| format!("{rs}: {er}"))?;
-        match st.st_mode & libc::S_IFMT {
-            libc::S_IFDIR => {
-                let sub = open_at(dir, &c, libc::O_RDONLY | libc::O_DIRECTORY)
-                    .map_err(|er| format!("{rs}: {er}"))?;
-                inside(root, &rs, Last::NoSymlink)?;
-                mkdirs(root, &r)?;
-                copy_tree(&sub, root, &r, depth + 1)?;
-            }
-            libc::S_IFLNK => {
-                let target = read_link_at(dir, &c).map_err(|er| format!("{rs}: {er}"))?;
-                let dst = inside(root, &rs, Last::SymlinkOk)?;
-                if let Some(p) = r.parent() {
-                    mkdirs(root, p)?;
-                }
-                let _ = std::fs::remove_file(&dst);
-                std::os::unix::fs::symlink(&target, &dst).map_err(|er| format!("{rs}: {er}"))?;
-            }
-            libc::S_IFREG => {
-                use std::io::Read;
-                let fd = open_at(dir, &c, libc::O_RDONLY | libc::O_NONBLOCK)
-                    .map_err(|er| format!("{rs}: {er}"))?;
-                let mut f = std::fs::File::from(fd);
-                let md = f.metadata().map_err(|er| format!("{rs}: {er}"))?;
-                if !md.is_file() {
-                    return Err(format!("{rs}: changed type while it was copied"));
-                }
-                let mode = if md.permissions().mode() & 0o111 != 0 {
-                    0o755
-                } else {
-                    0o644
-                };
-                let mut data = Vec::with_capacity(md.len() as usize);
-                f.read_to_end(&mut data)
-                    .map_err(|er| format!("{rs}: {er}"))?;
-                write_file(root, &rs, &data, mode)?;
-                // write_file's mode applies only on create; set it for an overwritten file too
-                let _ =
-                    std::fs::set_permissions(root.join(&r), std::fs::Permissions::from_mode(mode));
-            }
-            _ => {
-                return Err(format!(
-                "{rs}: a FIFO, socket or device; an overlay holds only files, folders and symlinks"
-            ))
-            }
-        }
-    }
-    Ok(())
-}
-
-fn shown(rel: &Path) -> String {
-    if rel.as_os_str().is_empty() {
-        ".".into()
-    } else {
-        rel.display().to_string()
-    }
-}
-
-fn cvt(r: libc::c_int) -> std::io::Result<libc::c_int> {
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC)`.
-fn open_at(dir: &OwnedFd, name: &std::ffi::CStr, flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: a valid directory fd and C string; the returned fd is checked and owned.
-    let fd = cvt(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    })?;
-    // SAFETY: fd is a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
-fn stat_at(dir: &OwnedFd, name: &std::ffi::CStr) -> std::io::Result<libc::stat> {
-    // SAFETY: zeroed stat is a valid out-parameter; fd and C string are valid.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    cvt(unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok(st)
-}
-
-/// `readlinkat(dir, name)`.
-fn read_link_at(dir: &OwnedFd, name: &std::ffi::CStr) -> std::io::Result<PathBuf> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    // SAFETY: buf is writable for its length; fd and C string are valid.
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(PathBuf::from(std::ffi::OsString::from_vec(buf)))
-}
-
-/// The names in the directory open at `dir` (without `.` and `..`).
-fn list_at(dir: &OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
-    // SAFETY: dup of a valid fd; fdopendir takes ownership of the duplicate (closed by
-    // closedir), readdir's entries are read before the next call.
-    unsafe {
-        let d = cvt(libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
-        let dp = libc::fdopendir(d);
-        if dp.is_null() {
-            let e = std::io::Error::last_os_error();
-            libc::close(d);
-            return Err(e);
-        }
-        libc::rewinddir(dp);
-        let mut out = Vec::new();
-        loop {
-            let ent = libc::readdir(dp);
-            if ent.is_null() {
-                break;
-            }
-            let name = std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()).to_bytes();
-            if name != b"." && name != b".." {
-                out.push(std::ffi::OsString::from_vec(name.to_vec()));
-            }
-        }
-        libc::closedir(dp);
-        Ok(out)
     }
 }
 
@@ -762,62 +557,4 @@ fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A spec in `dir` with an overlay folder `ov`, and an empty workspace.
-    fn setup() -> (tempfile::TempDir, Spec, PathBuf) {
-        let d = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
-        let spec_path = d.path().join("capsule.yaml");
-        let text = "name: ov\nsource:\n  synthetic: true\n  overlay: ov\n  steps:\n    - {action: mkdir, path: x}\n";
-        std::fs::write(&spec_path, text).unwrap();
-        std::fs::create_dir_all(d.path().join("ov/sub")).unwrap();
-        std::fs::write(d.path().join("ov/sub/a.txt"), "a\n").unwrap();
-        let spec = crate::spec::parse(text, &spec_path).unwrap();
-        let ws = d.path().join("ws");
-        std::fs::create_dir(&ws).unwrap();
-        (d, spec, ws)
-    }
-
-    #[test]
-    fn overlay_copies_links_as_links_and_never_follows_them() {
-        let (d, spec, ws) = setup();
-        let outside = d.path().join("outside");
-        std::fs::create_dir(&outside).unwrap();
-        std::fs::write(outside.join("secret"), "s\n").unwrap();
-        // a symlinked folder in the overlay: copied as the link, its target not read
-        std::os::unix::fs::symlink(&outside, d.path().join("ov/dirlink")).unwrap();
-        apply_overlay(&spec, &ws).unwrap();
-        assert_eq!(std::fs::read(ws.join("sub/a.txt")).unwrap(), b"a\n");
-        let md = std::fs::symlink_metadata(ws.join("dirlink")).unwrap();
-        assert!(md.file_type().is_symlink());
-        assert_eq!(std::fs::read_link(ws.join("dirlink")).unwrap(), outside);
-    }
-
-    #[test]
-    fn overlay_refuses_fifos_instead_of_blocking() {
-        let (d, spec, ws) = setup();
-        let fifo =
-            std::ffi::CString::new(d.path().join("ov/sub/pipe").as_os_str().as_bytes()).unwrap();
-        // SAFETY: mkfifo on a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let e = apply_overlay(&spec, &ws).unwrap_err().to_string();
-        assert!(e.contains("sub/pipe: a FIFO, socket or device"), "{e}");
-        assert_eq!(e.lines().count(), 1, "{e}");
-    }
-
-    #[test]
-    fn overlay_nesting_is_bounded() {
-        let (d, spec, ws) = setup();
-        let mut p = d.path().join("ov");
-        for _ in 0..=MAX_OVERLAY_DEPTH + 1 {
-            p.push("d");
-        }
-        std::fs::create_dir_all(&p).unwrap();
-        let e = apply_overlay(&spec, &ws).unwrap_err().to_string();
-        assert!(e.contains("nested deeper than"), "{e}");
-    }
 }
