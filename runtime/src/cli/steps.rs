@@ -81,6 +81,7 @@ impl StepRunner for SandboxedSteps {
 }
 
 /// Why the steps did not all apply.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 enum Refused {
     /// The steps ran and failed (or the entry in the sandbox failed).
     Step(StepFailure),
