@@ -109,9 +109,11 @@ pub fn materialize_entry(a: MaterializeArgs) -> CliResult {
             format!("capsule {ENTRY} is internal: it runs a spec's steps inside capsule's build sandbox only (use `capsule open`)"),
         ));
     }
+    let t0 = std::time::Instant::now();
     let outcome = read_steps(&a.steps).and_then(|job| {
         capsule_bundle::materialize::apply_steps_inside_sandbox(&job, &a.workspace)
     });
+    tracing::debug!("steps applied in {:?}", t0.elapsed());
     let line = match &outcome {
         Ok(()) => "null".to_string(),
         Err(f) => serde_json::to_string(f).unwrap_or_else(|_| "null".into()),
@@ -204,6 +206,13 @@ mod imp {
             push(h.clone(), HiddenReason::PersonalFiles);
         }
         push(capsule_root.to_path_buf(), HiddenReason::ToolState);
+        // a path inside another hidden one is hidden already (one mount and one Landlock
+        // walk less each), unless it is a symlink: its target is hidden too
+        let all: Vec<PathBuf> = hidden.iter().map(|h| h.path.clone()).collect();
+        hidden.retain(|h| {
+            !all.iter().any(|o| o != &h.path && h.path.starts_with(o))
+                || std::fs::symlink_metadata(&h.path).is_ok_and(|m| m.file_type().is_symlink())
+        });
         SandboxPolicy {
             version: 1,
             capsule_name: "build".into(),
@@ -278,13 +287,17 @@ mod imp {
             let path = std::env::var_os("PATH")
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-            let env: Vec<(OsString, OsString)> = vec![
+            let mut env: Vec<(OsString, OsString)> = vec![
                 (ENTRY_GUARD.into(), "1".into()),
                 ("HOME".into(), inside.join("home").into()),
                 ("LANG".into(), "C".into()),
                 ("PATH".into(), path),
                 ("TMPDIR".into(), inside.clone().into()),
             ];
+            // the entry's own diagnostics (to its captured stderr, logged below)
+            if let Some(v) = std::env::var_os("RUST_LOG") {
+                env.push(("RUST_LOG".into(), v));
+            }
             let argv: Vec<OsString> = vec![
                 exe.clone().into(),
                 ENTRY.into(),
@@ -303,7 +316,9 @@ mod imp {
                 ..ExecPlan::for_policy(&policy, iso, argv, env, workspace.clone())
             }
         };
+        let t0 = std::time::Instant::now();
         let mut result = linux::run(&make(iso, best_effort), Hooks::default());
+        tracing::debug!("build sandbox: the steps ran in {:?}", t0.elapsed());
         if let Err(ExecError::Namespaces(msg)) = &result {
             tracing::info!("build sandbox: namespaces refused: {msg}");
             (iso, best_effort) = weaker(&mut degradation, false)?;
@@ -330,6 +345,9 @@ mod imp {
             Ok(o) => o,
         };
         let (stdout, stderr) = (read(&mut out), read(&mut err));
+        if !stderr.is_empty() {
+            tracing::debug!("build sandbox: stderr: {}", tail(&stderr));
+        }
         let failed = |msg: String| Refused::Step(StepFailure::Runner { msg });
         match (outcome.termination, parse_outcome(&stdout)) {
             (Termination::Exited(0), Some(None)) => Ok(()),
