@@ -363,3 +363,62 @@ mod imp {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::imp::build_policy;
+    use super::*;
+    use capsule_bundle::policy::{Access, NetworkMode};
+
+    #[test]
+    fn the_build_policy_writes_only_the_workspace_and_hides_the_home() {
+        let home = std::fs::canonicalize(std::env::var_os("HOME").unwrap_or("/root".into()))
+            .unwrap_or_else(|_| "/root".into());
+        let ws = Path::new("/dev/shm/root/workspaces/.capsule-open-x-1");
+        let tmp = Path::new("/dev/shm/root/bundles/.open-x-1/.steps/tmp");
+        let exe = Path::new("/opt/capsule/bin/capsule");
+        let p = build_policy(ws, tmp, Path::new("/dev/shm/root"), exe);
+        assert_eq!(p.network.mode, NetworkMode::Off);
+        assert_eq!(p.workspace, ws);
+        assert_eq!(p.tmp_dir, tmp);
+        assert!(p.writable.is_empty() && p.pass_env.is_empty() && p.devices.is_empty());
+        assert!(p.home.is_none() && p.home_layer.is_none() && p.cache_dir.is_none());
+        assert_eq!(p.revealed, vec![exe.to_path_buf()]);
+        assert_eq!(p.access(&home), Access::Hidden, "{:?}", p.hidden);
+        assert_eq!(p.access(&home.join("notes/secret")), Access::Hidden);
+        assert_eq!(
+            p.access(Path::new("/dev/shm/root/settings.json")),
+            Access::Hidden
+        );
+        assert_eq!(
+            p.access(Path::new("/dev/shm/root/workspaces/other")),
+            Access::Hidden
+        );
+        assert_eq!(p.access(&ws.join(".git/config")), Access::ReadWrite);
+        // no hidden path inside another (they are hidden already), symlinks aside
+        for h in &p.hidden {
+            assert!(
+                !p.hidden
+                    .iter()
+                    .any(|o| o.path != h.path && h.path.starts_with(&o.path))
+                    || std::fs::symlink_metadata(&h.path).is_ok_and(|m| m.file_type().is_symlink()),
+                "{:?}",
+                h.path
+            );
+        }
+    }
+
+    #[test]
+    fn the_entry_refuses_to_run_outside_the_sandbox() {
+        // the guard variable is only set in the build sandbox's environment
+        if std::env::var_os(ENTRY_GUARD).is_some() {
+            return;
+        }
+        let e = materialize_entry(MaterializeArgs {
+            steps: "/nonexistent".into(),
+            workspace: "/nonexistent".into(),
+        })
+        .unwrap_err();
+        assert!(e.message.contains("internal"), "{}", e.message);
+    }
+}
