@@ -114,6 +114,14 @@ pub fn materialize_entry(a: MaterializeArgs) -> CliResult {
         capsule_bundle::materialize::apply_steps_inside_sandbox(&job, &a.workspace)
     });
     tracing::debug!("steps applied in {:?}", t0.elapsed());
+    let outcome = outcome.map_err(|mut f| {
+        if let StepFailure::Init { msg } | StepFailure::Step { msg, .. } = &mut f {
+            if msg.starts_with("cannot run git") {
+                msg.push_str(" (in the build sandbox, which hides your home: install git in a system folder such as /usr/bin)");
+            }
+        }
+        f
+    });
     let line = match &outcome {
         Ok(()) => "null".to_string(),
         Err(f) => serde_json::to_string(f).unwrap_or_else(|_| "null".into()),
