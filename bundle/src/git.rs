@@ -1,5 +1,7 @@
-//! Running the git CLI hermetically, for synthetic steps only (never on an operator's
-//! repository: those are read with gix).
+//! Running the git CLI hermetically, for synthetic steps (inside the runtime's build
+//! sandbox, see [`crate::materialize::StepRunner`]) and for fetching a pinned source by
+//! URL into capsule's own cache; never on an operator's repository (those are read with
+//! gix).
 //!
 //! The environment is cleared except `PATH`; `HOME` is an empty temporary folder;
 //! system and global configuration are off (`GIT_CONFIG_NOSYSTEM=1`,

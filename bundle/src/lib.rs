@@ -3,7 +3,10 @@
 //! into a workspace (a real git checkout), the sentinel and `capsule-manifest.json`,
 //! the tree digest, the resolved sandbox policy model, and the OCI `config.json` of the bundle.
 //!
-//! It never executes a sandbox; `capsule-runtime` does. Dependency direction:
+//! It never executes a sandbox; `capsule-runtime` does: [`open::open`] takes a
+//! [`materialize::StepRunner`] that runs a synthetic spec's steps (the runtime's runs them
+//! in its build sandbox; this crate has no public runner that runs them on the host).
+//! Dependency direction:
 //! bundle <- policy <- runtime, bundle <- seatbelt <- runtime.
 //!
 //! Public entry points: [`store::resolve`] / [`store::list`] / [`store::close`] for open
@@ -23,6 +26,7 @@ pub mod manifest;
 pub mod materialize;
 pub mod oci;
 pub mod open;
+mod overlay;
 pub mod ownobjects;
 pub mod packwrite;
 pub mod policy;

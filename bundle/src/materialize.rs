@@ -2,6 +2,14 @@
 //! Kitsoki's identity, each step in order, then the overlay, then the provenance
 //! exclusions. Git runs hermetically ([`crate::git::Git`]).
 //!
+//! A step's git arguments and the files it writes (into `.git/` too: config, filters,
+//! hooks, `core.worktree`) are the spec author's code, so the steps never run on the
+//! host: [`synthetic`] hands the parsed steps ([`Steps`]) to a [`StepRunner`] chosen by
+//! the caller, which applies them with [`apply_steps_inside_sandbox`] somewhere else (the
+//! runtime's build sandbox: only the staging workspace and a private tmp writable, no
+//! network, the home hidden). The overlay is copied on the host afterwards
+//! ([`apply_overlay`]: files only, nothing executed, no symlink followed).
+//!
 //! Every path a step, the overlay or a probe names must stay inside the workspace: the
 //! spec parser rejects `..` and absolute paths, and here each existing component is
 //! checked against the real tree (`lstat`, no symlinks followed) before use; files are
@@ -9,7 +17,11 @@
 //!
 //! The workspace is built in a temporary folder and renamed into place by
 //! [`crate::open`]; [`rewrite_paths`] turns the absolute temporary paths git recorded
-//! (remote URLs, worktree links) into the final ones before the rename.
+//! (remote URLs, worktree links) into the final ones before the rename. What the steps
+//! left is hostile input for the host: [`check_staged`] refuses a `.git` with symlinks or
+//! special files ([`crate::gitguard::check_git_dir`]) before the host touches the tree,
+//! and [`rewrite_paths`], [`exclude_provenance`] and [`open_regular`] never follow a link
+//! or block on a FIFO on their own either. The overlay copy is in `crate::overlay`.
 
 use crate::error::{Error, IoContext, Result};
 use crate::git::Git;
@@ -64,7 +76,7 @@ pub fn inside(root: &Path, rel: &str, last: Last) -> std::result::Result<PathBuf
 }
 
 /// `mkdir -p` of `rel` under `root`, never following a symlink.
-fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
+pub(crate) fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
     let mut cur = root.to_path_buf();
     for c in rel.components() {
         if matches!(c, Component::CurDir) {
@@ -83,7 +95,7 @@ fn mkdirs(root: &Path, rel: &Path) -> std::result::Result<(), String> {
 }
 
 /// Write `content` to `root/rel` (mode 0644 before umask, like Kitsoki), parents created.
-fn write_file(
+pub(crate) fn write_file(
     root: &Path,
     rel: &str,
     content: &[u8],
@@ -106,21 +118,53 @@ fn write_file(
     Ok(())
 }
 
-/// Build the synthetic spec into `root` (an existing empty folder).
-pub fn synthetic(spec: &Spec, root: &Path) -> Result<()> {
-    let Source::Synthetic {
-        default_branch,
-        steps,
-    } = &spec.source
-    else {
-        return Err(Error::other("not a synthetic spec"));
-    };
-    let git = Git::new(default_branch)?;
-    let file = &spec.path;
-    let init_err = |msg: String| Error::SpecFile {
-        file: file.clone(),
-        msg: format!("git init: {msg}"),
-    };
+/// The parsed steps of a synthetic spec, as handed to a [`StepRunner`] (JSON between the
+/// host and the sandbox).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Steps {
+    pub default_branch: String,
+    pub steps: Vec<Step>,
+}
+
+/// Why the steps did not all apply.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "failed")]
+pub enum StepFailure {
+    /// `git init` (or the identity config after it) failed.
+    Init { msg: String },
+    /// `steps[index]` failed.
+    Step { index: usize, msg: String },
+    /// The runner could not run the steps at all (e.g. no sandbox); nothing ran.
+    Runner { msg: String },
+}
+
+/// Runs a synthetic spec's steps in `root` (an existing empty folder, the staging
+/// workspace). The runtime's implementation runs them in its build sandbox; there is
+/// deliberately no public implementation that runs them on the host.
+pub trait StepRunner {
+    /// Apply `steps` in `root`; `scratch` is a fresh private folder of this open (outside
+    /// the workspace, removed afterwards) the runner may use (e.g. as the sandbox's tmp).
+    fn run(
+        &self,
+        steps: &Steps,
+        root: &Path,
+        scratch: &Path,
+    ) -> std::result::Result<(), StepFailure>;
+}
+
+/// Apply `steps` in `root`, in this process: runs `git init` and every step (the spec
+/// author's git arguments and files) with this process's rights.
+///
+/// ONLY for the runtime's build sandbox (its internal `__materialize` entry runs this
+/// inside the sandbox) and for this crate's tests. Opening a capsule goes through
+/// [`crate::open::open`] with a [`StepRunner`] that sandboxes it.
+pub fn apply_steps_inside_sandbox(
+    job: &Steps,
+    root: &Path,
+) -> std::result::Result<(), StepFailure> {
+    let default_branch = &job.default_branch;
+    let git = Git::new(default_branch).map_err(|e| StepFailure::Init { msg: e.to_string() })?;
+    let init_err = |msg: String| StepFailure::Init { msg };
     git.run(
         root,
         &[
@@ -130,28 +174,96 @@ pub fn synthetic(spec: &Spec, root: &Path) -> Result<()> {
         ],
     )
     .map_err(init_err)?;
-    for kv in [
-        ["user.email", crate::git::IDENTITY_EMAIL],
-        ["user.name", crate::git::IDENTITY_NAME],
-    ] {
-        git.run(root, &["config", kv[0], kv[1]]).map_err(init_err)?;
-    }
-    for step in steps {
-        apply(&git, root, step).map_err(|msg| Error::Step {
-            file: file.clone(),
-            line: step.line,
+    add_identity(root).map_err(init_err)?;
+    for step in &job.steps {
+        apply(&git, root, step).map_err(|msg| StepFailure::Step {
             index: step.index,
-            action: step.action.name().to_string(),
             msg,
         })?;
     }
+    Ok(())
+}
+
+/// Kitsoki's identity in the fresh repository's `.git/config`, byte for byte what
+/// `git config user.email …` and `git config user.name …` write after `git init` (two git
+/// processes fewer per open).
+fn add_identity(root: &Path) -> std::result::Result<(), String> {
+    let p = root.join(".git/config");
+    let mut text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    if text.contains("[user]") || !text.ends_with('\n') {
+        return Err(format!(
+            "{}: not the config of a fresh repository",
+            p.display()
+        ));
+    }
+    text.push_str(&format!(
+        "[user]\n\temail = {}\n\tname = {}\n",
+        crate::git::IDENTITY_EMAIL,
+        crate::git::IDENTITY_NAME
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// The in-process runner of this crate's own tests (the steps run unsandboxed).
+#[cfg(test)]
+pub(crate) struct InProcess;
+
+#[cfg(test)]
+impl StepRunner for InProcess {
+    fn run(&self, steps: &Steps, root: &Path, _: &Path) -> std::result::Result<(), StepFailure> {
+        apply_steps_inside_sandbox(steps, root)
+    }
+}
+
+/// Build the synthetic spec into `root` (an existing empty folder): its steps through
+/// `runner` (with `scratch` as its private folder), then the overlay, on the host.
+pub fn synthetic(spec: &Spec, root: &Path, runner: &dyn StepRunner, scratch: &Path) -> Result<()> {
+    let Source::Synthetic {
+        default_branch,
+        steps,
+    } = &spec.source
+    else {
+        return Err(Error::other("not a synthetic spec"));
+    };
+    let job = Steps {
+        default_branch: default_branch.clone(),
+        steps: steps.clone(),
+    };
+    let file = &spec.path;
+    runner.run(&job, root, scratch).map_err(|f| match f {
+        StepFailure::Init { msg } => Error::SpecFile {
+            file: file.clone(),
+            msg: format!("git init: {msg}"),
+        },
+        StepFailure::Step { index, msg } => {
+            let step = steps.iter().find(|s| s.index == index);
+            Error::Step {
+                file: file.clone(),
+                line: step.and_then(|s| s.line),
+                index,
+                action: step.map(|s| s.action.name()).unwrap_or("?").to_string(),
+                msg,
+            }
+        }
+        StepFailure::Runner { msg } => Error::SpecFile {
+            file: file.clone(),
+            msg: format!("source.steps: {msg}"),
+        },
+    })?;
     apply_overlay(spec, root)
 }
 
 /// Copy the spec's overlay folder (if any) into `root`.
 pub fn apply_overlay(spec: &Spec, root: &Path) -> Result<()> {
     match &spec.overlay {
-        Some(ov) => overlay(spec, ov, root),
+        Some(ov) => crate::overlay::copy(spec, ov, root),
         None => Ok(()),
     }
 }
@@ -245,104 +357,150 @@ fn apply(git: &Git, root: &Path, step: &Step) -> std::result::Result<(), String>
     }
 }
 
-/// Copy the overlay folder (relative to the spec's folder, which it may not leave) into
-/// the workspace. Regular files keep their executable bit; symlinks are copied as links.
-fn overlay(spec: &Spec, rel: &str, root: &Path) -> Result<()> {
-    let spec_dir = spec
-        .path
-        .parent()
-        .ok_or_else(|| Error::other("spec has no folder"))?;
-    let err = |msg: String| Error::SpecFile {
-        file: spec.path.clone(),
-        msg: format!("overlay {rel:?}: {msg}"),
-    };
-    let src = std::fs::canonicalize(spec_dir.join(rel)).map_err(|e| err(e.to_string()))?;
-    let spec_dir_c = std::fs::canonicalize(spec_dir).at(spec_dir)?;
-    if !src.starts_with(&spec_dir_c) {
-        return Err(err("escapes the spec's folder (through a symlink)".into()));
-    }
-    if !src.is_dir() {
-        return Err(err("is not a directory".into()));
-    }
-    copy_tree(&src, root, Path::new("")).map_err(err)
-}
-
-fn copy_tree(src_root: &Path, root: &Path, rel: &Path) -> std::result::Result<(), String> {
-    let dir = src_root.join(rel);
-    let mut ents: Vec<_> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .collect();
-    ents.sort_by_key(|e| e.file_name());
-    for e in ents {
-        let r = rel.join(e.file_name());
-        let rs = r.to_string_lossy().into_owned();
-        let ft = e.file_type().map_err(|er| format!("{rs}: {er}"))?;
-        if ft.is_dir() {
-            inside(root, &rs, Last::NoSymlink)?;
-            mkdirs(root, &r)?;
-            copy_tree(src_root, root, &r)?;
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(e.path()).map_err(|er| format!("{rs}: {er}"))?;
-            let dst = inside(root, &rs, Last::SymlinkOk)?;
-            if let Some(p) = r.parent() {
-                mkdirs(root, p)?;
-            }
-            let _ = std::fs::remove_file(&dst);
-            std::os::unix::fs::symlink(&target, &dst).map_err(|er| format!("{rs}: {er}"))?;
-        } else if ft.is_file() {
-            let md = e.metadata().map_err(|er| format!("{rs}: {er}"))?;
-            let mode = if md.permissions().mode() & 0o111 != 0 {
-                0o755
-            } else {
-                0o644
-            };
-            let data = std::fs::read(e.path()).map_err(|er| format!("{rs}: {er}"))?;
-            write_file(root, &rs, &data, mode)?;
-            // write_file's mode applies only on create; set it for an overwritten file too
-            let _ = std::fs::set_permissions(root.join(&r), std::fs::Permissions::from_mode(mode));
-        }
-    }
-    Ok(())
-}
-
-/// Append the manifest and sentinel to `.git/info/exclude` (as Kitsoki does).
+/// Append the manifest and sentinel to `.git/info/exclude` (as Kitsoki does). `.git`
+/// and `.git/info` must be real directories and `exclude` a regular file (or absent):
+/// nothing the steps planted is followed.
 pub fn exclude_provenance(root: &Path) -> Result<()> {
-    let info = root.join(".git/info");
-    let md = std::fs::symlink_metadata(root.join(".git")).at(root.join(".git"))?;
+    let git = root.join(".git");
+    let md = std::fs::symlink_metadata(&git).at(&git)?;
     if !md.is_dir() {
         return Err(Error::other(format!(
             "{}: .git is not a directory",
             root.display()
         )));
     }
-    std::fs::create_dir_all(&info).at(&info)?;
+    let info = git.join("info");
+    match std::fs::symlink_metadata(&info) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::other(format!(
+                "{}: not a directory (a symlink or a special file); not written",
+                info.display()
+            )))
+        }
+        Err(_) => std::fs::create_dir(&info).at(&info)?,
+    }
     let p = info.join("exclude");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&p)
-        .at(&p)?;
+    let mut f = open_regular(&p, libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND)?;
     write!(f, "\n/{MANIFEST}\n/{SENTINEL}\n").at(&p)
+}
+
+/// What a sandboxed build left in `root`, checked before the host touches it: `.git` a
+/// real directory pointing nowhere else, without symlinks or special files
+/// ([`crate::gitguard::check_git_dir`]), and nothing but a regular file (or nothing) at
+/// the names of capsule's own files (sentinel, manifest).
+pub fn check_staged(root: &Path) -> std::result::Result<(), String> {
+    crate::gitguard::check_git_dir(root).map_err(|e| e.to_string())?;
+    for name in [SENTINEL, MANIFEST] {
+        if let Ok(md) = std::fs::symlink_metadata(root.join(name)) {
+            if !md.is_file() {
+                return Err(format!(
+                    "{name} (capsule's own file) is a symlink, folder or special file"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Remove a tree a sandboxed build wrote (e.g. the build's private tmp): a folder it
+/// left without permissions (`chmod 000`) is made removable first. Symlinks are removed,
+/// never followed.
+pub fn remove_built(path: &Path) -> Result<()> {
+    if std::fs::remove_dir_all(path).is_ok() || std::fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    fn open_up(dir: &Path, depth: usize) {
+        if depth > 256 {
+            return;
+        }
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&e.path(), depth + 1);
+                }
+            }
+        }
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        open_up(path, 0);
+    }
+    std::fs::remove_dir_all(path).at(path)
+}
+
+/// Largest git bookkeeping file [`rewrite_paths`] reads (configs, gitdir links: a few KiB).
+const MAX_GIT_FILE: u64 = 4 << 20;
+
+/// Open `p` with `flags` plus `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC` (mode 0644 when
+/// created) and make sure it is a regular file with one link: a symlink, FIFO, device,
+/// socket or hard link a sandboxed step planted is refused, never followed or blocked on.
+pub fn open_regular(p: &Path, flags: libc::c_int) -> Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let mut o = std::fs::OpenOptions::new();
+    match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => o.read(true),
+        libc::O_WRONLY => o.write(true),
+        _ => o.read(true).write(true),
+    };
+    let f = o
+        .custom_flags(
+            (flags & !libc::O_ACCMODE) | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+        .mode(0o644)
+        .open(p)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENXIO) {
+                Error::other(format!(
+                    "{}: a symlink or a special file (not followed)",
+                    p.display()
+                ))
+            } else {
+                Error::io(p, e)
+            }
+        })?;
+    let md = f.metadata().at(p)?;
+    if !md.is_file() || md.nlink() > 1 {
+        return Err(Error::other(format!(
+            "{}: not a regular file of its own (a FIFO, device, socket or hard link); not used",
+            p.display()
+        )));
+    }
+    Ok(f)
 }
 
 /// Replace the temporary build path `from` by the final path `to` in what git recorded
 /// inside `root`: `config` files and worktree links of every git dir, and `.git` files.
+/// Never follows a symlink: only real directories are walked, only regular files of their
+/// own (bounded in size) are read and rewritten.
 pub fn rewrite_paths(root: &Path, from: &Path, to: &Path) -> Result<()> {
+    use std::io::{Read, Seek};
     let from_b = from.as_os_str().as_bytes();
     let to_b = to.as_os_str().as_bytes();
     let mut candidates = Vec::new();
     collect_git_files(root, &mut candidates, 0)?;
     for p in candidates {
-        let Ok(data) = std::fs::read(&p) else {
+        let Ok(mut f) = open_regular(&p, libc::O_RDWR) else {
             continue;
         };
+        let mut data = Vec::new();
+        (&mut f)
+            .take(MAX_GIT_FILE + 1)
+            .read_to_end(&mut data)
+            .at(&p)?;
+        if data.len() as u64 > MAX_GIT_FILE {
+            return Err(Error::other(format!(
+                "{}: larger than {MAX_GIT_FILE} bytes; not a git bookkeeping file",
+                p.display()
+            )));
+        }
         if !contains(&data, from_b) {
             continue;
         }
         let new = replace_all(&data, from_b, to_b);
-        std::fs::write(&p, new).at(&p)?;
+        f.set_len(0).at(&p)?;
+        f.seek(std::io::SeekFrom::Start(0)).at(&p)?;
+        f.write_all(&new).at(&p)?;
     }
     Ok(())
 }
@@ -366,8 +524,16 @@ fn replace_all(h: &[u8], n: &[u8], r: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `lstat` says `p` is a regular file / a real directory (no symlink followed).
+fn lfile(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+}
+fn ldir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+}
+
 fn is_git_dir(d: &Path) -> bool {
-    d.join("HEAD").is_file() && (d.join("objects").is_dir() || d.join("commondir").is_file())
+    lfile(&d.join("HEAD")) && (ldir(&d.join("objects")) || lfile(&d.join("commondir")))
 }
 
 fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
@@ -375,6 +541,7 @@ fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result
         return Ok(());
     }
     if is_git_dir(dir) {
+        let info_ok = ldir(&dir.join("objects/info"));
         for f in [
             "config",
             "gitdir",
@@ -382,17 +549,18 @@ fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result
             "FETCH_HEAD",
             "objects/info/alternates",
         ] {
+            if f.starts_with("objects/") && !info_ok {
+                continue;
+            }
             let p = dir.join(f);
-            if std::fs::symlink_metadata(&p)
-                .map(|m| m.is_file())
-                .unwrap_or(false)
-            {
+            if lfile(&p) {
                 out.push(p);
             }
         }
-        // linked worktrees' admin folders
-        if let Ok(rd) = std::fs::read_dir(dir.join("worktrees")) {
-            for e in rd.flatten() {
+        // linked worktrees' admin folders (a real folder only: never followed)
+        let worktrees = dir.join("worktrees");
+        if ldir(&worktrees) {
+            for e in std::fs::read_dir(&worktrees).at(&worktrees)?.flatten() {
                 if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                     collect_git_files(&e.path(), out, depth + 1)?;
                 }
@@ -402,6 +570,7 @@ fn collect_git_files(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result
         return Ok(());
     }
     for e in std::fs::read_dir(dir).at(dir)?.flatten() {
+        // DirEntry::file_type does not follow symlinks
         let Ok(ft) = e.file_type() else { continue };
         if ft.is_dir() {
             collect_git_files(&e.path(), out, depth + 1)?;

@@ -13,6 +13,7 @@ use crate::layout::{bundle_files, valid_name, Layout};
 use crate::manifest::{
     CapsuleExtension, Manifest, ManifestProbe, ManifestSource, MANIFEST, SENTINEL,
 };
+use crate::materialize::StepRunner;
 use crate::policy::{
     default_hidden, HiddenInputs, HiddenPath, HiddenReason, NetworkMode, NetworkPolicy,
     SandboxPolicy, SDK_ENV,
@@ -98,8 +99,10 @@ fn canonical_future(p: &Path) -> Result<PathBuf> {
     Ok(std::fs::canonicalize(parent).at(parent)?.join(name))
 }
 
-/// Open a capsule.
-pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
+/// Open a capsule. A synthetic spec's steps run through `steps` (the runtime passes its
+/// build sandbox; see [`crate::materialize::StepRunner`]); everything else here only
+/// copies and reads files.
+pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Result<Opened> {
     let (spec, source_dir) = match &req.from {
         OpenFrom::Spec(p) => (Some(crate::spec::load(p)?), None),
         OpenFrom::Checkout(p) => {
@@ -210,7 +213,12 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
     let (synthetic, repo_field, commit_field) = match (&spec, &source_dir) {
         (Some(s), _) => match &s.source {
             Source::Synthetic { .. } => {
-                crate::materialize::synthetic(s, ws)?;
+                // the runner's private folder, in the staging bundle (outside the workspace)
+                let scratch = b_tmp.path().join(".steps");
+                std::fs::create_dir(&scratch).at(&scratch)?;
+                let r = crate::materialize::synthetic(s, ws, steps, &scratch);
+                crate::materialize::remove_built(&scratch)?;
+                r?;
                 (true, None, None)
             }
             Source::Pinned {
@@ -247,6 +255,13 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         _ => return Err(Error::other("nothing to open")),
     };
     tracing::debug!("open {name}: materialized in {:?}", t0.elapsed());
+    if synthetic {
+        // the steps wrote this tree: checked before the host reads or writes in it
+        crate::materialize::check_staged(ws).map_err(|msg| Error::SpecFile {
+            file: spec.as_ref().map(|s| s.path.clone()).unwrap_or_default(),
+            msg: format!("source.steps left what capsule will not touch: {msg}"),
+        })?;
+    }
     crate::materialize::exclude_provenance(ws)?;
     if synthetic {
         // only git steps record absolute paths (remote URLs, worktree links)
@@ -271,7 +286,15 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
             }
         }
     }
-    let head = crate::gitinfo::head(ws).ok();
+    let head = if synthetic {
+        // checked by check_staged above; a read that blocks anyway is given up
+        let w = ws.to_path_buf();
+        crate::gitguard::guarded("HEAD of the new workspace", move || {
+            crate::gitinfo::head(&w).ok()
+        })?
+    } else {
+        crate::gitinfo::head(ws).ok()
+    };
 
     // ---- policy, config.json, bundle.json (with final paths)
     let (policy, tool_reveals) = resolve_policy(
@@ -366,12 +389,12 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
             policy_digest: record.policy_digest.clone(),
         }),
     };
-    std::fs::write(ws.join(SENTINEL), format!("{name}\n")).at(ws.join(SENTINEL))?;
+    write_reserved(&ws.join(SENTINEL), format!("{name}\n").as_bytes())?;
     let mjson =
         serde_json::to_vec_pretty(&manifest).map_err(|e| Error::other(format!("manifest: {e}")))?;
     let mut mjson = mjson;
     mjson.push(b'\n');
-    std::fs::write(ws.join(MANIFEST), mjson).at(ws.join(MANIFEST))?;
+    write_reserved(&ws.join(MANIFEST), &mjson)?;
 
     // ---- rename into place: bundle first, then the workspace; undo the bundle on failure
     std::fs::rename(b, &bundle_final).map_err(|e| {
@@ -397,6 +420,15 @@ pub fn open(layout: &Layout, req: &OpenRequest) -> Result<Opened> {
         spec,
         read_source,
     })
+}
+
+/// Write one of capsule's own files into the staging workspace, without following (or
+/// truncating first) whatever the steps or the overlay may have put at that name.
+fn write_reserved(p: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    let mut f = crate::materialize::open_regular(p, libc::O_WRONLY | libc::O_CREAT)?;
+    f.set_len(0).at(p)?;
+    f.write_all(data).at(p)
 }
 
 /// Expand `~/` with `home`; `None` if `~/` is used without a home.
@@ -592,6 +624,7 @@ mod tests {
                     dest: None,
                     accept: Acceptance::None,
                 },
+                &crate::materialize::InProcess,
             )
             .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
             eprintln!(

@@ -73,8 +73,9 @@ pub enum Source {
     },
 }
 
-/// One synthetic step.
-#[derive(Debug, Clone)]
+/// One synthetic step (serializable: the runtime hands the parsed steps to the sandbox
+/// that applies them, see [`crate::materialize::StepRunner`]).
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
 pub struct Step {
     /// Index in `source.steps` (0-based, as Kitsoki reports it).
     pub index: usize,
@@ -84,7 +85,8 @@ pub struct Step {
 }
 
 /// What a step does.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Action {
     Write {
         path: String,

@@ -198,6 +198,23 @@ fn grants_in_words(c: &OpenCapsule) -> Vec<String> {
 
 // ------------------------------------------------------------------ open
 
+/// THE way the command line opens a capsule: a synthetic spec's steps run in the build
+/// sandbox ([`crate::cli::steps::SandboxedSteps`]), never on the host. Exit status 125
+/// when that sandbox could not be set up (nothing ran, nothing is left behind).
+pub fn open_sandboxed(
+    layout: &Layout,
+    req: &OpenRequest,
+) -> Result<capsule_bundle::open::Opened, CliError> {
+    let steps = crate::cli::steps::SandboxedSteps::new(layout);
+    capsule_bundle::open::open(layout, req, &steps).map_err(|e| {
+        if steps.setup_failed() {
+            CliError::new(crate::exit::SANDBOX_FAILED, e.to_string())
+        } else {
+            fail(e)
+        }
+    })
+}
+
 pub fn open(a: OpenArgs) -> CliResult {
     let layout = layout()?;
     let accept = acceptance(&a.accept_grants)?;
@@ -211,7 +228,7 @@ pub fn open(a: OpenArgs) -> CliResult {
             ))
         }
     };
-    let opened = capsule_bundle::open::open(
+    let opened = open_sandboxed(
         &layout,
         &OpenRequest {
             from,
@@ -219,8 +236,7 @@ pub fn open(a: OpenArgs) -> CliResult {
             dest: a.dest.clone(),
             accept,
         },
-    )
-    .map_err(fail)?;
+    )?;
     let c = &opened.capsule;
     if a.json {
         let mut v = capsule_json(c);
@@ -531,7 +547,7 @@ pub fn verify(a: VerifyArgs) -> CliResult {
                 .tempdir()
                 .map_err(fail)?;
             let tl = Layout::new(tmp.path());
-            let opened = capsule_bundle::open::open(
+            let opened = open_sandboxed(
                 &tl,
                 &OpenRequest {
                     from: OpenFrom::Spec(spec_path),
@@ -539,8 +555,7 @@ pub fn verify(a: VerifyArgs) -> CliResult {
                     dest: None,
                     accept,
                 },
-            )
-            .map_err(fail)?;
+            )?;
             let v = verify_capsule(&opened.capsule)?;
             let _ = store::close(&tl, &opened.capsule.name, true);
             v
@@ -836,7 +851,7 @@ pub fn demo(a: DemoArgs) -> CliResult {
             home.display()
         );
     }
-    let opened = capsule_bundle::open::open(
+    let opened = open_sandboxed(
         &layout,
         &OpenRequest {
             from: OpenFrom::Spec(spec_file),
@@ -845,8 +860,7 @@ pub fn demo(a: DemoArgs) -> CliResult {
             // the demo spec asks for nothing beyond the defaults: refuse if it ever does
             accept: Acceptance::None,
         },
-    )
-    .map_err(fail)?;
+    )?;
     let cap = &opened.capsule;
     if !a.json {
         println!("  opened {} at {}", cap.name, cap.workspace.display());

@@ -173,6 +173,8 @@ pub fn exec(a: ExecArgs) -> CliResult {
 
 #[cfg(target_os = "linux")]
 pub use imp::run_probe;
+#[cfg(target_os = "linux")]
+pub(crate) use imp::weaker_or_refuse;
 
 #[cfg(target_os = "macos")]
 mod imp {
@@ -562,7 +564,7 @@ mod imp {
     /// namespaces when they work and `namespaces_ok`: then only Landlock is weaker; see
     /// [`plan::isolation_for`]); else the refusal that says what is missing and how to
     /// accept. Returns the isolation and whether Landlock is best effort.
-    fn weaker_or_refuse(
+    pub(crate) fn weaker_or_refuse(
         settings: &Settings,
         degradation: &mut Vec<String>,
         namespaces_ok: bool,

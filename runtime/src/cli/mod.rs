@@ -12,6 +12,7 @@ pub mod gate;
 pub mod home;
 pub mod isolation;
 pub mod seatbelt;
+pub mod steps;
 
 /// capsule: a sandbox runtime for coding agents and CI.
 ///
@@ -64,6 +65,9 @@ pub enum Command {
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
     Proxy(crate::net::cmd::ProxyArgs),
+    /// Internal: apply a spec's steps inside the build sandbox (see `cli::steps`).
+    #[command(name = "__materialize", hide = true)]
+    Materialize(steps::MaterializeArgs),
 }
 
 /// Entry point of the binary.
@@ -142,6 +146,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Reveal(c) => home::reveal(c),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
         Command::Proxy(a) => crate::net::cmd::run(a),
+        Command::Materialize(a) => steps::materialize_entry(a),
     }
 }
 
