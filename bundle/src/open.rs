@@ -51,6 +51,10 @@ pub struct Opened {
     pub spec: Option<Spec>,
     /// For pinned sources: whether the repository was read (false: served from cache).
     pub read_source: Option<bool>,
+    /// What the check of the new workspace's git dirs found (steps, an overlay or a
+    /// pinned repository may have left what would run in the operator's own git): offenders
+    /// are quarantined in the bundle, as after an exec ([`crate::hostgit`]).
+    pub git_guard: crate::hostgit::GuardReport,
 }
 
 fn now_rfc3339() -> String {
@@ -414,11 +418,16 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
     // both renamed: the TempDir guards now point at nothing
     drop(ws_tmp);
     drop(b_tmp);
+    // at the final paths (remote URLs and worktree links name them), before anyone's git
+    // runs there; it also records the stamp that keeps the first exec's check cheap
+    let git_guard = crate::hostgit::guard_workspace(&ws_final, &bundle_final, None);
+    tracing::debug!("open {name}: git dirs checked at {:?}", t0.elapsed());
     let capsule = crate::store::load(layout, &name)?;
     Ok(Opened {
         capsule,
         spec,
         read_source,
+        git_guard,
     })
 }
 

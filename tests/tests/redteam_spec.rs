@@ -624,3 +624,68 @@ fn the_build_tmp_is_removed_even_when_locked() {
         );
     }
 }
+
+/// What the steps leave in `.git` for the operator's own git (a `core.fsmonitor`, a
+/// pager, a filter driver with the attribute that selects it, an alias) never runs when
+/// the operator runs git on the host in the new workspace: open checks the git dirs as an
+/// exec does, quarantines the offenders in the bundle and says so.
+#[test]
+fn what_the_steps_plant_for_the_operators_git_never_runs_on_the_host() {
+    use std::os::unix::process::CommandExt;
+    for r in runners() {
+        let w = World::new(&r);
+        let run = format!("touch {}; false", w.marker("hostgit").display());
+        let config = format!(
+            "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = {run}\n\tpager = {run}\n[filter \"x\"]\n\tclean = {run}\n\tsmudge = {run}\n[alias]\n\tst = !{run}\n[user]\n\tname = Kitsoki Capsule\n\temail = capsule@kitsoki.dev\n"
+        );
+        let spec = w.spec(
+            "plants-hostgit",
+            vec![
+                write("a.txt", "a\n"),
+                commit("init"),
+                write(".gitattributes", "* filter=x\n"),
+                write(".git/config", &config),
+                write("b.txt", "b\n"),
+            ],
+        );
+        let (o, ws) = w.open(&spec);
+        let label = format!("[{}]", r.label());
+        let ws = ws.unwrap_or_else(|| panic!("{label} open failed: {}", stderr(&o)));
+        assert!(
+            stderr(&o).contains("git guard"),
+            "{label} open says nothing of what it quarantined: {}",
+            stderr(&o)
+        );
+        assert!(!w.marker("hostgit").exists(), "{label} ran during open");
+        let home = w.dir.path().join("operator-home");
+        std::fs::create_dir_all(&home).unwrap();
+        r.own(&home);
+        for args in [
+            &["status"][..],
+            &["diff"],
+            &["add", "-A"],
+            &["-c", "core.pager=cat", "log", "-p"],
+            &["st"],
+        ] {
+            let mut c = Command::new("git");
+            c.args(args)
+                .current_dir(&ws)
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env("HOME", &home)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_PAGER", "cat")
+                .stdin(std::process::Stdio::null());
+            if let Runner::User { uid, gid, .. } = &r {
+                c.uid(*uid).gid(*gid);
+            }
+            let _ = bounded(&mut c, 30);
+            assert!(
+                !w.marker("hostgit").exists(),
+                "{label} the operator's `git {}` ran what the spec planted",
+                args.join(" ")
+            );
+        }
+    }
+}

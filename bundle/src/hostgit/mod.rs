@@ -125,9 +125,7 @@ impl GuardReport {
 }
 
 fn esc(s: &OsStr) -> String {
-    let s = s.to_string_lossy();
-    let d = format!("{s:?}");
-    d[1..d.len() - 1].to_string()
+    crate::escape::os(s)
 }
 
 fn rel_esc(p: &Path) -> String {

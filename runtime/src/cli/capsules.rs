@@ -238,10 +238,16 @@ pub fn open(a: OpenArgs) -> CliResult {
         },
     )?;
     let c = &opened.capsule;
+    if let Some(line) = opened.git_guard.summary_line() {
+        eprintln!("{line}");
+    }
     if a.json {
         let mut v = capsule_json(c);
         if let Some(r) = opened.read_source {
             v["read_source"] = json!(r);
+        }
+        if opened.git_guard.is_notable() {
+            v["git_guard"] = json!(opened.git_guard);
         }
         print_json(&v);
     } else {
