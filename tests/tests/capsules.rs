@@ -1,4 +1,4 @@
-//! End-to-end tests of `capsule open / verify / close / list / inspect / demo` (issue 2):
+//! End-to-end tests of `capsule open / verify / close / list / inspect / demo`:
 //! Kitsoki's library opens and verifies unchanged, materialization is hermetic and
 //! reproducible, the tree digest matches an independent implementation, `--source`
 //! leaves the operator's checkout byte-for-byte unchanged, pinned sources come from the

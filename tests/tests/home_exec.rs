@@ -1,4 +1,4 @@
-//! The task's own environment through `capsule exec` (issue 5), as root and as the
+//! The task's own environment through `capsule exec`, as root and as the
 //! unprivileged test user: home writes land in the capsule's home layer and wait for review,
 //! package caches are the capsule's own, revealed projects sit next to the workspace,
 //! devices by name only, and no display.

@@ -169,11 +169,25 @@ fn diff_apply_discard_over_a_real_overlay() {
             d.contains("+export EDITOR=vi") && d.contains(" alias ll='ls -l'"),
             "{d}"
         );
+        // what would run as the person once applied is marked; an ordinary file is not
+        let marked = |p: &str| {
+            v["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["path"] == p)
+                .map(|c| c["runs_as_you"].is_string())
+                .unwrap()
+        };
+        assert!(marked(".zshrc") && marked(".gitconfig"), "{v}");
+        assert!(!marked(".config/app/other") && !marked(".bashrc"), "{v}");
         // the human form names them too
         let o = run(r.capsule(&root).args(["home", "diff", "c1"]));
         assert_ok(&o, "home diff");
         assert!(
-            stdout(&o).contains("changed ~/.gitconfig"),
+            stdout(&o).contains(
+                "changed ~/.gitconfig\n        RUNS AS YOU once applied (git configuration"
+            ),
             "{}",
             stdout(&o)
         );

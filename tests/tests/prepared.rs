@@ -1,4 +1,4 @@
-//! Prepared roots (issue 4): a capsule's root is built once per plan by a holder and
+//! Prepared roots: a capsule's root is built once per plan by a holder and
 //! joined by each exec. Joined roots hide what a fresh one hides, a stale root is never
 //! joined, and holders go away with the capsule.
 use capsule_e2e::procs::{host_procs, wait_until};

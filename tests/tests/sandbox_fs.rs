@@ -68,7 +68,7 @@ fn nothing_outside_the_writable_roots_can_be_written() {
             for f in /etc/capsule-test /usr/capsule-test /capsule-test /var/capsule-test "$HOME/.local/share/capsule/x"; do
               if (echo pwned > "$f") 2>/dev/null; then echo "WROTE $f"; fi
             done
-            # the home directory is the capsule's home layer (issue 5): these land there,
+            # the home directory is the capsule's home layer: these land there,
             # never in the real home (checked below)
             (echo pwned > "$HOME/new"; echo pwned > "$HOME/notes.txt") 2>/dev/null
             (: > "$HOME/notes.txt"; truncate -s 0 "$HOME/notes.txt") 2>/dev/null
@@ -170,7 +170,7 @@ fn allow_write_hide_and_reveal() {
         std::fs::create_dir(&extra).unwrap();
         r.own(&extra);
         let f = format!("{}/f", extra.display());
-        // without --allow-write the write lands in the home layer (issue 5), not in `extra`
+        // without --allow-write the write lands in the home layer, not in `extra`
         let _ = c.sh(&format!("echo x > {f}"));
         assert!(!std::path::Path::new(&f).exists());
         let o = c.exec_with(

@@ -376,7 +376,7 @@ pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
             cmd.stderr(Stdio::null());
         }
     }
-    // Linux: in the capsule's sandbox with its own policy and network mode (issue 4)
+    // Linux: in the capsule's sandbox with its own policy and network mode
     #[cfg(target_os = "linux")]
     let status = {
         use std::os::fd::AsRawFd;

@@ -226,7 +226,7 @@ mod imp {
 
         let base = with_current_hidden(&cap, &layout);
         let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;
-        // the network of this exec (issue 6): refuses replay, binds the allowlist proxy
+        // the network of this exec: refuses replay, binds the allowlist proxy
         let net =
             crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
                 if e.is_usage() {
@@ -316,7 +316,7 @@ mod imp {
                 ..Hooks::default()
             }
         };
-        // the task's own environment (issue 5): home layer, caches, revealed projects,
+        // the task's own environment: home layer, caches, revealed projects,
         // devices, no display
         let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
             use crate::home::sandbox::{extend, EnvError};

@@ -235,6 +235,9 @@ fn print_changes(
         if let Some(r) = &c.refused {
             println!("        refused: {}", escape::text_line(r));
         }
+        if let Some(why) = c.runs_as_you {
+            println!("        RUNS AS YOU once applied ({why}): read it before you apply");
+        }
         if c.binary {
             println!("        (binary or large file: no content diff)");
         }

@@ -140,6 +140,11 @@ pub struct Change {
     /// Why this change can never be applied (unsafe content).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Why applying it lets its content run as the person (git configuration, a shell
+    /// startup file, a program on PATH, ...: [`super::hostrun`]); added and changed
+    /// entries only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_as_you: Option<&'static str>,
     /// Unified diff for text files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
@@ -405,6 +410,10 @@ impl Walk<'_> {
                 mode: None,
                 target: None,
                 refused: None,
+                runs_as_you: match kind {
+                    ChangeKind::Removed => None,
+                    _ => super::hostrun::runs_as_you(&path),
+                },
                 diff: None,
                 binary: false,
                 sha256: None,
@@ -535,6 +544,7 @@ impl Walk<'_> {
             mode: None,
             target: None,
             refused: self.layer.hidden_reason(path),
+            runs_as_you: None,
             diff: None,
             binary: false,
             sha256: None,
@@ -591,6 +601,7 @@ impl Walk<'_> {
             mode: Some(mode),
             target: None,
             refused: None,
+            runs_as_you: super::hostrun::runs_as_you(path),
             diff: None,
             binary: false,
             sha256: None,

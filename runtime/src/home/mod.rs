@@ -1,8 +1,9 @@
-//! The task's own environment (issue 5): the home layer and its review, package caches of
+//! The task's own environment: the home layer and its review, package caches of
 //! the capsule's own, projects revealed next to the source folder, and devices.
 //!
 //! - [`reveal`]: folders a source folder's manifests name, and which are opened.
 //! - [`layer`]: the home layer (an overlayfs upper directory) — review, apply, discard;
+//!   [`hostrun`]: which of its paths make programs run as the person once applied;
 //!   [`review`]: binding an apply to what `home diff` showed; [`lock`]: the exec lock that
 //!   keeps apply and discard from running while an exec does.
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
@@ -16,6 +17,7 @@ pub mod devices;
 #[cfg(target_os = "linux")]
 pub mod display;
 pub mod fsat;
+pub mod hostrun;
 pub mod layer;
 pub mod lock;
 pub mod reveal;
