@@ -63,6 +63,7 @@
 pub mod init;
 pub mod landlock;
 pub mod mounts;
+pub mod oci;
 pub mod plan;
 pub mod prepared;
 pub mod pty;
