@@ -1,4 +1,4 @@
-//! The OCI rendering of an [`ExecPlan`]: the `config.json` (OCI runtime spec 1.2, via
+//! The OCI rendering of an [`ExecPlan`]: the `config.json` (OCI runtime spec, via
 //! `oci-spec`) that a plain OCI runtime (runc, crun) runs, made from the very plan the
 //! Linux executor runs, so the two cannot drift.
 //!
@@ -12,7 +12,7 @@
 //! refusal is the architecture list (native only: libseccomp answers calls of any other
 //! architecture, i386 and x32 included, with its bad-architecture action, a kill).
 //! No capability in any set, `noNewPrivileges`, one id mapping (the caller's own uid and
-//! gid, which is what works rootless), the network namespace when the plan has one, the
+//! gid as the container's 0, which is what works rootless under runc and crun), the network namespace when the plan has one, the
 //! caller's resource limits, and no cgroup path.
 //!
 //! What OCI cannot express goes in annotations under [`ANNOTATION_PREFIX`]: a plain OCI
@@ -32,7 +32,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// OCI runtime spec version rendered.
-pub const OCI_VERSION: &str = "1.2.0";
+/// 1.1.0, not 1.2.0: crun 1.8 (Debian 12) refuses specs of any version it does not know,
+/// and nothing rendered here is newer than 1.1.
+pub const OCI_VERSION: &str = "1.1.0";
 
 /// Prefix of every annotation capsule writes.
 pub const ANNOTATION_PREFIX: &str = "dev.capsule.";
@@ -135,15 +137,21 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                 rw,
                 optional,
             } => {
-                if std::fs::metadata(src).is_err() {
-                    if *optional {
-                        continue;
-                    }
-                    // the runtime reports the missing source itself, naming it
+                let md = std::fs::metadata(src);
+                if md.is_err() && *optional {
+                    continue;
                 }
+                // (a missing required source: the runtime reports it, naming it)
+                // recursively read-only for a directory; crun 1.8 cannot apply `rro` to a
+                // file, which has no submounts anyway
+                let ro = if md.is_ok_and(|m| m.is_dir()) {
+                    "rro"
+                } else {
+                    "ro"
+                };
                 // device nodes keep their dev semantics, as in the executor's /dev
                 let dev = within(dst, Path::new("/dev")) && !within(dst, Path::new("/dev/shm"));
-                let mut opts = vec!["rbind", if *rw { "rw" } else { "rro" }, "nosuid"];
+                let mut opts = vec!["rbind", if *rw { "rw" } else { ro }, "nosuid"];
                 if !dev {
                     opts.push("nodev");
                 }
@@ -427,7 +435,10 @@ fn rlimit_types() -> [PosixRlimitType; 16] {
 }
 
 /// Render `plan` (full isolation) as an OCI spec whose root is `root_path` (relative to
-/// the bundle, read-only), run as `uid`/`gid` mapped to themselves. `annotations` are
+/// the bundle, read-only), for a caller of `uid`/`gid`: one mapping, the caller's own ids
+/// as the container's 0 (runc requires the container's root to be mapped, and a caller
+/// without privileges can map only its own ids), and the process runs as that 0, with no
+/// capability (root runs as itself, as under `capsule exec`). `annotations` are
 /// added under [`ANNOTATION_PREFIX`] (keys given without it).
 pub fn render(
     plan: &ExecPlan,
@@ -487,8 +498,8 @@ pub fn render(
             .terminal(terminal)
             .user(
                 UserBuilder::default()
-                    .uid(uid)
-                    .gid(gid)
+                    .uid(0u32)
+                    .gid(0u32)
                     .build()
                     .map_err(build_err("user"))?,
             )
@@ -529,7 +540,7 @@ pub fn render(
         .collect::<Result<Vec<_>, _>>()?;
     let map = |id: u32| {
         LinuxIdMappingBuilder::default()
-            .container_id(id)
+            .container_id(0u32)
             .host_id(id)
             .size(1u32)
             .build()
