@@ -315,7 +315,7 @@ fn blocks(mut lo: u64, hi: u64) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     while lo <= hi {
         let mut size = 1u64;
-        while lo % (size * 2) == 0 && lo + size * 2 - 1 <= hi && size * 2 <= 1 << 32 {
+        while lo.is_multiple_of(size * 2) && lo + size * 2 - 1 <= hi && size * 2 <= 1 << 32 {
             size *= 2;
         }
         out.push((0xffff_ffff & !(size - 1), lo));

@@ -261,7 +261,7 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 
 /// The hand-written prologue: foreign ABIs die, `clone3` gets ENOSYS, everything else falls
 /// through to seccompiler's table.
-fn prologue() -> Vec<sock_filter> {
+fn prologue(table: &[SysRule]) -> Vec<sock_filter> {
     let kill = libc::SECCOMP_RET_KILL_PROCESS;
     let enosys = libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA);
     let mut p = vec![
@@ -278,7 +278,7 @@ fn prologue() -> Vec<sock_filter> {
         stmt(BPF_RET_K, kill),
     ]);
     // the table's ENOSYS answers (openat2, clone3): unconditional, before the table
-    for r in rules().into_iter().filter(|r| r.errno == libc::ENOSYS) {
+    for r in table.iter().filter(|r| r.errno == libc::ENOSYS) {
         p.extend([
             jump(BPF_JMP_JEQ_K, r.nr as u32, 0, 1),
             stmt(BPF_RET_K, enosys),
@@ -406,7 +406,8 @@ impl SeccompProgram {
     pub fn build() -> Result<Self, SeccompError> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
-        for r in self::rules().into_iter().filter(|r| r.errno == libc::EPERM) {
+        let refusals = self::rules();
+        for r in refusals.iter().filter(|r| r.errno == libc::EPERM) {
             let mut alts = Vec::new();
             for conj in &r.when {
                 let mut conds = Vec::new();
@@ -437,7 +438,7 @@ impl SeccompProgram {
             native_arch()?,
         )?;
         let table: BpfProgram = filter.try_into()?;
-        let mut bpf = prologue();
+        let mut bpf = prologue(&refusals);
         bpf.extend(table);
         if bpf.len() > 4096 {
             return Err(SeccompError::TooLong(bpf.len()));
