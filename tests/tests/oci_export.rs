@@ -261,4 +261,74 @@ fn export_refuses_a_non_empty_dir_and_leaves_nothing_on_failure() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["args"][0].as_str().unwrap().starts_with('/'), "{v}");
     assert!(empty.join("config.json").is_file() && empty.join("rootfs").is_dir());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(empty.join("config.json"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "config.json holds the environment: {mode:o}"
+    );
+}
+
+#[test]
+fn inspect_shows_the_plan_and_its_rendering_as_of_now() {
+    let r = Runner::Current;
+    let dir = scratch();
+    let home = dir.path().join("home");
+    let src = home.join("app");
+    git_repo(&src, &[("a.txt", "a\n")]);
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let o = capsule(&r, &root, &home)
+        .args(["open", "--source"])
+        .arg(&src)
+        .args(["--name", "i"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "open: {}", stderr(&o));
+    // made after open: the stored open-time config cannot know it, the plan does
+    let ssh = home.join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    std::fs::write(ssh.join("id_ed25519"), SECRET).unwrap();
+    let o = capsule(&r, &root, &home)
+        .args(["inspect", "i", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["plan"]["mounts"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{v}"
+    );
+    let now = &v["config_now"];
+    assert_eq!(
+        now["process"]["capabilities"]["bounding"],
+        serde_json::json!([])
+    );
+    assert_eq!(now["process"]["noNewPrivileges"], serde_json::json!(true));
+    assert!(now["linux"]["seccomp"]["syscalls"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty()));
+    let masked: Vec<&str> = now["linux"]["maskedPaths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x.as_str())
+        .collect();
+    assert!(masked.contains(&ssh.to_str().unwrap()), "{masked:?}");
+    assert!(!stdout(&o).contains(SECRET));
+    let text = capsule(&r, &root, &home)
+        .args(["inspect", "i"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&text).contains("does NOT enforce"),
+        "{}",
+        stdout(&text)
+    );
 }

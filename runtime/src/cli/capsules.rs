@@ -830,7 +830,19 @@ struct EnforcedNow {
 fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, String> {
     use crate::linux::{oci, seccomp};
     let shell = std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into());
-    let plan = crate::cli::exec::plan_now(cap, layout, vec![shell]).map_err(|e| e.message)?;
+    let mut plan = crate::cli::exec::plan_now(cap, layout, vec![shell]).map_err(|e| e.message)?;
+    // values passed through by name (tokens, keys) stay out of what inspect prints
+    for (k, v) in plan.env.iter_mut() {
+        let shown = k.to_str().is_some_and(|k| {
+            matches!(
+                k,
+                "PATH" | "TMPDIR" | "HOME" | "USER" | "LOGNAME" | "LANG" | "TERM" | "SHELL"
+            ) || k.starts_with("LC_")
+        });
+        if !shown {
+            *v = "(value from the environment of the exec)".into();
+        }
+    }
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let rendered =

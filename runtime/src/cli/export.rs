@@ -162,7 +162,18 @@ mod imp {
         let config = tmp.path().join("config.json");
         let json = serde_json::to_vec_pretty(&rendered.spec)
             .map_err(|e| fail(format!("export: config.json: {e}")))?;
-        std::fs::write(&config, json).map_err(|e| fail(format!("export {}: {e}", esc(&config))))?;
+        // 0600: the environment it holds may carry what the spec passes by name
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&config)
+                .and_then(|mut f| f.write_all(&json))
+                .map_err(|e| fail(format!("export {}: {e}", esc(&config))))?;
+        }
         capsule_bundle::oci::load_and_validate(&config).map_err(|e| fail(e.to_string()))?;
         if exists {
             std::fs::remove_dir(&dir).map_err(|e| fail(format!("export {}: {e}", esc(&dir))))?;
