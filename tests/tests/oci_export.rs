@@ -2,8 +2,8 @@
 //! Debian ships them), as root and as the unprivileged test user, and what an OCI runtime
 //! can enforce holds there: a secret made after open is unreadable, nothing outside the
 //! workspace is writable, no capability, no_new_privs, keyctl and new user namespaces
-//! refused (through the 32-bit and x32 entries too), no host network in `none`; the
-//! workspace is writable and `git commit` works in it.
+//! refused (through the 32-bit and x32 entries too), no set-id file, no host network in
+//! `none`; the workspace is writable and `git commit` works in it.
 //!
 //! The runtimes must be installed (`.ci/run` installs them); without them the test says so
 //! and passes, unless `CAPSULE_TEST_REQUIRE_USER=1` (CI), where it fails.
@@ -113,6 +113,9 @@ a = ctypes.addressof(ctypes.c_char.from_buffer(m))
 print("I386-RAN", ctypes.CFUNCTYPE(ctypes.c_int)(a)())' 2>/dev/null
 python3 -c 'import ctypes; l=ctypes.CDLL(None, use_errno=True); print("X32-RAN", l.syscall(0x40000000 | 39))' 2>/dev/null
 (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-NET
+touch /tmp/sid && chmod u+s /tmp/sid 2>/dev/null
+python3 -c 'import ctypes; l=ctypes.CDLL(None); l.syscall(452, -100, b"/tmp/sid", 0o6755, 0)'
+[ -u /tmp/sid ] || [ -g /tmp/sid ] && echo SETID-MADE
 cd '{ws}' && echo w > oci-{rt}.txt && git add oci-{rt}.txt && git -c user.email=t@e -c user.name=t commit -qm oci && echo COMMIT-OK
 echo PROBE-END
 "#,
@@ -196,6 +199,7 @@ fn exported_bundles_run_under_runc_and_crun_and_enforce_the_plan() {
             assert!(!out.contains("I386-RAN"), "32-bit entry open: {ctx}");
             assert!(!out.contains("X32-RAN"), "x32 entry open: {ctx}");
             assert!(!out.contains("HOST-NET"), "host network reachable: {ctx}");
+            assert!(!out.contains("SETID-MADE"), "a set-id file was made: {ctx}");
             assert!(out.contains("COMMIT-OK"), "{ctx}");
             assert!(ws.join(format!("oci-{rt}.txt")).exists(), "{ctx}");
         }
