@@ -1,5 +1,8 @@
 //! The bundle's OCI runtime spec, `config.json`, rendered with `oci-spec` from a resolved
-//! [`SandboxPolicy`], and our own checks of the fields the OCI runtime spec requires.
+//! [`SandboxPolicy`] at open, and our own checks of the fields the OCI runtime spec
+//! requires. This open-time file is a picture of the policy, not what runs: what an exec
+//! enforces is the runtime's plan, whose OCI rendering (`capsule_runtime::linux::oci`,
+//! written by `capsule export`, shown by `capsule inspect`) runs under runc and crun.
 //!
 //! The rendering: the host root read-only (`root: {path: "/", readonly: true}`), the
 //! workspace bind-mounted read-write at its own path, the capsule's tmp at `/tmp`, the
@@ -10,8 +13,9 @@
 use crate::error::{Error, Result};
 use crate::policy::{NetworkMode, SandboxPolicy};
 use oci_spec::runtime::{
-    LinuxBuilder, LinuxIdMappingBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, Mount,
-    MountBuilder, ProcessBuilder, RootBuilder, Spec, UserBuilder,
+    Capabilities, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxIdMappingBuilder,
+    LinuxNamespaceBuilder, LinuxNamespaceType, Mount, MountBuilder, ProcessBuilder, RootBuilder,
+    Spec, UserBuilder,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +73,17 @@ pub fn render(policy: &SandboxPolicy, uid: u32, gid: u32) -> Result<Spec> {
             .args(vec!["/bin/sh".to_string()])
             .env(env)
             .cwd(policy.workspace.clone())
+            // capsule drops every capability; oci-spec's default would grant three
+            .capabilities(
+                LinuxCapabilitiesBuilder::default()
+                    .bounding(Capabilities::new())
+                    .effective(Capabilities::new())
+                    .inheritable(Capabilities::new())
+                    .permitted(Capabilities::new())
+                    .ambient(Capabilities::new())
+                    .build()
+                    .map_err(|x| e("capabilities", &x))?,
+            )
             .no_new_privileges(true)
             .build()
             .map_err(|x| e("process", &x))?,

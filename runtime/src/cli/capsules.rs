@@ -743,6 +743,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(serde_json::Value::Null);
     let words = policy_in_words(&cap.policy);
+    let now = enforced_now(&cap, &layout);
     if a.json {
         print_json(&json!({
             "capsule": capsule_json(&cap),
@@ -755,6 +756,11 @@ pub fn inspect(a: InspectArgs) -> CliResult {
             "config": config_json,
             "config_valid": config_check.is_ok(),
             "config_error": config_check.as_ref().err().map(|e| e.to_string()),
+            "config_is": "the open-time rendering of the policy; `plan` and `config_now` are what an exec enforces now",
+            "plan": now.as_ref().ok().map(|n| &n.plan),
+            "config_now": now.as_ref().ok().map(|n| &n.config),
+            "oci_not_enforced": now.as_ref().ok().map(|_| crate::linux::oci::NOT_ENFORCED),
+            "plan_error": now.as_ref().err(),
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -805,7 +811,24 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         }
         Err(e) => println!("  (unreadable: {})", esc_line(e)),
     }
-    println!("\nconfig.json ({}):", esc_path(&config_path));
+    match &now {
+        Ok(n) => {
+            println!("\nenforced now (the plan of an exec, rendered as OCI config.json; `capsule export` writes it):");
+            println!("  a plain OCI runtime (runc, crun) running it does NOT enforce:");
+            for w in crate::linux::oci::NOT_ENFORCED {
+                println!("    {w}");
+            }
+            let t = serde_json::to_string_pretty(&n.config).unwrap_or_default();
+            for l in t.lines() {
+                println!("  | {}", esc_line(l));
+            }
+        }
+        Err(e) => println!("\nenforced now: cannot resolve the plan: {}", esc_line(e)),
+    }
+    println!(
+        "\nconfig.json ({}; rendered from the policy at open, not what runs):",
+        esc_path(&config_path)
+    );
     match &config_check {
         Ok(_) => println!("  valid OCI runtime spec"),
         Err(e) => println!("  INVALID: {}", esc_line(&e.to_string())),
@@ -815,6 +838,79 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         println!("  | {}", esc_line(l));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What an exec of the capsule enforces now: its plan, in JSON, and the plan rendered as
+/// OCI `config.json`.
+struct EnforcedNow {
+    plan: serde_json::Value,
+    config: serde_json::Value,
+}
+
+#[cfg(target_os = "linux")]
+fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, String> {
+    use crate::linux::{oci, seccomp};
+    let shell = std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into());
+    let mut plan = crate::cli::exec::plan_now(cap, layout, vec![shell]).map_err(|e| e.message)?;
+    // values passed through by name (tokens, keys) stay out of what inspect prints
+    for (k, v) in plan.env.iter_mut() {
+        let shown = k.to_str().is_some_and(|k| {
+            matches!(
+                k,
+                "PATH" | "TMPDIR" | "HOME" | "USER" | "LOGNAME" | "LANG" | "TERM" | "SHELL"
+            ) || k.starts_with("LC_")
+        });
+        if !shown {
+            *v = "(value from the environment of the exec)".into();
+        }
+    }
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let rendered =
+        oci::render(&plan, uid, gid, Path::new("rootfs"), false, &[]).map_err(|e| e.to_string())?;
+    let seccomp: Vec<_> = seccomp::rules()
+        .into_iter()
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "errno": r.errno,
+                "conditional": !r.when.is_empty(),
+            })
+        })
+        .collect();
+    let plan_json = json!({
+        "isolation": plan.isolation,
+        "mounts": plan.mounts,
+        "cwd": plan.cwd,
+        // names only: values may carry what --pass-env passes
+        "env": plan.env.iter().map(|(k, _)| k.to_string_lossy()).collect::<Vec<_>>(),
+        "namespaces": {
+            "user": true, "mount": true, "pid": true, "ipc": true, "uts": true,
+            "network": plan.new_netns,
+        },
+        "hostname": plan.hostname,
+        "capabilities": [],
+        "no_new_privs": true,
+        "id_mapping": {"uid": uid, "gid": gid, "size": 1},
+        "seccomp": seccomp,
+        "network": plan.policy.network.mode.as_str(),
+        "network_allow": plan.policy.network.allow,
+        "landlock": {
+            "writable": plan.policy.writable,
+            "read_only": plan.policy.read_only,
+            "hidden": plan.policy.hidden.iter().map(|h| &h.path).collect::<Vec<_>>(),
+        },
+        "policy_digest": plan.policy.digest(),
+    });
+    Ok(EnforcedNow {
+        plan: plan_json,
+        config: serde_json::to_value(&rendered.spec).map_err(|e| e.to_string())?,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn enforced_now(_: &OpenCapsule, _: &Layout) -> Result<EnforcedNow, String> {
+    Err("the exec plan is resolved on Linux only in this build".into())
 }
 
 // ------------------------------------------------------------------ demo

@@ -172,7 +172,7 @@ pub fn exec(a: ExecArgs) -> CliResult {
 }
 
 #[cfg(target_os = "linux")]
-pub use imp::run_probe;
+pub use imp::{plan_now, run_probe};
 #[cfg(target_os = "linux")]
 pub(crate) use imp::weaker_or_refuse;
 
@@ -537,6 +537,27 @@ mod imp {
             Err(ExecError::NotExecutable { .. }) => Ok(Some(exit::NOT_EXECUTABLE as i32)),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// The plan an exec of `argv` in `cap` would run now at full isolation, with no flags:
+    /// the policy with the hidden paths of now, the clean environment, the home layer,
+    /// caches, revealed projects and devices ([`crate::home::sandbox::extend`], which
+    /// prepares the home layer as an exec does), and the spec's network mode (the
+    /// allowlist proxy is the executor's: without it, loopback only). For renderings
+    /// (`capsule export`, `capsule inspect`), never on the exec path.
+    pub fn plan_now(
+        cap: &store::OpenCapsule,
+        layout: &Layout,
+        argv: Vec<OsString>,
+    ) -> Result<ExecPlan, CliError> {
+        let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
+        let policy = with_current_hidden(cap, layout);
+        let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+        let mut plan =
+            ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
+        crate::home::sandbox::extend(&mut plan, cap, &settings, true, &layout.root)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(plan)
     }
 
     /// `cap`'s policy with the default hidden paths resolved again now: `open` lists only

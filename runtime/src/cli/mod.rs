@@ -8,6 +8,7 @@ use std::process::ExitCode;
 pub mod capsules;
 pub mod exec;
 mod exec_args;
+pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
@@ -46,6 +47,8 @@ pub enum Command {
     Demo(capsules::DemoArgs),
     /// Run a command inside a capsule's sandbox.
     Exec(exec::ExecArgs),
+    /// Write an OCI bundle of a capsule that runc or crun runs.
+    Export(export::ExportArgs),
     /// Show what isolation this machine gives, and accept weaker isolation knowingly.
     Isolation(isolation::IsolationArgs),
     /// The launch-policy gate.
@@ -139,6 +142,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Inspect(a) => capsules::inspect(a),
         Command::Demo(a) => capsules::demo(a),
         Command::Exec(a) => exec::exec(a),
+        Command::Export(a) => export::export(a),
         Command::Isolation(a) => isolation::isolation(a),
         Command::Policy(c) => gate::policy(c),
         Command::Agent(c) => gate::agent(c),

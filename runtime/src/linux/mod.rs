@@ -59,10 +59,14 @@
 //! mounted path, or one listing of a folder of many hidden paths), the record's two
 //! workspace snapshots (`crate::record`, ~0.1-0.3 ms), a fork in the spare and the
 //! command's `execve`.
+//!
+//! The same [`ExecPlan`] renders as an OCI `config.json` ([`oci`], for `capsule export`
+//! and `capsule inspect`), never on the exec path.
 
 pub mod init;
 pub mod landlock;
 pub mod mounts;
+pub mod oci;
 pub mod plan;
 pub mod prepared;
 pub mod pty;

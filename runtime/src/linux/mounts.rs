@@ -276,6 +276,23 @@ pub fn apply(step: &MountStep) -> R<()> {
     }
 }
 
+/// Entries of the sandbox's `/proc` made read-only (kernel knobs).
+pub const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+/// Entries of the sandbox's `/proc` masked (kernel internals).
+pub const PROC_MASKED: &[&str] = &[
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
+    "acpi",
+    "scsi",
+    "asound",
+];
+
 /// Where masks inside `/proc` come from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum MaskSource {
@@ -304,7 +321,7 @@ fn proc_fs(prefix: &str, dst: &Path, masks: MaskSource) -> R<()> {
     )?;
     // Root runs mapped to itself: sysctls and sysrq check only file modes, so these must
     // be read-only mounts. Kernel internals are masked (as container runtimes do).
-    for ro in ["sys", "sysrq-trigger", "irq", "bus", "fs"] {
+    for ro in PROC_READ_ONLY {
         let p = ctx(under(prefix, &dst.join(ro)), what)?;
         if sys::kind(&p) == Kind::Missing {
             continue;
@@ -313,18 +330,7 @@ fn proc_fs(prefix: &str, dst: &Path, masks: MaskSource) -> R<()> {
             format!("making /proc/{ro} read-only")
         })?;
     }
-    for m in [
-        "kcore",
-        "keys",
-        "key-users",
-        "timer_list",
-        "sched_debug",
-        "latency_stats",
-        "kallsyms",
-        "acpi",
-        "scsi",
-        "asound",
-    ] {
+    for m in PROC_MASKED {
         let p = ctx(under(prefix, &dst.join(m)), what)?;
         let step = || format!("masking /proc/{m}");
         match (sys::kind(&p), masks) {

@@ -261,7 +261,7 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 
 /// The hand-written prologue: foreign ABIs die, `clone3` gets ENOSYS, everything else falls
 /// through to seccompiler's table.
-fn prologue() -> Vec<sock_filter> {
+fn prologue(table: &[SysRule]) -> Vec<sock_filter> {
     let kill = libc::SECCOMP_RET_KILL_PROCESS;
     let enosys = libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA);
     let mut p = vec![
@@ -277,12 +277,13 @@ fn prologue() -> Vec<sock_filter> {
         jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
         stmt(BPF_RET_K, kill),
     ]);
-    p.extend([
-        jump(BPF_JMP_JEQ_K, sys::openat2 as u32, 0, 1),
-        stmt(BPF_RET_K, enosys),
-        jump(BPF_JMP_JEQ_K, sys::clone3 as u32, 0, 1),
-        stmt(BPF_RET_K, enosys),
-    ]);
+    // the table's ENOSYS answers (openat2, clone3): unconditional, before the table
+    for r in table.iter().filter(|r| r.errno == libc::ENOSYS) {
+        p.extend([
+            jump(BPF_JMP_JEQ_K, r.nr as u32, 0, 1),
+            stmt(BPF_RET_K, enosys),
+        ]);
+    }
     p
 }
 
@@ -295,74 +296,141 @@ fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Secco
     )?)
 }
 
+/// A condition on one syscall argument, compared on its low 32 bits (the kernel reads
+/// every argument these rules look at as a 32-bit `int`, whatever the high bits say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgCond {
+    /// `arg & mask == value`.
+    MaskedEq { arg: u8, mask: u64, value: u64 },
+    /// `arg == value`.
+    Eq { arg: u8, value: u64 },
+    /// `arg` is none of `values`.
+    NoneOf { arg: u8, values: &'static [u64] },
+}
+
+/// One refusal of capsule's filter: `name` (number `nr`) answers `errno` when any of
+/// `when` (each a conjunction of conditions) holds; an empty `when` refuses it always.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysRule {
+    pub name: &'static str,
+    pub nr: i64,
+    pub when: Vec<Vec<ArgCond>>,
+    pub errno: i32,
+}
+
+/// The one table both the installed filter ([`SeccompProgram::build`]) and the OCI
+/// rendering (`linux.seccomp` of an exported bundle, [`crate::linux::oci`]) are made
+/// from. (The foreign-ABI refusal is the filter's prologue; in OCI it is the
+/// architecture list.)
+pub fn rules() -> Vec<SysRule> {
+    let always = |name, nr| SysRule {
+        name,
+        nr,
+        when: vec![],
+        errno: libc::EPERM,
+    };
+    let mut out: Vec<SysRule> = refused_syscalls().map(|(n, nr)| always(n, nr)).collect();
+    let newuser = libc::CLONE_NEWUSER as u64;
+    // flags are the first argument of clone on x86_64 and aarch64, and of unshare
+    for (name, nr) in [("clone", sys::clone), ("unshare", sys::unshare)] {
+        out.push(SysRule {
+            when: vec![vec![ArgCond::MaskedEq {
+                arg: 0,
+                mask: newuser,
+                value: newuser,
+            }]],
+            ..always(name, nr)
+        });
+    }
+    out.push(SysRule {
+        when: vec![
+            vec![ArgCond::Eq {
+                arg: 1,
+                value: TIOCSTI,
+            }],
+            vec![ArgCond::Eq {
+                arg: 1,
+                value: TIOCLINUX,
+            }],
+        ],
+        ..always("ioctl", sys::ioctl)
+    });
+    // set-user-ID / set-group-ID bits: a file the sandbox makes set-id would be set-id
+    // on the host too (root inside is root's files outside), so no call may set them.
+    let mut mode_rules = vec![
+        ("fchmod", sys::fchmod, 1u8),
+        ("fchmodat", sys::fchmodat, 2),
+        ("fchmodat2", sys::fchmodat2, 2),
+        ("openat", sys::openat, 3),
+        ("mknodat", sys::mknodat, 2),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    mode_rules.extend([
+        ("chmod", sys::chmod, 1u8),
+        ("open", sys::open, 2),
+        ("creat", sys::creat, 1),
+        ("mknod", sys::mknod, 1),
+    ]);
+    for (name, nr, arg) in mode_rules {
+        let bit = |b: u64| {
+            vec![ArgCond::MaskedEq {
+                arg,
+                mask: b,
+                value: b,
+            }]
+        };
+        out.push(SysRule {
+            when: vec![bit(libc::S_ISUID as u64), bit(libc::S_ISGID as u64)],
+            ..always(name, nr)
+        });
+    }
+    out.push(SysRule {
+        when: vec![vec![ArgCond::NoneOf {
+            arg: 0,
+            values: PERSONALITY_ALLOWED,
+        }]],
+        ..always("personality", sys::personality)
+    });
+    for (name, nr) in [("openat2", sys::openat2), ("clone3", sys::clone3)] {
+        out.push(SysRule {
+            errno: libc::ENOSYS,
+            ..always(name, nr)
+        });
+    }
+    out
+}
+
 impl SeccompProgram {
     /// Build the filter for the native architecture. Allocates; call before forking or in
     /// a child that may still allocate.
     pub fn build() -> Result<Self, SeccompError> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-        for (_, nr) in refused_syscalls() {
+        // ENOSYS answers are the prologue's (seccompiler's table has one match action)
+        let refusals = self::rules();
+        for r in refusals.iter().filter(|r| r.errno == libc::EPERM) {
+            let mut alts = Vec::new();
+            for conj in &r.when {
+                let mut conds = Vec::new();
+                for c in conj {
+                    match *c {
+                        ArgCond::MaskedEq { arg, mask, value } => {
+                            conds.push(cond(arg, SeccompCmpOp::MaskedEq(mask), value)?)
+                        }
+                        ArgCond::Eq { arg, value } => {
+                            conds.push(cond(arg, SeccompCmpOp::Eq, value)?)
+                        }
+                        ArgCond::NoneOf { arg, values } => {
+                            for v in values {
+                                conds.push(cond(arg, SeccompCmpOp::Ne, *v)?);
+                            }
+                        }
+                    }
+                }
+                alts.push(SeccompRule::new(conds)?);
+            }
             // an empty rule list = match whatever the arguments
-            rules.insert(nr, vec![]);
+            rules.insert(r.nr, alts);
         }
-        let newuser = libc::CLONE_NEWUSER as u64;
-        for nr in [sys::clone, sys::unshare] {
-            // flags are the first argument of clone on x86_64 and aarch64, and of unshare
-            rules.insert(
-                nr,
-                vec![SeccompRule::new(vec![cond(
-                    0,
-                    SeccompCmpOp::MaskedEq(newuser),
-                    newuser,
-                )?])?],
-            );
-        }
-        // ioctl request: Dword compares the low 32 bits only, as the kernel reads it
-        rules.insert(
-            sys::ioctl,
-            vec![
-                SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, TIOCSTI)?])?,
-                SeccompRule::new(vec![cond(1, SeccompCmpOp::Eq, TIOCLINUX)?])?,
-            ],
-        );
-        // set-user-ID / set-group-ID bits: a file the sandbox makes set-id would be set-id
-        // on the host too (root inside is root's files outside), so no call may set them.
-        let mut mode_rules = vec![
-            (sys::fchmod, 1u8),
-            (sys::fchmodat, 2),
-            (sys::fchmodat2, 2),
-            (sys::openat, 3),
-            (sys::mknodat, 2),
-        ];
-        #[cfg(target_arch = "x86_64")]
-        mode_rules.extend([
-            (sys::chmod, 1u8),
-            (sys::open, 2),
-            (sys::creat, 1),
-            (sys::mknod, 1),
-        ]);
-        for (nr, arg) in mode_rules {
-            rules.insert(
-                nr,
-                vec![
-                    SeccompRule::new(vec![cond(
-                        arg,
-                        SeccompCmpOp::MaskedEq(libc::S_ISUID as u64),
-                        libc::S_ISUID as u64,
-                    )?])?,
-                    SeccompRule::new(vec![cond(
-                        arg,
-                        SeccompCmpOp::MaskedEq(libc::S_ISGID as u64),
-                        libc::S_ISGID as u64,
-                    )?])?,
-                ],
-            );
-        }
-        let mut not_allowed = Vec::new();
-        for v in PERSONALITY_ALLOWED {
-            not_allowed.push(cond(0, SeccompCmpOp::Ne, *v)?);
-        }
-        rules.insert(sys::personality, vec![SeccompRule::new(not_allowed)?]);
-
         let filter = SeccompFilter::new(
             rules,
             SeccompAction::Allow,
@@ -370,7 +438,7 @@ impl SeccompProgram {
             native_arch()?,
         )?;
         let table: BpfProgram = filter.try_into()?;
-        let mut bpf = prologue();
+        let mut bpf = prologue(&refusals);
         bpf.extend(table);
         if bpf.len() > 4096 {
             return Err(SeccompError::TooLong(bpf.len()));
