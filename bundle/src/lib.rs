@@ -24,6 +24,7 @@ pub mod open;
 pub mod ownobjects;
 pub mod packwrite;
 pub mod policy;
+pub mod reachcopy;
 pub mod source;
 pub mod spec;
 pub mod store;

@@ -87,9 +87,15 @@ fn copy_commit(
         .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
     let own = crate::ownobjects::OwnObjects::open(src_git_objects, follow_top)?;
     let copied =
-        crate::ownobjects::copy_reachable(&own, &id, shallow, &dst_git.join("objects"), what)?;
+        crate::reachcopy::copy_reachable(&own, &id, shallow, &dst_git.join("objects"), what)?;
     crate::ownobjects::write_shallow(dst_git, &copied.shallow)?;
-    tracing::debug!("{what}: {} objects of {commit} copied", copied.objects);
+    tracing::debug!(
+        "{what}: {} objects of {commit} copied ({} pack entries reused as bytes, {} of them deltas; {} deltas resolved)",
+        copied.objects,
+        copied.reused,
+        copied.reused_deltas,
+        copied.resolved
+    );
     Ok(())
 }
 
