@@ -493,4 +493,45 @@ mod tests {
             assert!(!o.status.success(), "{b} must not be in the copy");
         }
     }
+
+    #[test]
+    fn a_pack_entry_not_matching_its_crc_is_refused() {
+        let t = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
+        let src = t.path().join("src");
+        let commits = growing_repo(&src, 3, true);
+        let head = commits.last().unwrap();
+        let blob = git(&src, &["rev-parse", &format!("{head}:u2.txt")]);
+        let packs = src.join(".git/objects/pack");
+        let pack = std::fs::read_dir(&packs)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .unwrap();
+        let idx = pack.with_extension("idx");
+        let line = git(&packs, &["verify-pack", "-v", idx.to_str().unwrap()])
+            .lines()
+            .find(|l| l.starts_with(blob.trim()))
+            .unwrap()
+            .to_string();
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .skip(2)
+            .take(3)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        // a byte in the middle of the blob's compressed data
+        let at = (f[2] + f[1] / 2) as usize;
+        let mut bytes = std::fs::read(&pack).unwrap();
+        bytes[at] ^= 0x55;
+        std::fs::remove_file(&pack).unwrap();
+        std::fs::write(&pack, bytes).unwrap();
+        let dst = t.path().join("dst.git");
+        git(t.path(), &["init", "-q", "--bare", dst.to_str().unwrap()]);
+        let own = OwnObjects::open(&src.join(".git/objects"), false).unwrap();
+        let id = ObjectId::from_hex(head.as_bytes()).unwrap();
+        let e = copy_reachable(&own, &id, &HashSet::new(), &dst.join("objects"), "test")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(blob.trim()) && e.contains("CRC-32"), "{e}");
+    }
 }
