@@ -5,7 +5,7 @@
 //!   environment, no global/system config; gix runs no hooks, filters or fsmonitor). A
 //!   fresh repository is created, the objects HEAD reaches are *copied* into it from the
 //!   checkout's own object store ([`crate::ownobjects`]: alternates are never followed,
-//!   nothing is hardlinked or shared), HEAD's branch ref is written, and the work tree is
+//!   nothing is hardlinked or shared; [`crate::reachcopy`] reuses its pack entries as bytes), HEAD's branch ref is written, and the work tree is
 //!   checked out by gix with the new repository's empty configuration, so no filter driver
 //!   runs. A linked worktree's `gitdir:` file and `commondir` are followed to its main
 //!   repository: the operator chose that checkout. Nothing in the source is written,
