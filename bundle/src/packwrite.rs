@@ -190,7 +190,7 @@ impl PackWriter {
         drop(f);
 
         // index version 2
-        self.entries.sort_by_key(|e| e.0);
+        self.entries.sort_unstable_by_key(|e| e.0);
         let mut idx = Vec::with_capacity(1072 + n * 28);
         idx.extend_from_slice(b"\xfftOc\0\0\0\x02");
         let mut fan = [0u32; 256];

@@ -33,7 +33,7 @@ use crate::packwrite::PackWriter;
 use gix::hash::ObjectId;
 use gix::objs::Kind;
 use gix::odb::pack::data::entry::Header;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 const HASH: gix::hash::Kind = gix::hash::Kind::Sha1;
@@ -109,7 +109,7 @@ pub fn copy_reachable(
 
 /// What the walk found: every reachable id, and where the packed ones lie.
 struct Walk {
-    seen: HashSet<ObjectId>,
+    seen: gix::hashtable::HashSet<ObjectId>,
     packed: Vec<(PackedAt, ObjectId)>,
     cache: DeltaCache,
 }
@@ -124,7 +124,7 @@ fn walk(
     copied: &mut Copied,
 ) -> Result<Walk> {
     let mut w = Walk {
-        seen: HashSet::new(),
+        seen: gix::hashtable::HashSet::default(),
         packed: Vec::new(),
         cache: DeltaCache::default(),
     };
@@ -237,8 +237,8 @@ fn copy_packed(
         // where each entry ends: where the next begins, or the trailer
         let ends = b.index.sorted_offsets();
         let pack_end = b.pack.pack_end() as u64;
-        // source offset of each entry copied as bytes -> its offset in the new pack
-        let mut placed: HashMap<u64, u64> = HashMap::with_capacity(group.len());
+        // for each entry of the group (sorted by source offset): its offset in the new pack
+        let mut placed: Vec<u64> = Vec::with_capacity(group.len());
         for (at, id) in group {
             let bounds = |why| EntryError::Bounds {
                 id: *id,
@@ -285,7 +285,8 @@ fn copy_packed(
                 Header::OfsDelta { base_distance } => {
                     let base = entry
                         .checked_base_pack_offset(base_distance)
-                        .and_then(|o| placed.get(&o).copied());
+                        .and_then(|o| group.binary_search_by_key(&o, |(a, _)| a.offset).ok())
+                        .and_then(|i| placed.get(i).copied());
                     let type_size = type_size_len(bytes).filter(|n| *n < header_len);
                     match (base, type_size) {
                         (Some(base), Some(n)) => {
@@ -300,14 +301,13 @@ fn copy_packed(
             };
             if reuse {
                 copied.reused += 1;
-                placed.insert(at.offset, new_offset);
             } else {
                 // the base is not copied: the object is written whole
                 let kind = src.decode_packed(id, at, &mut buf, &mut walk.cache)?;
                 dst.add(*id, kind, &buf)?;
                 copied.resolved += 1;
-                placed.insert(at.offset, new_offset);
             }
+            placed.push(new_offset);
         }
     }
     Ok(())
@@ -316,6 +316,7 @@ fn copy_packed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::path::PathBuf;
     use std::process::Command;
 
