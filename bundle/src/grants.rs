@@ -230,12 +230,12 @@ impl Refusal {
 }
 
 /// Spec text escaped for a terminal: the shared rule of [`crate::escape::name`].
-pub fn escape(s: &str) -> String {
+fn escape(s: &str) -> String {
     crate::escape::name(s.as_bytes())
 }
 
 /// A path escaped like [`escape`]: [`crate::escape::path`].
-pub fn escape_path(p: &Path) -> String {
+fn escape_path(p: &Path) -> String {
     crate::escape::path(p)
 }
 

@@ -30,6 +30,7 @@ mod overlay;
 pub mod ownobjects;
 pub mod packwrite;
 pub mod policy;
+pub mod reachcopy;
 pub mod rmtree;
 pub mod source;
 pub mod spec;

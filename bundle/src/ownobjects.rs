@@ -1,4 +1,4 @@
-//! A repository's *own* object store, and copying exactly what one commit needs out of it.
+//! A repository's *own* object store, read without ever leaving it.
 //!
 //! A repository someone else prepared (a spec's pinned `repo`) or the operator's checkout
 //! (`--source`) may borrow objects from elsewhere: `objects/info/alternates` and
@@ -6,13 +6,11 @@
 //! capsule's repository) that the operator can read. [`OwnObjects`] reads only the loose
 //! objects and packs under the given `objects` folder and never looks at `info/`; every
 //! file is opened through directory descriptors with `O_NOFOLLOW`, so a symlinked fan-out
-//! folder, pack or loose object is refused rather than followed. Every object read is
-//! checked against its id.
+//! folder, pack or loose object is refused rather than followed. Every object it decodes
+//! is checked against its id; the raw bytes of pack entries ([`OwnObjects::pack`]) come
+//! only from those pack files.
 //!
-//! [`copy_reachable`] walks one commit's history, trees and blobs (submodule entries are
-//! not followed; the commits of a `shallow` list end the walk) and writes the objects as
-//! one pack into a fresh object store ([`crate::packwrite`]), so the result holds nothing
-//! the commit does not reach. An object that is not in the own store fails the copy, naming it.
+//! [`crate::reachcopy`] copies what one commit reaches out of it.
 
 use crate::error::{Error, Result};
 use gix::hash::ObjectId;
@@ -95,9 +93,8 @@ impl OwnObjects {
     /// `follow_top` the folder itself may be reached through a symlink (the operator's own
     /// checkout); everything below it never is.
     pub fn open(objects: &Path, follow_top: bool) -> Result<Self> {
-        let c = CString::new(objects.as_os_str().as_encoded_bytes()).map_err(|_| {
-            Error::other(format!("{}: bad path", crate::grants::escape_path(objects)))
-        })?;
+        let c = CString::new(objects.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::other(format!("{}: bad path", crate::escape::path(objects))))?;
         let nofollow = if follow_top { 0 } else { libc::O_NOFOLLOW };
         // SAFETY: a valid C string; the result is checked
         let fd = unsafe {
@@ -111,10 +108,10 @@ impl OwnObjects {
             return Err(Error::other(if symlink_refused(&e) {
                 format!(
                     "{}: is a symlink or not a folder; an object store outside the repository is not followed",
-                    crate::grants::escape_path(objects)
+                    crate::escape::path(objects)
                 )
             } else {
-                format!("{}: {e}", crate::grants::escape_path(objects))
+                format!("{}: {e}", crate::escape::path(objects))
             }));
         }
         // SAFETY: a fresh descriptor we own
@@ -131,7 +128,7 @@ impl OwnObjects {
             _pack_fds: Vec::new(),
         };
         for e in std::fs::read_dir(fd_path(&me.dirfd))
-            .map_err(|e| Error::other(format!("{}: {e}", crate::grants::escape_path(objects))))?
+            .map_err(|e| Error::other(format!("{}: {e}", crate::escape::path(objects))))?
             .flatten()
         {
             let n = e.file_name();
@@ -154,23 +151,18 @@ impl OwnObjects {
             Err(e) if symlink_refused(&e) => {
                 return Err(Error::other(format!(
                     "{}/pack: is a symlink or not a folder; not followed",
-                    crate::grants::escape_path(&self.dir)
+                    crate::escape::path(&self.dir)
                 )))
             }
             Err(e) => {
                 return Err(Error::other(format!(
                     "{}/pack: {e}",
-                    crate::grants::escape_path(&self.dir)
+                    crate::escape::path(&self.dir)
                 )))
             }
         };
         let mut names: Vec<String> = std::fs::read_dir(fd_path(&packdir))
-            .map_err(|e| {
-                Error::other(format!(
-                    "{}/pack: {e}",
-                    crate::grants::escape_path(&self.dir)
-                ))
-            })?
+            .map_err(|e| Error::other(format!("{}/pack: {e}", crate::escape::path(&self.dir))))?
             .flatten()
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| n.starts_with("pack-") && n.ends_with(".idx"))
@@ -185,11 +177,11 @@ impl OwnObjects {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) if symlink_refused(&e) => Err(Error::other(format!(
                         "{}/pack/{n}: is a symlink; not followed",
-                        crate::grants::escape_path(&self.dir)
+                        crate::escape::path(&self.dir)
                     ))),
                     Err(e) => Err(Error::other(format!(
                         "{}/pack/{n}: {e}",
-                        crate::grants::escape_path(&self.dir)
+                        crate::escape::path(&self.dir)
                     ))),
                 }
             };
@@ -199,7 +191,7 @@ impl OwnObjects {
             let bad = |e: &dyn std::fmt::Display| {
                 Error::other(format!(
                     "{}/pack/{idx_name}: unreadable pack ({e})",
-                    crate::grants::escape_path(&self.dir)
+                    crate::escape::path(&self.dir)
                 ))
             };
             let index =
@@ -219,39 +211,67 @@ impl OwnObjects {
         self.has_alternates
     }
 
-    /// Read object `id` into `out`; `None` if the own store does not hold it. With the
-    /// object comes, when it is stored whole (not as a delta) in a pack, where its pack
-    /// entry lies ([`Self::raw_entry`]): it can be copied as is.
-    pub fn find(
+    /// Where `id` lies in one of the packs, if a pack index names it.
+    pub fn locate_packed(&self, id: &ObjectId) -> Option<PackedAt> {
+        self.packs.iter().enumerate().find_map(|(i, b)| {
+            b.index.lookup(id).map(|index| PackedAt {
+                pack: i as u32,
+                offset: b.index.pack_offset_at_index(index),
+                index,
+            })
+        })
+    }
+
+    /// The pack (data and index) a [`PackedAt`] names.
+    pub fn pack(&self, at: &PackedAt) -> &gix::odb::pack::Bundle {
+        &self.packs[at.pack as usize]
+    }
+
+    /// Decode the packed object `id` at `at` (deltas resolved within its pack) into `out`,
+    /// checked against `id`.
+    pub fn decode_packed(
         &self,
         id: &ObjectId,
+        at: &PackedAt,
         out: &mut Vec<u8>,
         cache: &mut DeltaCache,
-    ) -> Result<Option<(Kind, Option<RawEntry>)>> {
-        let found = match self.find_loose(id, out)? {
-            Some(k) => Some((k, None)),
-            None => self.find_packed(id, out, cache)?,
-        };
-        let Some((kind, raw)) = found else {
+    ) -> Result<Kind> {
+        let mut inflate = gix::zlib::Inflate::default();
+        let kind = self
+            .pack(at)
+            .get_object_by_index(at.index, out, &mut inflate, cache)
+            .map_err(|e| {
+                Error::other(format!(
+                    "{}: reading {id} from a pack: {e}",
+                    crate::escape::path(&self.dir)
+                ))
+            })?
+            .0
+            .kind;
+        self.check_id(id, kind, out)?;
+        Ok(kind)
+    }
+
+    /// Read the loose object `id` into `out`, checked against `id`; `None` if there is no
+    /// such loose object.
+    pub fn read_loose(&self, id: &ObjectId, out: &mut Vec<u8>) -> Result<Option<Kind>> {
+        let Some(kind) = self.find_loose(id, out)? else {
             return Ok(None);
         };
-        let actual = gix::objs::compute_hash(HASH, kind, out)
+        self.check_id(id, kind, out)?;
+        Ok(Some(kind))
+    }
+
+    fn check_id(&self, id: &ObjectId, kind: Kind, data: &[u8]) -> Result<()> {
+        let actual = gix::objs::compute_hash(HASH, kind, data)
             .map_err(|e| Error::other(format!("hashing {id}: {e}")))?;
         if actual != *id {
             return Err(Error::other(format!(
                 "{}: object {id} is corrupt (its content hashes to {actual})",
-                crate::grants::escape_path(&self.dir)
+                crate::escape::path(&self.dir)
             )));
         }
-        Ok(Some((kind, raw)))
-    }
-
-    /// The bytes of a whole (not deltified) pack entry [`Self::find`] named.
-    pub fn raw_entry(&self, r: &RawEntry) -> Option<&[u8]> {
-        self.packs
-            .get(r.pack as usize)?
-            .pack
-            .entry_slice(r.offset..r.offset + r.size as u64)
+        Ok(())
     }
 
     fn find_loose(&self, id: &ObjectId, out: &mut Vec<u8>) -> Result<Option<Kind>> {
@@ -267,13 +287,13 @@ impl OwnObjects {
             Err(e) if symlink_refused(&e) => {
                 return Err(Error::other(format!(
                     "{}/{fan}: is a symlink or not a folder; not followed",
-                    crate::grants::escape_path(&self.dir)
+                    crate::escape::path(&self.dir)
                 )))
             }
             Err(e) => {
                 return Err(Error::other(format!(
                     "{}: {e}",
-                    crate::grants::escape_path(&self.dir.join(fan))
+                    crate::escape::path(&self.dir.join(fan))
                 )))
             }
         };
@@ -283,29 +303,29 @@ impl OwnObjects {
             Err(e) if symlink_refused(&e) => {
                 return Err(Error::other(format!(
                     "{}: is a symlink; not followed",
-                    crate::grants::escape_path(&shown())
+                    crate::escape::path(&shown())
                 )))
             }
             Err(e) => {
                 return Err(Error::other(format!(
                     "{}: {e}",
-                    crate::grants::escape_path(&shown())
+                    crate::escape::path(&shown())
                 )))
             }
         };
         if !is_regular(&fd) {
             return Err(Error::other(format!(
                 "{}: not a regular file",
-                crate::grants::escape_path(&shown())
+                crate::escape::path(&shown())
             )));
         }
         let mut raw = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut raw)
-            .map_err(|e| Error::other(format!("{}: {e}", crate::grants::escape_path(&shown()))))?;
+            .map_err(|e| Error::other(format!("{}: {e}", crate::escape::path(&shown()))))?;
         let corrupt = |why: &dyn std::fmt::Display| {
             Error::other(format!(
                 "{}: corrupt loose object ({why})",
-                crate::grants::escape_path(&shown())
+                crate::escape::path(&shown())
             ))
         };
         let mut inflate = gix::zlib::Inflate::default();
@@ -332,49 +352,18 @@ impl OwnObjects {
         }
         Ok(Some(kind))
     }
-
-    fn find_packed(
-        &self,
-        id: &ObjectId,
-        out: &mut Vec<u8>,
-        cache: &mut DeltaCache,
-    ) -> Result<Option<(Kind, Option<RawEntry>)>> {
-        let mut inflate = gix::zlib::Inflate::default();
-        for (i, b) in self.packs.iter().enumerate() {
-            match b.find(id, out, &mut inflate, cache) {
-                Ok(Some((data, loc))) => {
-                    let kind = data.kind;
-                    let whole = b
-                        .pack
-                        .entry(loc.pack_offset)
-                        .map(|e| e.header.is_base())
-                        .unwrap_or(false);
-                    let raw = whole.then_some(RawEntry {
-                        pack: i as u32,
-                        offset: loc.pack_offset,
-                        size: loc.entry_size,
-                    });
-                    return Ok(Some((kind, raw)));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(Error::other(format!(
-                        "{}: reading {id} from a pack: {e}",
-                        crate::grants::escape_path(&self.dir)
-                    )))
-                }
-            }
-        }
-        Ok(None)
-    }
 }
 
-/// Where a whole object's entry lies in one of the packs of an [`OwnObjects`].
-#[derive(Debug, Clone, Copy)]
-pub struct RawEntry {
-    pack: u32,
-    offset: u64,
-    size: usize,
+/// Where an object lies in one of the packs of an [`OwnObjects`]: ordered by pack, then
+/// offset (the order the entries lie in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PackedAt {
+    /// The pack's number in its [`OwnObjects`].
+    pub pack: u32,
+    /// The entry's offset in the pack.
+    pub offset: u64,
+    /// The object's number in the pack's index.
+    pub index: u32,
 }
 
 /// Decoded pack entries by (pack, offset), so delta chains are not decoded again for
@@ -405,97 +394,6 @@ impl gix::odb::pack::cache::DecodeEntry for DeltaCache {
         out.extend_from_slice(d);
         Some((*k, *c))
     }
-}
-
-/// What [`copy_reachable`] copied.
-#[derive(Debug, Clone, Default)]
-pub struct Copied {
-    pub objects: usize,
-    /// Commits of the `shallow` list the walk met (their parents were not needed).
-    pub shallow: Vec<ObjectId>,
-}
-
-/// Copy every object `commit` reaches (history, trees, blobs; not submodules; not past a
-/// commit in `shallow`) from `src` into the object store `dst_objects` as loose objects.
-/// `what` names the repository in errors.
-pub fn copy_reachable(
-    src: &OwnObjects,
-    commit: &ObjectId,
-    shallow: &HashSet<ObjectId>,
-    dst_objects: &Path,
-    what: &str,
-) -> Result<Copied> {
-    let mut dst = crate::packwrite::PackWriter::new(dst_objects)?;
-    let mut cache = DeltaCache::default();
-    let mut seen: HashSet<ObjectId> = HashSet::new();
-    let mut todo: Vec<(ObjectId, Option<Kind>)> = vec![(*commit, Some(Kind::Commit))];
-    let mut buf = Vec::new();
-    let mut copied = Copied::default();
-    while let Some((id, want)) = todo.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        let Some((kind, raw)) = src.find(&id, &mut buf, &mut cache)? else {
-            let why = if src.has_alternates() {
-                "it has alternates, which are not followed"
-            } else {
-                "the repository is incomplete"
-            };
-            return Err(Error::other(format!(
-                "{what}: commit {commit} needs object {id} that is not in the repository's own object store ({why})"
-            )));
-        };
-        if let Some(w) = want {
-            if w != kind {
-                return Err(Error::other(format!(
-                    "{what}: object {id} is a {kind}, where commit {commit} needs a {w}"
-                )));
-            }
-        }
-        let bad = |e: &dyn std::fmt::Display| {
-            Error::other(format!(
-                "{what}: object {id} ({kind}) cannot be parsed: {e}"
-            ))
-        };
-        match kind {
-            Kind::Commit => {
-                let c = gix::objs::CommitRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
-                todo.push((c.tree(), Some(Kind::Tree)));
-                if shallow.contains(&id) {
-                    copied.shallow.push(id);
-                } else {
-                    todo.extend(c.parents().map(|p| (p, Some(Kind::Commit))));
-                }
-            }
-            Kind::Tree => {
-                let t = gix::objs::TreeRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
-                for e in &t.entries {
-                    if e.mode.is_commit() {
-                        continue; // a submodule: its commit lives in another repository
-                    }
-                    let k = if e.mode.is_tree() {
-                        Kind::Tree
-                    } else {
-                        Kind::Blob
-                    };
-                    todo.push((e.oid.to_owned(), Some(k)));
-                }
-            }
-            Kind::Tag => {
-                let t = gix::objs::TagRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
-                todo.push((t.target(), None));
-            }
-            Kind::Blob => {}
-        }
-        // a whole entry of the source's pack is copied as is (no recompression); the
-        // object was read from it and checked against its id above
-        match raw.as_ref().and_then(|r| src.raw_entry(r)) {
-            Some(bytes) => dst.add_raw(id, bytes)?,
-            None => dst.add(id, kind, &buf)?,
-        }
-    }
-    copied.objects = dst.finish()?;
-    Ok(copied)
 }
 
 /// The commit ids of a repository's `shallow` file (missing: none).

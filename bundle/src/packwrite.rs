@@ -1,6 +1,11 @@
-//! Writing a set of objects as one pack (version 2, no deltas) with its index (version 2)
-//! into a fresh repository's `objects/pack`: one file pair instead of a loose file per
-//! object, so a large checkout's workspace is made quickly and git reads it as usual.
+//! Writing a set of objects as one pack (version 2) with its index (version 2) into a
+//! fresh repository's `objects/pack`: one file pair instead of a loose file per object, so
+//! a large checkout's workspace is made quickly and git reads it as usual.
+//!
+//! Entries are either compressed here from whole objects ([`PackWriter::add`]) or copied
+//! from another pack as they are ([`PackWriter::add_raw`]), an `OFS_DELTA` with its base
+//! distance re-encoded for this pack's layout ([`PackWriter::add_ofs_delta`]). The index
+//! records each entry's offset and the CRC-32 of its bytes as written.
 
 use crate::error::{Error, IoContext, Result};
 use gix::hash::ObjectId;
@@ -31,29 +36,19 @@ fn type_code(kind: Kind) -> u8 {
     }
 }
 
-/// CRC-32 (IEEE), as pack index version 2 records per entry.
-fn crc32(data: &[u8]) -> u32 {
-    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
-    let t = TABLE.get_or_init(|| {
-        let mut t = [0u32; 256];
-        for (i, e) in t.iter_mut().enumerate() {
-            let mut c = i as u32;
-            for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    0xedb8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-            }
-            *e = c;
-        }
-        t
-    });
-    let mut c = !0u32;
-    for &b in data {
-        c = t[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+/// The base distance of an `OFS_DELTA` entry as packs encode it (big-endian groups of
+/// seven bits, each continued group biased by one), in the tail of `buf`.
+fn encode_ofs_distance(mut n: u64, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len() - 1;
+    buf[i] = (n & 0x7f) as u8;
+    n >>= 7;
+    while n != 0 {
+        n -= 1;
+        i -= 1;
+        buf[i] = 0x80 | (n & 0x7f) as u8;
+        n >>= 7;
     }
-    !c
+    &buf[i..]
 }
 
 impl PackWriter {
@@ -117,17 +112,49 @@ impl PackWriter {
             }
         }
         self.file.write_all(e).at(&self.tmp)?;
-        self.entries.push((id, self.offset, crc32(e)));
+        self.entries.push((id, self.offset, crc32fast::hash(e)));
         self.offset += e.len() as u64;
         Ok(())
     }
 
-    /// Add one object as an entry copied from another pack (header and compressed data of
-    /// a whole, not deltified, object).
-    pub fn add_raw(&mut self, id: ObjectId, entry: &[u8]) -> Result<()> {
+    /// Where the next entry will start.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Add one object as an entry copied from another pack unchanged: a whole object, or a
+    /// `REF_DELTA` whose base is in this pack. `crc` is the CRC-32 of `entry`.
+    pub fn add_raw(&mut self, id: ObjectId, entry: &[u8], crc: u32) -> Result<()> {
         self.file.write_all(entry).at(&self.tmp)?;
-        self.entries.push((id, self.offset, crc32(entry)));
+        self.entries.push((id, self.offset, crc));
         self.offset += entry.len() as u64;
+        Ok(())
+    }
+
+    /// Add an `OFS_DELTA` entry of another pack whose base was written to this one at
+    /// `base_offset`: its type-and-size header `type_size` and compressed delta `data` are
+    /// copied, the base distance between them is encoded anew.
+    pub fn add_ofs_delta(
+        &mut self,
+        id: ObjectId,
+        type_size: &[u8],
+        base_offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let distance = self
+            .offset
+            .checked_sub(base_offset)
+            .filter(|d| *d > 0)
+            .ok_or_else(|| Error::other(format!("{id}: a delta base must come before it")))?;
+        let mut buf = [0u8; 10];
+        let dist = encode_ofs_distance(distance, &mut buf);
+        let mut crc = crc32fast::Hasher::new();
+        for part in [type_size, dist, data] {
+            self.file.write_all(part).at(&self.tmp)?;
+            crc.update(part);
+        }
+        self.entries.push((id, self.offset, crc.finalize()));
+        self.offset += (type_size.len() + dist.len() + data.len()) as u64;
         Ok(())
     }
 
@@ -163,7 +190,7 @@ impl PackWriter {
         drop(f);
 
         // index version 2
-        self.entries.sort_by_key(|e| e.0);
+        self.entries.sort_unstable_by_key(|e| e.0);
         let mut idx = Vec::with_capacity(1072 + n * 28);
         idx.extend_from_slice(b"\xfftOc\0\0\0\x02");
         let mut fan = [0u32; 256];
@@ -213,13 +240,33 @@ impl PackWriter {
 mod tests {
     use super::*;
 
-    #[test]
-    fn crc32_of_known_input() {
-        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    /// git's decoding of an `OFS_DELTA` base distance.
+    fn decode_ofs_distance(b: &[u8]) -> (u64, usize) {
+        let mut i = 0;
+        let mut c = b[i];
+        let mut n = (c & 0x7f) as u64;
+        while c & 0x80 != 0 {
+            i += 1;
+            c = b[i];
+            n = ((n + 1) << 7) | (c & 0x7f) as u64;
+        }
+        (n, i + 1)
     }
 
     #[test]
-    fn a_written_pack_reads_back_and_its_entries_copy_as_is() {
+    fn ofs_distances_encode_as_git_reads_them() {
+        let mut buf = [0u8; 10];
+        assert_eq!(encode_ofs_distance(1, &mut buf), &[0x01]);
+        assert_eq!(encode_ofs_distance(127, &mut buf), &[0x7f]);
+        assert_eq!(encode_ofs_distance(128, &mut buf), &[0x80, 0x00]);
+        for n in [1u64, 127, 128, 16_511, 16_512, 1 << 31, u64::MAX >> 1] {
+            let e = encode_ofs_distance(n, &mut buf).to_vec();
+            assert_eq!(decode_ofs_distance(&e), (n, e.len()), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_written_pack_reads_back() {
         let t = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
         let objects = t.path().join("objects");
         let big: Vec<u8> = (0..200_000u32)
@@ -239,28 +286,14 @@ mod tests {
         assert_eq!(w.finish().unwrap(), 3);
         let own = crate::ownobjects::OwnObjects::open(&objects, false).unwrap();
         let mut cache = crate::ownobjects::DeltaCache::default();
-        let copy = t.path().join("copy");
-        let mut w2 = PackWriter::new(&copy).unwrap();
         for (id, d) in &blobs {
+            let at = own.locate_packed(id).expect("in the pack");
             let mut out = Vec::new();
-            let (k, raw) = own.find(id, &mut out, &mut cache).unwrap().unwrap();
+            let k = own.decode_packed(id, &at, &mut out, &mut cache).unwrap();
             assert_eq!((k, &out), (Kind::Blob, d));
-            let raw = raw.expect("a whole entry");
-            w2.add_raw(*id, own.raw_entry(&raw).unwrap()).unwrap();
-        }
-        assert_eq!(w2.finish().unwrap(), 3);
-        let again = crate::ownobjects::OwnObjects::open(&copy, false).unwrap();
-        // a cache belongs to one store (entries are keyed by pack number and offset)
-        let mut cache = crate::ownobjects::DeltaCache::default();
-        for (id, d) in &blobs {
-            let mut out = Vec::new();
-            let (_, _) = again.find(id, &mut out, &mut cache).unwrap().unwrap();
-            assert_eq!(&out, d);
         }
         let missing = ObjectId::from_hex(b"0123456789012345678901234567890123456789").unwrap();
-        assert!(again
-            .find(&missing, &mut Vec::new(), &mut cache)
-            .unwrap()
-            .is_none());
+        assert!(own.locate_packed(&missing).is_none());
+        assert!(own.read_loose(&missing, &mut Vec::new()).unwrap().is_none());
     }
 }

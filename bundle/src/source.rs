@@ -5,7 +5,7 @@
 //!   environment, no global/system config; gix runs no hooks, filters or fsmonitor). A
 //!   fresh repository is created, the objects HEAD reaches are *copied* into it from the
 //!   checkout's own object store ([`crate::ownobjects`]: alternates are never followed,
-//!   nothing is hardlinked or shared), HEAD's branch ref is written, and the work tree is
+//!   nothing is hardlinked or shared; [`crate::reachcopy`] reuses its pack entries as bytes), HEAD's branch ref is written, and the work tree is
 //!   checked out by gix with the new repository's empty configuration, so no filter driver
 //!   runs. A linked worktree's `gitdir:` file and `commondir` are followed to its main
 //!   repository: the operator chose that checkout. Nothing in the source is written,
@@ -37,7 +37,7 @@ fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
     let not_repo = |why: &str| {
         Error::other(format!(
             "{}: pinned repo is not a git repository ({why})",
-            crate::grants::escape_path(p)
+            crate::escape::path(p)
         ))
     };
     let md = std::fs::metadata(p).map_err(|e| not_repo(&e.to_string()))?;
@@ -50,7 +50,7 @@ fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
         Ok(_) => {
             return Err(Error::other(format!(
                 "{}: is a gitdir file or symlink pointing elsewhere; a pinned repo must be a repository of its own (give its main checkout or a bare repository)",
-                crate::grants::escape_path(&dotgit)
+                crate::escape::path(&dotgit)
             )))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -67,7 +67,7 @@ fn pinned_git_dir(p: &Path) -> Result<PathBuf> {
     if std::fs::symlink_metadata(git_dir.join("commondir")).is_ok() {
         return Err(Error::other(format!(
             "{}: has a commondir file (a linked worktree's git directory) pointing to another repository; a pinned repo must be a repository of its own",
-            crate::grants::escape_path(&git_dir)
+            crate::escape::path(&git_dir)
         )));
     }
     Ok(git_dir)
@@ -87,9 +87,15 @@ fn copy_commit(
         .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
     let own = crate::ownobjects::OwnObjects::open(src_git_objects, follow_top)?;
     let copied =
-        crate::ownobjects::copy_reachable(&own, &id, shallow, &dst_git.join("objects"), what)?;
+        crate::reachcopy::copy_reachable(&own, &id, shallow, &dst_git.join("objects"), what)?;
     crate::ownobjects::write_shallow(dst_git, &copied.shallow)?;
-    tracing::debug!("{what}: {} objects of {commit} copied", copied.objects);
+    tracing::debug!(
+        "{what}: {} objects of {commit} copied ({} pack entries reused as bytes, {} of them deltas; {} deltas resolved)",
+        copied.objects,
+        copied.reused,
+        copied.reused_deltas,
+        copied.resolved
+    );
     Ok(())
 }
 
@@ -278,7 +284,7 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
         // git would serve a local repository's alternates through upload-pack
         return Err(Error::other(format!(
             "{}: file:// URLs are not fetched; name a local repository by its path (its own objects are read, alternates are not followed)",
-            crate::grants::escape(repo)
+            crate::escape::name(repo.as_bytes())
         )));
     }
     std::fs::create_dir_all(cache_dir).at(cache_dir)?;
@@ -319,7 +325,7 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
         if !out.status.success() {
             return Err(Error::other(format!(
                 "fetch {commit} from {}: {}",
-                crate::grants::escape(repo),
+                crate::escape::name(repo.as_bytes()),
                 crate::git::one_line_failure(&out)
             )));
         }
@@ -337,14 +343,14 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
             &shallow,
             commit,
             &bare,
-            &format!("pinned repo {}", crate::grants::escape_path(&p)),
+            &format!("pinned repo {}", crate::escape::path(&p)),
         )?;
     }
     std::fs::write(bare.join(CACHE_MARK), "").at(bare.join(CACHE_MARK))?;
     if !has_commit(&bare, commit) {
         return Err(Error::other(format!(
             "pinned repo {} has no commit {commit}",
-            crate::grants::escape(repo)
+            crate::escape::name(repo.as_bytes())
         )));
     }
     set_head(&bare, commit, Some("capsule-pinned"))?;
