@@ -896,9 +896,11 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         "network": plan.policy.network.mode.as_str(),
         "network_allow": plan.policy.network.allow,
         "landlock": {
+            "workspace": plan.policy.workspace,
             "writable": plan.policy.writable,
             "read_only": plan.policy.read_only,
             "hidden": plan.policy.hidden.iter().map(|h| &h.path).collect::<Vec<_>>(),
+            "revealed": plan.policy.revealed,
         },
         "policy_digest": plan.policy.digest(),
     });

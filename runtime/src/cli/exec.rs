@@ -172,9 +172,9 @@ pub fn exec(a: ExecArgs) -> CliResult {
 }
 
 #[cfg(target_os = "linux")]
-pub use imp::{plan_now, run_probe};
-#[cfg(target_os = "linux")]
 pub(crate) use imp::weaker_or_refuse;
+#[cfg(target_os = "linux")]
+pub use imp::{plan_now, run_probe};
 
 #[cfg(target_os = "macos")]
 mod imp {
