@@ -92,8 +92,19 @@ fn oci_access(config: &Value, q: &Path) -> Access {
         .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
         .unwrap_or_default();
     let is_bind = opts.iter().any(|o| *o == "bind" || *o == "rbind");
-    // the host path itself shows only through a bind of the same path
-    if !is_bind || src.join(q.strip_prefix(dst).unwrap()) != q {
+    let rel = q.strip_prefix(dst).unwrap();
+    // the host path itself shows only through a bind of the same path, or an overlay
+    // with the same path as a lower layer (writes go to its upper layer)
+    let lower = |o: &&str| {
+        o.strip_prefix("lowerdir=")
+            .is_some_and(|l| l.split(':').any(|l| Path::new(l).join(rel) == q))
+    };
+    let shown = if m["type"] == "overlay" {
+        opts.iter().any(lower)
+    } else {
+        is_bind && src.join(rel) == q
+    };
+    if !shown {
         return Access::Hidden;
     }
     // a read-only path makes the one mount there read-only, not those mounted below it

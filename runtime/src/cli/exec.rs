@@ -197,7 +197,12 @@ pub fn resolve_policy(
     cap: &store::OpenCapsule,
     layout: &Layout,
 ) -> Result<SandboxPolicy, CliError> {
-    effective_policy(a, &with_current_hidden(cap, layout), layout, &cap.bundle_dir)
+    effective_policy(
+        a,
+        &with_current_hidden(cap, layout),
+        layout,
+        &cap.bundle_dir,
+    )
 }
 
 /// `capsule exec`.
