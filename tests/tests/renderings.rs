@@ -295,6 +295,28 @@ fn check(r: &capsule_e2e::Runner, mode: NetworkMode) {
     let out = stdout(&o);
     assert!(out.contains("PROBE-END"), "{out}\n{}", stderr(&o));
 
+    // what inspect showed is what ran: the record names the same plan
+    let recs = c.records();
+    let ran = &recs.last().expect("an exec record")["applied"]["plan_digest"];
+    assert!(
+        plan["digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "{}",
+        plan["digest"]
+    );
+    assert_eq!(*ran, plan["digest"], "the exec record's plan digest");
+    let text = c
+        .capsule()
+        .args(["inspect", sandbox::NAME])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&text).contains(&format!("plan digest {}", plan["digest"].as_str().unwrap())),
+        "{}",
+        stdout(&text)
+    );
+
     let mut wrong = Vec::new();
     for ((p, dir), want) in paths.iter().zip(&kinds) {
         let got = [

@@ -814,6 +814,10 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     match &now {
         Ok(n) => {
             println!("\nenforced now (the plan of an exec, rendered as OCI config.json; `capsule export` writes it):");
+            println!(
+                "  plan digest {} (an exec with no flags records it as applied.plan_digest)",
+                esc_name(n.plan["digest"].as_str().unwrap_or("?"))
+            );
             println!("  a plain OCI runtime (runc, crun) running it does NOT enforce:");
             for w in crate::linux::oci::NOT_ENFORCED {
                 println!("    {w}");
@@ -879,6 +883,8 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         })
         .collect();
     let plan_json = json!({
+        // what the exec record's `applied.plan_digest` says of an exec with no flags
+        "digest": plan.digest(),
         "isolation": plan.isolation,
         "mounts": plan.mounts,
         "cwd": plan.cwd,
