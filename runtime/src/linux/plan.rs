@@ -607,6 +607,57 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_covers_what_decides_policy_and_nothing_else() {
+        let plan = |p: &SandboxPolicy| {
+            ExecPlan::for_policy(p, Isolation::Full, vec!["a".into()], vec![], "/w".into())
+        };
+        let base = plan(&pol());
+        let d = base.digest();
+        assert!(d.starts_with("sha256:") && d.len() == 7 + 64, "{d}");
+        // the command, its environment, cwd, stdio, timeout: not policy
+        let same = ExecPlan {
+            argv: vec!["b".into(), "c".into()],
+            env: vec![("K".into(), "V".into())],
+            cwd: "/elsewhere".into(),
+            stdio: Stdio::Tty,
+            timeout: Some(Duration::from_secs(1)),
+            prepared: Some("/p".into()),
+            ..base.clone()
+        };
+        assert_eq!(same.digest(), d);
+        // each policy decision: another digest
+        let mut hidden = pol();
+        hidden.hidden.push(HiddenPath {
+            path: "/home/u/.aws".into(),
+            reason: HiddenReason::Credentials,
+        });
+        let mut open = pol();
+        open.network.mode = capsule_bundle::policy::NetworkMode::Open;
+        let mut mounts = base.clone();
+        mounts.mounts.push(MountStep::Dir { dst: "/x".into() });
+        let others = [
+            plan(&hidden),
+            plan(&open),
+            mounts,
+            ExecPlan {
+                landlock_best_effort: true,
+                ..base.clone()
+            },
+            ExecPlan {
+                network_off: true,
+                ..base.clone()
+            },
+            ExecPlan {
+                isolation: Isolation::Weaker,
+                ..base.clone()
+            },
+        ];
+        for o in &others {
+            assert_ne!(o.digest(), d, "{o:?}");
+        }
+    }
+
+    #[test]
     fn env_is_clean() {
         let host = vec![
             ("PATH".into(), "/bin".into()),
