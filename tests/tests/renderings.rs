@@ -235,6 +235,20 @@ fn check(r: &capsule_e2e::Runner, mode: NetworkMode) {
         "the plan hides the project made after open: {ll}"
     );
 
+    // and inspect says so in words
+    let words: Vec<&str> = inspect["policy_in_words"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .collect();
+    assert!(
+        words
+            .iter()
+            .any(|w| w.starts_with(&format!("hidden: {} (", sibling.display()))),
+        "{words:?}"
+    );
+
     // every path of the plan that exists on the host, a probe file planted in folders
     let mut paths: Vec<(PathBuf, bool)> = Vec::new();
     let listed = decided

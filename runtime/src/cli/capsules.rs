@@ -742,7 +742,9 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(serde_json::Value::Null);
-    let words = policy_in_words(&cap.policy);
+    // in words: the policy an exec with no flags resolves now (the plan's), not only the
+    // stored one
+    let words = policy_in_words(&crate::cli::exec::with_current_hidden(&cap, &layout));
     let now = enforced_now(&cap, &layout);
     if a.json {
         print_json(&json!({
@@ -781,7 +783,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         println!("  {w}");
     }
     println!(
-        "\neffective policy (from {}):",
+        "\neffective policy (from {}, with the hidden paths of now):",
         esc_path(&cap.bundle_file(bundle_files::POLICY))
     );
     // paths and lines below come from the spec: escaped, never raw on the terminal
