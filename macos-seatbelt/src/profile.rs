@@ -17,6 +17,12 @@
 //!
 //! Every path is a parameter; deny rules name both the canonical and the original
 //! spelling when they differ.
+//!
+//! The generator decides no policy: hidden, revealed, writable and read-only paths and the
+//! network mode come from the [`SandboxPolicy`] the runtime resolved for the exec (the
+//! same resolution the Linux plan is made from). It only adds what this backend needs:
+//! the task's TMPDIR, home layer and caches writable, and the default home credential,
+//! personal and agent-login paths hidden whether or not they exist yet.
 
 use crate::canon::{canonicalize, CanonError, Resolver};
 use crate::sbpl::{self, Action, Filter, Item, Modifier, Profile, Rule, Str};

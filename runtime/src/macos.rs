@@ -1,6 +1,12 @@
 //! The macOS executor: runs a command under `/usr/bin/sandbox-exec` with the Seatbelt
 //! profile that `capsule-seatbelt` generates from the exec's policy.
 //!
+//! That policy is resolved where the Linux executor's is (`crate::cli::exec::resolve_policy`:
+//! the stored policy, the hidden paths of now, the exec's flags), and `capsule seatbelt`
+//! renders the same resolution: what is hidden, writable, read-only and the network mode
+//! are decided there, never here. The generator only translates it (and hides the default
+//! credential paths even when they did not exist yet: stricter, never looser).
+//!
 //! Steps: a fresh nonce and the task's own TMPDIR (inside the capsule's tmp folder); the
 //! profile (generated, round-tripped and linted by the crate); a preflight of
 //! `/usr/bin/true` under the same profile, so a profile error is reported as one and not
@@ -254,10 +260,10 @@ fn exit_code(st: ExitStatus) -> ExitCode {
     }
 }
 
-/// Applies an exec's flags to the capsule's policy (the `capsule exec` module's function,
-/// shared by both executors).
+/// Resolves an exec's policy: the capsule's stored policy, the hidden paths of now and
+/// the exec's flags (`crate::cli::exec::resolve_policy`, shared by both executors).
 pub type PolicyFlags =
-    fn(&ExecArgs, &SandboxPolicy, &Layout, &Path) -> Result<SandboxPolicy, CliError>;
+    fn(&ExecArgs, &store::OpenCapsule, &Layout) -> Result<SandboxPolicy, CliError>;
 
 /// `capsule exec` on macOS: resolve the capsule, the launch-policy gate, this exec's
 /// flags, then [`run`]. Options the macOS executor does not have yet are refused, never
@@ -282,7 +288,7 @@ pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
         _ => cap.workspace.clone(),
     };
     crate::cli::gate::exec_gate(caller.as_deref(), &cap.workspace, &cwd)?;
-    let policy = flags(a, &cap.policy, &layout, &cap.bundle_dir)?;
+    let policy = flags(a, &cap, &layout)?;
     if policy.network.mode == NetworkMode::Allowlist {
         return Err(CliError::new(
             exit::SANDBOX_FAILED,

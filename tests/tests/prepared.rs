@@ -290,3 +290,32 @@ fn an_idle_holder_waits_for_the_execs_in_its_spares() {
         );
     });
 }
+
+/// A plan that differs only in what it decides (here `--no-network`: the same mounts from
+/// the same host paths, TCP refused even on the sandbox's loopback) gets a root of its
+/// own: the fingerprint is made from the plan's digest, which the record keeps.
+#[test]
+fn a_plan_that_decides_otherwise_never_joins_another_plans_root() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let tcp = ["bash", "-c", "(exec 3<>/dev/tcp/127.0.0.1/9) 2>&1; true"];
+        let digest = |c: &Capsule| c.records().last().unwrap()["applied"]["plan_digest"].clone();
+        let o = c.exec(&tcp);
+        ok(&o, "loopback");
+        assert_eq!(last_root(&c), "prepared");
+        assert!(out(&o).contains("Connection refused"), "{}", out(&o));
+        let first = digest(&c);
+        assert!(first.as_str().is_some_and(|d| d.starts_with("sha256:")));
+        let o = c.exec_with(&["--no-network"], &tcp);
+        ok(&o, "--no-network");
+        assert_eq!(last_root(&c), "prepared");
+        assert!(!out(&o).contains("Connection refused"), "{}", out(&o));
+        assert_ne!(digest(&c), first, "two plans, one digest");
+        assert_eq!(sockets(&c).len(), 2, "{:?}", sockets(&c));
+        // the first plan again: its own holder, the same digest
+        let o = c.exec(&tcp);
+        assert!(out(&o).contains("Connection refused"), "{}", out(&o));
+        assert_eq!(digest(&c), first);
+        assert_eq!(sockets(&c).len(), 2, "{:?}", sockets(&c));
+    });
+}

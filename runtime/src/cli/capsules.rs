@@ -742,7 +742,9 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(serde_json::Value::Null);
-    let words = policy_in_words(&cap.policy);
+    // in words: the policy an exec with no flags resolves now (the plan's), not only the
+    // stored one
+    let words = policy_in_words(&crate::cli::exec::with_current_hidden(&cap, &layout));
     let now = enforced_now(&cap, &layout);
     if a.json {
         print_json(&json!({
@@ -781,7 +783,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         println!("  {w}");
     }
     println!(
-        "\neffective policy (from {}):",
+        "\neffective policy (from {}, with the hidden paths of now):",
         esc_path(&cap.bundle_file(bundle_files::POLICY))
     );
     // paths and lines below come from the spec: escaped, never raw on the terminal
@@ -814,6 +816,10 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     match &now {
         Ok(n) => {
             println!("\nenforced now (the plan of an exec, rendered as OCI config.json; `capsule export` writes it):");
+            println!(
+                "  plan digest {} (an exec with no flags records it as applied.plan_digest)",
+                esc_name(n.plan["digest"].as_str().unwrap_or("?"))
+            );
             println!("  a plain OCI runtime (runc, crun) running it does NOT enforce:");
             for w in crate::linux::oci::NOT_ENFORCED {
                 println!("    {w}");
@@ -879,6 +885,8 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         })
         .collect();
     let plan_json = json!({
+        // what the exec record's `applied.plan_digest` says of an exec with no flags
+        "digest": plan.digest(),
         "isolation": plan.isolation,
         "mounts": plan.mounts,
         "cwd": plan.cwd,
@@ -896,9 +904,11 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         "network": plan.policy.network.mode.as_str(),
         "network_allow": plan.policy.network.allow,
         "landlock": {
+            "workspace": plan.policy.workspace,
             "writable": plan.policy.writable,
             "read_only": plan.policy.read_only,
             "hidden": plan.policy.hidden.iter().map(|h| &h.path).collect::<Vec<_>>(),
+            "revealed": plan.policy.revealed,
         },
         "policy_digest": plan.policy.digest(),
     });

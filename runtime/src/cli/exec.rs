@@ -166,6 +166,45 @@ fn effective_policy(
     Ok(p)
 }
 
+/// `cap`'s policy with the default hidden paths resolved again now: `open` lists only
+/// the credential, personal, agent-login and sibling-project paths that existed then,
+/// and one made since (a first `~/.ssh` key, `aws configure`, a project cloned next to
+/// the source) must be hidden all the same. The base of every exec's policy and of every
+/// rendering of it (the Linux plan, `config.json`, the Seatbelt profile).
+pub fn with_current_hidden(cap: &store::OpenCapsule, layout: &Layout) -> SandboxPolicy {
+    use capsule_bundle::policy::{default_hidden, HiddenInputs};
+    let mut p = cap.policy.clone();
+    let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
+    let now = default_hidden(&HiddenInputs {
+        home: p.home.as_deref(),
+        source_dir: cap.record.source.as_deref(),
+        capsule_root: Some(&root),
+    });
+    for h in now {
+        if !p.hidden.iter().any(|x| x.path == h.path) {
+            p.hidden.push(h);
+        }
+    }
+    p
+}
+
+/// The policy of one exec of `cap`: its stored policy with the hidden paths of now
+/// ([`with_current_hidden`]) and this exec's flags applied. The one place an exec's
+/// policy is decided, for both executors: the Linux plan and the Seatbelt profile are
+/// made from what it returns.
+pub fn resolve_policy(
+    a: &ExecArgs,
+    cap: &store::OpenCapsule,
+    layout: &Layout,
+) -> Result<SandboxPolicy, CliError> {
+    effective_policy(
+        a,
+        &with_current_hidden(cap, layout),
+        layout,
+        &cap.bundle_dir,
+    )
+}
+
 /// `capsule exec`.
 pub fn exec(a: ExecArgs) -> CliResult {
     imp::exec(a)
@@ -181,13 +220,13 @@ mod imp {
     use super::*;
     /// The macOS executor (Seatbelt), in `crate::macos`.
     pub fn exec(a: ExecArgs) -> CliResult {
-        crate::macos::exec_cli(&a, effective_policy)
+        crate::macos::exec_cli(&a, resolve_policy)
     }
 }
 
 // type-checks the macOS hookup on Linux test builds
 #[cfg(test)]
-const _: crate::macos::PolicyFlags = effective_policy;
+const _: crate::macos::PolicyFlags = resolve_policy;
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 mod imp {
@@ -224,8 +263,7 @@ mod imp {
         crate::cli::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
         tracing::debug!("gate decided: {:?}", started.elapsed());
 
-        let base = with_current_hidden(&cap, &layout);
-        let policy = effective_policy(&a, &base, &layout, &cap.bundle_dir)?;
+        let policy = resolve_policy(&a, &cap, &layout)?;
         // the network of this exec: refuses replay, binds the allowlist proxy
         let net =
             crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
@@ -558,27 +596,6 @@ mod imp {
         crate::home::sandbox::extend(&mut plan, cap, &settings, true, &layout.root)
             .map_err(|e| fail(e.to_string()))?;
         Ok(plan)
-    }
-
-    /// `cap`'s policy with the default hidden paths resolved again now: `open` lists only
-    /// the credential, personal, agent-login and sibling-project paths that existed then,
-    /// and one made since (a first `~/.ssh` key, `aws configure`, a project cloned next to
-    /// the source) must be hidden all the same.
-    fn with_current_hidden(cap: &store::OpenCapsule, layout: &Layout) -> SandboxPolicy {
-        use capsule_bundle::policy::{default_hidden, HiddenInputs};
-        let mut p = cap.policy.clone();
-        let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
-        let now = default_hidden(&HiddenInputs {
-            home: p.home.as_deref(),
-            source_dir: cap.record.source.as_deref(),
-            capsule_root: Some(&root),
-        });
-        for h in now {
-            if !p.hidden.iter().any(|x| x.path == h.path) {
-                p.hidden.push(h);
-            }
-        }
-        p
     }
 
     /// Weaker isolation if the operator accepted it and the machine allows it (keeping the

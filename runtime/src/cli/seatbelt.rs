@@ -81,9 +81,11 @@ fn load_policy(a: &SeatbeltArgs) -> Result<SandboxPolicy, CliError> {
     let reference = a.capsule.as_deref().unwrap_or_default();
     let root = capsule_root()
         .ok_or_else(|| fail("cannot find the capsule root: set CAPSULE_ROOT or HOME"))?;
-    let cap = store::resolve(&Layout::new(root), reference)
+    let layout = Layout::new(root);
+    let cap = store::resolve(&layout, reference)
         .map_err(|e| fail(format!("capsule {reference:?}: {e}")))?;
-    Ok(cap.policy)
+    // the policy an exec with no flags resolves (the hidden paths of now), as on Linux
+    Ok(crate::cli::exec::with_current_hidden(&cap, &layout))
 }
 
 /// Quote for a POSIX shell.

@@ -81,6 +81,7 @@ impl PreLayers {
                 "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into(),
             no_new_privs: true,
             root: "prepared".into(),
+            plan_digest: String::new(),
         };
         let mut line = serde_json::to_vec(&Report::Layers { applied }).unwrap_or_default();
         line.push(b'\n');
@@ -536,6 +537,7 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
                 _ => "host",
             }
             .into(),
+            plan_digest: String::new(),
         };
         if plan.isolation != Isolation::None {
             if let Err(e) = sys::drop_all_capabilities() {

@@ -131,6 +131,10 @@ pub struct Applied {
     /// alone), `host` (no mount namespace).
     #[serde(default)]
     pub root: String,
+    /// The digest of the plan that ran ([`ExecPlan::digest`]), as `capsule inspect`
+    /// shows it for an exec with no flags.
+    #[serde(default)]
+    pub plan_digest: String,
 }
 
 /// The result of a command that ran.
@@ -268,7 +272,15 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             f()
         }
     };
-    let entry = match prepared::join(plan, hooks.inside.is_empty(), &mut run_before_clone) {
+    // once per exec: the prepared root's fingerprint is made from it, the record keeps it
+    let plan_digest = plan.digest();
+    tracing::debug!("run: plan digest: {:?}", start.elapsed());
+    let entry = match prepared::join(
+        plan,
+        &plan_digest,
+        hooks.inside.is_empty(),
+        &mut run_before_clone,
+    ) {
         Ok(j) => j,
         Err(e) => {
             restore(&old_mask);
@@ -501,7 +513,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     } else {
         Termination::Exited(crate::exit::SANDBOX_FAILED as i32)
     };
-    let Some(applied) = applied else {
+    let Some(mut applied) = applied else {
         if timed_out {
             return Err(ExecError::Setup(
                 "the timeout expired before the command started".into(),
@@ -511,6 +523,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             "the sandbox's init ended before the command started (status {status:#x})"
         )));
     };
+    applied.plan_digest = plan_digest;
     Ok(ExecOutcome {
         termination,
         duration: start.elapsed(),

@@ -106,7 +106,42 @@ pub struct ExecPlan {
     pub prepared: Option<PathBuf>,
 }
 
+/// The parts of an [`ExecPlan`] that decide policy, as [`ExecPlan::digest`] hashes them.
+#[derive(serde::Serialize)]
+struct Decided<'a> {
+    isolation: Isolation,
+    landlock_best_effort: bool,
+    new_netns: bool,
+    network_off: bool,
+    hostname: &'a str,
+    mounts: &'a [MountStep],
+    policy: &'a SandboxPolicy,
+}
+
 impl ExecPlan {
+    /// `sha256:<hex>` of the parts of the plan that decide policy: isolation, namespaces,
+    /// network, hostname, every mount step and the Landlock policy. Not the command, its
+    /// environment or working directory: `capsule inspect` shows the digest of an exec's
+    /// plan, and the exec record the digest of the plan that ran, so the two can be
+    /// matched. The prepared root's fingerprint is made from it ([`super::prepared`]).
+    /// Serialized whole, then hashed in one call (serde writes in many small pieces, and
+    /// each hash update has its own cost: ~0.1 ms with 200 hidden paths).
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let decided = Decided {
+            isolation: self.isolation,
+            landlock_best_effort: self.landlock_best_effort,
+            new_netns: self.new_netns,
+            network_off: self.network_off,
+            hostname: &self.hostname,
+            mounts: &self.mounts,
+            policy: &self.policy,
+        };
+        // a plan of paths and flags always serializes
+        let json = serde_json::to_vec(&decided).unwrap_or_default();
+        format!("sha256:{}", hex::encode(Sha256::digest(&json)))
+    }
+
     /// The plan for running `argv` under `policy` at `isolation`: the policy-derived parts
     /// (mounts, network namespace, hostname, the sandbox's view of the policy) filled in
     /// one place; stdio inherited, no timeout, every Landlock right required. Callers
@@ -569,6 +604,57 @@ mod tests {
         assert!(steps.iter().any(
             |s| matches!(s, MountStep::Mask { dst, carve_outs: false } if dst == Path::new("/home/u/.ssh"))
         ));
+    }
+
+    #[test]
+    fn the_digest_covers_what_decides_policy_and_nothing_else() {
+        let plan = |p: &SandboxPolicy| {
+            ExecPlan::for_policy(p, Isolation::Full, vec!["a".into()], vec![], "/w".into())
+        };
+        let base = plan(&pol());
+        let d = base.digest();
+        assert!(d.starts_with("sha256:") && d.len() == 7 + 64, "{d}");
+        // the command, its environment, cwd, stdio, timeout: not policy
+        let same = ExecPlan {
+            argv: vec!["b".into(), "c".into()],
+            env: vec![("K".into(), "V".into())],
+            cwd: "/elsewhere".into(),
+            stdio: Stdio::Tty,
+            timeout: Some(Duration::from_secs(1)),
+            prepared: Some("/p".into()),
+            ..base.clone()
+        };
+        assert_eq!(same.digest(), d);
+        // each policy decision: another digest
+        let mut hidden = pol();
+        hidden.hidden.push(HiddenPath {
+            path: "/home/u/.aws".into(),
+            reason: HiddenReason::Credentials,
+        });
+        let mut open = pol();
+        open.network.mode = capsule_bundle::policy::NetworkMode::Open;
+        let mut mounts = base.clone();
+        mounts.mounts.push(MountStep::Dir { dst: "/x".into() });
+        let others = [
+            plan(&hidden),
+            plan(&open),
+            mounts,
+            ExecPlan {
+                landlock_best_effort: true,
+                ..base.clone()
+            },
+            ExecPlan {
+                network_off: true,
+                ..base.clone()
+            },
+            ExecPlan {
+                isolation: Isolation::Weaker,
+                ..base.clone()
+            },
+        ];
+        for o in &others {
+            assert_ne!(o.digest(), d, "{o:?}");
+        }
     }
 
     #[test]

@@ -32,8 +32,8 @@
 //! replaces: nothing needs a clean-up pass.
 //!
 //! Staleness is ruled out by the fingerprint: a SHA-256 of this binary's identity, the
-//! user, user namespace, cgroup, hard limits and `RUST_LOG`, the whole mount plan and
-//! Landlock policy, and the identity (device, inode, type) of every host path the plan
+//! user, user namespace, cgroup, hard limits and `RUST_LOG`, the plan's digest
+//! ([`ExecPlan::digest`]: the whole mount plan and Landlock policy), and the identity (device, inode, type) of every host path the plan
 //! mounts from or onto, as `lstat`/`stat` see it now. A hidden path created, removed or
 //! replaced since, a workspace recreated under the same name, a changed policy: each gives
 //! another fingerprint, hence another holder. And since rmdir of a masked directory
@@ -192,7 +192,7 @@ impl Identities<'_> {
 
 /// The plan's fingerprint (hex), or `None` when the plan cannot be served by a prepared
 /// root (not full isolation, Landlock best effort, a per-exec mount such as a socket).
-pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
+pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<String>> {
     if plan.isolation != Isolation::Full || plan.landlock_best_effort || plan.prepared.is_none() {
         return Ok(None);
     }
@@ -224,10 +224,8 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
             .as_os_str()
             .as_bytes(),
     );
-    // serialized whole, then hashed in one call (serde writes in many small pieces, and
-    // each hash update has its own cost: ~0.1 ms with 200 hidden paths)
-    h.update(serde_json::to_vec(&plan.mounts).map_err(io::Error::other)?);
-    h.update(serde_json::to_vec(&plan.policy).map_err(io::Error::other)?);
+    // the whole mount plan and Landlock policy, through the plan's digest
+    h.update(plan_digest.as_bytes());
     let masked = plan.mounts.iter().filter_map(|s| match s {
         MountStep::Mask { dst, .. } => Some(dst.as_path()),
         _ => None,
@@ -287,6 +285,7 @@ pub fn fingerprint(plan: &ExecPlan) -> io::Result<Option<String>> {
 /// `before_fork`, then checks that the process is single-threaded (it forks).
 pub fn join(
     plan: &ExecPlan,
+    plan_digest: &str,
     warm: bool,
     before_fork: &mut dyn FnMut(),
 ) -> Result<Option<Entry>, ExecError> {
@@ -297,7 +296,8 @@ pub fn join(
     let Some(dir) = plan.prepared.as_deref() else {
         return Ok(None);
     };
-    let Some(fp) = fingerprint(plan).map_err(|e| setup("fingerprinting the sandbox's root", e))?
+    let Some(fp) = fingerprint(plan, plan_digest)
+        .map_err(|e| setup("fingerprinting the sandbox's root", e))?
     else {
         return Ok(None);
     };
