@@ -67,12 +67,33 @@ pub struct ExecArgs {
     /// Kill the command (and everything it started) after DURATION (e.g. 30s, 5m).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<Duration>,
+    /// Kill the command (and everything it started) when it has written nothing to stdout
+    /// or stderr for DURATION (e.g. 30s, 5m); `--timeout` stays the absolute limit.
+    #[arg(long, value_name = "DURATION", value_parser = crate::limits::parse_duration)]
+    pub activity_timeout: Option<Duration>,
+    /// At most N open file descriptors per process (RLIMIT_NOFILE).
+    #[arg(long, value_name = "N", value_parser = crate::limits::parse_count)]
+    pub fds: Option<u64>,
+    /// No file larger than SIZE (e.g. 512M, 2G) may be written (RLIMIT_FSIZE); a process
+    /// that tries is killed.
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub file_size: Option<u64>,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+impl ExecArgs {
+    /// The resource limits asked for on the command line.
+    pub fn limits(&self) -> crate::limits::Limits {
+        crate::limits::Limits {
+            fds: self.fds,
+            file_size: self.file_size,
+        }
+    }
 }
 
 fn fail(msg: impl Into<String>) -> CliError {
@@ -172,9 +193,9 @@ pub fn exec(a: ExecArgs) -> CliResult {
 }
 
 #[cfg(target_os = "linux")]
-pub use imp::{plan_now, run_probe};
-#[cfg(target_os = "linux")]
 pub(crate) use imp::weaker_or_refuse;
+#[cfg(target_os = "linux")]
+pub use imp::{plan_now, run_probe};
 
 #[cfg(target_os = "macos")]
 mod imp {
@@ -257,6 +278,8 @@ mod imp {
             "no_sandbox": a.no_sandbox,
             "tty": a.tty,
             "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
+            "activity_timeout_ms": a.activity_timeout.map(|t| t.as_millis() as u64),
+            "limits": a.limits(),
         });
         let mut rec = ExecRecord {
             event: "exec",
@@ -275,6 +298,7 @@ mod imp {
             changes: None,
             changes_error: None,
             git_guard: None,
+            killed_by: None,
         };
 
         let mut landlock_best_effort = false;
@@ -381,6 +405,18 @@ mod imp {
             Ok(o) => {
                 rec.applied = serde_json::to_value(&o.applied).ok();
                 rec.termination = serde_json::to_value(o.termination).ok();
+                rec.killed_by = match (o.termination, a.activity_timeout) {
+                    (linux::Termination::ActivityTimeout, Some(d)) => {
+                        Some(crate::limits::silent_for(d))
+                    }
+                    (linux::Termination::Signaled(s), _) => {
+                        crate::limits::killed_by(&a.limits(), s)
+                    }
+                    _ => None,
+                };
+                if let Some(m) = &rec.killed_by {
+                    eprintln!("capsule: {m}");
+                }
                 o.termination.exit_status()
             }
             Err(e) => {
@@ -622,6 +658,8 @@ mod imp {
         ExecPlan {
             stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
             timeout: a.timeout,
+            activity_timeout: a.activity_timeout,
+            limits: a.limits(),
             // the root is prepared once per capsule and policy, and joined by each exec
             prepared: Some(crate::linux::prepared::dir(bundle_dir)),
             ..ExecPlan::for_policy(policy, isolation, a.command.clone(), env, cwd.to_path_buf())

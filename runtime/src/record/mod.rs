@@ -176,6 +176,9 @@ pub struct ExecRecord {
     /// something or could not check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_guard: Option<serde_json::Value>,
+    /// The limit that ended the command (`killed: …`, as said on stderr), if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub killed_by: Option<String>,
 }
 
 impl ExecRecord {

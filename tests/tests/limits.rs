@@ -1,0 +1,228 @@
+//! Resource limits of `capsule exec`: `--fds` and `--file-size` (rlimits, in built roots
+//! and in warm spares' commands alike) and `--activity-timeout` (the whole tree killed
+//! after that long without output). Every command here is bounded in time and size.
+use capsule_e2e::bounded::bounded;
+use capsule_e2e::sandbox::*;
+use std::time::{Duration, Instant};
+
+/// `capsule exec t [flags] -- argv`, bounded to `secs`; `built`: prepared roots off (the
+/// root is built for this exec), else the prepared root and its warm spares.
+fn exec(
+    c: &Capsule,
+    built: bool,
+    flags: &[&str],
+    argv: &[&str],
+    secs: u64,
+) -> std::process::Output {
+    let mut cmd = c.capsule();
+    if built {
+        cmd.env("CAPSULE_PREPARED_IDLE", "0");
+    }
+    cmd.arg("exec").arg(NAME).args(flags).arg("--").args(argv);
+    bounded(&mut cmd, secs)
+}
+
+fn last_record(c: &Capsule) -> serde_json::Value {
+    c.records().pop().expect("an exec record")
+}
+
+/// The line of `/proc/self/limits` for `name`, as the command sees it.
+fn limit_line<'a>(text: &'a str, name: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn fds_and_file_size_hold_in_built_roots_and_warm_spares() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // built, then the prepared root's first exec and its warm spares after it
+        for built in [true, false, false, false] {
+            let flags = ["--fds", "32", "--file-size", "1M"];
+            let o = exec(&c, built, &flags, &["cat", "/proc/self/limits"], 30);
+            ok(&o, "cat /proc/self/limits");
+            let text = out(&o);
+            let files: Vec<&str> = limit_line(&text, "Max open files")
+                .split_whitespace()
+                .collect();
+            assert_eq!(files[3..5], ["32", "32"], "built={built}: {text}");
+            let size: Vec<&str> = limit_line(&text, "Max file size")
+                .split_whitespace()
+                .collect();
+            assert_eq!(size[3..5], ["1048576", "1048576"], "built={built}: {text}");
+            assert_eq!(
+                last_record(&c)["requested"]["limits"],
+                serde_json::json!({"fds": 32, "file_size": 1048576})
+            );
+            // the command cannot raise them again (the hard limit is the limit)
+            let o = exec(
+                &c,
+                built,
+                &flags,
+                &["sh", "-c", "ulimit -n 4096 || exit 9"],
+                30,
+            );
+            assert_eq!(code(&o), 9, "built={built}: raised --fds: {}", err(&o));
+            // more descriptors than the limit: refused (fds 0-7 may be open, 8 may not)
+            let o = exec(
+                &c,
+                built,
+                &["--fds", "8"],
+                &["sh", "-c", "exec 3</dev/null 4</dev/null 5</dev/null 6</dev/null 7</dev/null; (exec 8</dev/null) || exit 8"],
+                30,
+            );
+            assert_eq!(
+                code(&o),
+                8,
+                "built={built}: a 9th descriptor opened: {}",
+                err(&o)
+            );
+            // a file past the limit: the writer is killed, and told why
+            let o = exec(
+                &c,
+                built,
+                &flags,
+                &["sh", "-c", "exec head -c 2097152 /dev/zero > big.bin"],
+                30,
+            );
+            assert_eq!(code(&o), 128 + 25, "built={built}: {}", err(&o));
+            assert!(
+                err(&o).contains("killed: file size limit 1 MiB reached"),
+                "{}",
+                err(&o)
+            );
+            let len = std::fs::metadata(c.ws.join("big.bin")).unwrap().len();
+            assert!(len <= 1 << 20, "built={built}: {len} bytes written");
+            assert_eq!(
+                last_record(&c)["killed_by"],
+                "killed: file size limit 1 MiB reached"
+            );
+            std::fs::remove_file(c.ws.join("big.bin")).unwrap();
+        }
+        // without the flags the caller's own limits hold (the test can fail)
+        let o = exec(
+            &c,
+            false,
+            &[],
+            &["sh", "-c", "head -c 2097152 /dev/zero > big.bin"],
+            30,
+        );
+        ok(&o, "2 MiB without --file-size");
+        assert!(last_record(&c).get("killed_by").is_none());
+    });
+}
+
+#[test]
+fn activity_timeout_kills_a_silent_command_not_a_talking_one() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for built in [true, false, false] {
+            // silent: killed after ~1 s, with everything it started
+            let t = Instant::now();
+            let o = exec(
+                &c,
+                built,
+                &["--activity-timeout", "1s"],
+                &["sh", "-c", "(sleep 2; touch late) & sleep 5"],
+                30,
+            );
+            let took = t.elapsed();
+            assert_eq!(code(&o), 124, "built={built}: {}", err(&o));
+            assert!(
+                took < Duration::from_secs(4),
+                "built={built}: took {took:?}"
+            );
+            assert!(
+                err(&o).contains("killed: no output for 1s (activity timeout)"),
+                "{}",
+                err(&o)
+            );
+            let rec = last_record(&c);
+            assert_eq!(
+                rec["killed_by"],
+                "killed: no output for 1s (activity timeout)"
+            );
+            assert_eq!(rec["termination"]["kind"], "activity_timeout");
+            std::thread::sleep(Duration::from_millis(1500));
+            assert!(
+                !c.ws.join("late").exists(),
+                "built={built}: a child outlived the kill"
+            );
+
+            // talking every 0.3 s for 3 s, on stdout and stderr: runs to its end, and what
+            // it wrote arrives whole and in order
+            let o = exec(
+                &c,
+                built,
+                &["--activity-timeout", "1s"],
+                &[
+                    "sh",
+                    "-c",
+                    "for i in 1 2 3 4 5 6 7 8 9 10; do echo out$i; echo err$i >&2; sleep 0.3; done",
+                ],
+                30,
+            );
+            ok(&o, "a command that prints every 0.3 s");
+            let want: String = (1..=10).map(|i| format!("out{i}\n")).collect();
+            assert_eq!(out(&o), want);
+            for i in 1..=10 {
+                assert!(err(&o).contains(&format!("err{i}\n")), "{}", err(&o));
+            }
+            assert!(last_record(&c).get("killed_by").is_none());
+        }
+        // under -t the terminal's output is the activity
+        let o = exec(
+            &c,
+            false,
+            &["-t", "--activity-timeout", "1s"],
+            &["sleep", "5"],
+            30,
+        );
+        assert_eq!(code(&o), 124, "-t: {}", err(&o));
+        let o = exec(
+            &c,
+            false,
+            &["-t", "--activity-timeout", "1s"],
+            &[
+                "sh",
+                "-c",
+                "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.3; done",
+            ],
+            30,
+        );
+        ok(&o, "-t: a command that prints every 0.3 s");
+        // the absolute --timeout still holds for a command that keeps talking
+        let t = Instant::now();
+        let o = exec(
+            &c,
+            false,
+            &["--activity-timeout", "1s", "--timeout", "1500ms"],
+            &["sh", "-c", "while :; do echo x; sleep 0.1; done"],
+            30,
+        );
+        assert_eq!(code(&o), 124, "{}", err(&o));
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(last_record(&c)["termination"]["kind"], "timed_out");
+    });
+}
+
+#[test]
+fn limits_that_cannot_be_read_are_refused_before_anything_runs() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for flags in [
+            ["--fds", "0"],
+            ["--file-size", "12Q"],
+            ["--activity-timeout", "0s"],
+        ] {
+            let o = exec(&c, false, &flags, &["touch", "ran"], 30);
+            assert_eq!(code(&o), 2, "{flags:?}: {}", err(&o));
+            assert!(!c.ws.join("ran").exists());
+        }
+    });
+}
