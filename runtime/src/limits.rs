@@ -1,9 +1,10 @@
 //! Resource limits of one exec as the operator asked for them (`capsule exec --fds N
-//! --file-size SIZE --activity-timeout DURATION`): their parsing (shared by clap and the
+//! --file-size SIZE --memory SIZE --pids N --activity-timeout DURATION`): their parsing (shared by clap and the
 //! fast hand parser of `cli::exec_args`, so both read a value the same way), their
 //! record entry, and the one-line message of a command a limit ended. The executor
 //! enforces them ([`crate::linux`]: rlimits set in the command's process just before
-//! `execve`, the activity watch in the supervisor's loop).
+//! `execve`, a cgroup per exec for memory and processes, the activity watch in the
+//! supervisor's loop).
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -17,12 +18,23 @@ pub struct Limits {
     /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`, soft and hard).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file_size: Option<u64>,
+    /// Memory of the whole tree, in bytes (a cgroup's memory limit, swap included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// Processes and threads of the whole tree at once (a cgroup's `pids.max`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
 }
 
 impl Limits {
     /// No limit asked for.
     pub fn is_empty(&self) -> bool {
         *self == Limits::default()
+    }
+
+    /// A limit that needs a cgroup is asked for (`--memory`, `--pids`).
+    pub fn needs_cgroup(&self) -> bool {
+        self.memory.is_some() || self.pids.is_some()
     }
 
     /// `(resource, flag, value)` of each rlimit asked for.

@@ -95,7 +95,7 @@ fn fds_and_file_size_hold_in_built_roots_and_warm_spares() {
             let len = std::fs::metadata(c.ws.join("big.bin")).unwrap().len();
             assert!(len <= 1 << 20, "built={built}: {len} bytes written");
             assert_eq!(
-                last_record(&c)["killed_by"],
+                last_record(&c)["limits_reached"][0],
                 "killed: file size limit 1 MiB reached"
             );
             std::fs::remove_file(c.ws.join("big.bin")).unwrap();
@@ -109,7 +109,7 @@ fn fds_and_file_size_hold_in_built_roots_and_warm_spares() {
             30,
         );
         ok(&o, "2 MiB without --file-size");
-        assert!(last_record(&c).get("killed_by").is_none());
+        assert!(last_record(&c).get("limits_reached").is_none());
     });
 }
 
@@ -140,7 +140,7 @@ fn activity_timeout_kills_a_silent_command_not_a_talking_one() {
             );
             let rec = last_record(&c);
             assert_eq!(
-                rec["killed_by"],
+                rec["limits_reached"][0],
                 "killed: no output for 1s (activity timeout)"
             );
             assert_eq!(rec["termination"]["kind"], "activity_timeout");
@@ -169,7 +169,7 @@ fn activity_timeout_kills_a_silent_command_not_a_talking_one() {
             for i in 1..=10 {
                 assert!(err(&o).contains(&format!("err{i}\n")), "{}", err(&o));
             }
-            assert!(last_record(&c).get("killed_by").is_none());
+            assert!(last_record(&c).get("limits_reached").is_none());
         }
         // under -t the terminal's output is the activity
         let o = exec(
@@ -223,6 +223,166 @@ fn limits_that_cannot_be_read_are_refused_before_anything_runs() {
             let o = exec(&c, false, &flags, &["touch", "ran"], 30);
             assert_eq!(code(&o), 2, "{flags:?}: {}", err(&o));
             assert!(!c.ws.join("ran").exists());
+        }
+    });
+}
+
+/// Can this runner make cgroups for its execs here? Root can on this kind of host; an
+/// unprivileged user only where a subtree is delegated to it.
+fn cgroups_for(r: &capsule_e2e::Runner) -> bool {
+    r.uid() == 0
+}
+
+/// Processes on the host whose command line is `argv` (joined by NULs).
+fn host_procs_running(argv: &[&str]) -> usize {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .count()
+}
+
+/// Per-exec cgroups (v1 pids hierarchy) of capsules that have exited and that still hold
+/// a process.
+fn exec_cgroups_left() -> Vec<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let Some(path) = own
+        .lines()
+        .find_map(|l| l.split_once(":pids:").map(|(_, p)| p.to_string()))
+    else {
+        return Vec::new();
+    };
+    let base = std::path::Path::new("/sys/fs/cgroup/pids")
+        .join(path.trim_start_matches('/'))
+        .join("capsule");
+    std::fs::read_dir(&base)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("exec-"))
+                .filter(|n| {
+                    let pid: i32 = n["exec-".len()..].parse().unwrap_or(0);
+                    // SAFETY: signal 0 only checks for existence.
+                    unsafe { libc::kill(pid, 0) != 0 }
+                })
+                .filter(|n| {
+                    let procs = base.join(n).join("cgroup.procs");
+                    !std::fs::read_to_string(procs)
+                        .unwrap_or_default()
+                        .trim()
+                        .is_empty()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn pids_limit_stops_a_process_loop_and_cleans_up() {
+    // 500 sleeping processes tried, 64 allowed: bounded either way
+    let script = "i=0; while [ $i -lt 500 ]; do sleep 93.25 & i=$((i+1)); done; wait";
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for built in [true, false, false] {
+            let t = Instant::now();
+            let o = exec(&c, built, &["--pids", "64"], &["sh", "-c", script], 60);
+            if !cgroups_for(r) {
+                // no cgroup for this user here: refused, nothing ran
+                assert_eq!(code(&o), 125, "{}", err(&o));
+                assert!(
+                    err(&o).contains("--pids cannot be enforced here")
+                        && err(&o).contains("nothing ran"),
+                    "{}",
+                    err(&o)
+                );
+                assert_eq!(host_procs_running(&["sleep", "93.25"]), 0);
+                continue;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "took {:?}",
+                t.elapsed()
+            );
+            assert!(
+                err(&o).contains("pids limit 64 reached"),
+                "built={built}: {}",
+                err(&o)
+            );
+            let rec = last_record(&c);
+            let reached = rec["limits_reached"].to_string();
+            assert!(reached.contains("pids limit 64 reached"), "{rec}");
+            assert_eq!(rec["limits"]["in_force"]["pids"], 64, "{rec}");
+            // everything it started is gone, and so is its cgroup
+            assert_eq!(host_procs_running(&["sleep", "93.25"]), 0, "built={built}");
+        }
+        if cgroups_for(r) {
+            assert_eq!(exec_cgroups_left(), Vec::<String>::new());
+        }
+    });
+}
+
+#[test]
+fn memory_limit_kills_a_large_allocation_and_says_why() {
+    // dd allocates its 256 MiB block and fills it from /dev/zero
+    let argv = ["dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"];
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for built in [true, false, false] {
+            let o = exec(&c, built, &["--memory", "64M"], &argv, 60);
+            if !cgroups_for(r) {
+                assert_eq!(code(&o), 125, "{}", err(&o));
+                assert!(
+                    err(&o).contains("--memory cannot be enforced here")
+                        && err(&o).contains("capsule isolation --accept-weaker on"),
+                    "{}",
+                    err(&o)
+                );
+                continue;
+            }
+            assert_eq!(code(&o), 137, "built={built}: {}", err(&o));
+            assert!(
+                err(&o).contains("capsule: killed: memory limit 64 MiB reached"),
+                "{}",
+                err(&o)
+            );
+            let rec = last_record(&c);
+            assert_eq!(
+                rec["limits_reached"][0], "killed: memory limit 64 MiB reached",
+                "{rec}"
+            );
+        }
+        if cgroups_for(r) {
+            // within the limit it runs (the test can fail)
+            let o = exec(
+                &c,
+                false,
+                &["--memory", "64M"],
+                &["dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1"],
+                60,
+            );
+            ok(&o, "8 MiB under a 64 MiB limit");
+            assert!(last_record(&c).get("limits_reached").is_none());
+        } else {
+            // accepted weaker isolation: it runs, and the record says the limit was not
+            // enforced
+            std::fs::write(c.root.join("settings.json"), r#"{"accept_weaker": true}"#).unwrap();
+            r.own(&c.root.join("settings.json"));
+            let o = exec(&c, false, &["--memory", "64M"], &["true"], 60);
+            ok(&o, "--memory with weaker isolation accepted");
+            assert!(
+                err(&o).contains("--memory cannot be enforced here"),
+                "{}",
+                err(&o)
+            );
+            let rec = last_record(&c);
+            assert!(
+                rec["degradation"]
+                    .to_string()
+                    .contains("--memory cannot be enforced"),
+                "{rec}"
+            );
+            assert!(rec["limits"]["in_force"].get("memory").is_none(), "{rec}");
         }
     });
 }

@@ -78,6 +78,14 @@ pub struct ExecArgs {
     /// that tries is killed.
     #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
     pub file_size: Option<u64>,
+    /// At most SIZE (e.g. 512M, 2G) of memory for the command and everything it starts
+    /// (a cgroup; swap included); past it the kernel kills one of them.
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub memory: Option<u64>,
+    /// At most N processes and threads at once for the command and everything it starts
+    /// (a cgroup); more are refused (fork fails).
+    #[arg(long, value_name = "N", value_parser = crate::limits::parse_count)]
+    pub pids: Option<u64>,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -92,6 +100,8 @@ impl ExecArgs {
         crate::limits::Limits {
             fds: self.fds,
             file_size: self.file_size,
+            memory: self.memory,
+            pids: self.pids,
         }
     }
 }
@@ -298,7 +308,8 @@ mod imp {
             changes: None,
             changes_error: None,
             git_guard: None,
-            killed_by: None,
+            limits: None,
+            limits_reached: Vec::new(),
         };
 
         let mut landlock_best_effort = false;
@@ -351,8 +362,43 @@ mod imp {
                     _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
                 })
         };
+        // memory and processes: this exec's cgroups, made now; one that cannot be made
+        // refuses the exec unless weaker isolation was accepted (then it is recorded)
+        let mut limits = a.limits();
+        let cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
+            Ok(c) => c,
+            Err(e) if settings.accept_weaker => {
+                eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
+                degradation.push(format!("{e}; not enforced"));
+                match e.flag {
+                    "--memory" => limits.memory = None,
+                    _ => limits.pids = None,
+                }
+                // the other one may still be enforceable
+                linux::cgroup::ExecCgroups::create(&limits).unwrap_or_else(|e| {
+                    degradation.push(format!("{e}; not enforced"));
+                    limits.memory = None;
+                    limits.pids = None;
+                    linux::cgroup::ExecCgroups::default()
+                })
+            }
+            Err(e) => {
+                return Err(CliError::new(
+                    exit::SANDBOX_FAILED,
+                    format!("{e}; nothing ran. To run without the limits it cannot enforce, accept weaker isolation knowingly: `capsule isolation --accept-weaker on`"),
+                ))
+            }
+        };
+        if !limits.is_empty() || a.limits().needs_cgroup() {
+            rec.limits = Some(serde_json::json!({
+                "in_force": limits,
+                "rlimits": limits.rlimits().map(|(_, f, v)| (f, v)).collect::<Vec<_>>(),
+                "cgroups": cgroups.record(),
+            }));
+        }
         let mut plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
         plan.landlock_best_effort = landlock_best_effort;
+        plan.cgroup_procs = cgroups.procs_files();
         task_env(&mut plan)?;
         net.apply(&mut plan);
         tracing::debug!("plan ready: {:?}", started.elapsed());
@@ -367,6 +413,7 @@ mod imp {
                 weaker_or_refuse(&settings, &mut degradation, false)?;
             plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
             plan.landlock_best_effort = landlock_best_effort;
+            plan.cgroup_procs = cgroups.procs_files();
             task_env(&mut plan)?;
             net.apply(&mut plan);
             result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
@@ -405,16 +452,16 @@ mod imp {
             Ok(o) => {
                 rec.applied = serde_json::to_value(&o.applied).ok();
                 rec.termination = serde_json::to_value(o.termination).ok();
-                rec.killed_by = match (o.termination, a.activity_timeout) {
+                let killed = match (o.termination, a.activity_timeout) {
                     (linux::Termination::ActivityTimeout, Some(d)) => {
                         Some(crate::limits::silent_for(d))
                     }
-                    (linux::Termination::Signaled(s), _) => {
-                        crate::limits::killed_by(&a.limits(), s)
-                    }
+                    (linux::Termination::Signaled(s), _) => crate::limits::killed_by(&limits, s),
                     _ => None,
                 };
-                if let Some(m) = &rec.killed_by {
+                rec.limits_reached.extend(killed);
+                rec.limits_reached.extend(cgroups.reached());
+                for m in &rec.limits_reached {
                     eprintln!("capsule: {m}");
                 }
                 o.termination.exit_status()

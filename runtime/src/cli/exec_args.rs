@@ -33,6 +33,8 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         activity_timeout: None,
         fds: None,
         file_size: None,
+        memory: None,
+        pids: None,
         json: false,
         command: Vec::new(),
     };
@@ -89,6 +91,10 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"--file-size" if a.file_size.is_none() => {
                 a.file_size = Some(limits::parse_size(v.to_str()?).ok()?)
             }
+            b"--memory" if a.memory.is_none() => {
+                a.memory = Some(limits::parse_size(v.to_str()?).ok()?)
+            }
+            b"--pids" if a.pids.is_none() => a.pids = Some(limits::parse_count(v.to_str()?).ok()?),
             b"--activity-timeout" if a.activity_timeout.is_none() => {
                 a.activity_timeout = Some(limits::parse_duration(v.to_str()?).ok()?)
             }
@@ -155,6 +161,7 @@ pub(super) mod tests {
             "exec bench --hide rel/path -- true",
             "exec bench --fds 64 --file-size 1M --activity-timeout 2s -- true",
             "exec bench --file-size 1.5G -- true",
+            "exec bench --memory 512M --pids 64 -- true",
         ];
         for line in taken {
             assert!(check(&argv(line)), "not taken: {line}");
@@ -225,6 +232,9 @@ pub(super) mod tests {
             "--file-size 2K",
             "--activity-timeout 1s",
             "--fds x",
+            "--memory 64M",
+            "--pids 8",
+            "--pids 0",
             "--hide",
             "bench",
             "other",

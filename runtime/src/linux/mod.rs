@@ -64,6 +64,7 @@
 //! and `capsule inspect`), never on the exec path.
 
 mod activity;
+pub mod cgroup;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
@@ -380,6 +381,21 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let mut pid: libc::c_long = -1;
     let mut warm_pidfd = None;
     if let Some(w) = warm.as_mut() {
+        // the spare is init: into this exec's cgroups before it forks the command (it
+        // does when it gets the request)
+        use std::os::fd::AsRawFd;
+        if !plan.cgroup_procs.is_empty() {
+            let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
+                .and_then(|p| cgroup::enter(&plan.cgroup_procs, p));
+            if let Err(e) = moved {
+                drop(child.take());
+                restore(&old_mask);
+                for fd in [rep_r, rep_w, sync_r, sync_w] {
+                    sys::close(fd);
+                }
+                return Err(setup("placing the sandbox in its cgroup", e));
+            }
+        }
         // the spare is init: send it this exec
         match warm::send(&mut w.conn, plan, rep_w, sync_r, pty_child_sock) {
             Ok(()) => pid = 0,
@@ -465,6 +481,21 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             sys::close(rep_r);
             sys::close(sync_w);
             return Err(setup("writing the user namespace's id maps", e));
+        }
+    }
+    // init into this exec's cgroups before it forks the command (a warm spare was moved
+    // before its request)
+    if warm_pidfd.is_none() && !plan.cgroup_procs.is_empty() {
+        if let Err(e) = cgroup::enter(&plan.cgroup_procs, pid) {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            restore(&old_mask);
+            sys::close(rep_r);
+            sys::close(sync_w);
+            return Err(setup("placing the sandbox in its cgroup", e));
         }
     }
     // one byte: the id maps are written; init builds the root meanwhile

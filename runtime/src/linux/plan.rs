@@ -103,6 +103,9 @@ pub struct ExecPlan {
     /// The command's resource limits set as rlimits in its process before `execve` (also
     /// in a warm spare's command: they are part of the request, not of the spare).
     pub limits: crate::limits::Limits,
+    /// The `cgroup.procs` files of this exec's cgroups ([`super::cgroup`]): init (or the
+    /// warm spare) is written into them before the command is forked.
+    pub cgroup_procs: Vec<PathBuf>,
     /// Landlock as far as the kernel's ABI allows, its lack recorded instead of refused:
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
     /// old or absent ([`isolation_for`]). False: every right the policy needs is required.
@@ -151,6 +154,7 @@ impl ExecPlan {
             timeout: None,
             activity_timeout: None,
             limits: crate::limits::Limits::default(),
+            cgroup_procs: Vec::new(),
             landlock_best_effort: false,
             prepared: None,
         }
