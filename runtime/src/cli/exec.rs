@@ -365,6 +365,7 @@ mod imp {
         // memory and processes: this exec's cgroups, made now; one that cannot be made
         // refuses the exec unless weaker isolation was accepted (then it is recorded)
         let mut limits = a.limits();
+        let t_cg = Instant::now();
         let cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
             Ok(c) => c,
             Err(e) if settings.accept_weaker => {
@@ -389,6 +390,7 @@ mod imp {
                 ))
             }
         };
+        tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
         if !limits.is_empty() || a.limits().needs_cgroup() {
             rec.limits = Some(serde_json::json!({
                 "in_force": limits,
@@ -512,6 +514,9 @@ mod imp {
         if a.json {
             crate::cli::print_json(&serde_json::to_value(&rec).unwrap_or_default());
         }
+        // the next exec's cgroups, made now that this one is done (none without limits)
+        cgroups.make_spares();
+        drop(cgroups);
         match result {
             Ok(_) => Ok(ExitCode::from(code)),
             Err(e) => Err(CliError::new(code, e.to_string())),
