@@ -386,3 +386,26 @@ fn memory_limit_kills_a_large_allocation_and_says_why() {
         }
     });
 }
+
+#[test]
+fn isolation_says_where_each_limit_is_enforced() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let mut cmd = c.capsule();
+        cmd.args(["isolation", "--json"]);
+        let o = bounded(&mut cmd, 30);
+        ok(&o, "capsule isolation --json");
+        let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+        let l = &v["limits"];
+        assert_eq!(l["fds"]["enforced"], true, "{l}");
+        assert_eq!(l["file_size"]["enforced"], true, "{l}");
+        assert_eq!(l["activity_timeout"]["enforced"], true, "{l}");
+        for k in ["memory", "pids"] {
+            // what the exec tests above find, said ahead of time
+            assert_eq!(l[k]["enforced"], cgroups_for(r), "{k}: {l}");
+            if !cgroups_for(r) {
+                assert!(l[k]["why"].as_str().unwrap().contains("cannot"), "{l}");
+            }
+        }
+    });
+}

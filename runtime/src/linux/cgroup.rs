@@ -456,6 +456,45 @@ impl ExecCgroups {
     }
 }
 
+/// Can this process enforce `--memory` and `--pids` here? For each: `Ok(where)` (the
+/// hierarchy and folder a group is made in) or why not. Makes a group and removes it
+/// again: the only honest test of write access (`capsule isolation`, never on exec).
+pub fn probe() -> Vec<(&'static str, Result<String, String>)> {
+    let one = |limits: Limits, name: &'static str| {
+        let r = ExecCgroups::create(&limits).map(|c| {
+            c.groups
+                .iter()
+                .map(|g| {
+                    let v = match g.version {
+                        Version::V1 => "cgroup v1",
+                        Version::V2 => "cgroup v2",
+                    };
+                    let base = g.dir.parent().unwrap_or(&g.dir);
+                    format!("{v}, {}", base.display())
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        (name, r.map_err(|e| e.why))
+    };
+    vec![
+        one(
+            Limits {
+                memory: Some(i64::MAX as u64 & !0xfff),
+                ..Limits::default()
+            },
+            "--memory",
+        ),
+        one(
+            Limits {
+                pids: Some(4_194_304),
+                ..Limits::default()
+            },
+            "--pids",
+        ),
+    ]
+}
+
 /// The value of `key` in a flat-keyed cgroup file (`key value` lines); 0 if absent.
 fn counter(file: &Path, key: &str) -> u64 {
     std::fs::read_to_string(file)
