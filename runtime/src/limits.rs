@@ -24,6 +24,10 @@ pub struct Limits {
     /// Processes and threads of the whole tree at once (a cgroup's `pids.max`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
+    /// CPU time of the whole tree, in thousandths of a CPU (`--cpus 1.5`: 1500; a cgroup's
+    /// CFS quota per 100 ms period).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_milli: Option<u64>,
 }
 
 impl Limits {
@@ -34,7 +38,7 @@ impl Limits {
 
     /// A limit that needs a cgroup is asked for (`--memory`, `--pids`).
     pub fn needs_cgroup(&self) -> bool {
-        self.memory.is_some() || self.pids.is_some()
+        self.memory.is_some() || self.pids.is_some() || self.cpus_milli.is_some()
     }
 
     /// `(resource, flag, value)` of each rlimit asked for.
@@ -106,6 +110,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v)
 }
 
+/// A number of CPUs, fractions allowed (`0.5`, `2`), in thousandths; at least 0.01.
+pub fn parse_cpus(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?}: not a number of CPUs (e.g. 0.5, 2)");
+    let t = s.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bad());
+    }
+    let f: f64 = t.parse().map_err(|_| bad())?;
+    if !(0.01..=1_000_000.0).contains(&f) {
+        return Err(format!("{s:?}: from 0.01 to 1000000 CPUs"));
+    }
+    Ok((f * 1000.0).round() as u64)
+}
+
 /// A count of at least 1 (`--fds`).
 pub fn parse_count(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
@@ -171,6 +189,11 @@ mod tests {
             assert!(parse_size(bad).is_err(), "{bad:?} taken");
         }
         assert_eq!(parse_count("64"), Ok(64));
+        assert_eq!(parse_cpus("0.5"), Ok(500));
+        assert_eq!(parse_cpus("2"), Ok(2000));
+        for bad in ["", "0", "0.001", "-1", "1e2", "x", "nan", "inf"] {
+            assert!(parse_cpus(bad).is_err(), "{bad:?} taken");
+        }
         assert!(parse_count("0").is_err() && parse_count("x").is_err());
         assert!(parse_duration("0s").is_err());
         assert_eq!(parse_duration("300ms"), Ok(Duration::from_millis(300)));

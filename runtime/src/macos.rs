@@ -276,7 +276,7 @@ pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
         // a limit asked for and not enforced: nothing runs
         return Err(CliError::new(
             exit::SANDBOX_FAILED,
-            "--activity-timeout, --fds, --file-size, --memory and --pids are not enforced on macOS yet; nothing ran",
+            "--activity-timeout, --fds, --file-size, --memory, --pids and --cpus are not enforced on macOS yet; nothing ran",
         ));
     }
     let root =

@@ -400,12 +400,55 @@ fn isolation_says_where_each_limit_is_enforced() {
         assert_eq!(l["fds"]["enforced"], true, "{l}");
         assert_eq!(l["file_size"]["enforced"], true, "{l}");
         assert_eq!(l["activity_timeout"]["enforced"], true, "{l}");
-        for k in ["memory", "pids"] {
+        for k in ["memory", "pids", "cpus"] {
             // what the exec tests above find, said ahead of time
             assert_eq!(l[k]["enforced"], cgroups_for(r), "{k}: {l}");
             if !cgroups_for(r) {
                 assert!(l[k]["why"].as_str().unwrap().contains("cannot"), "{l}");
             }
+        }
+    });
+}
+
+/// The children's user + system seconds `times` printed (its second line).
+fn children_cpu_secs(text: &str) -> f64 {
+    let line = text
+        .lines()
+        .nth(1)
+        .unwrap_or_else(|| panic!("times: {text}"));
+    line.split_whitespace()
+        .map(|t| {
+            let (m, s) = t.trim_end_matches('s').split_once('m').expect("NmN.Ns");
+            m.parse::<f64>().unwrap() * 60.0 + s.parse::<f64>().unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn cpus_limit_holds_a_busy_loop_to_its_share() {
+    // a busy loop for 1.5 s of wall time, then the CPU time it got
+    let script = "timeout 1.5 sh -c 'while :; do :; done'; times";
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for built in [true, false, false] {
+            let o = exec(&c, built, &["--cpus", "0.2"], &["sh", "-c", script], 30);
+            if !cgroups_for(r) {
+                assert_eq!(code(&o), 125, "{}", err(&o));
+                assert!(
+                    err(&o).contains("--cpus cannot be enforced here"),
+                    "{}",
+                    err(&o)
+                );
+                continue;
+            }
+            ok(&o, "busy loop under --cpus 0.2");
+            let used = children_cpu_secs(&out(&o));
+            // 0.2 CPU for 1.5 s is 0.3 s; a little slack for the period's edges
+            assert!(
+                used <= 0.45,
+                "built={built}: {used} s of CPU under --cpus 0.2"
+            );
+            assert_eq!(last_record(&c)["limits"]["in_force"]["cpus_milli"], 200);
         }
     });
 }

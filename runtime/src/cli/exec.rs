@@ -86,6 +86,10 @@ pub struct ExecArgs {
     /// (a cgroup); more are refused (fork fails).
     #[arg(long, value_name = "N", value_parser = crate::limits::parse_count)]
     pub pids: Option<u64>,
+    /// At most N CPUs of time (fractions allowed: 0.5, 1.5) for the command and everything
+    /// it starts (a cgroup's CFS quota); past it they wait.
+    #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
+    pub cpus: Option<u64>,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -102,6 +106,7 @@ impl ExecArgs {
             file_size: self.file_size,
             memory: self.memory,
             pids: self.pids,
+            cpus_milli: self.cpus,
         }
     }
 }
@@ -373,6 +378,7 @@ mod imp {
                 degradation.push(format!("{e}; not enforced"));
                 match e.flag {
                     "--memory" => limits.memory = None,
+                    "--cpus" => limits.cpus_milli = None,
                     _ => limits.pids = None,
                 }
                 // the other one may still be enforceable
@@ -380,6 +386,7 @@ mod imp {
                     degradation.push(format!("{e}; not enforced"));
                     limits.memory = None;
                     limits.pids = None;
+                    limits.cpus_milli = None;
                     linux::cgroup::ExecCgroups::default()
                 })
             }

@@ -35,6 +35,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         file_size: None,
         memory: None,
         pids: None,
+        cpus: None,
         json: false,
         command: Vec::new(),
     };
@@ -95,6 +96,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
                 a.memory = Some(limits::parse_size(v.to_str()?).ok()?)
             }
             b"--pids" if a.pids.is_none() => a.pids = Some(limits::parse_count(v.to_str()?).ok()?),
+            b"--cpus" if a.cpus.is_none() => a.cpus = Some(limits::parse_cpus(v.to_str()?).ok()?),
             b"--activity-timeout" if a.activity_timeout.is_none() => {
                 a.activity_timeout = Some(limits::parse_duration(v.to_str()?).ok()?)
             }
@@ -161,7 +163,7 @@ pub(super) mod tests {
             "exec bench --hide rel/path -- true",
             "exec bench --fds 64 --file-size 1M --activity-timeout 2s -- true",
             "exec bench --file-size 1.5G -- true",
-            "exec bench --memory 512M --pids 64 -- true",
+            "exec bench --memory 512M --pids 64 --cpus 1.5 -- true",
         ];
         for line in taken {
             assert!(check(&argv(line)), "not taken: {line}");
@@ -235,6 +237,8 @@ pub(super) mod tests {
             "--memory 64M",
             "--pids 8",
             "--pids 0",
+            "--cpus 0.5",
+            "--cpus 0",
             "--hide",
             "bench",
             "other",

@@ -78,7 +78,7 @@ fn mounts() -> Vec<(String, PathBuf)> {
             "cgroup2" => v.push((String::new(), dir)),
             "cgroup" => {
                 for o in opts.split(',') {
-                    if o == "memory" || o == "pids" {
+                    if o == "memory" || o == "pids" || o == "cpu" {
                         v.push((o.to_string(), dir.clone()));
                     }
                 }
@@ -125,7 +125,7 @@ fn own_paths() -> Vec<(String, String)> {
             v.push((String::new(), path.to_string()));
         }
         for c in ctrls.split(',') {
-            if c == "memory" || c == "pids" {
+            if c == "memory" || c == "pids" || c == "cpu" {
                 v.push((c.to_string(), path.to_string()));
             }
         }
@@ -178,12 +178,15 @@ fn claim(base: &Path, name: &str) -> io::Result<PathBuf> {
 }
 
 fn flag_of(controller: &str) -> &'static str {
-    if controller == "memory" {
-        "--memory"
-    } else {
-        "--pids"
+    match controller {
+        "memory" => "--memory",
+        "cpu" => "--cpus",
+        _ => "--pids",
     }
 }
+
+/// The CFS period the `--cpus` quota is a share of (100 ms, the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
 
 impl ExecCgroups {
     /// The cgroups enforcing `limits`' `memory` and `pids` for this exec (none asked: no
@@ -194,11 +197,15 @@ impl ExecCgroups {
             groups: Vec::new(),
             limits: *limits,
         };
-        let wanted: Vec<&'static str> = [("memory", limits.memory), ("pids", limits.pids)]
-            .into_iter()
-            .filter(|(_, v)| v.is_some())
-            .map(|(c, _)| c)
-            .collect();
+        let wanted: Vec<&'static str> = [
+            ("memory", limits.memory),
+            ("pids", limits.pids),
+            ("cpu", limits.cpus_milli),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(c, _)| c)
+        .collect();
         if wanted.is_empty() {
             return Ok(me);
         }
@@ -326,19 +333,45 @@ impl ExecCgroups {
 
     /// Write `c`'s limit into `g`.
     fn set(&self, g: &Group, c: &str) -> Result<(), CgroupError> {
+        let quota = |m: u64| (m * CPU_PERIOD_US / 1000).max(1000);
         let (file, value) = match (g.version, c) {
-            (Version::V1, "memory") => ("memory.limit_in_bytes", self.limits.memory),
-            (Version::V2, "memory") => ("memory.max", self.limits.memory),
-            (_, _) => ("pids.max", self.limits.pids),
+            (Version::V1, "memory") => (
+                "memory.limit_in_bytes",
+                self.limits.memory.map(|v| v.to_string()),
+            ),
+            (Version::V2, "memory") => ("memory.max", self.limits.memory.map(|v| v.to_string())),
+            (Version::V1, "cpu") => (
+                "cpu.cfs_quota_us",
+                self.limits.cpus_milli.map(|m| quota(m).to_string()),
+            ),
+            (Version::V2, "cpu") => (
+                "cpu.max",
+                self.limits
+                    .cpus_milli
+                    .map(|m| format!("{} {CPU_PERIOD_US}", quota(m))),
+            ),
+            (_, _) => ("pids.max", self.limits.pids.map(|v| v.to_string())),
         };
         let Some(v) = value else { return Ok(()) };
-        let r = std::fs::write(g.dir.join(file), v.to_string()).and_then(|_| {
+        if (g.version, c) == (Version::V1, "cpu") {
+            // the period first: the quota is a share of it
+            std::fs::write(g.dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()).map_err(
+                |e| CgroupError {
+                    flag: "--cpus",
+                    why: format!(
+                        "cannot set {} ({e})",
+                        g.dir.join("cpu.cfs_period_us").display()
+                    ),
+                },
+            )?;
+        }
+        let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
             // no swap beyond the limit either (the file exists only with swap accounting)
             match (g.version, c) {
                 (Version::V1, "memory") => {
                     let sw = g.dir.join("memory.memsw.limit_in_bytes");
                     if sw.exists() {
-                        std::fs::write(sw, v.to_string())?;
+                        std::fs::write(sw, &v)?;
                     }
                 }
                 (Version::V2, "memory") => {
@@ -491,6 +524,13 @@ pub fn probe() -> Vec<(&'static str, Result<String, String>)> {
                 ..Limits::default()
             },
             "--pids",
+        ),
+        one(
+            Limits {
+                cpus_milli: Some(1_000_000),
+                ..Limits::default()
+            },
+            "--cpus",
         ),
     ]
 }
