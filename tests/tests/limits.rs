@@ -452,3 +452,43 @@ fn cpus_limit_holds_a_busy_loop_to_its_share() {
         }
     });
 }
+
+#[test]
+fn settings_give_default_limits_that_flags_override() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let settings = c.root.join("settings.json");
+        std::fs::write(&settings, r#"{"limits": {"fds": 16, "file_size": "1M"}}"#).unwrap();
+        r.own(&settings);
+        let o = exec(&c, false, &[], &["cat", "/proc/self/limits"], 30);
+        ok(&o, "defaults from the settings");
+        let text = out(&o);
+        let files: Vec<&str> = limit_line(&text, "Max open files")
+            .split_whitespace()
+            .collect();
+        assert_eq!(files[3], "16", "{text}");
+        let size: Vec<&str> = limit_line(&text, "Max file size")
+            .split_whitespace()
+            .collect();
+        assert_eq!(size[3], "1048576", "{text}");
+        // a flag wins over the default
+        let o = exec(
+            &c,
+            false,
+            &["--fds", "20"],
+            &["cat", "/proc/self/limits"],
+            30,
+        );
+        let text = out(&o);
+        let files: Vec<&str> = limit_line(&text, "Max open files")
+            .split_whitespace()
+            .collect();
+        assert_eq!(files[3], "20", "{text}");
+        // a default that cannot be read refuses, naming the setting
+        std::fs::write(&settings, r#"{"limits": {"memory": "lots"}}"#).unwrap();
+        let o = exec(&c, false, &[], &["touch", "ran"], 30);
+        assert_eq!(code(&o), 1, "{}", err(&o));
+        assert!(err(&o).contains("settings limits.memory"), "{}", err(&o));
+        assert!(!c.ws.join("ran").exists());
+    });
+}

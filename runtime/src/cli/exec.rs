@@ -245,7 +245,33 @@ mod imp {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    pub fn exec(a: ExecArgs) -> CliResult {
+    /// The operator's default limits ([`Settings::limits`]) for the flags `a` does not give.
+    fn with_default_limits(a: &mut ExecArgs, settings: &Settings) -> Result<(), CliError> {
+        use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
+        let d = &settings.limits;
+        let bad = |e: String| fail(e);
+        if a.memory.is_none() {
+            a.memory = d.read("memory", parse_size).map_err(bad)?;
+        }
+        if a.pids.is_none() {
+            a.pids = d.read("pids", parse_count).map_err(bad)?;
+        }
+        if a.cpus.is_none() {
+            a.cpus = d.read("cpus", parse_cpus).map_err(bad)?;
+        }
+        if a.fds.is_none() {
+            a.fds = d.read("fds", parse_count).map_err(bad)?;
+        }
+        if a.file_size.is_none() {
+            a.file_size = d.read("file_size", parse_size).map_err(bad)?;
+        }
+        if a.activity_timeout.is_none() {
+            a.activity_timeout = d.read("activity_timeout", parse_duration).map_err(bad)?;
+        }
+        Ok(())
+    }
+
+    pub fn exec(mut a: ExecArgs) -> CliResult {
         let started = Instant::now();
         let started_at = record::now_rfc3339();
         let root =
@@ -272,6 +298,7 @@ mod imp {
                 }
             })?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
+        with_default_limits(&mut a, &settings)?;
         let events = cap.bundle_file(bundle_files::EVENTS);
         let argv: Vec<String> = a
             .command
