@@ -19,9 +19,11 @@ use std::time::{Duration, Instant};
 /// files, other projects and capsule's own state are hidden; it has its own processes,
 /// network (loopback only) and no capabilities.
 ///
-/// Exit status: the command's own; 128+N when killed by signal N; 124 when --timeout
-/// expired; 125 when the sandbox could not be set up (nothing ran); 126 when the command
-/// could not be executed; 127 when it was not found; 3 when the launch policy denied it.
+/// Exit status: the command's own; 128+N when killed by signal N (137 by the memory
+/// limit); 124 when --timeout or --activity-timeout expired; 125 when the sandbox could
+/// not be set up or a limit asked for cannot be enforced here (nothing ran); 126 when the
+/// command could not be executed; 127 when it was not found; 3 when the launch policy
+/// denied it.
 #[derive(Debug, Args)]
 #[command(trailing_var_arg = true)]
 pub struct ExecArgs {
