@@ -6,7 +6,7 @@
 //! | 1 | failure: bad input, a failed verify, a refused operation |
 //! | 2 | usage error (bad flags) |
 //! | 3 | denied by the launch-policy gate |
-//! | 124 | `exec --timeout` expired; the command was killed |
+//! | 124 | `exec --timeout` or `--activity-timeout` expired; the command was killed |
 //! | 125 | the sandbox could not be set up; nothing ran |
 //! | 126 | the command was found but could not be executed |
 //! | 127 | the command was not found |

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod exit;
 pub mod home;
 pub mod isolation;
+pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod linux;
 // compiled in Linux test builds too, so its control flow is type-checked and tested

@@ -278,6 +278,13 @@ pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
             "--timeout and --json are not available on macOS yet".into(),
         ));
     }
+    if a.activity_timeout.is_some() || !a.limits().is_empty() {
+        // a limit asked for and not enforced: nothing runs
+        return Err(CliError::new(
+            exit::SANDBOX_FAILED,
+            "--activity-timeout, --fds, --file-size, --memory, --pids and --cpus are not enforced on macOS yet; nothing ran",
+        ));
+    }
     let root =
         capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME".into()))?;
     let layout = Layout::new(root);

@@ -19,9 +19,11 @@ use std::time::{Duration, Instant};
 /// files, other projects and capsule's own state are hidden; it has its own processes,
 /// network (loopback only) and no capabilities.
 ///
-/// Exit status: the command's own; 128+N when killed by signal N; 124 when --timeout
-/// expired; 125 when the sandbox could not be set up (nothing ran); 126 when the command
-/// could not be executed; 127 when it was not found; 3 when the launch policy denied it.
+/// Exit status: the command's own; 128+N when killed by signal N (137 by the memory
+/// limit); 124 when --timeout or --activity-timeout expired; 125 when the sandbox could
+/// not be set up or a limit asked for cannot be enforced here (nothing ran); 126 when the
+/// command could not be executed; 127 when it was not found; 3 when the launch policy
+/// denied it.
 #[derive(Debug, Args)]
 #[command(trailing_var_arg = true)]
 pub struct ExecArgs {
@@ -67,12 +69,48 @@ pub struct ExecArgs {
     /// Kill the command (and everything it started) after DURATION (e.g. 30s, 5m).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Option<Duration>,
+    /// Kill the command (and everything it started) when it has written nothing to stdout
+    /// or stderr for DURATION (e.g. 30s, 5m); `--timeout` stays the absolute limit.
+    #[arg(long, value_name = "DURATION", value_parser = crate::limits::parse_duration)]
+    pub activity_timeout: Option<Duration>,
+    /// At most N open file descriptors per process (RLIMIT_NOFILE).
+    #[arg(long, value_name = "N", value_parser = crate::limits::parse_count)]
+    pub fds: Option<u64>,
+    /// No file larger than SIZE (e.g. 512M, 2G) may be written (RLIMIT_FSIZE); a process
+    /// that tries is killed.
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub file_size: Option<u64>,
+    /// At most SIZE (e.g. 512M, 2G) of memory for the command and everything it starts
+    /// (a cgroup; swap included); past it the kernel kills one of them.
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub memory: Option<u64>,
+    /// At most N processes and threads at once for the command and everything it starts
+    /// (a cgroup); more are refused (fork fails).
+    #[arg(long, value_name = "N", value_parser = crate::limits::parse_count)]
+    pub pids: Option<u64>,
+    /// At most N CPUs of time (fractions allowed: 0.5, 1.5) for the command and everything
+    /// it starts (a cgroup's CFS quota); past it they wait.
+    #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
+    pub cpus: Option<u64>,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+impl ExecArgs {
+    /// The resource limits asked for on the command line.
+    pub fn limits(&self) -> crate::limits::Limits {
+        crate::limits::Limits {
+            fds: self.fds,
+            file_size: self.file_size,
+            memory: self.memory,
+            pids: self.pids,
+            cpus_milli: self.cpus,
+        }
+    }
 }
 
 fn fail(msg: impl Into<String>) -> CliError {
@@ -248,7 +286,33 @@ mod imp {
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    pub fn exec(a: ExecArgs) -> CliResult {
+    /// The operator's default limits ([`Settings::limits`]) for the flags `a` does not give.
+    fn with_default_limits(a: &mut ExecArgs, settings: &Settings) -> Result<(), CliError> {
+        use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
+        let d = &settings.limits;
+        let bad = |e: String| fail(e);
+        if a.memory.is_none() {
+            a.memory = d.read("memory", parse_size).map_err(bad)?;
+        }
+        if a.pids.is_none() {
+            a.pids = d.read("pids", parse_count).map_err(bad)?;
+        }
+        if a.cpus.is_none() {
+            a.cpus = d.read("cpus", parse_cpus).map_err(bad)?;
+        }
+        if a.fds.is_none() {
+            a.fds = d.read("fds", parse_count).map_err(bad)?;
+        }
+        if a.file_size.is_none() {
+            a.file_size = d.read("file_size", parse_size).map_err(bad)?;
+        }
+        if a.activity_timeout.is_none() {
+            a.activity_timeout = d.read("activity_timeout", parse_duration).map_err(bad)?;
+        }
+        Ok(())
+    }
+
+    pub fn exec(mut a: ExecArgs) -> CliResult {
         let started = Instant::now();
         let started_at = record::now_rfc3339();
         let root =
@@ -274,6 +338,7 @@ mod imp {
                 }
             })?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
+        with_default_limits(&mut a, &settings)?;
         let events = cap.bundle_file(bundle_files::EVENTS);
         let argv: Vec<String> = a
             .command
@@ -295,6 +360,8 @@ mod imp {
             "no_sandbox": a.no_sandbox,
             "tty": a.tty,
             "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
+            "activity_timeout_ms": a.activity_timeout.map(|t| t.as_millis() as u64),
+            "limits": a.limits(),
         });
         let mut rec = ExecRecord {
             event: "exec",
@@ -313,6 +380,8 @@ mod imp {
             changes: None,
             changes_error: None,
             git_guard: None,
+            limits: None,
+            limits_reached: Vec::new(),
         };
 
         let mut landlock_best_effort = false;
@@ -365,8 +434,47 @@ mod imp {
                     _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
                 })
         };
+        // memory and processes: this exec's cgroups, made now; one that cannot be made
+        // refuses the exec unless weaker isolation was accepted (then it is recorded)
+        let mut limits = a.limits();
+        let t_cg = Instant::now();
+        let cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
+            Ok(c) => c,
+            Err(e) if settings.accept_weaker => {
+                eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
+                degradation.push(format!("{e}; not enforced"));
+                match e.flag {
+                    "--memory" => limits.memory = None,
+                    "--cpus" => limits.cpus_milli = None,
+                    _ => limits.pids = None,
+                }
+                // the other one may still be enforceable
+                linux::cgroup::ExecCgroups::create(&limits).unwrap_or_else(|e| {
+                    degradation.push(format!("{e}; not enforced"));
+                    limits.memory = None;
+                    limits.pids = None;
+                    limits.cpus_milli = None;
+                    linux::cgroup::ExecCgroups::default()
+                })
+            }
+            Err(e) => {
+                return Err(CliError::new(
+                    exit::SANDBOX_FAILED,
+                    format!("{e}; nothing ran. To run without the limits it cannot enforce, accept weaker isolation knowingly: `capsule isolation --accept-weaker on`"),
+                ))
+            }
+        };
+        tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
+        if !limits.is_empty() || a.limits().needs_cgroup() {
+            rec.limits = Some(serde_json::json!({
+                "in_force": limits,
+                "rlimits": limits.rlimits().map(|(_, f, v)| (f, v)).collect::<Vec<_>>(),
+                "cgroups": cgroups.record(),
+            }));
+        }
         let mut plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
         plan.landlock_best_effort = landlock_best_effort;
+        plan.cgroup_procs = cgroups.procs_files();
         task_env(&mut plan)?;
         net.apply(&mut plan);
         tracing::debug!("plan ready: {:?}", started.elapsed());
@@ -381,6 +489,7 @@ mod imp {
                 weaker_or_refuse(&settings, &mut degradation, false)?;
             plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
             plan.landlock_best_effort = landlock_best_effort;
+            plan.cgroup_procs = cgroups.procs_files();
             task_env(&mut plan)?;
             net.apply(&mut plan);
             result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
@@ -419,6 +528,18 @@ mod imp {
             Ok(o) => {
                 rec.applied = serde_json::to_value(&o.applied).ok();
                 rec.termination = serde_json::to_value(o.termination).ok();
+                let killed = match (o.termination, a.activity_timeout) {
+                    (linux::Termination::ActivityTimeout, Some(d)) => {
+                        Some(crate::limits::silent_for(d))
+                    }
+                    (linux::Termination::Signaled(s), _) => crate::limits::killed_by(&limits, s),
+                    _ => None,
+                };
+                rec.limits_reached.extend(killed);
+                rec.limits_reached.extend(cgroups.reached());
+                for m in &rec.limits_reached {
+                    eprintln!("capsule: {m}");
+                }
                 o.termination.exit_status()
             }
             Err(e) => {
@@ -467,6 +588,9 @@ mod imp {
         if a.json {
             crate::cli::print_json(&serde_json::to_value(&rec).unwrap_or_default());
         }
+        // the next exec's cgroups, made now that this one is done (none without limits)
+        cgroups.make_spares();
+        drop(cgroups);
         match result {
             Ok(_) => Ok(ExitCode::from(code)),
             Err(e) => Err(CliError::new(code, e.to_string())),
@@ -639,6 +763,8 @@ mod imp {
         ExecPlan {
             stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
             timeout: a.timeout,
+            activity_timeout: a.activity_timeout,
+            limits: a.limits(),
             // the root is prepared once per capsule and policy, and joined by each exec
             prepared: Some(crate::linux::prepared::dir(bundle_dir)),
             ..ExecPlan::for_policy(policy, isolation, a.command.clone(), env, cwd.to_path_buf())

@@ -5,11 +5,13 @@
 //! reads the common shape — long flags with their value as the next argument, one capsule,
 //! then `--` and the command — and gives up (`None`) on everything else: `=` forms, short
 //! flag clusters, values that look like flags, repeated switches, conflicting network
-//! flags, `--timeout`, `--agent-login`, help and version. Those go to clap, which decides
+//! flags, `--timeout`, `--agent-login`, a limit given twice or with a value it cannot
+//! read, help and version. Those go to clap, which decides
 //! and words its errors as always. The tests check that whatever [`plain`] accepts, clap
 //! reads the same way.
 
 use super::exec::ExecArgs;
+use crate::limits;
 use std::ffi::OsString;
 
 /// `args` (`capsule exec …`) as clap would read them, if they have the plain shape.
@@ -28,6 +30,12 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         tty: false,
         no_gpu: false,
         timeout: None,
+        activity_timeout: None,
+        fds: None,
+        file_size: None,
+        memory: None,
+        pids: None,
+        cpus: None,
         json: false,
         command: Vec::new(),
     };
@@ -78,6 +86,20 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"--reveal" => a.reveal.push(v.into()),
             b"--pass-env" => a.pass_env.push(v.to_str()?.to_owned()),
             b"--allow-host" => a.allow_host.push(v.to_str()?.to_owned()),
+            // limits: read by the functions clap uses; clap words a refusal, and a limit
+            // given twice
+            b"--fds" if a.fds.is_none() => a.fds = Some(limits::parse_count(v.to_str()?).ok()?),
+            b"--file-size" if a.file_size.is_none() => {
+                a.file_size = Some(limits::parse_size(v.to_str()?).ok()?)
+            }
+            b"--memory" if a.memory.is_none() => {
+                a.memory = Some(limits::parse_size(v.to_str()?).ok()?)
+            }
+            b"--pids" if a.pids.is_none() => a.pids = Some(limits::parse_count(v.to_str()?).ok()?),
+            b"--cpus" if a.cpus.is_none() => a.cpus = Some(limits::parse_cpus(v.to_str()?).ok()?),
+            b"--activity-timeout" if a.activity_timeout.is_none() => {
+                a.activity_timeout = Some(limits::parse_duration(v.to_str()?).ok()?)
+            }
             _ => return None,
         }
     }
@@ -139,6 +161,9 @@ pub(super) mod tests {
             "exec bench --allow-host example.com:443 --allow-host *.x -- true",
             "exec bench --no-sandbox --allow-write /a -- true",
             "exec bench --hide rel/path -- true",
+            "exec bench --fds 64 --file-size 1M --activity-timeout 2s -- true",
+            "exec bench --file-size 1.5G -- true",
+            "exec bench --memory 512M --pids 64 --cpus 1.5 -- true",
         ];
         for line in taken {
             assert!(check(&argv(line)), "not taken: {line}");
@@ -146,6 +171,10 @@ pub(super) mod tests {
         let left_to_clap = [
             "exec bench /bin/true",
             "exec bench --timeout 5s -- true",
+            "exec bench --fds 0 -- true",
+            "exec bench --fds 1 --fds 2 -- true",
+            "exec bench --file-size 12Q -- true",
+            "exec bench --activity-timeout soon -- true",
             "exec bench --agent-login claude -- true",
             "exec bench --no-network --open-network -- true",
             "exec bench --no-sandbox --allow-host a -- true",
@@ -201,6 +230,15 @@ pub(super) mod tests {
             "--pass-env E",
             "--allow-host h:1",
             "--timeout 1s",
+            "--fds 9",
+            "--file-size 2K",
+            "--activity-timeout 1s",
+            "--fds x",
+            "--memory 64M",
+            "--pids 8",
+            "--pids 0",
+            "--cpus 0.5",
+            "--cpus 0",
             "--hide",
             "bench",
             "other",

@@ -48,6 +48,10 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
     }
     let report = isolation::probe();
     let decision = isolation::decide(&report, &settings);
+    #[cfg(target_os = "linux")]
+    let limits = crate::linux::cgroup::probe();
+    #[cfg(not(target_os = "linux"))]
+    let limits: Vec<(&str, Result<String, String>)> = Vec::new();
     if args.json {
         let (level, error) = match &decision {
             Ok(l) => (serde_json::to_value(l).unwrap_or_default(), None),
@@ -60,14 +64,58 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             "settings_file": path,
             "exec_level": level,
             "exec_refused": error,
+            "limits": limits_json(&limits),
         }));
     } else {
         print!(
             "{}",
             human(&report, &settings, &decision, args.accept_weaker)
         );
+        print!("{}", limits_human(&limits));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where each resource limit of `capsule exec` is enforced on this machine.
+fn limits_json(cg: &[(&str, Result<String, String>)]) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (flag, r) in cg {
+        m.insert(
+            flag.trim_start_matches("--").to_string(),
+            match r {
+                Ok(w) => serde_json::json!({"enforced": true, "by": w}),
+                Err(e) => serde_json::json!({"enforced": false, "why": e}),
+            },
+        );
+    }
+    for (flag, by) in [
+        ("fds", "rlimit RLIMIT_NOFILE"),
+        ("file_size", "rlimit RLIMIT_FSIZE"),
+        ("activity_timeout", "capsule's supervisor"),
+    ] {
+        if cfg!(target_os = "linux") {
+            m.insert(flag.into(), serde_json::json!({"enforced": true, "by": by}));
+        }
+    }
+    serde_json::Value::Object(m)
+}
+
+fn limits_human(cg: &[(&str, Result<String, String>)]) -> String {
+    if !cfg!(target_os = "linux") {
+        return String::new();
+    }
+    let mut o = String::from(
+        "\nResource limits of capsule exec:\n  --fds, --file-size: rlimits (always)\n  --activity-timeout: capsule's supervisor (always)\n",
+    );
+    for (flag, r) in cg {
+        match r {
+            Ok(w) => o += &format!("  {flag}: {w}\n"),
+            Err(e) => o += &format!(
+                "  {flag}: NOT enforceable here ({e}): an exec asking for it runs nothing unless weaker isolation is accepted\n"
+            ),
+        }
+    }
+    o
 }
 
 fn human(

@@ -595,6 +595,14 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
         send(rep, &Report::Layers { applied });
     }
+    // the exec's own limits, soft and hard (never above the hard limit it has: the limit
+    // is as tight as asked or tighter); set by the command's process, so that init is not
+    // held by them
+    for (r, flag, v) in plan.limits.rlimits() {
+        if let Err(e) = sys::lower_rlimit(r, v) {
+            fail(rep, format!("setting the limit of {flag}: {e}"));
+        }
+    }
     if let Err(e) = sys::cloexec_from(3) {
         fail(rep, format!("closing inherited descriptors: {e}"));
     }

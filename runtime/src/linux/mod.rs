@@ -63,6 +63,8 @@
 //! The same [`ExecPlan`] renders as an OCI `config.json` ([`oci`], for `capsule export`
 //! and `capsule inspect`), never on the exec path.
 
+mod activity;
+pub mod cgroup;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
@@ -104,6 +106,8 @@ pub enum Termination {
     Exited(i32),
     Signaled(i32),
     TimedOut,
+    /// Killed by `--activity-timeout`: no output for that long.
+    ActivityTimeout,
 }
 
 impl Termination {
@@ -113,7 +117,7 @@ impl Termination {
         match self {
             Termination::Exited(c) => (c & 0xff) as u8,
             Termination::Signaled(n) => (128 + n).clamp(0, 255) as u8,
-            Termination::TimedOut => crate::exit::TIMEOUT,
+            Termination::TimedOut | Termination::ActivityTimeout => crate::exit::TIMEOUT,
         }
     }
 }
@@ -348,6 +352,21 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         }
     }
     let pty_child_sock = pty.as_ref().map(|p| p.child_sock);
+    // `--activity-timeout` with inherited stdio: the command writes into pipes of ours
+    // from here to the clone (or the warm spare's request)
+    let mut relay = match (plan.activity_timeout, plan.stdio) {
+        (Some(_), Stdio::Inherit) => match activity::Relay::start() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                restore(&old_mask);
+                for fd in [rep_r, rep_w, sync_r, sync_w] {
+                    sys::close(fd);
+                }
+                return Err(setup("relaying the output (--activity-timeout)", e));
+            }
+        },
+        _ => None,
+    };
     // whether init runs in the prepared root (false again if joining it fails)
     let in_prepared = std::cell::Cell::new(joined.is_some());
     let mut child = Some(|| -> ! {
@@ -374,6 +393,21 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let mut pid: libc::c_long = -1;
     let mut warm_pidfd = None;
     if let Some(w) = warm.as_mut() {
+        // the spare is init: into this exec's cgroups before it forks the command (it
+        // does when it gets the request)
+        use std::os::fd::AsRawFd;
+        if !plan.cgroup_procs.is_empty() {
+            let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
+                .and_then(|p| cgroup::enter(&plan.cgroup_procs, p));
+            if let Err(e) = moved {
+                drop(child.take());
+                restore(&old_mask);
+                for fd in [rep_r, rep_w, sync_r, sync_w] {
+                    sys::close(fd);
+                }
+                return Err(setup("placing the sandbox in its cgroup", e));
+            }
+        }
         // the spare is init: send it this exec
         match warm::send(&mut w.conn, plan, rep_w, sync_r, pty_child_sock) {
             Ok(()) => pid = 0,
@@ -438,6 +472,9 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         });
     }
     let pid = pid as libc::pid_t;
+    if let Some(r) = relay.as_mut() {
+        r.give_back();
+    }
     tracing::debug!("run: cloned: {:?}", start.elapsed());
     sys::close(rep_w);
     sys::close(sync_r);
@@ -458,6 +495,21 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             return Err(setup("writing the user namespace's id maps", e));
         }
     }
+    // init into this exec's cgroups before it forks the command (a warm spare was moved
+    // before its request)
+    if warm_pidfd.is_none() && !plan.cgroup_procs.is_empty() {
+        if let Err(e) = cgroup::enter(&plan.cgroup_procs, pid) {
+            // SAFETY: killing and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            restore(&old_mask);
+            sys::close(rep_r);
+            sys::close(sync_w);
+            return Err(setup("placing the sandbox in its cgroup", e));
+        }
+    }
     // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
     if let Some(f) = hooks_before_release {
@@ -472,11 +524,13 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Some(pidfd) => Init { pid: -1, pidfd },
         None => Init::child(pid),
     };
-    let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), &mask);
+    let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
     restore(&old_mask);
     sys::close(rep_r);
     drop(pty);
-    let (status, timed_out, report_bytes) = waited.map_err(|e| setup("supervising", e))?;
+    drop(relay);
+    let (status, killed, report_bytes) = waited.map_err(|e| setup("supervising", e))?;
+    let timed_out = killed.is_some();
 
     let mut applied = None;
     let mut signaled = None;
@@ -502,8 +556,8 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             Err(e) => tracing::warn!("unreadable report from the sandbox: {e}"),
         }
     }
-    let termination = if timed_out {
-        Termination::TimedOut
+    let termination = if let Some(k) = killed {
+        k
     } else if let Some(s) = signaled {
         Termination::Signaled(s)
     } else if libc::WIFEXITED(status) {
@@ -608,8 +662,9 @@ fn supervise(
     plan: &ExecPlan,
     rep_r: RawFd,
     mut pty: Option<&mut pty::Pty>,
+    mut out: Option<&mut activity::Relay>,
     mask: &SigSet,
-) -> std::io::Result<(libc::c_int, bool, Vec<u8>)> {
+) -> std::io::Result<(libc::c_int, Option<Termination>, Vec<u8>)> {
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use std::os::fd::AsRawFd;
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
@@ -622,9 +677,11 @@ fn supervise(
         libc::fcntl(rep_r, libc::F_SETFL, fl | libc::O_NONBLOCK);
     }
     let deadline = plan.timeout.map(|t| Instant::now() + t);
+    let mut watch = plan.activity_timeout.map(activity::Watch::new);
     let mut report = Vec::new();
     let mut rep_open = true;
     let mut timed_out = false;
+    let mut killed = None;
     let mut relay: Option<pty::Relay> = None;
     loop {
         let mut fds = vec![libc::pollfd {
@@ -658,12 +715,23 @@ fn supervise(
         if let Some(r) = &relay {
             fds.extend(r.pollfds());
         }
-        let timeout_ms = match deadline {
-            Some(d) if !timed_out => {
+        let out_base = fds.len();
+        if let Some(o) = &out {
+            fds.extend(o.pollfds());
+        }
+        // the nearer of the absolute deadline and the end of the allowed silence
+        let next = match (deadline, &watch) {
+            _ if timed_out => None,
+            (Some(d), Some(w)) => Some(d.min(w.deadline())),
+            (d, w) => d.or(w.as_ref().map(|w| w.deadline())),
+        };
+        let timeout_ms = match next {
+            Some(d) => {
+                // rounded up: a poll that ends a little early only loops once more
                 let left = d.saturating_duration_since(Instant::now());
-                left.as_millis().min(i32::MAX as u128) as i32
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
             }
-            _ => -1,
+            None => -1,
         };
         // SAFETY: fds is a valid array of pollfd.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -674,8 +742,15 @@ fn supervise(
             }
             return Err(e);
         }
-        if n == 0 && deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
+        let now = Instant::now();
+        let silent = watch.as_ref().is_some_and(|w| now >= w.deadline());
+        if !timed_out && (deadline.is_some_and(|d| now >= d) || silent) {
             timed_out = true;
+            killed = Some(if deadline.is_some_and(|d| now >= d) {
+                Termination::TimedOut
+            } else {
+                Termination::ActivityTimeout
+            });
             let sig = if plan.isolation == Isolation::Full {
                 libc::SIGKILL
             } else {
@@ -698,6 +773,9 @@ fn supervise(
                             if let Some(r) = relay.as_mut() {
                                 r.drain();
                             }
+                            if let Some(o) = out.as_mut() {
+                                o.drain();
+                            }
                             // SAFETY: reaping our own child if it is gone already.
                             let w =
                                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
@@ -707,7 +785,7 @@ fn supervise(
                                 }
                             }
                             sys::close(pidfd);
-                            return Ok((status, timed_out, report));
+                            return Ok((status, killed, report));
                         }
                     }
                 }
@@ -723,7 +801,23 @@ fn supervise(
             }
         }
         if let Some(r) = relay.as_mut() {
-            r.pump(&fds[relay_base..]);
+            // (none polled yet when the relay was made in this round)
+            let polled = fds.get(relay_base..(relay_base + 2).min(fds.len()));
+            let polled = polled.unwrap_or_default();
+            // the terminal's output is the command's activity under -t
+            if polled.get(1).is_some_and(|f| f.revents != 0) {
+                if let Some(w) = watch.as_mut() {
+                    w.last = Instant::now();
+                }
+            }
+            r.pump(polled);
+        }
+        if let Some(o) = out.as_mut() {
+            if o.pump(&fds[out_base..]) {
+                if let Some(w) = watch.as_mut() {
+                    w.last = Instant::now();
+                }
+            }
         }
         let init_ended = pidfd >= 0 && fds[pidfd_idx].revents != 0;
         if fds[0].revents != 0 || init_ended {
@@ -747,6 +841,9 @@ fn supervise(
                 if let Some(r) = relay.as_mut() {
                     r.drain();
                 }
+                if let Some(o) = out.as_mut() {
+                    o.drain();
+                }
                 while rep_open {
                     let mut buf = [0u8; 4096];
                     match sys::read(rep_r, &mut buf) {
@@ -757,7 +854,7 @@ fn supervise(
                 // init's own word on how the command ended, if it got to say it (a warm
                 // spare is not our child: its status is not ours to wait for)
                 let status = ended(&report).unwrap_or(status);
-                return Ok((status, timed_out, report));
+                return Ok((status, killed, report));
             }
         }
     }

@@ -97,6 +97,15 @@ pub struct ExecPlan {
     pub network_off: bool,
     pub stdio: Stdio,
     pub timeout: Option<Duration>,
+    /// Kill the command when it has written nothing to stdout or stderr for this long
+    /// (its output is relayed through pipes, or the terminal, then; see `super::activity`).
+    pub activity_timeout: Option<Duration>,
+    /// The command's resource limits set as rlimits in its process before `execve` (also
+    /// in a warm spare's command: they are part of the request, not of the spare).
+    pub limits: crate::limits::Limits,
+    /// The `cgroup.procs` files of this exec's cgroups ([`super::cgroup`]): init (or the
+    /// warm spare) is written into them before the command is forked.
+    pub cgroup_procs: Vec<PathBuf>,
     /// Landlock as far as the kernel's ABI allows, its lack recorded instead of refused:
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
     /// old or absent ([`isolation_for`]). False: every right the policy needs is required.
@@ -178,6 +187,9 @@ impl ExecPlan {
             network_off: policy.network.mode == NetworkMode::Off,
             stdio: Stdio::Inherit,
             timeout: None,
+            activity_timeout: None,
+            limits: crate::limits::Limits::default(),
+            cgroup_procs: Vec::new(),
             landlock_best_effort: false,
             prepared: None,
         }

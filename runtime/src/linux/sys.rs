@@ -194,6 +194,34 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     .map(drop)
 }
 
+/// The pid (in our pid namespace) of the process of `pidfd` (its `fdinfo`).
+pub fn pidfd_pid(pidfd: RawFd) -> io::Result<libc::pid_t> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{pidfd}"))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse::<libc::pid_t>().ok())
+        .filter(|p| *p > 0)
+        .ok_or_else(|| io::Error::other("the process of the pidfd is gone or not visible"))
+}
+
+/// Set `resource`'s soft and hard limit to `value`, or to the hard limit it has if that is
+/// lower (an unprivileged process cannot raise it; the limit is then tighter than asked).
+pub fn lower_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit into a valid struct.
+    check_int(unsafe { libc::getrlimit(resource, &mut l) })?;
+    let v = (value as libc::rlim_t).min(l.rlim_max);
+    let l = libc::rlimit {
+        rlim_cur: v,
+        rlim_max: v,
+    };
+    // SAFETY: setrlimit of our own process from a valid struct.
+    check_int(unsafe { libc::setrlimit(resource, &l) }).map(drop)
+}
+
 /// `prctl(2)` with integer arguments.
 pub fn prctl(op: libc::c_int, a: libc::c_ulong, b: libc::c_ulong) -> io::Result<()> {
     // SAFETY: integer-only prctl options.

@@ -42,6 +42,9 @@ struct ExecRequest {
     /// prepared root's fingerprint).
     umask: u32,
     soft_limits: Vec<u64>,
+    /// The exec's own limits (`--fds`, `--file-size`), set by the command's process.
+    #[serde(default)]
+    limits: crate::limits::Limits,
     /// 0: inherit (fds stdin, stdout, stderr follow), 1: tty (the console socket
     /// follows), 2: redirect (stdout, stderr follow).
     stdio: u8,
@@ -92,6 +95,7 @@ pub(crate) fn send(
         cwd: plan.cwd.clone(),
         umask: umask(),
         soft_limits: rlimits().into_iter().map(|(soft, _)| soft).collect(),
+        limits: plan.limits,
         stdio,
     };
     let bytes = serde_json::to_vec(&req).map_err(io::Error::other)?;
@@ -313,6 +317,7 @@ fn spare_main(
         .map(|(k, v)| (OsString::from_vec(k), OsString::from_vec(v)))
         .collect();
     plan.cwd = req.cwd;
+    plan.limits = req.limits;
     // the caller's umask and soft limits (within the hard ones, which are the same)
     // SAFETY: umask and setrlimit of our own process.
     unsafe { libc::umask(req.umask & 0o777) };

@@ -176,6 +176,14 @@ pub struct ExecRecord {
     /// something or could not check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_guard: Option<serde_json::Value>,
+    /// The resource limits in force and what enforced each (rlimits, cgroups), when any
+    /// was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<serde_json::Value>,
+    /// Limits the command reached, one line each as said on stderr (`killed: memory limit
+    /// 64 MiB reached`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits_reached: Vec<String>,
 }
 
 impl ExecRecord {

@@ -1,0 +1,222 @@
+//! Resource limits of one exec as the operator asked for them (`capsule exec --fds N
+//! --file-size SIZE --memory SIZE --pids N --activity-timeout DURATION`): their parsing (shared by clap and the
+//! fast hand parser of `cli::exec_args`, so both read a value the same way), their
+//! record entry, and the one-line message of a command a limit ended. The executor
+//! enforces them ([`crate::linux`]: rlimits set in the command's process just before
+//! `execve`, a cgroup per exec for memory and processes, the activity watch in the
+//! supervisor's loop).
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The limits of one exec; `None`: not limited by capsule (the caller's own limits hold).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Most open descriptors per process (`RLIMIT_NOFILE`, soft and hard).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fds: Option<u64>,
+    /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`, soft and hard).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_size: Option<u64>,
+    /// Memory of the whole tree, in bytes (a cgroup's memory limit, swap included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// Processes and threads of the whole tree at once (a cgroup's `pids.max`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// CPU time of the whole tree, in thousandths of a CPU (`--cpus 1.5`: 1500; a cgroup's
+    /// CFS quota per 100 ms period).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_milli: Option<u64>,
+}
+
+impl Limits {
+    /// No limit asked for.
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// A limit that needs a cgroup is asked for (`--memory`, `--pids`).
+    pub fn needs_cgroup(&self) -> bool {
+        self.memory.is_some() || self.pids.is_some() || self.cpus_milli.is_some()
+    }
+
+    /// `(resource, flag, value)` of each rlimit asked for.
+    #[cfg(target_os = "linux")]
+    pub fn rlimits(&self) -> impl Iterator<Item = (libc::__rlimit_resource_t, &'static str, u64)> {
+        [
+            (libc::RLIMIT_NOFILE, "--fds", self.fds),
+            (libc::RLIMIT_FSIZE, "--file-size", self.file_size),
+        ]
+        .into_iter()
+        .filter_map(|(r, f, v)| Some((r, f, v?)))
+    }
+}
+
+/// The command was killed by `signal`: the one-line message naming the limit that did it,
+/// if one of `limits` explains it (`SIGXFSZ` under `--file-size`).
+pub fn killed_by(limits: &Limits, signal: i32) -> Option<String> {
+    #[cfg(target_os = "linux")]
+    if signal == libc::SIGXFSZ {
+        return limits
+            .file_size
+            .map(|s| format!("killed: file size limit {} reached", show_size(s)));
+    }
+    let _ = (limits, signal);
+    None
+}
+
+/// The message of a command killed by `--activity-timeout`.
+pub fn silent_for(d: Duration) -> String {
+    format!(
+        "killed: no output for {} (activity timeout)",
+        humantime::format_duration(d)
+    )
+}
+
+/// A size: bytes, or with a binary suffix `K`, `M`, `G`, `T` (also `KiB`, `KB`, `k`, …:
+/// all powers of 1024), e.g. `512M`, `1.5G`. At least one byte.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?}: not a size (e.g. 512M, 2G, 4096)")),
+    };
+    let bad = || format!("{s:?}: not a size (e.g. 512M, 2G, 4096)");
+    let v = if num.contains('.') {
+        let f: f64 = num.parse().map_err(|_| bad())?;
+        let b = f * mult as f64;
+        if !b.is_finite() || b >= u64::MAX as f64 {
+            return Err(bad());
+        }
+        b as u64
+    } else {
+        num.parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(mult))
+            .ok_or_else(bad)?
+    };
+    if v == 0 {
+        return Err(format!("{s:?}: a limit of nothing lets nothing run"));
+    }
+    Ok(v)
+}
+
+/// A number of CPUs, fractions allowed (`0.5`, `2`), in thousandths; at least 0.01.
+pub fn parse_cpus(s: &str) -> Result<u64, String> {
+    let bad = || format!("{s:?}: not a number of CPUs (e.g. 0.5, 2)");
+    let t = s.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bad());
+    }
+    let f: f64 = t.parse().map_err(|_| bad())?;
+    if !(0.01..=1_000_000.0).contains(&f) {
+        return Err(format!("{s:?}: from 0.01 to 1000000 CPUs"));
+    }
+    Ok((f * 1000.0).round() as u64)
+}
+
+/// A count of at least 1 (`--fds`).
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(format!("{s:?}: a limit of nothing lets nothing run")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?}: not a whole number")),
+    }
+}
+
+/// A duration of more than nothing (`--activity-timeout`), as `humantime` reads it.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err(format!("{s:?}: a limit of nothing lets nothing run")),
+        Ok(d) => Ok(d),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+/// `bytes` for people: `512 MiB`, `1.5 GiB`, `4096 bytes`.
+pub fn show_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (m, u) in UNITS {
+        if bytes >= m {
+            let v = bytes as f64 / m as f64;
+            return if bytes.is_multiple_of(m) {
+                format!("{} {u}", bytes / m)
+            } else {
+                format!("{v:.1} {u}")
+            };
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_read_in_powers_of_1024() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5K"), Ok(1536));
+        assert_eq!(parse_size("16 MB"), Ok(16 << 20));
+        for bad in [
+            "",
+            "M",
+            "0",
+            "0M",
+            "-1",
+            "12Q",
+            "1e3",
+            "99999999999T",
+            "1..2M",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} taken");
+        }
+        assert_eq!(parse_count("64"), Ok(64));
+        assert_eq!(parse_cpus("0.5"), Ok(500));
+        assert_eq!(parse_cpus("2"), Ok(2000));
+        for bad in ["", "0", "0.001", "-1", "1e2", "x", "nan", "inf"] {
+            assert!(parse_cpus(bad).is_err(), "{bad:?} taken");
+        }
+        assert!(parse_count("0").is_err() && parse_count("x").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert_eq!(parse_duration("300ms"), Ok(Duration::from_millis(300)));
+    }
+
+    #[test]
+    fn sizes_are_shown_as_people_read_them() {
+        assert_eq!(show_size(512 << 20), "512 MiB");
+        assert_eq!(show_size(1536 << 20), "1.5 GiB");
+        assert_eq!(show_size(100), "100 bytes");
+    }
+
+    #[test]
+    fn a_file_size_kill_names_its_limit() {
+        let l = Limits {
+            file_size: Some(1 << 20),
+            ..Limits::default()
+        };
+        assert_eq!(
+            killed_by(&l, libc::SIGXFSZ).as_deref(),
+            Some("killed: file size limit 1 MiB reached")
+        );
+        assert_eq!(killed_by(&Limits::default(), libc::SIGXFSZ), None);
+        assert_eq!(killed_by(&l, libc::SIGKILL), None);
+    }
+}

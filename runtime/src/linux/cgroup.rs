@@ -1,0 +1,584 @@
+//! Control groups of `capsule exec --memory SIZE --pids N`: one cgroup per exec, made
+//! before the sandbox's init exists and entered by it before the command is forked, so
+//! that the command and everything it starts are held by the limits from their first
+//! instruction; removed when the exec is over.
+//!
+//! Where the cgroup goes, per controller:
+//! - **cgroup v1** (a hierarchy per controller, e.g. `/sys/fs/cgroup/memory`): under the
+//!   caller's own cgroup of that hierarchy (`/proc/self/cgroup`), in `capsule/`; so every
+//!   limit the caller is held by still holds. Needs write access there: root, or an
+//!   operator who was given the folder.
+//! - **cgroup v2** (one unified hierarchy with the controller enabled): in `capsule/` next
+//!   to the caller's own cgroup (a process may sit only in a leaf, so not under it): the
+//!   parent must enable the controller for its children and be writable by the caller, as
+//!   systemd's user manager makes a user's delegated subtree; as root in the root cgroup,
+//!   in the root itself.
+//!
+//! A cgroup that cannot be made is an error ([`CgroupError`]): the caller decides whether
+//! the exec may run without the limit (only with weaker isolation accepted) or nothing
+//! runs. The per-exec cgroup is `exec-<capsule's pid>`, removed when the exec is done if
+//! it is empty by then; a warm spare's init lingers in it until capsule has exited, so
+//! those (empty) groups are removed by the next exec with limits ([`claim`]). Making a
+//! memory cgroup costs ~0.5 ms: each exec with limits leaves a spare group for the next
+//! one, made after it is done ([`ExecCgroups::make_spares`]).
+
+use crate::limits::{show_size, Limits};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A limit asked for could not be enforced.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} cannot be enforced here: {why}")]
+pub struct CgroupError {
+    pub flag: &'static str,
+    pub why: String,
+}
+
+/// The kind of hierarchy a cgroup is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// One exec's cgroup in one hierarchy.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Group {
+    pub version: Version,
+    /// Controllers this group enforces here (`memory`, `pids`).
+    pub controllers: Vec<&'static str>,
+    pub dir: PathBuf,
+}
+
+/// The cgroups of one exec (one per v1 hierarchy, or one v2 group); removed on drop.
+#[derive(Debug, Default)]
+pub struct ExecCgroups {
+    pub groups: Vec<Group>,
+    limits: Limits,
+}
+
+/// The mount points of the cgroup hierarchies: (v1 controller or `""` for v2, mount dir).
+fn mounts() -> Vec<(String, PathBuf)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut v = Vec::new();
+    for line in text.lines() {
+        // ... mount_point ... - fstype source super_options
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut r = right.split(' ');
+        let fstype = r.next().unwrap_or("");
+        let opts = r.nth(1).unwrap_or("");
+        let Some(dir) = left.split(' ').nth(4) else {
+            continue;
+        };
+        let dir = PathBuf::from(unescape(dir));
+        match fstype {
+            "cgroup2" => v.push((String::new(), dir)),
+            "cgroup" => {
+                for o in opts.split(',') {
+                    if o == "memory" || o == "pids" || o == "cpu" {
+                        v.push((o.to_string(), dir.clone()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+/// mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Some(n) = s
+                .get(i + 1..i + 4)
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+            {
+                out.push(n);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// This process's cgroup path per v1 controller (`memory`, `pids`) and for v2 (`""`).
+fn own_paths() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctrls, path) = match (f.next(), f.next(), f.next()) {
+            (Some(a), Some(b), Some(c)) => (a, b, c),
+            _ => continue,
+        };
+        if ctrls.is_empty() {
+            v.push((String::new(), path.to_string()));
+        }
+        for c in ctrls.split(',') {
+            if c == "memory" || c == "pids" || c == "cpu" {
+                v.push((c.to_string(), path.to_string()));
+            }
+        }
+    }
+    v
+}
+
+/// `mount` joined with the cgroup path `p` (absolute within the hierarchy).
+fn under(mount: &Path, p: &str) -> PathBuf {
+    mount.join(p.trim_start_matches('/'))
+}
+
+/// Make `dir` (its parent exists); an existing one is fine.
+fn mkdir(dir: &Path) -> io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// This exec's group `name` in `base`: a spare made ahead of time by an earlier exec
+/// ([`ExecCgroups::make_spares`]), renamed (making a memory cgroup costs ~0.5 ms; a
+/// rename is one system call and atomic, so two execs never take the same spare), else a
+/// new one. On the way, removes the `exec-<pid>` groups whose capsule is gone (empty ones
+/// only: the kernel refuses to remove a group with processes).
+fn claim(base: &Path, name: &str) -> io::Result<PathBuf> {
+    let dir = base.join(name);
+    let mut spares = Vec::new();
+    if let Ok(d) = std::fs::read_dir(base) {
+        for e in d.flatten() {
+            let n = e.file_name();
+            let Some(n) = n.to_str() else { continue };
+            if n.starts_with("spare-") {
+                spares.push(e.path());
+            } else if let Some(pid) = n.strip_prefix("exec-").and_then(|p| p.parse::<i32>().ok()) {
+                // SAFETY: signal 0 only checks for existence.
+                if unsafe { libc::kill(pid, 0) } != 0 {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+    }
+    for s in spares {
+        if std::fs::rename(&s, &dir).is_ok() {
+            return Ok(dir);
+        }
+    }
+    mkdir(&dir)?;
+    Ok(dir)
+}
+
+fn flag_of(controller: &str) -> &'static str {
+    match controller {
+        "memory" => "--memory",
+        "cpu" => "--cpus",
+        _ => "--pids",
+    }
+}
+
+/// The CFS period the `--cpus` quota is a share of (100 ms, the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
+
+impl ExecCgroups {
+    /// The cgroups enforcing `limits`' `memory` and `pids` for this exec (none asked: no
+    /// cgroup, nothing read). Everything asked for is enforced, or it is an error and
+    /// nothing is left behind.
+    pub fn create(limits: &Limits) -> Result<ExecCgroups, CgroupError> {
+        let mut me = ExecCgroups {
+            groups: Vec::new(),
+            limits: *limits,
+        };
+        let wanted: Vec<&'static str> = [
+            ("memory", limits.memory),
+            ("pids", limits.pids),
+            ("cpu", limits.cpus_milli),
+        ]
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(c, _)| c)
+        .collect();
+        if wanted.is_empty() {
+            return Ok(me);
+        }
+        let mounts = mounts();
+        let own = own_paths();
+        let name = format!("exec-{}", std::process::id());
+        let mut missing = Vec::new();
+        // v1 first: a controller bound to a v1 hierarchy is not available in v2
+        for c in &wanted {
+            let m = mounts.iter().find(|(k, _)| k == c);
+            let p = own.iter().find(|(k, _)| k == c);
+            match (m, p) {
+                (Some((_, mount)), Some((_, path))) => {
+                    let base = under(mount, path).join("capsule");
+                    let made = mkdir(&base).and_then(|_| claim(&base, &name));
+                    match made {
+                        Ok(dir) => me.groups.push(Group {
+                            version: Version::V1,
+                            controllers: vec![c],
+                            dir,
+                        }),
+                        Err(e) => {
+                            return Err(CgroupError {
+                                flag: flag_of(c),
+                                why: format!("cannot make a cgroup in {} ({e})", base.display()),
+                            })
+                        }
+                    }
+                }
+                _ => missing.push(*c),
+            }
+        }
+        if !missing.is_empty() {
+            me.v2(&mounts, &own, &missing, &name)?;
+        }
+        for g in &me.groups {
+            for c in &g.controllers {
+                me.set(g, c)?;
+            }
+        }
+        Ok(me)
+    }
+
+    /// The v2 group of the controllers `wanted` (see the module docs for where).
+    fn v2(
+        &mut self,
+        mounts: &[(String, PathBuf)],
+        own: &[(String, String)],
+        wanted: &[&'static str],
+        name: &str,
+    ) -> Result<(), CgroupError> {
+        let refuse = |why: String| CgroupError {
+            flag: flag_of(wanted[0]),
+            why,
+        };
+        let mount = mounts
+            .iter()
+            .find(|(k, _)| k.is_empty())
+            .map(|(_, m)| m)
+            .ok_or_else(|| refuse("no cgroup hierarchy has its controller".into()))?;
+        let path = own
+            .iter()
+            .find(|(k, _)| k.is_empty())
+            .map(|(_, p)| p.as_str())
+            .unwrap_or("/");
+        let mine = under(mount, path);
+        // a process sits in a leaf: the group goes next to ours, or in the root
+        let parent = if path == "/" {
+            mine.clone()
+        } else {
+            mine.parent().map(Path::to_path_buf).unwrap_or(mine.clone())
+        };
+        let ctrls =
+            std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+        let lacking: Vec<&str> = wanted
+            .iter()
+            .filter(|c| !ctrls.split_whitespace().any(|x| x == **c))
+            .copied()
+            .collect();
+        if !lacking.is_empty() {
+            let avail =
+                std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
+            let why = if lacking
+                .iter()
+                .all(|c| avail.split_whitespace().any(|x| x == *c))
+            {
+                format!(
+                    "the {} controller is not delegated to {} (cgroup v2; it is not enabled for its children)",
+                    lacking.join(" and "),
+                    parent.display()
+                )
+            } else {
+                format!(
+                    "no cgroup hierarchy of this machine gives this process the {} controller",
+                    lacking.join(" and ")
+                )
+            };
+            return Err(CgroupError {
+                flag: flag_of(lacking[0]),
+                why,
+            });
+        }
+        let base = parent.join("capsule");
+        let made = mkdir(&base)
+            .and_then(|_| {
+                let on: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+                std::fs::write(base.join("cgroup.subtree_control"), on.join(" "))
+            })
+            .and_then(|_| claim(&base, name));
+        match made {
+            Ok(dir) => {
+                self.groups.push(Group {
+                    version: Version::V2,
+                    controllers: wanted.to_vec(),
+                    dir,
+                });
+                Ok(())
+            }
+            Err(e) => Err(refuse(format!(
+                "cannot make a cgroup in {} ({e})",
+                base.display()
+            ))),
+        }
+    }
+
+    /// Write `c`'s limit into `g`.
+    fn set(&self, g: &Group, c: &str) -> Result<(), CgroupError> {
+        let quota = |m: u64| (m * CPU_PERIOD_US / 1000).max(1000);
+        let (file, value) = match (g.version, c) {
+            (Version::V1, "memory") => (
+                "memory.limit_in_bytes",
+                self.limits.memory.map(|v| v.to_string()),
+            ),
+            (Version::V2, "memory") => ("memory.max", self.limits.memory.map(|v| v.to_string())),
+            (Version::V1, "cpu") => (
+                "cpu.cfs_quota_us",
+                self.limits.cpus_milli.map(|m| quota(m).to_string()),
+            ),
+            (Version::V2, "cpu") => (
+                "cpu.max",
+                self.limits
+                    .cpus_milli
+                    .map(|m| format!("{} {CPU_PERIOD_US}", quota(m))),
+            ),
+            (_, _) => ("pids.max", self.limits.pids.map(|v| v.to_string())),
+        };
+        let Some(v) = value else { return Ok(()) };
+        if (g.version, c) == (Version::V1, "cpu") {
+            // the period first: the quota is a share of it
+            std::fs::write(g.dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()).map_err(
+                |e| CgroupError {
+                    flag: "--cpus",
+                    why: format!(
+                        "cannot set {} ({e})",
+                        g.dir.join("cpu.cfs_period_us").display()
+                    ),
+                },
+            )?;
+        }
+        let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
+            // no swap beyond the limit either (the file exists only with swap accounting)
+            match (g.version, c) {
+                (Version::V1, "memory") => {
+                    let sw = g.dir.join("memory.memsw.limit_in_bytes");
+                    if sw.exists() {
+                        std::fs::write(sw, &v)?;
+                    }
+                }
+                (Version::V2, "memory") => {
+                    let sw = g.dir.join("memory.swap.max");
+                    if sw.exists() {
+                        std::fs::write(sw, "0")?;
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        });
+        r.map_err(|e| CgroupError {
+            flag: flag_of(c),
+            why: format!("cannot set {} ({e})", g.dir.join(file).display()),
+        })
+    }
+
+    /// Make one spare group next to each of this exec's, for the next exec to claim
+    /// ([`claim`]), and remove this exec's groups once they are empty (a warm spare's init
+    /// lingers until capsule has exited), in a child process of its own so that nobody
+    /// waits for either: call when this exec is done, just before capsule exits. Nothing
+    /// when this exec used no cgroup.
+    pub fn make_spares(&self) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
+        let spares: Vec<std::ffi::CString> = self
+            .groups
+            .iter()
+            .filter_map(|g| {
+                c(&g.dir
+                    .with_file_name(format!("spare-{}", std::process::id())))
+            })
+            .collect();
+        let own: Vec<std::ffi::CString> = self.groups.iter().filter_map(|g| c(&g.dir)).collect();
+        if spares.is_empty() {
+            return;
+        }
+        // SAFETY: the child makes only close_range, setsid, mkdir, rmdir, usleep and _exit
+        // calls on memory
+        // prepared before the fork (async-signal-safe, whatever other threads held).
+        unsafe {
+            if libc::fork() == 0 {
+                // nothing of capsule's stays open in it (its output, the exec lock)
+                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+                libc::setsid();
+                for p in &spares {
+                    libc::mkdir(p.as_ptr(), 0o755);
+                }
+                // for at most ~2 s; what is left then is removed by a later exec
+                for _ in 0..200 {
+                    let mut left = false;
+                    for p in &own {
+                        if libc::rmdir(p.as_ptr()) != 0 && *libc::__errno_location() != libc::ENOENT
+                        {
+                            left = true;
+                        }
+                    }
+                    if !left {
+                        break;
+                    }
+                    libc::usleep(10_000);
+                }
+                libc::_exit(0);
+            }
+        }
+    }
+
+    /// The `cgroup.procs` files init (or a warm spare) is written into.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.groups
+            .iter()
+            .map(|g| g.dir.join("cgroup.procs"))
+            .collect()
+    }
+
+    /// Which limits were reached, in one line each (`killed: memory limit 64 MiB
+    /// reached`; `pids limit 64 reached: 436 process creations refused`).
+    pub fn reached(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for g in &self.groups {
+            for c in &g.controllers {
+                match *c {
+                    "memory" => {
+                        let file = match g.version {
+                            Version::V1 => "memory.oom_control",
+                            Version::V2 => "memory.events",
+                        };
+                        let kills = counter(&g.dir.join(file), "oom_kill");
+                        if kills > 0 {
+                            if let Some(m) = self.limits.memory {
+                                v.push(format!("killed: memory limit {} reached", show_size(m)));
+                            }
+                        }
+                    }
+                    _ => {
+                        let refused = counter(&g.dir.join("pids.events"), "max");
+                        if refused > 0 {
+                            if let Some(n) = self.limits.pids {
+                                v.push(format!(
+                                    "pids limit {n} reached: {refused} process creations refused"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// For the record: where each limit is enforced.
+    pub fn record(&self) -> serde_json::Value {
+        serde_json::to_value(&self.groups).unwrap_or_default()
+    }
+}
+
+/// Can this process enforce `--memory` and `--pids` here? For each: `Ok(where)` (the
+/// hierarchy and folder a group is made in) or why not. Makes a group and removes it
+/// again: the only honest test of write access (`capsule isolation`, never on exec).
+pub fn probe() -> Vec<(&'static str, Result<String, String>)> {
+    let one = |limits: Limits, name: &'static str| {
+        let r = ExecCgroups::create(&limits).map(|c| {
+            c.groups
+                .iter()
+                .map(|g| {
+                    let v = match g.version {
+                        Version::V1 => "cgroup v1",
+                        Version::V2 => "cgroup v2",
+                    };
+                    let base = g.dir.parent().unwrap_or(&g.dir);
+                    format!("{v}, {}", base.display())
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        (name, r.map_err(|e| e.why))
+    };
+    vec![
+        one(
+            Limits {
+                memory: Some(i64::MAX as u64 & !0xfff),
+                ..Limits::default()
+            },
+            "--memory",
+        ),
+        one(
+            Limits {
+                pids: Some(4_194_304),
+                ..Limits::default()
+            },
+            "--pids",
+        ),
+        one(
+            Limits {
+                cpus_milli: Some(1_000_000),
+                ..Limits::default()
+            },
+            "--cpus",
+        ),
+    ]
+}
+
+/// The value of `key` in a flat-keyed cgroup file (`key value` lines); 0 if absent.
+fn counter(file: &Path, key: &str) -> u64 {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+impl Drop for ExecCgroups {
+    fn drop(&mut self) {
+        // one try: init may still be on its way out (a warm spare lingers until capsule
+        // has exited), and then the next exec's sweep removes the empty group
+        for g in &self.groups {
+            let _ = std::fs::remove_dir(&g.dir);
+        }
+    }
+}
+
+/// Move process `pid` into every group of `files` (`cgroup.procs`).
+pub fn enter(files: &[PathBuf], pid: libc::pid_t) -> io::Result<()> {
+    for f in files {
+        std::fs::write(f, pid.to_string())
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.display())))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_escapes_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("memory.events");
+        std::fs::write(&f, "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n").unwrap();
+        assert_eq!(counter(&f, "oom_kill"), 2);
+        assert_eq!(counter(&f, "max"), 3);
+        assert_eq!(counter(&f, "nothing"), 0);
+        assert_eq!(unescape("/sys/fs/a\\040b"), "/sys/fs/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+    }
+}
