@@ -45,26 +45,9 @@ pub struct OwnObjects {
     _pack_fds: Vec<OwnedFd>,
 }
 
-fn cstr(name: &str) -> std::io::Result<CString> {
-    CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 /// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC)`.
 fn open_at(dir: &OwnedFd, name: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    // SAFETY: a valid descriptor and C string; the result is checked
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::fsat::open_at(dir, std::ffi::OsStr::new(name), flags)
 }
 
 /// A path naming the open file `fd` (for APIs that take paths).
