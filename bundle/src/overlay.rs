@@ -128,6 +128,7 @@ fn shown(rel: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     /// A spec in `dir` with an overlay folder `ov`, and an empty workspace.
     fn setup() -> (tempfile::TempDir, Spec, PathBuf) {

@@ -107,6 +107,7 @@ pub fn remove_path(path: &std::path::Path) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
 
     fn mkdir_chain(root: &std::path::Path, depth: usize) {
