@@ -16,6 +16,7 @@
 pub mod digest;
 pub mod error;
 pub mod escape;
+pub mod fsat;
 pub mod git;
 pub mod gitguard;
 pub mod gitinfo;

@@ -6,12 +6,13 @@
 //! written stays inside the workspace ([`crate::materialize::inside`]).
 
 use crate::error::{Error, IoContext, Result};
+use crate::fsat;
 use crate::materialize::{inside, mkdirs, write_file, Last};
 use crate::spec::Spec;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Copy the overlay folder (relative to the spec's folder, which it may not leave) into
 /// the workspace. Regular files keep their executable bit; symlinks are copied as links.
@@ -29,23 +30,11 @@ pub(crate) fn copy(spec: &Spec, rel: &str, root: &Path) -> Result<()> {
     if !src.starts_with(&spec_dir_c) {
         return Err(err("escapes the spec's folder (through a symlink)".into()));
     }
-    let c = std::ffi::CString::new(src.as_os_str().as_bytes())
-        .map_err(|_| err("NUL in path".into()))?;
-    // SAFETY: a valid C string; the returned fd is checked and owned.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(err(format!(
-            "is not a directory ({})",
-            std::io::Error::last_os_error()
-        )));
+    if src.as_os_str().as_bytes().contains(&0) {
+        return Err(err("NUL in path".into()));
     }
-    // SAFETY: fd is a fresh descriptor we own.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+    let dir = fsat::open_path(&src, fsat::DIR_FLAGS, 0)
+        .map_err(|e| err(format!("is not a directory ({e})")))?;
     copy_tree(&dir, root, Path::new(""), 0).map_err(err)
 }
 
@@ -68,24 +57,27 @@ fn copy_tree(
             rel.display()
         ));
     }
-    let mut names = list_at(dir).map_err(|e| format!("{}: {e}", shown(rel)))?;
+    let mut names = fsat::list_unsorted(dir).map_err(|e| format!("{}: {e}", shown(rel)))?;
     names.sort();
     for name in names {
         let r = rel.join(&name);
         let rs = r.to_string_lossy().into_owned();
         let c =
             std::ffi::CString::new(name.as_bytes()).map_err(|_| format!("{rs}: NUL in name"))?;
-        let st = stat_at(dir, &c).map_err(|er| format!("{rs}: {er}"))?;
+        let st = fsat::stat_at_c(dir.as_raw_fd(), &c)
+            .and_then(|st| st.ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT)))
+            .map_err(|er| format!("{rs}: {er}"))?;
         match st.st_mode & libc::S_IFMT {
             libc::S_IFDIR => {
-                let sub = open_at(dir, &c, libc::O_RDONLY | libc::O_DIRECTORY)
+                let sub = fsat::open_at(dir, &name, libc::O_RDONLY | libc::O_DIRECTORY)
                     .map_err(|er| format!("{rs}: {er}"))?;
                 inside(root, &rs, Last::NoSymlink)?;
                 mkdirs(root, &r)?;
                 copy_tree(&sub, root, &r, depth + 1)?;
             }
             libc::S_IFLNK => {
-                let target = read_link_at(dir, &c).map_err(|er| format!("{rs}: {er}"))?;
+                let target = fsat::read_link_at_c(dir.as_raw_fd(), &c)
+                    .map_err(|er| format!("{rs}: {er}"))?;
                 let dst = inside(root, &rs, Last::SymlinkOk)?;
                 if let Some(p) = r.parent() {
                     mkdirs(root, p)?;
@@ -95,7 +87,7 @@ fn copy_tree(
             }
             libc::S_IFREG => {
                 use std::io::Read;
-                let fd = open_at(dir, &c, libc::O_RDONLY | libc::O_NONBLOCK)
+                let fd = fsat::open_at(dir, &name, libc::O_RDONLY | libc::O_NONBLOCK)
                     .map_err(|er| format!("{rs}: {er}"))?;
                 let mut f = std::fs::File::from(fd);
                 let md = f.metadata().map_err(|er| format!("{rs}: {er}"))?;
@@ -133,94 +125,10 @@ fn shown(rel: &Path) -> String {
     }
 }
 
-fn cvt(r: libc::c_int) -> std::io::Result<libc::c_int> {
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC)`.
-fn open_at(dir: &OwnedFd, name: &std::ffi::CStr, flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: a valid directory fd and C string; the returned fd is checked and owned.
-    let fd = cvt(unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    })?;
-    // SAFETY: fd is a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
-fn stat_at(dir: &OwnedFd, name: &std::ffi::CStr) -> std::io::Result<libc::stat> {
-    // SAFETY: zeroed stat is a valid out-parameter; fd and C string are valid.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    cvt(unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok(st)
-}
-
-/// `readlinkat(dir, name)`.
-fn read_link_at(dir: &OwnedFd, name: &std::ffi::CStr) -> std::io::Result<PathBuf> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
-    // SAFETY: buf is writable for its length; fd and C string are valid.
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(PathBuf::from(std::ffi::OsString::from_vec(buf)))
-}
-
-/// The names in the directory open at `dir` (without `.` and `..`).
-fn list_at(dir: &OwnedFd) -> std::io::Result<Vec<std::ffi::OsString>> {
-    // SAFETY: dup of a valid fd; fdopendir takes ownership of the duplicate (closed by
-    // closedir), readdir's entries are read before the next call.
-    unsafe {
-        let d = cvt(libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0))?;
-        let dp = libc::fdopendir(d);
-        if dp.is_null() {
-            let e = std::io::Error::last_os_error();
-            libc::close(d);
-            return Err(e);
-        }
-        libc::rewinddir(dp);
-        let mut out = Vec::new();
-        loop {
-            let ent = libc::readdir(dp);
-            if ent.is_null() {
-                break;
-            }
-            let name = std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()).to_bytes();
-            if name != b"." && name != b".." {
-                out.push(std::ffi::OsString::from_vec(name.to_vec()));
-            }
-        }
-        libc::closedir(dp);
-        Ok(out)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     /// A spec in `dir` with an overlay folder `ov`, and an empty workspace.
     fn setup() -> (tempfile::TempDir, Spec, PathBuf) {

@@ -16,8 +16,7 @@ use crate::error::{Error, Result};
 use gix::hash::ObjectId;
 use gix::objs::Kind;
 use std::collections::{HashMap, HashSet};
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 const HASH: gix::hash::Kind = gix::hash::Kind::Sha1;
@@ -45,26 +44,9 @@ pub struct OwnObjects {
     _pack_fds: Vec<OwnedFd>,
 }
 
-fn cstr(name: &str) -> std::io::Result<CString> {
-    CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 /// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC)`.
 fn open_at(dir: &OwnedFd, name: &str, flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    // SAFETY: a valid descriptor and C string; the result is checked
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::fsat::open_at(dir, std::ffi::OsStr::new(name), flags)
 }
 
 /// A path naming the open file `fd` (for APIs that take paths).
@@ -93,29 +75,24 @@ impl OwnObjects {
     /// `follow_top` the folder itself may be reached through a symlink (the operator's own
     /// checkout); everything below it never is.
     pub fn open(objects: &Path, follow_top: bool) -> Result<Self> {
-        let c = CString::new(objects.as_os_str().as_encoded_bytes())
-            .map_err(|_| Error::other(format!("{}: bad path", crate::escape::path(objects))))?;
+        if objects.as_os_str().as_encoded_bytes().contains(&0) {
+            return Err(Error::other(format!(
+                "{}: bad path",
+                crate::escape::path(objects)
+            )));
+        }
         let nofollow = if follow_top { 0 } else { libc::O_NOFOLLOW };
-        // SAFETY: a valid C string; the result is checked
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow,
-            )
-        };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::other(if symlink_refused(&e) {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow;
+        let dirfd = crate::fsat::open_path(objects, flags, 0).map_err(|e| {
+            Error::other(if symlink_refused(&e) {
                 format!(
                     "{}: is a symlink or not a folder; an object store outside the repository is not followed",
                     crate::escape::path(objects)
                 )
             } else {
                 format!("{}: {e}", crate::escape::path(objects))
-            }));
-        }
-        // SAFETY: a fresh descriptor we own
-        let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
+            })
+        })?;
         let has_alternates = ["info/alternates", "info/http-alternates"]
             .iter()
             .any(|f| std::fs::symlink_metadata(objects.join(f)).is_ok());

@@ -4,10 +4,10 @@
 //! ([`Quarantine`]), where offending entries are moved (renamed, or copied then removed
 //! when the bundle is on another filesystem).
 
-use std::ffi::{CString, OsStr};
+use crate::fsat;
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Largest file read (a config, a `gitdir`, alternates).
@@ -17,16 +17,7 @@ const COPY_CAP: u64 = 64 << 20;
 const COPY_ENTRIES: usize = 10_000;
 const COPY_DEPTH: usize = 32;
 
-/// What `lstat` says, in the terms the guard needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Missing,
-    Dir,
-    File,
-    Symlink,
-    /// A FIFO, socket or device.
-    Special,
-}
+pub use crate::fsat::Kind;
 
 /// The stat fields the guard compares between runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,21 +31,9 @@ pub struct Stat {
 }
 
 impl Stat {
-    // mode_t is u16 on macOS
-    #[allow(clippy::unnecessary_cast)]
     pub fn kind(&self) -> Kind {
-        match self.mode & libc::S_IFMT as u32 {
-            0 => Kind::Missing,
-            m if m == libc::S_IFDIR as u32 => Kind::Dir,
-            m if m == libc::S_IFREG as u32 => Kind::File,
-            m if m == libc::S_IFLNK as u32 => Kind::Symlink,
-            _ => Kind::Special,
-        }
+        Kind::of_mode(self.mode)
     }
-}
-
-fn cstr(name: &OsStr) -> io::Result<CString> {
-    CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 #[allow(clippy::unnecessary_cast)]
@@ -71,7 +50,7 @@ fn from_raw(st: &libc::stat) -> Stat {
 
 /// `lstat` of a path (the fast path's comparison; a missing path gives mode 0).
 pub fn lstat_path(p: &Path) -> Stat {
-    let Ok(c) = cstr(p.as_os_str()) else {
+    let Ok(c) = fsat::cstr(p.as_os_str()) else {
         return Stat::default();
     };
     // SAFETY: an all-zero stat is a valid value to be overwritten.
@@ -91,40 +70,15 @@ pub struct Dir {
 impl Dir {
     /// Open `path` (a trusted path: the workspace itself).
     pub fn open_path(path: &Path) -> io::Result<Dir> {
-        let c = cstr(path.as_os_str())?;
-        // SAFETY: a valid C string; the result is checked.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor we just opened and own.
         Ok(Dir {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: fsat::open_dir(path)?,
         })
     }
 
     /// The directory `name` in this one (never through a symlink).
     pub fn open_dir(&self, name: &OsStr) -> io::Result<Dir> {
-        let c = cstr(name)?;
-        // SAFETY: a valid directory descriptor and C string; the result is checked.
-        let fd = unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor we just opened and own.
         Ok(Dir {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: fsat::open_dir_at(&self.fd, name)?,
         })
     }
 
@@ -145,24 +99,10 @@ impl Dir {
     }
 
     pub fn lstat(&self, name: &OsStr) -> Stat {
-        let Ok(c) = cstr(name) else {
-            return Stat::default();
-        };
-        // SAFETY: an all-zero stat is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid descriptor, C string and stat buffer.
-        let rc = unsafe {
-            libc::fstatat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if rc != 0 {
-            return Stat::default();
+        match fsat::stat_at(&self.fd, name) {
+            Ok(Some(st)) => from_raw(&st),
+            _ => Stat::default(),
         }
-        from_raw(&st)
     }
 
     /// The bytes of the regular file `name` (up to [`READ_CAP`]), `None` when it is
@@ -173,28 +113,12 @@ impl Dir {
 
     /// [`Dir::read`] with another cap.
     pub fn read_capped(&self, name: &OsStr, cap: u64) -> io::Result<Option<Vec<u8>>> {
-        let c = cstr(name)?;
-        // SAFETY: a valid descriptor and C string; the result is checked.
-        let fd = unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_RDONLY
-                    | libc::O_NOFOLLOW
-                    | libc::O_NONBLOCK
-                    | libc::O_CLOEXEC
-                    | libc::O_NOCTTY,
-            )
+        let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+        let f = match fsat::open_at(&self.fd, name, flags) {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
         };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENOENT) {
-                return Ok(None);
-            }
-            return Err(e);
-        }
-        // SAFETY: a descriptor we just opened and own.
-        let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let md = f.metadata()?;
         if !md.is_file() {
             return Err(io::Error::other("not a regular file"));
@@ -211,81 +135,22 @@ impl Dir {
         Ok(Some(buf))
     }
 
-    /// The names in this directory (without `.` and `..`).
+    /// The names in this directory (without `.` and `..`), sorted.
     pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
-        let d = self.open_dir(OsStr::new("."))?;
-        let raw = d.fd.as_raw_fd();
-        std::mem::forget(d);
-        // SAFETY: fdopendir takes over the descriptor (closed by closedir).
-        let dir = unsafe { libc::fdopendir(raw) };
-        if dir.is_null() {
-            let e = io::Error::last_os_error();
-            // SAFETY: the descriptor is still ours when fdopendir failed.
-            unsafe { libc::close(raw) };
-            return Err(e);
-        }
-        let mut out = Vec::new();
-        loop {
-            // SAFETY: a valid DIR stream.
-            let ent = unsafe { libc::readdir(dir) };
-            if ent.is_null() {
-                break;
-            }
-            // SAFETY: readdir returned a valid entry with a NUL-terminated name.
-            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let b = name.to_bytes();
-            if b != b"." && b != b".." {
-                out.push(OsStr::from_bytes(b).to_os_string());
-            }
-        }
-        // SAFETY: a valid DIR stream, closed once.
-        unsafe { libc::closedir(dir) };
-        out.sort();
-        Ok(out)
+        fsat::list(&self.fd)
     }
 
     /// Write `bytes` as the new `name` (mode 0644): a new file beside it, renamed over it.
     pub fn replace(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
         let mut tmp = name.to_os_string();
         tmp.push(format!(".capsule-guard-{}", std::process::id()));
-        let ct = cstr(&tmp)?;
-        let cn = cstr(name)?;
-        // SAFETY: a valid descriptor and C string; the result is checked.
-        let fd = unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                ct.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o644 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor we just opened and own.
-        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut f = fsat::create_file_at(&self.fd, &tmp, 0o644)?;
         use std::io::Write;
         let written = f.write_all(bytes).and_then(|_| f.sync_all());
         drop(f);
-        // SAFETY: valid descriptors and C strings.
-        let rc = written.and_then(|_| {
-            if unsafe {
-                libc::renameat(
-                    self.fd.as_raw_fd(),
-                    ct.as_ptr(),
-                    self.fd.as_raw_fd(),
-                    cn.as_ptr(),
-                )
-            } != 0
-            {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        });
+        let rc = written.and_then(|_| fsat::rename_at(&self.fd, &tmp, name));
         if rc.is_err() {
-            // SAFETY: a valid descriptor and C string.
-            unsafe { libc::unlinkat(self.fd.as_raw_fd(), ct.as_ptr(), 0) };
+            let _ = fsat::cstr(&tmp).map(|ct| fsat::unlink_at_c(self.fd.as_raw_fd(), &ct, 0));
         }
         rc
     }
@@ -324,21 +189,11 @@ impl Quarantine {
         self.used = true;
         let to = Dir::open_path(&parent)?;
         let leaf = dst.file_name().unwrap_or(name).to_os_string();
-        let cs = cstr(name)?;
-        let cd = cstr(&leaf)?;
-        // SAFETY: valid descriptors and C strings.
-        let rc = unsafe {
-            libc::renameat(
-                from.fd.as_raw_fd(),
-                cs.as_ptr(),
-                to.fd.as_raw_fd(),
-                cd.as_ptr(),
-            )
-        };
-        if rc == 0 {
+        let cs = fsat::cstr(name)?;
+        let cd = fsat::cstr(&leaf)?;
+        let Err(e) = fsat::rename_at_c(from.fd.as_raw_fd(), &cs, to.fd.as_raw_fd(), &cd) else {
             return Ok(dst);
-        }
-        let e = io::Error::last_os_error();
+        };
         if e.raw_os_error() != Some(libc::EXDEV) {
             return Err(e);
         }
@@ -363,74 +218,21 @@ fn copy_out(
         return Err(io::Error::other("too deep or too many entries to copy"));
     }
     *budget -= 1;
-    let cl = cstr(leaf)?;
     match from.lstat(name).kind() {
         Kind::File => {
-            let cs = cstr(name)?;
-            // SAFETY: a valid descriptor and C string; the result is checked.
-            let fd = unsafe {
-                libc::openat(
-                    from.fd.as_raw_fd(),
-                    cs.as_ptr(),
-                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: a descriptor we just opened and own.
-            let src = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-            // SAFETY: a valid descriptor and C string; the result is checked.
-            let out = unsafe {
-                libc::openat(
-                    to.fd.as_raw_fd(),
-                    cl.as_ptr(),
-                    libc::O_WRONLY
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC,
-                    0o600 as libc::c_uint,
-                )
-            };
-            if out < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: a descriptor we just opened and own.
-            let mut dst = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(out) });
+            let flags = libc::O_RDONLY | libc::O_NONBLOCK;
+            let src = std::fs::File::from(fsat::open_at(&from.fd, name, flags)?);
+            let mut dst = fsat::create_file_at(&to.fd, leaf, 0o600)?;
             use std::io::Read;
             io::copy(&mut src.take(COPY_CAP), &mut dst)?;
             Ok(())
         }
         Kind::Symlink => {
-            let cs = cstr(name)?;
-            let mut buf = vec![0u8; 4096];
-            // SAFETY: a valid descriptor, C string and buffer of that length.
-            let n = unsafe {
-                libc::readlinkat(
-                    from.fd.as_raw_fd(),
-                    cs.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            buf.truncate(n as usize);
-            let target =
-                CString::new(buf).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-            // SAFETY: valid C strings and descriptor.
-            if unsafe { libc::symlinkat(target.as_ptr(), to.fd.as_raw_fd(), cl.as_ptr()) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+            let target = fsat::read_link_at(&from.fd, name)?;
+            fsat::symlink_at(&target, &to.fd, leaf)
         }
         Kind::Dir => {
-            // SAFETY: a valid descriptor and C string.
-            if unsafe { libc::mkdirat(to.fd.as_raw_fd(), cl.as_ptr(), 0o700) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            fsat::mkdir_at(&to.fd, leaf, 0o700)?;
             let sub = from.open_dir(name)?;
             let dst = to.open_dir(leaf)?;
             for n in sub.names()? {
@@ -444,7 +246,7 @@ fn copy_out(
 
 /// Remove `name` of `dir` (a directory with everything in it).
 fn remove(dir: &Dir, name: &OsStr, depth: usize) -> io::Result<()> {
-    let c = cstr(name)?;
+    let c = fsat::cstr(name)?;
     if dir.lstat(name).kind() == Kind::Dir {
         if depth > COPY_DEPTH {
             return Err(io::Error::other("too deep to remove"));
@@ -453,15 +255,7 @@ fn remove(dir: &Dir, name: &OsStr, depth: usize) -> io::Result<()> {
         for n in sub.names()? {
             remove(&sub, &n, depth + 1)?;
         }
-        // SAFETY: a valid descriptor and C string.
-        if unsafe { libc::unlinkat(dir.fd.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        return Ok(());
+        return fsat::unlink_at_c(dir.fd.as_raw_fd(), &c, libc::AT_REMOVEDIR);
     }
-    // SAFETY: a valid descriptor and C string.
-    if unsafe { libc::unlinkat(dir.fd.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    fsat::unlink_at_c(dir.fd.as_raw_fd(), &c, 0)
 }

@@ -11,7 +11,7 @@
 //!   sha256 — enough to see that a file recorded then was deleted or replaced, and that a
 //!   file absent from a fully listed folder was created since.
 
-use super::fsat;
+use capsule_bundle::fsat;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -21,7 +21,7 @@
 //! What `apply` copies is bound to what `home diff` showed: [`super::review`].
 
 use super::baseline::{self, Baseline};
-use super::fsat;
+use capsule_bundle::fsat;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};

@@ -16,7 +16,6 @@ pub mod caches;
 pub mod devices;
 #[cfg(target_os = "linux")]
 pub mod display;
-pub mod fsat;
 pub mod hostrun;
 pub mod layer;
 pub mod lock;

@@ -138,15 +138,8 @@ pub fn symlink(target: &CStr, path: &CStr) -> io::Result<()> {
     check_int(unsafe { libc::symlink(target.as_ptr(), path.as_ptr()) }).map(drop)
 }
 
-/// What is at a path, without following a final symlink.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Missing,
-    Dir,
-    File,
-    Symlink,
-    Other,
-}
+/// What is at a path (the walkers' kind: a FIFO, socket or device is `Special`).
+pub use capsule_bundle::fsat::Kind;
 
 /// `lstat(2)` reduced to a [`Kind`].
 pub fn kind(path: &CStr) -> Kind {
@@ -156,12 +149,7 @@ pub fn kind(path: &CStr) -> Kind {
     if unsafe { libc::lstat(path.as_ptr(), &mut st) } < 0 {
         return Kind::Missing;
     }
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFREG => Kind::File,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
-    }
+    Kind::of_mode(st.st_mode)
 }
 
 /// `stat(2)` (following symlinks) reduced to a [`Kind`].
@@ -172,12 +160,7 @@ pub fn kind_follow(path: &CStr) -> Kind {
     if unsafe { libc::stat(path.as_ptr(), &mut st) } < 0 {
         return Kind::Missing;
     }
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => Kind::Dir,
-        libc::S_IFREG => Kind::File,
-        libc::S_IFLNK => Kind::Symlink,
-        _ => Kind::Other,
-    }
+    Kind::of_mode(st.st_mode)
 }
 
 /// Mark every descriptor from `first` up close-on-exec (`close_range(2)`).

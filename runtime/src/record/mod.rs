@@ -77,7 +77,7 @@ pub struct Changes {
 /// Does `rel` exist in `workspace`, found without following a symlink on the way (a
 /// parent replaced by a symlink to `~/.ssh` must not make the record say what is there)?
 fn exists(workspace: &Path, rel: &str) -> bool {
-    use crate::home::fsat;
+    use capsule_bundle::fsat;
     let Some(mut comps) = fsat::plain_components(Path::new(rel)) else {
         return false;
     };

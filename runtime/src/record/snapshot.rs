@@ -54,7 +54,7 @@
 //! per level). Errors name the file and the cause and never quote what was read.
 
 use super::{Entry, Snapshot, Stat};
-use capsule_bundle::gitguard;
+use capsule_bundle::{fsat, gitguard};
 use gix::bstr::ByteSlice;
 use gix::index::entry::{Flags, Mode};
 use std::collections::BTreeMap;
@@ -634,13 +634,7 @@ fn c_name(name: &[u8]) -> io::Result<CString> {
 fn open_at(dir: BorrowedFd, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
     let n = c_name(name)?;
     let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
-    // SAFETY: a valid descriptor and C string; the result is checked.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), n.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    fsat::open_at_c(dir.as_raw_fd(), &n, flags, 0)
 }
 
 /// The directory `name` of `dir`, not through a symlink.
@@ -651,31 +645,11 @@ fn open_dir_at(dir: BorrowedFd, name: &[u8]) -> io::Result<OwnedFd> {
 /// `lstat` of `name` in `dir`.
 fn stat_at(dir: BorrowedFd, name: &[u8]) -> io::Result<libc::stat> {
     let n = c_name(name)?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a valid descriptor, C string and buffer; the result is checked.
-    let rc = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            n.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatat filled it.
-    Ok(unsafe { st.assume_init() })
+    fsat::stat_at_c(dir.as_raw_fd(), &n)?.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
 fn fstat(fd: BorrowedFd) -> io::Result<libc::stat> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a valid descriptor and buffer; the result is checked.
-    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstat filled it.
-    Ok(unsafe { st.assume_init() })
+    fsat::fstat(fd.as_raw_fd())
 }
 
 /// The regular file `name` of `dir` (`rel` in messages), at most `cap` bytes, or `None`

@@ -248,12 +248,12 @@ impl View<'_> {
 
 fn is_opaque(dir: &Path) -> bool {
     use std::os::fd::AsRawFd;
-    let Ok(fd) = crate::home::fsat::open_dir(dir) else {
+    let Ok(fd) = capsule_bundle::fsat::open_dir(dir) else {
         return true; // unreadable: assume the worst
     };
     ["trusted.overlay.opaque", "user.overlay.opaque"]
         .iter()
-        .any(|n| crate::home::fsat::get_xattr(fd.as_raw_fd(), n).is_some_and(|v| v == b"y"))
+        .any(|n| capsule_bundle::fsat::get_xattr(fd.as_raw_fd(), n).is_some_and(|v| v == b"y"))
 }
 
 /// The package folder of `file`: the nearest folder holding a `package.json` between the
