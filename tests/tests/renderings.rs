@@ -361,6 +361,8 @@ fn check(r: &capsule_e2e::Runner, mode: NetworkMode) {
         .iter()
         .any(|n| n["type"] == "network");
     assert_eq!(netns, isolated, "config.json network namespace ({mode:?})");
+    // a documentation address (TEST-NET-3), only ever given to the Seatbelt evaluator (a
+    // pure model of the profile): nothing connects to it
     let remote = Target::Remote {
         host: "203.0.113.7".into(),
         port: 443,
