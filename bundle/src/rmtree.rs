@@ -49,7 +49,10 @@ pub fn remove_at(parent: &OwnedFd, name: &OsStr) -> io::Result<()> {
     while let Some(level) = stack.last_mut() {
         let dir = level.0.as_raw_fd();
         let Some(n) = level.2.pop() else {
-            let (fd, name, _) = stack.pop().expect("a level");
+            // the level is empty: close it, then remove it from the level above
+            let Some((fd, name, _)) = stack.pop() else {
+                break;
+            };
             drop(fd);
             let up = stack.last().map_or(parent.as_raw_fd(), |l| l.0.as_raw_fd());
             fsat::unlink_at_c(up, &name, libc::AT_REMOVEDIR)?;
