@@ -40,20 +40,6 @@ pub enum EnvError {
 /// Environment variables that would point a program at a display server.
 pub const DISPLAY_ENV: &[&str] = &["DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET", "XAUTHORITY"];
 
-fn dst(s: &MountStep) -> Option<&Path> {
-    match s {
-        MountStep::Bind { dst, .. }
-        | MountStep::Tmpfs { dst, .. }
-        | MountStep::Overlay { dst, .. }
-        | MountStep::Proc { dst }
-        | MountStep::Dev { dst, .. }
-        | MountStep::Mask { dst, .. }
-        | MountStep::ReadOnly { dst }
-        | MountStep::Symlink { dst, .. }
-        | MountStep::Dir { dst } => Some(dst),
-    }
-}
-
 /// Index before the trailing `ReadOnly` seals of a plan.
 fn before_seals(steps: &[MountStep]) -> usize {
     let mut i = steps.len();
@@ -74,7 +60,10 @@ fn home_position(steps: &[MountStep], home: &Path) -> usize {
     }
     steps
         .iter()
-        .position(|s| dst(s).is_some_and(|d| d.starts_with(home) && d != home))
+        .position(|s| {
+            let d = s.dst();
+            d.starts_with(home) && d != home
+        })
         .unwrap_or_else(|| before_seals(steps))
 }
 

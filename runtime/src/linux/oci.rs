@@ -97,20 +97,6 @@ fn mount(typ: &str, src: &Path, dst: &Path, options: &[&str]) -> Result<Mount, O
         .map_err(build_err(format!("mount {}", dst.display())))
 }
 
-fn dst_of(step: &MountStep) -> &Path {
-    match step {
-        MountStep::Bind { dst, .. }
-        | MountStep::Tmpfs { dst, .. }
-        | MountStep::Overlay { dst, .. }
-        | MountStep::Proc { dst }
-        | MountStep::Dev { dst, .. }
-        | MountStep::Mask { dst, .. }
-        | MountStep::ReadOnly { dst }
-        | MountStep::Symlink { dst, .. }
-        | MountStep::Dir { dst } => dst,
-    }
-}
-
 /// The OCI mounts, masked and read-only paths, and root entries of `steps`.
 #[derive(Debug, Default)]
 struct Mounts {
@@ -271,7 +257,7 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                 let later_inside = steps[i + 1..]
                     .iter()
                     .filter(|x| !matches!(x, MountStep::ReadOnly { .. }))
-                    .any(|x| within(dst_of(x), dst));
+                    .any(|x| within(x.dst(), dst));
                 if !carve_outs && !later_inside {
                     push_unique(&mut m.masked, s(dst));
                 } else if md.is_dir() {

@@ -52,6 +52,23 @@ pub enum MountStep {
     Dir { dst: PathBuf },
 }
 
+impl MountStep {
+    /// Where the step acts, as the command sees it.
+    pub fn dst(&self) -> &Path {
+        match self {
+            MountStep::Bind { dst, .. }
+            | MountStep::Tmpfs { dst, .. }
+            | MountStep::Overlay { dst, .. }
+            | MountStep::Proc { dst }
+            | MountStep::Dev { dst, .. }
+            | MountStep::Mask { dst, .. }
+            | MountStep::ReadOnly { dst }
+            | MountStep::Symlink { dst, .. }
+            | MountStep::Dir { dst } => dst,
+        }
+    }
+}
+
 /// How the command's standard streams are connected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Stdio {
