@@ -389,9 +389,14 @@ impl SandboxPolicy {
         best.2
     }
 
-    /// All paths the command may write (workspace, tmp, extra writable), in that order.
+    /// All paths the command may write (workspace, tmp, extra writable), in that order;
+    /// the workspace not when it is itself read-only (`exec --read-only-workspace`).
     pub fn writable_roots(&self) -> Vec<&Path> {
-        let mut v = vec![self.workspace.as_path(), self.tmp_dir.as_path()];
+        let mut v = Vec::with_capacity(2 + self.writable.len());
+        if !self.read_only.contains(&self.workspace) {
+            v.push(self.workspace.as_path());
+        }
+        v.push(self.tmp_dir.as_path());
         v.extend(self.writable.iter().map(|p| p.as_path()));
         v
     }

@@ -41,6 +41,22 @@ pub struct ExecArgs {
     /// Pass the host's environment variable NAME through (repeatable).
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Set NAME=VALUE in the command's environment (repeatable; over the clean
+    /// environment; the allowlist proxy's variables still win). The value is visible in
+    /// `ps`: pass secrets with --env-file.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// Read NAME=VALUE entries, each ended by a NUL byte, from FILE (`/dev/fd/N` for a
+    /// pipe) and set them as --env does.
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+    /// The workspace is read-only for this command, its .git too; --allow-write paths in it
+    /// stay writable.
+    #[arg(long)]
+    pub read_only_workspace: bool,
+    /// Also write the exec record (one JSON line) to FILE (`/dev/fd/N` for a pipe).
+    #[arg(long = "record-to", value_name = "FILE")]
+    pub record_to: Option<PathBuf>,
     /// Un-hide this coding agent's own login and configuration (claude: ~/.claude,
     /// ~/.claude.json; codex: ~/.codex): read through the home layer, writes land in the
     /// layer, never in the real home. Other agents' logins stay hidden.
@@ -149,7 +165,9 @@ fn effective_policy(
         .collect();
     for w in &a.allow_write {
         let c = canonical("--allow-write", w)?;
-        let in_own = own.iter().any(|o| c.starts_with(o));
+        // the capsule's own tmp, home layer and caches, and its workspace (its manifest
+        // and sentinel stay read-only: deeper read-only rules win)
+        let in_own = own.iter().any(|o| c.starts_with(o)) || c.starts_with(&p.workspace);
         if !in_own && (c.starts_with(&root) || root.starts_with(&c)) {
             return Err(fail(format!(
                 "--allow-write {}: overlaps capsule's own state ({}); the command could rewrite its records",
@@ -173,6 +191,9 @@ fn effective_policy(
             path,
             reason: HiddenReason::Requested,
         });
+    }
+    if a.read_only_workspace {
+        crate::cli::exec_env::read_only_workspace(&mut p);
     }
     for r in &a.reveal {
         let c = canonical("--reveal", r)?;
@@ -328,6 +349,7 @@ mod imp {
         tracing::debug!("gate decided: {:?}", started.elapsed());
 
         let policy = resolve_policy(&a, &cap, &layout)?;
+        let extra_env = crate::cli::exec_env::read(&a.env, a.env_file.as_deref())?;
         // the network of this exec: refuses replay, binds the allowlist proxy
         let net =
             crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
@@ -356,6 +378,8 @@ mod imp {
             "hide": a.hide,
             "reveal": a.reveal,
             "pass_env": policy.pass_env,
+            "env": extra_env.iter().map(|(k, _)| k.to_string_lossy()).collect::<Vec<_>>(),
+            "read_only_workspace": a.read_only_workspace,
             "agent_login": a.agent_login.map(|b| b.name()),
             "no_sandbox": a.no_sandbox,
             "tty": a.tty,
@@ -472,7 +496,7 @@ mod imp {
                 "cgroups": cgroups.record(),
             }));
         }
-        let mut plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
+        let mut plan = build_plan(&a, &extra_env, &policy, &cwd, isolation, &cap.bundle_dir);
         plan.landlock_best_effort = landlock_best_effort;
         plan.cgroup_procs = cgroups.procs_files();
         task_env(&mut plan)?;
@@ -487,7 +511,7 @@ mod imp {
             tracing::info!("namespaces refused: {msg}");
             (isolation, landlock_best_effort) =
                 weaker_or_refuse(&settings, &mut degradation, false)?;
-            plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
+            plan = build_plan(&a, &extra_env, &policy, &cwd, isolation, &cap.bundle_dir);
             plan.landlock_best_effort = landlock_best_effort;
             plan.cgroup_procs = cgroups.procs_files();
             task_env(&mut plan)?;
@@ -587,6 +611,9 @@ mod imp {
         }
         if a.json {
             crate::cli::print_json(&serde_json::to_value(&rec).unwrap_or_default());
+        }
+        if let Some(f) = &a.record_to {
+            crate::cli::exec_env::write_record(f, &rec);
         }
         // the next exec's cgroups, made now that this one is done (none without limits)
         cgroups.make_spares();
@@ -745,6 +772,7 @@ mod imp {
 
     fn build_plan(
         a: &ExecArgs,
+        extra_env: &[(OsString, OsString)],
         policy: &SandboxPolicy,
         cwd: &Path,
         isolation: Isolation,
@@ -752,6 +780,7 @@ mod imp {
     ) -> ExecPlan {
         let full = isolation == Isolation::Full;
         let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+        crate::cli::exec_env::set_all(&mut env, extra_env);
         if !full {
             // no mount namespace: the capsule's tmp is where it is
             for (k, v) in env.iter_mut() {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 pub mod capsules;
 pub mod exec;
 mod exec_args;
+mod exec_env;
 pub mod export;
 pub mod gate;
 pub mod home;
