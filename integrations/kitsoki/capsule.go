@@ -62,6 +62,8 @@ type CapsuleOptions struct {
 // Capsule is the agent runtime backed by `capsule exec`.
 type Capsule struct {
 	bin string
+	// env is capsule's own environment (nil: this process's); tests set a scratch root
+	env []string
 }
 
 // NewCapsule returns the capsule backend.
@@ -115,6 +117,7 @@ func (c *Capsule) isolation(ctx context.Context) (*capsuleIsolation, error) {
 // output runs capsule with args (no stdin) and returns its stdout.
 func (c *Capsule) output(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = c.env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -494,6 +497,7 @@ func (c *Capsule) Launch(ctx context.Context, spec LaunchSpec) (*Running, Applie
 	runCtx, cancel := context.WithCancel(ctx)
 	cmd := exec.Command(c.bin, pl.args...)
 	cmd.Dir = pl.dir
+	cmd.Env = c.env
 	cmd.Stdin = spec.Stdin
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	recR, recW, err := os.Pipe()
@@ -657,6 +661,7 @@ func (c *Capsule) finalDiff(ctx context.Context, pl *plan, repo string) string {
 	cmd := exec.CommandContext(ctx, c.bin, "exec", pl.capsule.Workspace, "--read-only-workspace", "--no-network", "--timeout", "60s", "--",
 		"git", "--no-pager", "diff", "--no-ext-diff", "--no-textconv", "--no-color", "--")
 	cmd.Dir = r
+	cmd.Env = c.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out bytes.Buffer
 	cmd.Stdout = &out

@@ -64,9 +64,7 @@ func newCapsuleEnv(t *testing.T) *capsuleEnv {
 	if err := os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519"), []byte("SSH-KEY-SECRET\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("HOME", home)
-	t.Setenv("CAPSULE_ROOT", filepath.Join(base, "root"))
-	t.Setenv("XDG_CONFIG_HOME", "")
+	env := append(os.Environ(), "HOME="+home, "CAPSULE_ROOT="+filepath.Join(base, "root"), "XDG_CONFIG_HOME=", "XDG_DATA_HOME=")
 	git := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}
 	sh(t, src, git, "git", "init", "-q", "-b", "main")
 	if err := os.WriteFile(filepath.Join(src, "tracked.txt"), []byte("old\n"), 0o644); err != nil {
@@ -74,9 +72,11 @@ func newCapsuleEnv(t *testing.T) *capsuleEnv {
 	}
 	sh(t, src, git, "git", "add", "tracked.txt")
 	sh(t, src, git, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
-	sh(t, base, nil, bin, "open", "--name", "k", "--source", src)
+	rt := NewCapsule(CapsuleOptions{Binary: bin})
+	rt.env = env
+	sh(t, base, rt.env[len(os.Environ()):], bin, "open", "--name", "k", "--source", src)
 	ws := filepath.Join(base, "root", "workspaces", "k")
-	return &capsuleEnv{rt: NewCapsule(CapsuleOptions{Binary: bin}), base: base, home: home, ws: ws}
+	return &capsuleEnv{rt: rt, base: base, home: home, ws: ws}
 }
 
 func (e *capsuleEnv) run(t *testing.T, spec LaunchSpec) (Result, AppliedPolicy) {
@@ -116,6 +116,7 @@ func has(list []string, s string) bool {
 }
 
 func TestCapsuleProbeAndRegistrySelectsCapsuleForOSConfined(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	caps := requireOS(t, e.rt)
 	for _, f := range []string{"namespaces", "landlock", "seccomp", "network_deny"} {
@@ -136,6 +137,7 @@ func TestCapsuleProbeAndRegistrySelectsCapsuleForOSConfined(t *testing.T) {
 }
 
 func TestCapsuleUnavailableFailsClosed(t *testing.T) {
+	t.Parallel()
 	rt := NewCapsule(CapsuleOptions{Binary: filepath.Join(t.TempDir(), "no-capsule")})
 	if st := rt.Probe(context.Background()).Strength; st != StrengthNone {
 		t.Fatalf("strength %s, want none", st)
@@ -155,6 +157,7 @@ func TestCapsuleUnavailableFailsClosed(t *testing.T) {
 }
 
 func TestCapsuleDirOutsideCapsuleFailsClosed(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	outside := filepath.Join(e.base, "outside")
 	if err := os.MkdirAll(outside, 0o755); err != nil {
@@ -170,6 +173,7 @@ func TestCapsuleDirOutsideCapsuleFailsClosed(t *testing.T) {
 }
 
 func TestCapsuleDeclaredWriteAllowedRepoWriteDenied(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	res, policy := e.run(t, LaunchSpec{
 		Args:     []string{"-c", "echo ok > allowed/out.txt && echo nope > outside.txt"},
@@ -203,6 +207,7 @@ func TestCapsuleDeclaredWriteAllowedRepoWriteDenied(t *testing.T) {
 }
 
 func TestCapsuleRWSymlinkInWorkspaceRefused(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	// a task left a symlink where a later rw door is declared
 	if err := os.Symlink(filepath.Join(e.home, ".ssh"), filepath.Join(e.ws, "door")); err != nil {
@@ -218,6 +223,7 @@ func TestCapsuleRWSymlinkInWorkspaceRefused(t *testing.T) {
 }
 
 func TestCapsuleHiddenBeatsRW(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	if err := os.MkdirAll(filepath.Join(e.ws, "secret"), 0o755); err != nil {
 		t.Fatal(err)
@@ -241,6 +247,7 @@ func TestCapsuleHiddenBeatsRW(t *testing.T) {
 }
 
 func TestCapsuleHiddenCredentialUnreadable(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	creds := filepath.Join(e.base, "creds")
 	if err := os.MkdirAll(creds, 0o755); err != nil {
@@ -260,8 +267,9 @@ func TestCapsuleHiddenCredentialUnreadable(t *testing.T) {
 }
 
 func TestCapsuleSecretTokenNotVisibleUnlessPassed(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
-	t.Setenv("SECRET_TOKEN", "leak")
+	e.rt.env = append(e.rt.env, "SECRET_TOKEN=leak") // in capsule's own environment
 	res, _ := e.run(t, LaunchSpec{
 		Args: []string{"-c", "printf 'secret=%s\\nprovider=%s\\nmulti=%s\\n' \"$SECRET_TOKEN\" \"$ANTHROPIC_API_KEY\" \"$MULTI\""},
 		Env:  []string{"PATH=" + os.Getenv("PATH"), "ANTHROPIC_API_KEY=model-key", "MULTI=a b\nc"},
@@ -283,6 +291,7 @@ func TestCapsuleSecretTokenNotVisibleUnlessPassed(t *testing.T) {
 }
 
 func TestCapsuleStdin(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	res, _ := e.run(t, LaunchSpec{Args: []string{"-c", "tr a-z A-Z"}, Stdin: strings.NewReader("hello\n")})
 	if res.Stdout != "HELLO\n" {
@@ -299,6 +308,7 @@ func checkTreeGone(t *testing.T, ws string) {
 }
 
 func TestCapsuleTimeoutKillsTree(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	res, _ := e.run(t, LaunchSpec{
 		Args:      []string{"-c", "(sleep 0.8; touch late) & wait"},
@@ -311,6 +321,7 @@ func TestCapsuleTimeoutKillsTree(t *testing.T) {
 }
 
 func TestCapsuleActivityTimeoutKillsSilentTree(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	res, _ := e.run(t, LaunchSpec{
 		Args:      []string{"-c", "echo start; (sleep 0.8; touch late) & wait"},
@@ -340,6 +351,7 @@ func TestCapsuleActivityTimeoutKillsSilentTree(t *testing.T) {
 }
 
 func TestCapsuleCancelKillsTree(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	running, _, err := e.rt.Launch(ctx, LaunchSpec{Command: "/bin/sh", Args: []string{"-c", "(sleep 0.8; touch late) & wait"}, Dir: e.ws})
@@ -355,6 +367,7 @@ func TestCapsuleCancelKillsTree(t *testing.T) {
 }
 
 func TestCapsuleCapturesFinalDiff(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	// a task plants an external diff driver in the workspace's git config: it must not
 	// run on the host (capsule's guard reduces the config; the diff runs in the sandbox)
@@ -372,6 +385,7 @@ func TestCapsuleCapturesFinalDiff(t *testing.T) {
 }
 
 func TestCapsuleNetworkMapping(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	res, policy := e.run(t, LaunchSpec{Args: []string{"-c", "echo ${HTTPS_PROXY:-none}"}, Network: NetworkDeny})
 	if policy.Network != NetworkDeny || res.ExitCode != 0 {
@@ -397,6 +411,7 @@ func TestCapsuleNetworkMapping(t *testing.T) {
 }
 
 func TestCapsuleResources(t *testing.T) {
+	t.Parallel()
 	e := newCapsuleEnv(t)
 	caps := requireOS(t, e.rt)
 	res, policy := e.run(t, LaunchSpec{Args: []string{"-c", "ulimit -n"}, Resources: ResourcePolicy{FDs: 77}})
