@@ -448,6 +448,18 @@ mod tests {
     }
 
     #[test]
+    fn a_read_only_workspace_is_no_writable_root() {
+        let mut p = pol();
+        let ws = p.workspace.clone();
+        assert_eq!(p.writable_roots()[0], ws.as_path());
+        p.read_only.push(ws.clone());
+        p.writable.push(ws.join("out"));
+        assert!(!p.writable_roots().contains(&ws.as_path()));
+        assert_eq!(p.access(&ws.join("a.txt")), Access::ReadOnly);
+        assert_eq!(p.access(&ws.join("out/x")), Access::ReadWrite);
+    }
+
+    #[test]
     fn precedence_deeper_wins() {
         let p = pol();
         assert_eq!(p.access(Path::new("/etc/passwd")), Access::ReadOnly);
