@@ -260,7 +260,11 @@ fn own_login_only_and_writes_stay_in_the_layer() {
                 ),
             ));
         assert_ok(&o, &format!("{who}: launch codex"));
-        expect(&o, &who, "argv:exec fix it");
+        expect(
+            &o,
+            &who,
+            "argv:-c sandbox_mode=\"danger-full-access\" exec fix it",
+        );
         expect(
             &o,
             &who,
@@ -370,7 +374,11 @@ fn binary_and_interpreter_resolved_and_revealed() {
             h.join("runtime/private.txt").display().to_string(),
         ));
         assert_ok(&o, &format!("{who}: codex with a hidden interpreter"));
-        expect(&o, &who, "argv:exec y");
+        expect(
+            &o,
+            &who,
+            "argv:-c sandbox_mode=\"danger-full-access\" exec y",
+        );
         expect(&o, &who, &denied_line(&h.join("runtime/private.txt")));
         let o = run(&mut e.launch_with(&tools_path, "codex", &["--dry-run"], &["y"]));
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
@@ -478,11 +486,15 @@ fn interactive_runs_on_a_terminal() {
         let o = run(&mut e.launch("codex", &["--interactive"], &["task"]));
         assert_ok(&o, &format!("{who}: --interactive"));
         expect(&o, &who, "tty:yes");
-        expect(&o, &who, "argv:task");
+        expect(&o, &who, "argv:-c sandbox_mode=\"danger-full-access\" task");
         let o = run(&mut e.launch("codex", &[], &["task"]));
         assert_ok(&o, &format!("{who}: batch"));
         expect(&o, &who, "tty:no");
-        expect(&o, &who, "argv:exec task");
+        expect(
+            &o,
+            &who,
+            "argv:-c sandbox_mode=\"danger-full-access\" exec task",
+        );
     }
 }
 

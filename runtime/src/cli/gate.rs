@@ -14,7 +14,9 @@
 //! | claude | `claude -p ARGS` | `claude ARGS` | `--model M` | refused: the claude CLI has no effort flag |
 //!
 //! `--raw` passes the arguments after `--` unchanged (`codex ARGS`), and refuses `--model` /
-//! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox by
+//! `--effort`. Codex always gets `-c sandbox_mode="danger-full-access"` right after its
+//! binary: its own sandbox needs nested user namespaces, which capsule's refuses (the plan
+//! says so under `own_sandbox`). Without `--dry-run` the backend runs inside the capsule's sandbox by
 //! re-invoking this executable as `capsule exec <capsule> [-t] --agent-login B [--hide
 //! OTHER_LOGIN]… [--reveal PACKAGE]… [--allow-host HOST]… [--pass-env NAME]… -- BINARY
 //! ARGS…` in the resolved working directory (entered through the gate's open handle), with
@@ -492,6 +494,13 @@ fn launch(a: LaunchArgs) -> CliResult {
     }
 
     let mut argv = vec![resolved.binary.display().to_string()];
+    let sandbox_off: Vec<String> = a
+        .backend
+        .own_sandbox_off()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    argv.extend(sandbox_off.iter().cloned());
     argv.extend(args);
     let mut exec_args: Vec<String> = vec!["exec".into(), target.display().to_string()];
     if a.interactive {
@@ -533,6 +542,11 @@ fn launch(a: LaunchArgs) -> CliResult {
             "raw": a.raw,
             "environment": environment,
             "login": { "own": own_login, "hidden": hide },
+            "own_sandbox": {
+                "off": !sandbox_off.is_empty(),
+                "args": sandbox_off,
+                "why": "capsule's sandbox refuses nested user namespaces; capsule is the sandbox",
+            },
             "network": {
                 "allow_hosts": allow_hosts,
                 "note": network_note,

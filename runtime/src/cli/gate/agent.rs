@@ -63,6 +63,16 @@ impl Backend {
         }
     }
 
+    /// Arguments placed right after the binary that turn the backend's own sandbox off:
+    /// inside capsule's sandbox, nested user namespaces (bwrap, codex's own sandbox) are
+    /// refused by design, and capsule is the sandbox.
+    pub fn own_sandbox_off(self) -> &'static [&'static str] {
+        match self {
+            Backend::Codex => &["-c", "sandbox_mode=\"danger-full-access\""],
+            Backend::Claude => &[],
+        }
+    }
+
     /// Environment set for the backend when the operator has not set it (name, value).
     pub fn default_env(self) -> &'static [(&'static str, &'static str)] {
         match self {
