@@ -459,7 +459,7 @@ fn agent_launch_runs_the_backend_through_capsule_exec() {
         let out = stdout(&o);
         assert!(
             out.contains(&format!(
-                "ran in {} args: exec -m m1 do it",
+                "ran in {} args: -c sandbox_mode=\"danger-full-access\" exec -m m1 do it",
                 ws.join("sub").display()
             )),
             "{who}: {out} {}",
