@@ -55,6 +55,8 @@ pub struct Opened {
     /// pinned repository may have left what would run in the operator's own git): offenders
     /// are quarantined in the bundle, as after an exec ([`crate::hostgit`]).
     pub git_guard: crate::hostgit::GuardReport,
+    /// The manifest written into the workspace (Kitsoki's `Manifest`).
+    pub manifest: Manifest,
 }
 
 fn now_rfc3339() -> String {
@@ -428,6 +430,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         spec,
         read_source,
         git_guard,
+        manifest,
     })
 }
 

@@ -162,6 +162,22 @@ fn capsule_json(c: &OpenCapsule) -> serde_json::Value {
     })
 }
 
+/// `open --json`: Kitsoki's `Manifest` fields (`capsule_name`, `spec_path`, `workspace`,
+/// `opened_at`, `source{synthetic, repo, commit, head, branch}`, `network`, `tree_digest`,
+/// `environment`, `probes`) as `kitsoki capsule open --json` prints them, and ours. Where
+/// both name a field, Kitsoki's shape wins (`source` is the object; the checkout we
+/// opened from is `source_dir`), except `tree_digest`, ours as in `list` and `verify`
+/// (`sha256:<hex>` of the same digest; Kitsoki's specs accept that form).
+fn kitsoki_open_json(c: &OpenCapsule, m: &capsule_bundle::manifest::Manifest) -> serde_json::Value {
+    let mut v = capsule_json(c);
+    v["source_dir"] = json!(c.record.source);
+    v["capsule_name"] = json!(m.capsule_name);
+    v["source"] = json!(m.source);
+    v["environment"] = json!(m.environment);
+    v["probes"] = json!(m.probes);
+    v
+}
+
 /// The grants a capsule's policy gives and how they were accepted.
 fn grants_json(c: &OpenCapsule) -> serde_json::Value {
     match &c.record.grants {
@@ -242,7 +258,7 @@ pub fn open(a: OpenArgs) -> CliResult {
         eprintln!("{line}");
     }
     if a.json {
-        let mut v = capsule_json(c);
+        let mut v = kitsoki_open_json(c, &opened.manifest);
         if let Some(r) = opened.read_source {
             v["read_source"] = json!(r);
         }
@@ -539,7 +555,16 @@ pub fn verify(a: VerifyArgs) -> CliResult {
     let layout = layout()?;
     let accept = acceptance(&a.accept_grants)?;
     let v = match store::resolve(&layout, &a.target) {
-        Ok(cap) => verify_capsule(&cap)?,
+        Ok(cap) => {
+            let v = verify_capsule(&cap)?;
+            // the results go into the manifest, as `kitsoki capsule verify` does (read-only
+            // inside the sandbox: the probes cannot forge them)
+            let probes = serde_json::to_value(&v.probes).unwrap_or_default();
+            let hex = v.actual_tree_digest.trim_start_matches("sha256:");
+            capsule_bundle::manifest::write_verified(&cap.workspace, hex, probes)
+                .map_err(|e| fail(format!("verify {}: {e}", cap.name)))?;
+            v
+        }
         Err(capsule_bundle::Error::NotFound(_)) => {
             // not an open capsule: a spec, opened in a temporary capsule root
             let spec_path = capsule_bundle::spec::find_spec(&a.target).map_err(|e| {
