@@ -2,6 +2,7 @@
 //! Landlock, seccomp, init), the macOS executor, supervision and exec records. The
 //! `capsule` binary (`src/main.rs`) is its command-line front end, in [`cli`].
 
+pub mod agent_profiles;
 pub mod cli;
 pub mod exit;
 pub mod home;

@@ -273,3 +273,45 @@ fn codex_completes_a_tool_call_in_a_capsule() {
         s.check(&who, &o, &server, ".codex/sessions", "~/.codex/");
     }
 }
+
+/// Every built-in profile's CLI (the npm package `.ci/run` installs) starts inside a
+/// capsule through `agent launch --backend NAME` and prints its version (the five run at
+/// once).
+#[test]
+fn every_builtin_profile_prints_its_version_in_a_capsule() {
+    let want = [
+        ("claude", "2.1.332"),
+        ("codex", "0.171.0"),
+        ("copilot", "1.0.102"),
+        ("gemini", "0.61.0"),
+        ("opencode", "1.18.33"),
+    ];
+    if want.iter().any(|(b, _)| agent_bin(b).is_none()) {
+        return;
+    }
+    for r in runners() {
+        let s = Setup::new(&r);
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = want
+                .iter()
+                .map(|(b, v)| {
+                    let s = &s;
+                    let label = r.label().to_string();
+                    sc.spawn(move || {
+                        let mut c = s.cmd();
+                        c.args(["agent", "launch", "--backend", b, "--raw", "--working-dir"])
+                            .arg(s.ws())
+                            .args(["--", "--version"]);
+                        let o = run(&mut c);
+                        let who = format!("{label}: {b}");
+                        assert_ok(&o, &format!("{who} --version"));
+                        assert!(stdout(&o).contains(v), "{who}: {}", stdout(&o));
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().expect("a --version run panicked");
+            }
+        });
+    }
+}

@@ -57,11 +57,12 @@ pub struct ExecArgs {
     /// Also write the exec record (one JSON line) to FILE (`/dev/fd/N` for a pipe).
     #[arg(long = "record-to", value_name = "FILE")]
     pub record_to: Option<PathBuf>,
-    /// Un-hide this coding agent's own login and configuration (claude: ~/.claude,
-    /// ~/.claude.json; codex: ~/.codex): read through the home layer, writes land in the
-    /// layer, never in the real home. Other agents' logins stay hidden.
-    #[arg(long = "agent-login", value_name = "AGENT", value_enum)]
-    pub agent_login: Option<crate::cli::gate::Backend>,
+    /// Un-hide this coding agent's own login and configuration (its profile's login
+    /// paths; claude: ~/.claude, ~/.claude.json; codex: ~/.codex): read through the home
+    /// layer, writes land in the layer, never in the real home. Other agents' logins stay
+    /// hidden.
+    #[arg(long = "agent-login", value_name = "AGENT")]
+    pub agent_login: Option<String>,
     /// No network at all: TCP refused even on the sandbox's own loopback.
     #[arg(long, conflicts_with = "open_network")]
     pub no_network: bool,
@@ -155,8 +156,12 @@ fn effective_policy(
     bundle_dir: &Path,
 ) -> Result<SandboxPolicy, CliError> {
     let mut p = base.clone();
-    if let Some(b) = a.agent_login {
-        crate::cli::gate::agent::unhide_login(&mut p, b);
+    if let Some(b) = &a.agent_login {
+        let settings = crate::settings::Settings::load(&layout.settings_file())
+            .map_err(|e| fail(e.to_string()))?;
+        let prof = crate::agent_profiles::find(b, &settings.agent_profiles)
+            .ok_or_else(|| fail(format!("--agent-login {b:?}: no such agent profile")))?;
+        crate::cli::gate::agent::unhide_login(&mut p, &prof);
     }
     let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
     let own: Vec<PathBuf> = [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE]
@@ -380,7 +385,7 @@ mod imp {
             "pass_env": policy.pass_env,
             "env": extra_env.iter().map(|(k, _)| k.to_string_lossy()).collect::<Vec<_>>(),
             "read_only_workspace": a.read_only_workspace,
-            "agent_login": a.agent_login.map(|b| b.name()),
+            "agent_login": a.agent_login,
             "no_sandbox": a.no_sandbox,
             "tty": a.tty,
             "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),

@@ -2,8 +2,8 @@
 //! sandbox without weakening it for anything else:
 //!
 //! - **its own login, and only its own.** Every agent's login, configuration and
-//!   transcripts are hidden by default ([`HOME_AGENT_LOGINS`]). The launched backend's own
-//!   paths ([`Backend::login_paths`]) are un-hidden with `capsule exec --agent-login B`
+//!   transcripts are hidden by default (`capsule_bundle::policy::HOME_AGENT_LOGINS`). The launched backend's own
+//!   paths (the profile's `login_paths`, [`crate::agent_profiles`]) are un-hidden with `capsule exec --agent-login B`
 //!   ([`unhide_login`]): they then read through the home layer from the real home, and the
 //!   CLI's writes (refreshed tokens, settings, transcripts) land in the capsule's layer,
 //!   never in the real home (`capsule home diff` lists them, as refused: they are never
@@ -11,7 +11,7 @@
 //!   when the capsule was opened ([`other_logins`]), so a login made later, or one a
 //!   previous launch of another agent left in the layer, stays hidden too. Under weaker
 //!   isolation (no namespaces, no home layer) the own login is readable, not writable.
-//! - **its binary, resolved once on the host.** The first executable `claude`/`codex` on
+//! - **its binary, resolved once on the host.** The first executable of the profile's `binary` on
 //!   `PATH` is canonicalized ([`resolve_binary`]) and that path is what runs inside. When
 //!   it (or the interpreter its `#!` line names, e.g. `node`) lies in a folder the capsule
 //!   hides as a sibling project or personal files, its package folder is revealed
@@ -19,91 +19,26 @@
 //!   spec hid on purpose it is refused. A binary whose path the capsule's home layer
 //!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`.
 //!   A `#!` line is only followed for files the sandbox cannot write.
-//! - **its API hosts** ([`Backend::default_hosts`]), passed as `--allow-host` when this
+//! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this
 //!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
-use super::Backend;
-use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS};
+use crate::agent_profiles::Profile;
+use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-impl Backend {
-    /// The backend's own login, configuration and transcripts, relative to home.
-    pub fn login_paths(self) -> &'static [&'static str] {
-        match self {
-            // auth.json, config.toml, sessions/, log/, history.jsonl
-            Backend::Codex => &[".codex"],
-            // .claude/ (.credentials.json, settings, projects/ transcripts), .claude.json
-            // (account, per-project state) and its backup, XDG config
-            Backend::Claude => &[
-                ".claude",
-                ".claude.json",
-                ".claude.json.backup",
-                ".config/claude",
-            ],
-        }
-    }
-
-    /// The hosts the backend needs (HTTPS only), allowed by default.
-    ///
-    /// - claude: `api.anthropic.com` (the model API), `console.anthropic.com` (OAuth token
-    ///   refresh of a Claude account login). Telemetry and error reporting (statsig,
-    ///   sentry) are left out, and `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` is set so
-    ///   the CLI does not try.
-    /// - codex: `api.openai.com` (API key), `chatgpt.com` (the backend of a ChatGPT
-    ///   login), `auth.openai.com` (its token refresh).
-    pub fn default_hosts(self) -> &'static [&'static str] {
-        match self {
-            Backend::Claude => &["api.anthropic.com:443", "console.anthropic.com:443"],
-            Backend::Codex => &[
-                "api.openai.com:443",
-                "chatgpt.com:443",
-                "auth.openai.com:443",
-            ],
-        }
-    }
-
-    /// Arguments placed right after the binary that turn the backend's own sandbox off:
-    /// inside capsule's sandbox, nested user namespaces (bwrap, codex's own sandbox) are
-    /// refused by design, and capsule is the sandbox.
-    pub fn own_sandbox_off(self) -> &'static [&'static str] {
-        match self {
-            Backend::Codex => &["-c", "sandbox_mode=\"danger-full-access\""],
-            Backend::Claude => &[],
-        }
-    }
-
-    /// Environment set for the backend when the operator has not set it (name, value).
-    pub fn default_env(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Backend::Claude => &[("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")],
-            Backend::Codex => &[],
-        }
-    }
-}
-
-const ALL: [Backend; 2] = [Backend::Codex, Backend::Claude];
-
-/// Every agent login path (relative to home) that is not `b`'s own.
-pub fn other_logins(b: Backend) -> Vec<&'static str> {
-    let own = b.login_paths();
-    let mut v: Vec<&'static str> = HOME_AGENT_LOGINS
-        .iter()
-        .copied()
-        .chain(ALL.iter().flat_map(|o| o.login_paths().iter().copied()))
-        .filter(|p| !own.contains(p))
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+/// Every agent login path (relative to home) that is not `b`'s own: the default list of
+/// agent logins and every profile's in `all`.
+pub fn other_logins(b: &Profile, all: &[Profile]) -> Vec<String> {
+    crate::agent_profiles::other_logins(b, all)
 }
 
 /// Un-hide `b`'s own login paths in `p` (only those hidden as agent logins; a path the
 /// spec or `--hide` hid stays hidden), and drop read-only reveals below them (they are
 /// seen through the home layer instead, writable into the layer).
-pub fn unhide_login(p: &mut SandboxPolicy, b: Backend) {
+pub fn unhide_login(p: &mut SandboxPolicy, b: &Profile) {
     let Some(home) = p.home.clone() else { return };
-    let own: Vec<PathBuf> = b.login_paths().iter().map(|r| home.join(r)).collect();
+    let own: Vec<PathBuf> = b.login_paths.iter().map(|r| home.join(r)).collect();
     p.hidden
         .retain(|h| !(h.reason == HiddenReason::AgentLogins && own.contains(&h.path)));
     p.revealed.retain(|r| !own.iter().any(|o| r.starts_with(o)));
@@ -388,7 +323,7 @@ mod tests {
                 hp(h.join(".config/claude"), HiddenReason::Requested),
             ],
         );
-        unhide_login(&mut p, Backend::Claude);
+        unhide_login(&mut p, &claude());
         let left: Vec<_> = p.hidden.iter().map(|h| h.path.clone()).collect();
         assert_eq!(
             left,
@@ -402,14 +337,21 @@ mod tests {
         assert_eq!(p.access(&h.join(".codex/auth.json")), Access::Hidden);
     }
 
+    fn claude() -> Profile {
+        crate::agent_profiles::find("claude", &[]).unwrap()
+    }
+
     #[test]
     fn other_logins_exclude_own_only() {
-        let o = other_logins(Backend::Codex);
-        assert!(o.contains(&".claude") && o.contains(&".claude.json.backup"));
-        assert!(o.contains(&".gemini") && !o.contains(&".codex"));
-        let o = other_logins(Backend::Claude);
-        assert!(o.contains(&".codex") && !o.iter().any(|p| p.starts_with(".claude")));
-        assert!(!o.contains(&".config/claude"));
+        let all = crate::agent_profiles::builtin();
+        let codex = crate::agent_profiles::find("codex", &[]).unwrap();
+        let o = other_logins(&codex, &all);
+        let has = |o: &[String], x: &str| o.iter().any(|p| p == x);
+        assert!(has(&o, ".claude") && has(&o, ".claude.json.backup"));
+        assert!(has(&o, ".gemini") && !has(&o, ".codex"));
+        let o = other_logins(&claude(), &all);
+        assert!(has(&o, ".codex") && !o.iter().any(|p| p.starts_with(".claude")));
+        assert!(!has(&o, ".config/claude"));
     }
 
     #[test]
