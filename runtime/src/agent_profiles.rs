@@ -360,7 +360,7 @@ mod tests {
             login_paths: vec![".mine".into()],
             ..find("claude", &[]).unwrap()
         };
-        let all = all(&[mine.clone()]);
+        let all = all(std::slice::from_ref(&mine));
         let o = other_logins(&find("codex", &[]).unwrap(), &all);
         assert!(o.contains(&".mine".into()) && o.contains(&".claude".into()));
         assert!(o.contains(&".copilot".into()) && !o.contains(&".codex".into()));
