@@ -18,9 +18,11 @@
 //     must exist and is passed as `--allow-write`. An RW path at or below a Hidden path
 //     is dropped: hidden beats rw.
 //   - Hidden: relative paths resolve against Dir; each is `--hide`.
-//   - Network: deny -> `--no-network`; model_only -> the agent's API hosts through the
-//     allowlist proxy (`--allow-host`); allowlist -> the capsule's own list (refused as
-//     deny when the capsule has none); inherit -> the capsule's own mode.
+//   - Network: deny -> `--no-network`; model_only -> the API hosts of capsule's agent
+//     profile named like the command (claude, codex, ...) through the allowlist proxy
+//     (`--allow-host`; no profile: denied, and said in Degraded); allowlist -> the
+//     capsule's own list (denied, and said, when the capsule has none); inherit -> the
+//     capsule's own mode.
 //   - Resources: `--timeout`, `--activity-timeout` (enforced here instead when
 //     SemanticActivity asks to ignore thinking-token events), `--memory`, `--cpus`,
 //     `--pids`, `--file-size`, `--fds`. A limit this machine cannot enforce fails the
@@ -213,13 +215,21 @@ func (c *Capsule) capsuleFor(ctx context.Context, dir string) (*listedCapsule, e
 	return best, nil
 }
 
-// modelHosts are the API hosts of the agents `network: model_only` knows, by the
-// command's base name (capsule's own agent profiles say the same).
-var modelHosts = map[string][]string{
-	"claude":  {"api.anthropic.com:443", "console.anthropic.com:443"},
-	"codex":   {"api.openai.com:443", "chatgpt.com:443", "auth.openai.com:443"},
-	"gemini":  {"generativelanguage.googleapis.com:443", "cloudcode-pa.googleapis.com:443", "oauth2.googleapis.com:443"},
-	"copilot": {"api.githubcopilot.com:443", "api.individual.githubcopilot.com:443", "api.github.com:443"},
+// modelHosts are the API hosts of the agent named like the command's base name, from
+// capsule's agent profile (`capsule agent profile show NAME --json`); none when capsule
+// has no such profile.
+func (c *Capsule) modelHosts(ctx context.Context, command string) []string {
+	out, err := c.output(ctx, "agent", "profile", "show", filepath.Base(command), "--json")
+	if err != nil {
+		return nil
+	}
+	var p struct {
+		Hosts []string `json:"hosts"`
+	}
+	if json.Unmarshal(out, &p) != nil {
+		return nil
+	}
+	return p.Hosts
 }
 
 // plan is what Launch decided before anything runs.
@@ -401,7 +411,7 @@ func (c *Capsule) decide(ctx context.Context, spec LaunchSpec) (*plan, error) {
 	case NetworkDeny:
 		args = append(args, "--no-network")
 	case NetworkModelOnly:
-		hosts := modelHosts[filepath.Base(spec.Command)]
+		hosts := c.modelHosts(ctx, spec.Command)
 		if len(hosts) == 0 {
 			args = append(args, "--no-network")
 			degraded = append(degraded, fmt.Sprintf("network model_only: no known API hosts for %s; network denied instead", filepath.Base(spec.Command)))

@@ -396,6 +396,11 @@ func TestCapsuleNetworkMapping(t *testing.T) {
 	if policy.Network != NetworkDeny || len(policy.Degraded) != 1 {
 		t.Fatalf("allowlist without a list: %#v", policy)
 	}
+	// model_only for a command capsule has no agent profile for: denied, and said
+	_, policy = e.run(t, LaunchSpec{Args: []string{"-c", "true"}, Network: NetworkModelOnly})
+	if policy.Network != NetworkDeny || len(policy.Degraded) != 1 {
+		t.Fatalf("model_only without a profile: %#v", policy)
+	}
 	// model_only for claude: its API hosts through the allowlist proxy
 	bin := filepath.Join(e.ws, "bin") // the scratch folder's other entries are hidden siblings
 	if err := os.MkdirAll(bin, 0o755); err != nil {
