@@ -5,22 +5,23 @@
 //!   transcripts are hidden by default (`capsule_bundle::policy::HOME_AGENT_LOGINS`). The
 //!   launched backend's own paths (its profile's `login_paths`, [`crate::agent_profiles`])
 //!   are un-hidden with `capsule exec --agent-login B` ([`unhide_login`]): they then read
-//!   through the home layer from the real home, and the CLI's writes (refreshed tokens, settings, transcripts) land in the capsule's layer,
-//!   never in the real home (`capsule home diff` lists them, as refused: they are never
-//!   applied). Every *other* agent's path is passed as `--hide` whether or not it existed
-//!   when the capsule was opened ([`other_logins`]), so a login made later, or one a
-//!   previous launch of another agent left in the layer, stays hidden too. Under weaker
-//!   isolation (no namespaces, no home layer) the own login is readable, not writable.
+//!   through the home layer from the real home, and the CLI's writes (refreshed tokens,
+//!   settings, transcripts) land in the capsule's layer, never in the real home (`capsule
+//!   home diff` lists them, as refused: they are never applied). Every *other* agent's path
+//!   is passed as `--hide` whether or not it existed when the capsule was opened
+//!   ([`other_logins`]), so a login made later, or one a previous launch of another agent
+//!   left in the layer, stays hidden too. Under weaker isolation (no namespaces, no home
+//!   layer) the own login is readable, not writable.
 //! - **its binary, resolved once on the host.** The first executable of the profile's
 //!   `binary` on `PATH` is canonicalized ([`resolve_binary`]) and that path is what runs
-//!   inside. When it (or the interpreter its `#!` line names, e.g. `node`) lies in a folder the capsule
-//!   hides as a sibling project or personal files, its package folder is revealed
-//!   read-only; inside credentials, tool state, another agent's login or a folder the
-//!   spec hid on purpose it is refused. A binary whose path the capsule's home layer
-//!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`.
-//!   A `#!` line is only followed for files the sandbox cannot write.
-//! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this
-//!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
+//!   inside. When it (or the interpreter its `#!` line names, e.g. `node`) lies in a folder
+//!   the capsule hides as a sibling project or personal files, its package folder is
+//!   revealed read-only; inside credentials, tool state, another agent's login or a folder
+//!   the spec hid on purpose it is refused. A binary whose path the capsule's home layer
+//!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`. A `#!`
+//!   line is only followed for files the sandbox cannot write.
+//! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this build's
+//!   `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
 use crate::agent_profiles::Profile;
 use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy};
