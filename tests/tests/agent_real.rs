@@ -289,29 +289,28 @@ fn every_builtin_profile_prints_its_version_in_a_capsule() {
     if want.iter().any(|(b, _)| agent_bin(b).is_none()) {
         return;
     }
-    for r in runners() {
-        let s = Setup::new(&r);
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = want
-                .iter()
-                .map(|(b, v)| {
-                    let s = &s;
-                    let label = r.label().to_string();
-                    sc.spawn(move || {
-                        let mut c = s.cmd();
-                        c.args(["agent", "launch", "--backend", b, "--raw", "--working-dir"])
-                            .arg(s.ws())
-                            .args(["--", "--version"]);
-                        let o = run(&mut c);
-                        let who = format!("{label}: {b}");
-                        assert_ok(&o, &format!("{who} --version"));
-                        assert!(stdout(&o).contains(v), "{who}: {}", stdout(&o));
-                    })
-                })
-                .collect();
-            for h in handles {
-                h.join().expect("a --version run panicked");
+    let runners = runners();
+    std::thread::scope(|sc| {
+        let mut handles = Vec::new();
+        for r in &runners {
+            let s = std::sync::Arc::new(Setup::new(r));
+            for (b, v) in want {
+                let s = s.clone();
+                let label = r.label().to_string();
+                handles.push(sc.spawn(move || {
+                    let mut c = s.cmd();
+                    c.args(["agent", "launch", "--backend", b, "--raw", "--working-dir"])
+                        .arg(s.ws())
+                        .args(["--", "--version"]);
+                    let o = run(&mut c);
+                    let who = format!("{label}: {b}");
+                    assert_ok(&o, &format!("{who} --version"));
+                    assert!(stdout(&o).contains(v), "{who}: {}", stdout(&o));
+                }));
             }
-        });
-    }
+        }
+        for h in handles {
+            h.join().expect("a --version run panicked");
+        }
+    });
 }
