@@ -12,6 +12,7 @@ pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
+pub mod proxy;
 pub mod seatbelt;
 pub mod steps;
 
@@ -67,7 +68,7 @@ pub enum Command {
     Seatbelt(seatbelt::SeatbeltArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
-    Proxy(crate::net::cmd::ProxyArgs),
+    Proxy(proxy::ProxyArgs),
     /// Internal: apply a spec's steps inside the build sandbox (see `cli::steps`).
     #[command(name = "__materialize", hide = true)]
     Materialize(steps::MaterializeArgs),
@@ -149,7 +150,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Home(c) => home::home(c),
         Command::Reveal(c) => home::reveal(c),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
-        Command::Proxy(a) => crate::net::cmd::run(a),
+        Command::Proxy(a) => proxy::run(a),
         Command::Materialize(a) => steps::materialize_entry(a),
     }
 }

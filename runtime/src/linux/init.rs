@@ -41,10 +41,23 @@ pub enum Root<'a> {
     Build,
     /// In a copy of a prepared root's mount namespace ([`super::prepared`]): only the
     /// per-exec mounts are made; Landlock comes as a ruleset.
-    Joined(&'a super::prepared::Joined),
+    Joined(&'a Joined),
     /// A warm spare of a prepared root: namespaces, root, hostname and loopback are in
     /// place; capsule is not our parent and is watched through its pidfd instead.
     Warm(&'a Warm),
+}
+
+/// What a join hands over: the holder's namespaces and this exec's own Landlock ruleset.
+#[derive(Debug)]
+pub struct Joined {
+    pub userns: std::os::fd::OwnedFd,
+    pub mntns: std::os::fd::OwnedFd,
+    /// A fresh ruleset with the rules collected in the prepared root (`None`: no Landlock).
+    pub ruleset: Option<std::os::fd::OwnedFd>,
+    /// The Landlock report of those rules (JSON of [`ll::LandlockReport`]).
+    pub landlock: serde_json::Value,
+    /// Rules left out because their paths are this exec's own mounts: add them again.
+    pub again: Vec<ll::PathRule>,
 }
 
 /// What a warm spare holds for the exec it will serve.
