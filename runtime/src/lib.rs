@@ -2,7 +2,9 @@
 //! Landlock, seccomp, init), the macOS executor, supervision and exec records. The
 //! `capsule` binary (`src/main.rs`) is its command-line front end, in [`cli`].
 
+pub mod agent;
 pub mod cli;
+pub mod exec;
 pub mod exit;
 pub mod home;
 pub mod isolation;

@@ -276,7 +276,7 @@ mod imp {
 
         let mut degradation = Vec::new();
         let weaker = |degradation: &mut Vec<String>, namespaces_ok| {
-            crate::cli::exec::weaker_or_refuse(&settings, degradation, namespaces_ok)
+            crate::exec::weaker_or_refuse(&settings, degradation, namespaces_ok)
                 .map_err(|e| Refused::Setup(e.message))
         };
         let (mut iso, mut best_effort) =
