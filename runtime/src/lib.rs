@@ -12,6 +12,8 @@ pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod linux;
 // compiled in Linux test builds too, so its control flow is type-checked and tested
+#[cfg(test)]
+mod architecture_tests;
 #[cfg(any(target_os = "macos", test))]
 pub mod macos;
 pub mod net;

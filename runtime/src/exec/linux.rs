@@ -480,9 +480,22 @@ fn plan_for_rendering(
     Ok(plan)
 }
 
+/// What the executor runs at for an isolation decision: `(isolation, landlock_best_effort)`.
+/// Weaker isolation keeps the namespaces whenever they are available (`namespaces_ok`:
+/// false once the kernel refused them), so "weaker" then means only the Landlock layer is
+/// missing or partial; without namespaces it is Landlock + seccomp.
+pub fn isolation_for(level: &isolation::IsolationLevel, namespaces_ok: bool) -> (Isolation, bool) {
+    use isolation::IsolationLevel;
+    match level {
+        IsolationLevel::Full => (Isolation::Full, false),
+        IsolationLevel::Weaker(d) if d.namespaces && namespaces_ok => (Isolation::Full, true),
+        IsolationLevel::Weaker(_) => (Isolation::Weaker, false),
+    }
+}
+
 /// Weaker isolation if the operator accepted it and the machine allows it (keeping the
 /// namespaces when they work and `namespaces_ok`: then only Landlock is weaker; see
-/// [`plan::isolation_for`]); else the refusal that says what is missing and how to
+/// [`isolation_for`]); else the refusal that says what is missing and how to
 /// accept. Returns the isolation and whether Landlock is best effort.
 pub fn weaker_or_refuse(
     settings: &Settings,
@@ -495,7 +508,7 @@ pub fn weaker_or_refuse(
             if let isolation::IsolationLevel::Weaker(d) = &level {
                 degradation.extend(d.missing.iter().cloned());
             }
-            Ok(plan::isolation_for(&level, namespaces_ok))
+            Ok(isolation_for(&level, namespaces_ok))
         }
         Err(m) => Err(CliError::new(exit::SANDBOX_FAILED, m.message)),
     }
@@ -527,5 +540,62 @@ fn build_plan(
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(bundle_dir)),
         ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `decide` on a machine with these walls, weaker accepted, then the executor mapping.
+    fn mapped(ns: bool, abi: u32, namespaces_ok: bool) -> (Isolation, bool) {
+        use crate::isolation::*;
+        let mut missing = vec![];
+        if !ns {
+            missing.push("no user namespaces".to_string());
+        }
+        if abi < FULL_LANDLOCK_ABI {
+            missing.push("old Landlock".to_string());
+        }
+        let report = IsolationReport {
+            os: "linux",
+            user_namespaces: UserNamespaces {
+                available: ns,
+                error: None,
+                max_user_namespaces: None,
+                restrictions: vec![],
+            },
+            landlock: LandlockInfo {
+                abi,
+                lacking: vec![],
+            },
+            seccomp: SeccompInfo {
+                available: true,
+                own_mode: None,
+                error: None,
+            },
+            missing,
+        };
+        let settings = crate::settings::Settings {
+            accept_weaker: true,
+            ..Default::default()
+        };
+        let level = decide(&report, &settings).expect("weaker accepted");
+        isolation_for(&level, namespaces_ok)
+    }
+
+    #[test]
+    fn weaker_keeps_namespaces_when_only_landlock_is_missing() {
+        // everything there: full, Landlock required
+        assert_eq!(mapped(true, 7, true), (Isolation::Full, false));
+        // namespaces but Landlock too old (ABI 2) or absent: namespaces kept, Landlock
+        // best effort
+        assert_eq!(mapped(true, 2, true), (Isolation::Full, true));
+        assert_eq!(mapped(true, 0, true), (Isolation::Full, true));
+        // no namespaces: Landlock + seccomp, Landlock required
+        assert_eq!(mapped(false, 7, true), (Isolation::Weaker, false));
+        assert_eq!(mapped(false, 2, true), (Isolation::Weaker, false));
+        // namespaces reported available but refused when cloning: no namespaces
+        assert_eq!(mapped(true, 2, false), (Isolation::Weaker, false));
     }
 }

@@ -51,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[cfg(target_os = "linux")]
-pub use linux::{plan_now, plan_preview, run_probe, weaker_or_refuse};
+pub use linux::{isolation_for, plan_now, plan_preview, run_probe, weaker_or_refuse};
 
 /// The network an exec asks for, over the capsule's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

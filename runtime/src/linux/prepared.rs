@@ -50,7 +50,8 @@
 
 use super::init::Joined;
 use super::landlock::{LandlockRules, PathRule};
-use super::{mounts, sys, warm, ExecError, ExecPlan, Isolation, MountStep};
+use super::report::ExecError;
+use super::{mounts, sys, warm, ExecPlan, Isolation, MountStep};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
@@ -514,7 +515,7 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
         report: rep_w,
         go: go_r,
     };
-    if let Err(e) = super::single_threaded() {
+    if let Err(e) = super::spawn::single_threaded() {
         cleanup(&[rep_r, rep_w, go_r, go_w]);
         return Err(e);
     }
@@ -542,7 +543,7 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
             // SAFETY: _exit in a forked child.
             unsafe { libc::_exit(1) }
         }
-        if let Err(e) = super::write_id_maps(pid as libc::pid_t) {
+        if let Err(e) = super::spawn::write_id_maps(pid as libc::pid_t) {
             let _ = sys::write_all(rep_w, format!("Ewriting the id maps: {e}\n").as_bytes());
             // SAFETY: killing our own child, then _exit.
             unsafe {

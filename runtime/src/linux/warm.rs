@@ -21,10 +21,11 @@
 //! reads its end from the report pipe. The holder waits for the spares it handed out
 //! before it exits (they live in its pid namespace).
 
+use super::hooks::Hooks;
 use super::init::{self, Root};
 use super::landlock::LandlockRules;
 use super::seccomp::SeccompProgram;
-use super::{mounts, sys, ExecPlan, Hooks, Stdio};
+use super::{mounts, sys, ExecPlan, Stdio};
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
