@@ -12,7 +12,7 @@
 //! 4. **plan**: the network of the exec (`crate::net::exec`), the isolation level (never a
 //!    silent fallback), limits and cgroups, the task's environment (`crate::home::sandbox`),
 //!    all turned into one executor description (the Linux [`crate::linux::ExecPlan`], the
-//!    macOS [`crate::macos::MacExec`]);
+//!    macOS `crate::macos::MacExec`);
 //! 5. **executor**: `crate::linux::run` or `crate::macos::run`, handed that description
 //!    and, on Linux, the hooks it calls at fixed points ([`crate::linux::Hooks`]);
 //! 6. **record**: the workspace snapshots, the git guard and the exec record appended to

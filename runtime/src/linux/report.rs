@@ -1,6 +1,6 @@
 //! What an exec reports: why it could not run ([`ExecError`]), how the command ended
 //! ([`Termination`]), the layers that were applied ([`Applied`], for the exec record),
-//! and the messages init and the command's setup send on the report pipe ([`Report`]).
+//! and the messages init and the command's setup send on the report pipe (`Report`).
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -51,11 +51,11 @@ pub struct Applied {
     pub seccomp: serde_json::Value,
     pub capabilities: String,
     pub no_new_privs: bool,
-    /// How the root came to be: `prepared` (joined, [`prepared`]), `built` (for this exec
+    /// How the root came to be: `prepared` (joined, `linux::prepared`), `built` (for this exec
     /// alone), `host` (no mount namespace).
     #[serde(default)]
     pub root: String,
-    /// The digest of the plan that ran ([`ExecPlan::digest`]), as `capsule inspect`
+    /// The digest of the plan that ran (`ExecPlan::digest`), as `capsule inspect`
     /// shows it for an exec with no flags.
     #[serde(default)]
     pub plan_digest: String,
