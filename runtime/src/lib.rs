@@ -10,6 +10,7 @@
 //!   │          net       the network of an exec (allowlist proxy, relay, refusal log)
 //!   │          home      the task's home layer, caches, reveals, devices; their review
 //!   │          record    exec records and workspace snapshots
+//!   │          build     the build sandbox a synthetic spec's steps run in
 //!   │          agent     coding-agent backends (their logins, hosts, environment)
 //!   │          isolation what this machine gives, and the operator's acceptance of less
 //!   │          settings  the operator's tool settings
@@ -37,6 +38,7 @@
 //!   `inspect`, the latter without creating anything).
 
 pub mod agent;
+pub mod build;
 pub mod cli;
 pub mod exec;
 pub mod exit;

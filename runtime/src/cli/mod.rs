@@ -12,9 +12,9 @@ pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
+pub mod materialize;
 pub mod proxy;
 pub mod seatbelt;
-pub mod steps;
 
 /// capsule: a sandbox runtime for coding agents and CI.
 ///
@@ -69,9 +69,9 @@ pub enum Command {
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
     Proxy(proxy::ProxyArgs),
-    /// Internal: apply a spec's steps inside the build sandbox (see `cli::steps`).
+    /// Internal: apply a spec's steps inside the build sandbox (see `crate::build`).
     #[command(name = "__materialize", hide = true)]
-    Materialize(steps::MaterializeArgs),
+    Materialize(materialize::MaterializeArgs),
 }
 
 /// Entry point of the binary.
@@ -151,7 +151,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Reveal(c) => home::reveal(c),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
         Command::Proxy(a) => proxy::run(a),
-        Command::Materialize(a) => steps::materialize_entry(a),
+        Command::Materialize(a) => materialize::materialize_entry(a),
     }
 }
 
