@@ -6,11 +6,11 @@
 //! cli          the `capsule` command line (src/main.rs): parses arguments, calls the
 //!   │          library, prints, turns results into exit statuses
 //!   ▼
-//! library      exec      one exec, request to record: gate → policy → plan → executor → record
+//! library      exec      one exec, request to record: gate → policy → plan → executor → record;
+//!   │                    also probes, plan renderings and the build sandbox of a spec's steps
 //!   │          net       the network of an exec (allowlist proxy, relay, refusal log)
 //!   │          home      the task's home layer, caches, reveals, devices; their review
 //!   │          record    exec records and workspace snapshots
-//!   │          build     the build sandbox a synthetic spec's steps run in
 //!   │          agent     coding-agent backends (their logins, hosts, environment)
 //!   │          isolation what this machine gives, and the operator's acceptance of less
 //!   │          settings  the operator's tool settings
@@ -38,7 +38,6 @@
 //!   `inspect`, the latter without creating anything).
 
 pub mod agent;
-pub mod build;
 pub mod cli;
 pub mod exec;
 pub mod exit;

@@ -199,13 +199,13 @@ fn grants_in_words(c: &OpenCapsule) -> Vec<String> {
 // ------------------------------------------------------------------ open
 
 /// THE way the command line opens a capsule: a synthetic spec's steps run in the build
-/// sandbox ([`crate::build::SandboxedSteps`]), never on the host. Exit status 125
+/// sandbox ([`crate::exec::build::SandboxedSteps`]), never on the host. Exit status 125
 /// when that sandbox could not be set up (nothing ran, nothing is left behind).
 pub fn open_sandboxed(
     layout: &Layout,
     req: &OpenRequest,
 ) -> Result<capsule_bundle::open::Opened, CliError> {
-    let steps = crate::build::SandboxedSteps::new(layout);
+    let steps = crate::exec::build::SandboxedSteps::new(layout);
     capsule_bundle::open::open(layout, req, &steps).map_err(|e| {
         if steps.setup_failed() {
             CliError::new(crate::exit::SANDBOX_FAILED, e.to_string())

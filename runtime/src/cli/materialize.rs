@@ -1,8 +1,8 @@
-//! `capsule __materialize` (hidden): the entry the build sandbox runs ([`crate::build`]):
+//! `capsule __materialize` (hidden): the entry the build sandbox runs ([`crate::exec::build`]):
 //! it reads the steps, applies them to the workspace and prints the outcome as one JSON
 //! line. It refuses to run outside the build sandbox.
 
-use crate::build::{ENTRY, ENTRY_GUARD};
+use crate::exec::build::{ENTRY, ENTRY_GUARD};
 use crate::exit::{CliError, CliResult};
 use capsule_bundle::materialize::{StepFailure, Steps};
 use clap::Args;

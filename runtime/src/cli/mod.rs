@@ -69,7 +69,7 @@ pub enum Command {
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
     Proxy(proxy::ProxyArgs),
-    /// Internal: apply a spec's steps inside the build sandbox (see `crate::build`).
+    /// Internal: apply a spec's steps inside the build sandbox (see `crate::exec::build`).
     #[command(name = "__materialize", hide = true)]
     Materialize(materialize::MaterializeArgs),
 }

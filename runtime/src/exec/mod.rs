@@ -31,6 +31,7 @@
 //! # Ok::<(), capsule_runtime::exit::CliError>(())
 //! ```
 
+pub mod build;
 pub mod gate;
 #[cfg(target_os = "linux")]
 mod linux;
