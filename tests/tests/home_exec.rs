@@ -442,3 +442,29 @@ fn default_layout_with_the_capsule_root_inside_home() {
         );
     }
 }
+
+/// `capsule inspect` shows what an exec would enforce (the home layer and the caches
+/// included) without making any of it: the capsule root is the same, byte for byte and
+/// mtime for mtime, before and after.
+#[test]
+fn inspect_makes_nothing() {
+    for r in runners() {
+        let e = Env::new(&r);
+        e.open("i1");
+        let before = hash_tree(&e.root);
+        let o = e.capsule(&["inspect", "i1", "--json"]);
+        assert_ok(&o, "inspect --json");
+        let shown = stdout(&o);
+        assert!(
+            shown.contains("home/upper") && shown.contains("npmrc.filtered"),
+            "the home layer and the filtered .npmrc are in the plan: {shown}"
+        );
+        assert_ok(&e.capsule(&["inspect", "i1"]), "inspect");
+        assert_eq!(
+            hash_tree(&e.root),
+            before,
+            "{}: inspect changed the capsule root",
+            r.label()
+        );
+    }
+}
