@@ -477,8 +477,7 @@ fn listing(root: &std::path::Path) -> BTreeSet<String> {
 
 /// `capsule inspect` shows what an exec would enforce (the home layer and the caches
 /// included) without making any of it: the capsule's bundle (where an exec makes them)
-/// is the same, byte for byte and mtime for mtime, before and after. (The workspace is
-/// left out: git may still be packing it in the background after `open`.)
+/// is the same, byte for byte and mtime for mtime, before and after.
 #[test]
 fn inspect_makes_nothing() {
     for r in runners() {
