@@ -1,10 +1,9 @@
-//! The parts of `capsule exec` that a program driving it (Kitsoki's agent runtime) needs
-//! beyond the operator's flags: variables set by value (`--env`, `--env-file`), a
-//! read-only workspace (`--read-only-workspace`) and the exec record written to a file or
-//! pipe of the caller's (`--record-to`).
+//! The parts of `capsule exec`'s command line that a program driving it (Kitsoki's agent
+//! runtime) needs beyond the operator's flags: variables set by value (`--env`,
+//! `--env-file`, read here into the library's `ExecOptions::env`) and the exec record
+//! written to a file or pipe of the caller's (`--record-to`).
 
 use crate::exit::CliError;
-use capsule_bundle::policy::SandboxPolicy;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
@@ -67,30 +66,6 @@ pub(super) fn read(
     Ok(out)
 }
 
-/// Set `extra` over `env` (replacing a variable of the same name), keeping it sorted.
-pub(super) fn set_all(env: &mut Vec<(OsString, OsString)>, extra: &[(OsString, OsString)]) {
-    if extra.is_empty() {
-        return;
-    }
-    for (k, v) in extra {
-        env.retain(|(x, _)| x != k);
-        env.push((k.clone(), v.clone()));
-    }
-    env.sort();
-}
-
-/// Make the workspace read-only in `p`, its `.git` too (bound writable onto itself
-/// otherwise); writable paths inside it stay writable (deeper rules win).
-pub(super) fn read_only_workspace(p: &mut SandboxPolicy) {
-    let ws = p.workspace.clone();
-    let git = ws.join(".git");
-    for r in [ws, git] {
-        if !p.read_only.contains(&r) {
-            p.read_only.push(r);
-        }
-    }
-}
-
 /// Write the record as one JSON line to `f`; a failure is said on stderr (the command has
 /// run: its status stays what `exec` returns).
 pub(super) fn write_record(f: &Path, rec: &impl serde::Serialize) {
@@ -140,7 +115,7 @@ mod tests {
         );
         let mut env: Vec<(OsString, OsString)> =
             vec![("A".into(), "0".into()), ("Z".into(), "z".into())];
-        set_all(&mut env, &v);
+        crate::exec::set_env(&mut env, &v);
         assert_eq!(env.iter().filter(|(k, _)| k == "A").count(), 1);
         assert!(env.contains(&("A".into(), "3".into())));
         for bad in ["NOVALUE", "=x", ""] {

@@ -2,48 +2,33 @@
 //! sandbox without weakening it for anything else:
 //!
 //! - **its own login, and only its own.** Every agent's login, configuration and
-//!   transcripts are hidden by default (`capsule_bundle::policy::HOME_AGENT_LOGINS`). The
-//!   launched backend's own paths (its profile's `login_paths`, [`crate::agent_profiles`])
-//!   are un-hidden with `capsule exec --agent-login B` ([`unhide_login`]): they then read
-//!   through the home layer from the real home, and the CLI's writes (refreshed tokens,
-//!   settings, transcripts) land in the capsule's layer, never in the real home (`capsule
-//!   home diff` lists them, as refused: they are never applied). Every *other* agent's path
-//!   is passed as `--hide` whether or not it existed when the capsule was opened
-//!   ([`other_logins`]), so a login made later, or one a previous launch of another agent
-//!   left in the layer, stays hidden too. Under weaker isolation (no namespaces, no home
-//!   layer) the own login is readable, not writable.
+//!   transcripts are hidden by default
+//!   ([`HOME_AGENT_LOGINS`](capsule_bundle::policy::HOME_AGENT_LOGINS)). The launched
+//!   backend's own paths (its [profile](crate::agent::Profile)'s `login_paths`) are
+//!   un-hidden with `capsule exec --agent-login B`
+//!   ([`unhide_login`]): they then read through the home layer from the real home, and the
+//!   CLI's writes (refreshed tokens, settings, transcripts) land in the capsule's layer,
+//!   never in the real home (`capsule home diff` lists them, as refused: they are never
+//!   applied). Every *other* agent's path is passed as `--hide` whether or not it existed
+//!   when the capsule was opened ([`other_logins`]), so a login made later, or one a
+//!   previous launch of another agent left in the layer, stays hidden too. Under weaker
+//!   isolation (no namespaces, no home layer) the own login is readable, not writable.
 //! - **its binary, resolved once on the host.** The first executable of the profile's
-//!   `binary` on `PATH` is canonicalized ([`resolve_binary`]) and that path is what runs
-//!   inside. When it (or the interpreter its `#!` line names, e.g. `node`) lies in a folder
-//!   the capsule hides as a sibling project or personal files, its package folder is
-//!   revealed read-only; inside credentials, tool state, another agent's login or a folder
-//!   the spec hid on purpose it is refused. A binary whose path the capsule's home layer
-//!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`. A `#!`
-//!   line is only followed for files the sandbox cannot write.
-//! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this build's
-//!   `capsule exec` has the allowlist ([`exec_has_allow_host`]).
+//!   `binary` on `PATH` is canonicalized ([`resolve_binary`]) and that path is what runs inside. When
+//!   it (or the interpreter its `#!` line names, e.g. `node`) lies in a folder the capsule
+//!   hides as a sibling project or personal files, its package folder is revealed
+//!   read-only; inside credentials, tool state, another agent's login or a folder the
+//!   spec hid on purpose it is refused. A binary whose path the capsule's home layer
+//!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`.
+//!   A `#!` line is only followed for files the sandbox cannot write.
+//! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this
+//!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
-use crate::agent_profiles::Profile;
 use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// Every agent login path (relative to home) that is not `b`'s own: the default list of
-/// agent logins and every profile's in `all`.
-pub fn other_logins(b: &Profile, all: &[Profile]) -> Vec<String> {
-    crate::agent_profiles::other_logins(b, all)
-}
-
-/// Un-hide `b`'s own login paths in `p` (only those hidden as agent logins; a path the
-/// spec or `--hide` hid stays hidden), and drop read-only reveals below them (they are
-/// seen through the home layer instead, writable into the layer).
-pub fn unhide_login(p: &mut SandboxPolicy, b: &Profile) {
-    let Some(home) = p.home.clone() else { return };
-    let own: Vec<PathBuf> = b.login_paths.iter().map(|r| home.join(r)).collect();
-    p.hidden
-        .retain(|h| !(h.reason == HiddenReason::AgentLogins && own.contains(&h.path)));
-    p.revealed.retain(|r| !own.iter().any(|o| r.starts_with(o)));
-}
+pub use crate::agent::{other_logins, unhide_login};
 
 /// Does this build's `capsule exec` take `--allow-host` (the network allowlist)?
 pub fn exec_has_allow_host() -> bool {
@@ -286,6 +271,11 @@ pub fn resolve_binary(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::Profile;
+
+    fn claude() -> Profile {
+        crate::agent::find("claude", &[]).unwrap()
+    }
     use capsule_bundle::policy::{HiddenPath, NetworkPolicy};
 
     fn pol(home: &Path, hidden: Vec<HiddenPath>) -> SandboxPolicy {
@@ -338,14 +328,10 @@ mod tests {
         assert_eq!(p.access(&h.join(".codex/auth.json")), Access::Hidden);
     }
 
-    fn claude() -> Profile {
-        crate::agent_profiles::find("claude", &[]).unwrap()
-    }
-
     #[test]
     fn other_logins_exclude_own_only() {
-        let all = crate::agent_profiles::builtin();
-        let codex = crate::agent_profiles::find("codex", &[]).unwrap();
+        let all = crate::agent::builtin();
+        let codex = crate::agent::find("codex", &[]).unwrap();
         let o = other_logins(&codex, &all);
         let has = |o: &[String], x: &str| o.iter().any(|p| p == x);
         assert!(has(&o, ".claude") && has(&o, ".claude.json.backup"));

@@ -1,9 +1,9 @@
 //! `capsule agent profile list|show|add|rm`: the agent profiles `agent launch --backend`
-//! takes ([`crate::agent_profiles`]): the built-in ones and the operator's own, kept in
+//! takes ([`crate::agent`]): the built-in ones and the operator's own, kept in
 //! the tool's settings (`agent_profiles` in `$CAPSULE_ROOT/settings.json`), which no
 //! sandbox can see.
 
-use crate::agent_profiles::{self, Profile};
+use crate::agent::{self as agent_profiles, Profile};
 use crate::cli::print_json;
 use crate::exit::{self, CliError, CliResult};
 use crate::settings::Settings;

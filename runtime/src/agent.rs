@@ -1,20 +1,24 @@
-//! What capsule knows about each coding agent's CLI, as data: a [`Profile`] says how to
-//! find its binary, its own login and state paths (relative to home), its API hosts, the
-//! environment variables it reads, the arguments that turn its own sandbox off and those
-//! that make it run without a terminal, and its model and effort flags.
+//! Coding-agent backends as data: a [`Profile`] says how to find an agent CLI's binary,
+//! its own login and state paths (relative to home), its API hosts, the environment
+//! variables it reads, the arguments that turn its own sandbox off and those that make it
+//! run without a terminal, and its model and effort flags. Used by the exec pipeline
+//! (`--agent-login`: [`unhide_login`]) and by `capsule agent launch`.
 //!
 //! Built-in profiles ([`builtin`]): claude, codex, copilot, gemini, opencode. The operator
 //! adds their own to the tool's settings (`agent_profiles` in `$CAPSULE_ROOT/settings.json`,
-//! `capsule agent profile add`); a profile is validated when added and when loaded
+//! `capsule agent profile add`); a profile is validated when added and when used
 //! ([`Profile::validate`]), and may not take a built-in's name.
 //!
 //! A profile decides only what its own agent gets: its login paths are un-hidden only
 //! where capsule hid them as agent logins (a profile naming `~/.ssh` un-hides nothing),
 //! and every other profile's login paths, and the default list of agent logins, stay
-//! hidden from it.
+//! hidden from it ([`other_logins`]).
 
+use crate::exit::CliError;
+use capsule_bundle::policy::{HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// One agent CLI.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,7 +312,7 @@ pub fn find(name: &str, operators: &[Profile]) -> Option<Profile> {
 /// Every agent login path (relative to home) that is not `own`'s: the default list of
 /// agent logins and every profile's.
 pub fn other_logins(own: &Profile, all: &[Profile]) -> Vec<String> {
-    let mut v: Vec<String> = capsule_bundle::policy::HOME_AGENT_LOGINS
+    let mut v: Vec<String> = HOME_AGENT_LOGINS
         .iter()
         .map(|s| s.to_string())
         .chain(all.iter().flat_map(|p| p.login_paths.iter().cloned()))
@@ -317,6 +321,46 @@ pub fn other_logins(own: &Profile, all: &[Profile]) -> Vec<String> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// Un-hide `b`'s own login paths in `p` (only those hidden as agent logins; a path the
+/// spec or `--hide` hid, or a credential, stays hidden), and drop read-only reveals below
+/// them (they are seen through the home layer instead, writable into the layer).
+pub fn unhide_login(p: &mut SandboxPolicy, b: &Profile) {
+    let Some(home) = p.home.clone() else { return };
+    let own: Vec<PathBuf> = b.login_paths.iter().map(|r| home.join(r)).collect();
+    p.hidden
+        .retain(|h| !(h.reason == HiddenReason::AgentLogins && own.contains(&h.path)));
+    p.revealed.retain(|r| !own.iter().any(|o| r.starts_with(o)));
+}
+
+/// The operator's profiles, from the tool's settings (none without a capsule root).
+pub fn operator_profiles() -> Result<Vec<Profile>, CliError> {
+    let Some(root) = capsule_bundle::layout::capsule_root() else {
+        return Ok(Vec::new());
+    };
+    let file = capsule_bundle::layout::Layout::new(root).settings_file();
+    crate::settings::Settings::load(&file)
+        .map(|s| s.agent_profiles)
+        .map_err(|e| CliError::failure(e.to_string()))
+}
+
+/// The profile named `name` (built-in or the operator's), validated.
+pub fn find_profile(name: &str) -> Result<Profile, CliError> {
+    let ops = operator_profiles()?;
+    let p = find(name, &ops).ok_or_else(|| {
+        let names: Vec<String> = all(&ops).into_iter().map(|p| p.name).collect();
+        CliError::new(
+            crate::exit::USAGE,
+            format!(
+                "{name:?}: no such agent profile (known: {}; add one with `capsule agent profile add`)",
+                names.join(", ")
+            ),
+        )
+    })?;
+    p.validate()
+        .map_err(|e| CliError::failure(format!("{e} (fix it in the tool's settings)")))?;
+    Ok(p)
 }
 
 #[cfg(test)]
