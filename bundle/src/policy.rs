@@ -255,6 +255,7 @@ pub const HOME_AGENT_LOGINS: &[&str] = &[
     ".gemini",
     ".cursor",
     ".config/github-copilot",
+    ".copilot",
     ".aider",
     ".continue",
     ".codeium",

@@ -374,6 +374,10 @@ mod tests {
         assert_eq!(names, ["claude", "codex", "copilot", "gemini", "opencode"]);
         for p in &b {
             p.validate().unwrap();
+            // every exec hides them, not only agent launches of another agent
+            for l in &p.login_paths {
+                assert!(HOME_AGENT_LOGINS.contains(&l.as_str()), "{}: {l}", p.name);
+            }
         }
     }
 
