@@ -204,3 +204,44 @@ fn host_processes_sockets_and_network_stay_out() {
         assert_eq!(out(&o).trim(), "-1 1", "keyctl not refused with EPERM");
     });
 }
+
+/// `--read-only-workspace` under weaker isolation: no mounts, so Landlock alone keeps the
+/// workspace read-only (it is no writable root), still readable, and an `--allow-write`
+/// folder in it writable.
+#[test]
+fn read_only_workspace_by_landlock_alone() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        accept(&c);
+        let out_dir = c.ws.join("out");
+        std::fs::create_dir_all(&out_dir).expect("mkdir");
+        std::fs::write(c.ws.join("in.txt"), "readable\n").expect("write");
+        c.runner.own(&c.ws);
+        let o = capsule_no_userns(
+            &c,
+            &[
+                "exec",
+                NAME,
+                "--read-only-workspace",
+                "--allow-write",
+                out_dir.to_str().expect("utf-8"),
+                "--",
+                "sh",
+                "-c",
+                "cat in.txt; echo x > in.txt && echo wrote-ws; echo y > out/o && echo wrote-out",
+            ],
+        );
+        let so = out(&o);
+        assert!(so.contains("readable"), "{}: {so} {}", r.label(), err(&o));
+        assert!(
+            !so.contains("wrote-ws"),
+            "{}: the workspace was writable: {so}",
+            r.label()
+        );
+        assert!(so.contains("wrote-out"), "{}: {so} {}", r.label(), err(&o));
+        assert_eq!(
+            std::fs::read_to_string(c.ws.join("in.txt")).unwrap(),
+            "readable\n"
+        );
+    });
+}
