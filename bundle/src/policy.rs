@@ -78,6 +78,8 @@ pub enum HiddenReason {
     ToolState,
     AgentLogins,
     Requested,
+    /// In the home, on no list of what development tools need ([`HOME_VISIBLE`]).
+    NotListed,
 }
 
 /// One hidden path and why.
@@ -261,6 +263,70 @@ pub const HOME_AGENT_LOGINS: &[&str] = &[
     ".local/share/opencode",
     ".config/opencode",
     ".kitsoki",
+];
+
+/// What of the home a command sees, relative to home: everything else of it is absent
+/// (default deny), unless revealed. Toolchains and their bins, git's configuration,
+/// shells' startup files and tool configuration that holds no credentials. Credential
+/// paths inside them ([`HOME_CREDENTIALS`], e.g. `.cargo/credentials.toml`) stay hidden.
+/// The package caches, the PATH and SDK folders, an agent's own login and revealed paths
+/// are added by the runtime. Why each entry is safe: the README's "What a command in the
+/// sandbox sees".
+pub const HOME_VISIBLE: &[&str] = &[
+    // toolchains and their bins
+    ".cargo",
+    ".rustup",
+    ".nvm",
+    ".pyenv",
+    ".rbenv",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".sdkman",
+    ".ghcup",
+    ".elan",
+    ".dotnet",
+    ".asdf",
+    "go",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/pnpm",
+    ".local/share/fnm",
+    ".npm-global",
+    ".npm-packages",
+    // git's configuration (`.config/git/credentials` stays hidden)
+    ".gitconfig",
+    ".gitignore_global",
+    ".config/git",
+    // shells' startup files
+    ".profile",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".zshenv",
+    ".zshrc",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".inputrc",
+    ".config/fish/config.fish",
+    ".config/fish/conf.d",
+    ".config/fish/functions",
+    // editor and tool configuration without credentials
+    ".editorconfig",
+    ".vimrc",
+    ".vim",
+    ".config/nvim",
+    ".nanorc",
+    ".tmux.conf",
+    ".config/tmux",
+    ".config/starship.toml",
+    ".ripgreprc",
+    ".config/ripgrep",
+    ".config/bat",
+    ".clang-format",
+    ".config/clangd",
 ];
 
 /// Inputs for computing the default hidden set of a capsule.

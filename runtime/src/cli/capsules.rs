@@ -661,6 +661,7 @@ pub fn list(a: ListArgs) -> CliResult {
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",
+        HiddenReason::NotListed => "not among what development tools need in the home",
         HiddenReason::PersonalFiles => "personal files",
         HiddenReason::SiblingProject => "a project next to the source",
         HiddenReason::ToolState => "capsule's own state and other capsules",

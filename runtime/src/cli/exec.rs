@@ -427,7 +427,8 @@ mod imp {
         // devices, no display
         let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
             use crate::home::sandbox::{extend, EnvError};
-            extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
+            let login = a.agent_login.map_or(&[][..], |b| b.login_paths());
+            extend(plan, &cap, &settings, !a.no_gpu, &layout.root, login)
                 .map(|_| ())
                 .map_err(|e| match e {
                     EnvError::Device(_) => fail(e.to_string()),
@@ -717,7 +718,7 @@ mod imp {
         let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
         let mut plan =
             ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
-        crate::home::sandbox::extend(&mut plan, cap, &settings, true, &layout.root)
+        crate::home::sandbox::extend(&mut plan, cap, &settings, true, &layout.root, &[])
             .map_err(|e| fail(e.to_string()))?;
         Ok(plan)
     }

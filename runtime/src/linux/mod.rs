@@ -65,6 +65,7 @@
 
 mod activity;
 pub mod cgroup;
+mod homeview;
 pub mod init;
 pub mod landlock;
 pub mod mounts;

@@ -7,7 +7,7 @@
 
 use super::plan::MountStep;
 use super::sys::{self, Kind};
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -25,21 +25,21 @@ impl std::fmt::Display for StepError {
     }
 }
 
-type R<T> = Result<T, StepError>;
+pub(super) type R<T> = Result<T, StepError>;
 
-fn ctx<T>(r: io::Result<T>, step: impl FnOnce() -> String) -> R<T> {
+pub(super) fn ctx<T>(r: io::Result<T>, step: impl FnOnce() -> String) -> R<T> {
     r.map_err(|error| StepError {
         step: step(),
         error,
     })
 }
 
-fn cstr(bytes: &[u8]) -> io::Result<CString> {
+pub(super) fn cstr(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// `prefix` + absolute `p` as a C string.
-fn under(prefix: &str, p: &Path) -> io::Result<CString> {
+pub(super) fn under(prefix: &str, p: &Path) -> io::Result<CString> {
     let mut v = prefix.as_bytes().to_vec();
     let b = p.as_os_str().as_bytes();
     if !b.starts_with(b"/") {
@@ -49,8 +49,8 @@ fn under(prefix: &str, p: &Path) -> io::Result<CString> {
     cstr(&v)
 }
 
-const OLD: &str = "/oldroot";
-const NEW: &str = "/newroot";
+pub(super) const OLD: &str = "/oldroot";
+pub(super) const NEW: &str = "/newroot";
 const MASK_DIR: &str = "/mask-dir";
 const MASK_FILE: &str = "/mask-file";
 
@@ -60,7 +60,7 @@ fn c(s: &str) -> CString {
 }
 
 /// `mkdir -p` of `path` (absolute, in the current root).
-fn mkdir_p(path: &[u8]) -> io::Result<()> {
+pub(super) fn mkdir_p(path: &[u8]) -> io::Result<()> {
     let mut i = 1;
     while i <= path.len() {
         if i == path.len() || path[i] == b'/' {
@@ -75,7 +75,7 @@ fn mkdir_p(path: &[u8]) -> io::Result<()> {
 }
 
 /// Make sure a mount point of the right kind exists at `dst`.
-fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
+pub(super) fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
     let b = dst.as_bytes();
     match sys::kind(dst) {
         Kind::Missing => {
@@ -127,6 +127,31 @@ fn tmpfs(dst: &CString, mode: u32) -> io::Result<()> {
         dst,
         Some(&c("tmpfs")),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_SILENT,
+        Some(&data),
+    )
+}
+
+/// An overlay at `dst` of `lower` (top first) under `upper` with `work` (paths as the
+/// setup root sees them), with user-namespace xattrs.
+pub(super) fn overlay(dst: &CStr, lower: &[CString], upper: &CStr, work: &CStr) -> io::Result<()> {
+    let mut data = b"lowerdir=".to_vec();
+    for (i, l) in lower.iter().enumerate() {
+        if i > 0 {
+            data.push(b':');
+        }
+        data.extend_from_slice(l.as_bytes());
+    }
+    data.extend_from_slice(b",upperdir=");
+    data.extend_from_slice(upper.to_bytes());
+    data.extend_from_slice(b",workdir=");
+    data.extend_from_slice(work.to_bytes());
+    data.extend_from_slice(b",userxattr");
+    let data = cstr(&data)?;
+    sys::mount(
+        Some(&c("overlay")),
+        dst,
+        Some(&c("overlay")),
+        libc::MS_NOSUID | libc::MS_NODEV,
         Some(&data),
     )
 }
@@ -206,30 +231,16 @@ pub fn apply(step: &MountStep) -> R<()> {
             let what = || format!("overlay at {}", dst.display());
             let d = ctx(under(NEW, dst), what)?;
             ctx(mount_point(&d, true), what)?;
-            let mut data = b"lowerdir=".to_vec();
-            for (i, l) in lower.iter().enumerate() {
-                if i > 0 {
-                    data.push(b':');
-                }
-                data.extend_from_slice(ctx(under(OLD, l), what)?.as_bytes());
-            }
-            data.extend_from_slice(b",upperdir=");
-            data.extend_from_slice(ctx(under(OLD, upper), what)?.as_bytes());
-            data.extend_from_slice(b",workdir=");
-            data.extend_from_slice(ctx(under(OLD, work), what)?.as_bytes());
-            data.extend_from_slice(b",userxattr");
-            let data = ctx(cstr(&data), what)?;
-            ctx(
-                sys::mount(
-                    Some(&c("overlay")),
-                    &d,
-                    Some(&c("overlay")),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    Some(&data),
-                ),
-                what,
-            )
+            let lower = lower
+                .iter()
+                .map(|l| under(OLD, l))
+                .collect::<io::Result<Vec<_>>>();
+            let lower = ctx(lower, what)?;
+            let upper = ctx(under(OLD, upper), what)?;
+            let work = ctx(under(OLD, work), what)?;
+            ctx(overlay(&d, &lower, &upper, &work), what)
         }
+        MountStep::HomeView(v) => super::homeview::apply(v),
         MountStep::Proc { dst } => proc_fs(NEW, dst, MaskSource::SetupRoot),
         MountStep::Dev { dst, extra } => dev(dst, extra),
         MountStep::Mask { dst, carve_outs } => {

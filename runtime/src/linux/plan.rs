@@ -50,6 +50,10 @@ pub enum MountStep {
     Symlink { target: PathBuf, dst: PathBuf },
     /// An empty directory at `dst` (parents created).
     Dir { dst: PathBuf },
+    /// The home as a view of only its `entries` over host `src` (everything else of it
+    /// is absent), written through the home layer (`upper`, `work`); see
+    /// [`crate::home::view`].
+    HomeView(crate::home::view::HomeView),
 }
 
 impl MountStep {
@@ -65,6 +69,7 @@ impl MountStep {
             | MountStep::ReadOnly { dst }
             | MountStep::Symlink { dst, .. }
             | MountStep::Dir { dst } => dst,
+            MountStep::HomeView(v) => &v.dst,
         }
     }
 }

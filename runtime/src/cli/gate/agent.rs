@@ -172,6 +172,7 @@ pub struct View<'a> {
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",
+        HiddenReason::NotListed => "not among what development tools need in the home",
         HiddenReason::PersonalFiles => "personal files",
         HiddenReason::SiblingProject => "a project beside the capsule's source",
         HiddenReason::ToolState => "capsule's own state",

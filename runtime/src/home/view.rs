@@ -1,0 +1,373 @@
+//! The home as a command sees it: a *view* that holds only what development tools need
+//! (default deny). Everything of the real home that is not an entry of the view does not
+//! exist inside (`ENOENT`), whatever its name and whenever it was made: shell histories,
+//! every tool's token, the person's projects, a credential written on the host while the
+//! command runs.
+//!
+//! Decided here, on the host, for each exec's plan ([`HomeView`], a
+//! [`crate::linux::plan::MountStep`]):
+//! - the entries: [`HOME_VISIBLE`], the PATH and SDK folders below the home, the agent
+//!   login the exec un-hid, each resolved once (a symlinked entry shows its target) and
+//!   left out when absent, hidden, or inside capsule's own state;
+//! - the *points*: paths below the home that later steps of the plan mount on (the
+//!   workspace, the package caches, revealed folders, writable paths, `~/.npmrc`'s
+//!   filtered copy), so that each has a place in the view without anything being made in
+//!   the home layer.
+//!
+//! Built by the executor ([`crate::linux::homeview`]) once per prepared root: an overlay
+//! of the layer's upper dir over a small directory of the setup root holding copies of
+//! the file entries and empty places for the rest, then one overlay per folder entry
+//! (the real folder under the layer's matching subfolder), so writes anywhere in the home
+//! land in the layer exactly where `capsule home diff` looks.
+
+use crate::linux::plan::MountStep;
+use capsule_bundle::policy::{SandboxPolicy, HOME_VISIBLE, SDK_ENV};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+/// File entries larger than this are left out of the view (they are copied into it).
+pub const MAX_FILE: u64 = 1 << 20;
+
+/// What an entry is on the host (after resolving a symlinked entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A folder: an overlay of it under the layer.
+    Dir,
+    /// A file: copied into the view (read-only underneath, copied up on write).
+    File,
+}
+
+/// One visible entry of the home.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Entry {
+    /// Relative to the home.
+    pub rel: PathBuf,
+    /// The host path shown there (canonical).
+    pub src: PathBuf,
+    pub kind: EntryKind,
+}
+
+/// A place a later step mounts on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Point {
+    /// Relative to the home.
+    pub rel: PathBuf,
+    /// A bind's host source (its kind decides a folder or a file); `None`: a folder.
+    pub src: Option<PathBuf>,
+}
+
+/// The view step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HomeView {
+    /// The host home.
+    pub src: PathBuf,
+    /// Where the command sees it (the same path).
+    pub dst: PathBuf,
+    /// The home layer's upper and work dirs.
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// Work dirs of the folder entries' overlays: one each, named by [`work_name`].
+    pub works: PathBuf,
+    pub entries: Vec<Entry>,
+    pub points: Vec<Point>,
+}
+
+/// The work dir name of a folder entry's overlay.
+pub fn work_name(rel: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(rel.as_os_str().as_encoded_bytes());
+    hex::encode(&d[..8])
+}
+
+/// Where the folder entries' work dirs live, next to the layer's work dir.
+pub fn works_dir(work: &Path) -> PathBuf {
+    work.with_file_name("views")
+}
+
+/// `p` is `root` or below it.
+fn within(p: &Path, root: &Path) -> bool {
+    p.starts_with(root)
+}
+
+/// The entries of the view of `home` under `policy` (the sandbox's view of it), with
+/// the PATH and SDK folders from `env` and the agent `login` paths the exec un-hid.
+pub fn entries(
+    home: &Path,
+    policy: &SandboxPolicy,
+    env: &[(OsString, OsString)],
+    login: &[&str],
+) -> Vec<Entry> {
+    let hidden = |p: &Path| policy.hidden.iter().any(|h| within(p, &h.path));
+    let mut rels: Vec<PathBuf> = HOME_VISIBLE.iter().map(PathBuf::from).collect();
+    rels.extend(login.iter().map(PathBuf::from));
+    for (k, v) in env {
+        let dirs: Vec<&OsStr> = if k == "PATH" {
+            v.as_encoded_bytes()
+                .split(|b| *b == b':')
+                // SAFETY: split at an ASCII byte of valid encoded bytes.
+                .map(|b| unsafe { OsStr::from_encoded_bytes_unchecked(b) })
+                .collect()
+        } else if SDK_ENV.iter().any(|s| k == s) {
+            vec![v.as_os_str()]
+        } else {
+            continue;
+        };
+        for d in dirs {
+            let d = Path::new(d);
+            if let Ok(rel) = d.strip_prefix(home) {
+                if d.is_absolute() && !rel.as_os_str().is_empty() {
+                    rels.push(rel.to_path_buf());
+                }
+            }
+        }
+    }
+    rels.sort();
+    rels.dedup();
+    // one listing per parent folder (d_type), instead of a stat per candidate
+    let mut listings: HashMap<PathBuf, Option<HashMap<OsString, std::fs::FileType>>> =
+        HashMap::new();
+    let mut out: Vec<Entry> = Vec::new();
+    for rel in rels {
+        if rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            continue;
+        }
+        if out
+            .iter()
+            .any(|e| e.kind == EntryKind::Dir && within(&rel, &e.rel))
+        {
+            continue; // inside a folder entry already
+        }
+        let path = home.join(&rel);
+        if hidden(&path) {
+            continue;
+        }
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let list = listings.entry(parent.to_path_buf()).or_insert_with(|| {
+            std::fs::read_dir(parent).ok().map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+                    .collect()
+            })
+        });
+        let Some(ft) = list.as_ref().and_then(|l| l.get(name)).copied() else {
+            continue;
+        };
+        let (src, kind) = if ft.is_symlink() {
+            let Ok(c) = std::fs::canonicalize(&path) else {
+                continue;
+            };
+            let Ok(md) = std::fs::metadata(&c) else {
+                continue;
+            };
+            // a link into a hidden folder (or capsule's state) shows nothing
+            if hidden(&c) {
+                continue;
+            }
+            (c, md.is_dir())
+        } else if ft.is_dir() || ft.is_file() {
+            (path.clone(), ft.is_dir())
+        } else {
+            continue;
+        };
+        if !kind && std::fs::metadata(&src).map_or(true, |m| m.len() > MAX_FILE) {
+            tracing::warn!(
+                "{}: larger than 1 MiB; not shown in the home",
+                path.display()
+            );
+            continue;
+        }
+        // a later, deeper entry than a file of the same name cannot be: folders only
+        out.retain(|e| !within(&e.rel, &rel));
+        out.push(Entry {
+            rel,
+            src,
+            kind: if kind {
+                EntryKind::Dir
+            } else {
+                EntryKind::File
+            },
+        });
+    }
+    out
+}
+
+/// The points of the view: `steps` (those after the view) that mount below `home`
+/// outside every folder entry.
+pub fn points(home: &Path, entries: &[Entry], steps: &[MountStep]) -> Vec<Point> {
+    let mut out: Vec<Point> = Vec::new();
+    for s in steps {
+        let src = match s {
+            MountStep::Bind { src, .. } => Some(src.clone()),
+            MountStep::Tmpfs { .. }
+            | MountStep::Overlay { .. }
+            | MountStep::Dir { .. }
+            | MountStep::Mask {
+                carve_outs: true, ..
+            } => None,
+            _ => continue,
+        };
+        let Ok(rel) = s.dst().strip_prefix(home) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() || entries.iter().any(|e| within(rel, &e.rel)) {
+            continue;
+        }
+        if !out.iter().any(|p| p.rel == rel) {
+            out.push(Point {
+                rel: rel.to_path_buf(),
+                src,
+            });
+        }
+    }
+    out
+}
+
+/// For a rendering that cannot build the view (an OCI `config.json`): the paths of the
+/// home that exist now and lie on no way to an entry or a point, to mask instead.
+pub fn not_shown_now(v: &HomeView) -> Vec<PathBuf> {
+    let keep: Vec<&Path> = v
+        .entries
+        .iter()
+        .map(|e| e.rel.as_path())
+        .chain(v.points.iter().map(|p| p.rel.as_path()))
+        .collect();
+    let mut out = Vec::new();
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(d) = dirs.pop() {
+        let Ok(rd) = std::fs::read_dir(v.src.join(&d)) else {
+            continue;
+        };
+        let mut names: Vec<OsString> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+        names.sort();
+        for n in names {
+            let rel = d.join(&n);
+            if keep.iter().any(|k| within(k, &rel) && *k != rel) {
+                dirs.push(rel); // on the way to an entry: look inside
+            } else if !keep.iter().any(|k| within(&rel, k)) {
+                out.push(v.src.join(rel));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
+
+    fn policy(home: &Path) -> SandboxPolicy {
+        SandboxPolicy {
+            version: 1,
+            capsule_name: "c".into(),
+            workspace: home.join(".local/share/capsule/workspaces/c"),
+            read_only: vec![],
+            tmp_dir: "/tmp".into(),
+            home: Some(home.into()),
+            home_layer: None,
+            cache_dir: None,
+            writable: vec![],
+            hidden: vec![HiddenPath {
+                path: home.join(".config/git/credentials"),
+                reason: HiddenReason::Credentials,
+            }],
+            revealed: vec![],
+            pass_env: vec![],
+            devices: vec![],
+            network: NetworkPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn only_listed_existing_entries_and_path_folders() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path();
+        for d in [
+            ".cargo/bin",
+            ".config/git",
+            ".config/rclone",
+            "tools/bin",
+            ".aws",
+        ] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        for f in [".gitconfig", ".bash_history", ".config/rclone/rclone.conf"] {
+            std::fs::write(home.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink(home.join("tools"), home.join(".bashrc")).unwrap();
+        let env = vec![(
+            OsString::from("PATH"),
+            OsString::from(format!(
+                "/usr/bin:{}/tools/bin:{}/.cargo/bin",
+                home.display(),
+                home.display()
+            )),
+        )];
+        let e = entries(home, &policy(home), &env, &[]);
+        let rels: Vec<&str> = e.iter().map(|e| e.rel.to_str().unwrap()).collect();
+        assert_eq!(
+            rels,
+            [
+                ".bashrc",
+                ".cargo",
+                ".config/git",
+                ".gitconfig",
+                "tools/bin"
+            ]
+        );
+        // a symlinked entry shows its target
+        assert_eq!(e[0].src, home.join("tools"));
+        assert_eq!(e[0].kind, EntryKind::Dir);
+        assert_eq!(e[3].kind, EntryKind::File);
+    }
+
+    #[test]
+    fn points_are_later_mounts_outside_entries() {
+        let home = Path::new("/h");
+        let entries = vec![Entry {
+            rel: ".cargo".into(),
+            src: "/h/.cargo".into(),
+            kind: EntryKind::Dir,
+        }];
+        let steps = vec![
+            MountStep::Bind {
+                src: "/h/ws".into(),
+                dst: "/h/ws".into(),
+                rw: true,
+                optional: false,
+            },
+            MountStep::Mask {
+                dst: "/h/.ssh".into(),
+                carve_outs: false,
+            },
+            MountStep::Overlay {
+                lower: vec!["/c".into()],
+                upper: "/u".into(),
+                work: "/w".into(),
+                dst: "/h/.cargo/registry".into(),
+            },
+            MountStep::Mask {
+                dst: "/h/.local/share/capsule".into(),
+                carve_outs: true,
+            },
+            MountStep::Bind {
+                src: "/usr".into(),
+                dst: "/usr".into(),
+                rw: false,
+                optional: true,
+            },
+        ];
+        let p = points(home, &entries, &steps);
+        let rels: Vec<&str> = p.iter().map(|p| p.rel.to_str().unwrap()).collect();
+        assert_eq!(rels, ["ws", ".local/share/capsule"]);
+        assert_eq!(p[0].src.as_deref(), Some(Path::new("/h/ws")));
+    }
+}
