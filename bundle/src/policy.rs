@@ -329,6 +329,30 @@ pub const HOME_VISIBLE: &[&str] = &[
     ".config/clangd",
 ];
 
+/// Is `p` (below `home`) on the home's visible list ([`HOME_VISIBLE`])? The home itself
+/// and paths outside it are not.
+pub fn on_home_list(home: &Path, p: &Path) -> bool {
+    p.strip_prefix(home)
+        .is_ok_and(|rel| HOME_VISIBLE.iter().any(|v| rel.starts_with(v)))
+}
+
+/// The folders an environment names for tools: each `PATH` entry and each [`SDK_ENV`]
+/// variable's value (absolute paths only). Below the home they are shown in it.
+pub fn env_dirs<'a>(
+    env: impl IntoIterator<Item = (&'a std::ffi::OsStr, &'a std::ffi::OsStr)>,
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (k, v) in env {
+        if k == "PATH" {
+            out.extend(std::env::split_paths(v));
+        } else if SDK_ENV.iter().any(|s| k == *s) {
+            out.push(PathBuf::from(v));
+        }
+    }
+    out.retain(|p| p.is_absolute());
+    out
+}
+
 /// Inputs for computing the default hidden set of a capsule.
 #[derive(Debug, Clone, Default)]
 pub struct HiddenInputs<'a> {

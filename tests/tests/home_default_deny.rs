@@ -81,6 +81,7 @@ fn credentials_on_no_list_are_absent_and_tools_config_is_there() {
         std::fs::write(c.home.join(".bashrc"), "# bashrc of the operator\n").unwrap();
         std::fs::create_dir_all(c.home.join(".cargo/bin")).unwrap();
         std::fs::write(c.home.join(".cargo/config.toml"), "[build]\n").unwrap();
+        std::fs::write(c.home.join("notes.txt"), "a plain file of the home\n").unwrap();
         c.runner.own(c.dir.path());
         let mut script = probe(&c.home, PLANTED);
         // the listing of the home itself shows none of them either

@@ -21,9 +21,9 @@
 //! land in the layer exactly where `capsule home diff` looks.
 
 use crate::linux::plan::MountStep;
-use capsule_bundle::policy::{SandboxPolicy, HOME_VISIBLE, SDK_ENV};
+use capsule_bundle::policy::{env_dirs, SandboxPolicy, HOME_VISIBLE};
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// File entries larger than this are left out of the view (they are copied into it).
@@ -102,24 +102,11 @@ pub fn entries(
     let hidden = |p: &Path| policy.hidden.iter().any(|h| within(p, &h.path));
     let mut rels: Vec<PathBuf> = HOME_VISIBLE.iter().map(PathBuf::from).collect();
     rels.extend(login.iter().map(PathBuf::from));
-    for (k, v) in env {
-        let dirs: Vec<&OsStr> = if k == "PATH" {
-            v.as_encoded_bytes()
-                .split(|b| *b == b':')
-                // SAFETY: split at an ASCII byte of valid encoded bytes.
-                .map(|b| unsafe { OsStr::from_encoded_bytes_unchecked(b) })
-                .collect()
-        } else if SDK_ENV.iter().any(|s| k == s) {
-            vec![v.as_os_str()]
-        } else {
-            continue;
-        };
-        for d in dirs {
-            let d = Path::new(d);
-            if let Ok(rel) = d.strip_prefix(home) {
-                if d.is_absolute() && !rel.as_os_str().is_empty() {
-                    rels.push(rel.to_path_buf());
-                }
+    let dirs = env_dirs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
+    for d in dirs {
+        if let Ok(rel) = d.strip_prefix(home) {
+            if !rel.as_os_str().is_empty() {
+                rels.push(rel.to_path_buf());
             }
         }
     }

@@ -23,7 +23,9 @@
 //!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
 use super::Backend;
-use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS};
+use capsule_bundle::policy::{
+    on_home_list, Access, HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS,
+};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -196,7 +198,14 @@ impl View<'_> {
     /// folder to reveal (its package folder), or why it may not be.
     fn reveal_for(&self, what: &str, file: &Path) -> Result<Option<PathBuf>, ResolveError> {
         if self.policy.access(file) != Access::Hidden {
-            return Ok(None);
+            // the home shows only what its list names (default deny): a binary elsewhere
+            // in it gets its package folder revealed, read-only
+            return Ok(self
+                .policy
+                .home
+                .as_deref()
+                .filter(|h| file.starts_with(h) && !on_home_list(h, file))
+                .map(|h| package_root(file, h)));
         }
         let Some((hidden, reason)) = self.covering(file) else {
             return Ok(None);
@@ -431,12 +440,17 @@ mod tests {
                 assert_eq!(r.unwrap(), Some(pkg.clone()));
             }
         }
+        // not hidden, but on no list of the home (default deny): revealed all the same;
+        // on the list (or outside the home): nothing to do
         let p = pol(&h, vec![]);
         let v = View {
             policy: &p,
             upper: None,
         };
-        assert_eq!(v.reveal_for("x", &bin).unwrap(), None);
+        assert_eq!(v.reveal_for("x", &bin).unwrap(), Some(pkg.clone()));
+        let listed = h.join(".local/bin/x");
+        assert_eq!(v.reveal_for("x", &listed).unwrap(), None);
+        assert_eq!(v.reveal_for("x", Path::new("/usr/bin/x")).unwrap(), None);
     }
 
     #[test]
