@@ -222,3 +222,72 @@ fn git_commit_uses_the_operators_identity_and_home_writes_land_in_the_layer() {
         assert_eq!(out(&o), "new\nvi\n");
     });
 }
+
+#[test]
+fn a_spec_capsules_sibling_projects_are_absent() {
+    each_runner(|r| {
+        let s = capsule_e2e::scratch();
+        let home = s.path().join("home");
+        let spec = home.join("src/specs/tiny");
+        std::fs::create_dir_all(&spec).unwrap();
+        std::fs::write(
+            spec.join("capsule.yaml"),
+            "name: tiny\nsource:\n  synthetic: true\n  steps:\n    - {action: write, path: t.txt, content: \"t\\n\"}\n    - {action: commit, message: t}\n",
+        )
+        .unwrap();
+        for p in [
+            "src/other-project/.env",
+            "src/specs/notes/plan.md",
+            "work/client/key",
+        ] {
+            plant(&home, p);
+        }
+        let root = home.join(".local/share/capsule");
+        std::fs::create_dir_all(&root).unwrap();
+        r.own(s.path());
+        let cap = |args: &[&str]| {
+            let mut c = r.capsule(&root);
+            c.env("HOME", &home).current_dir(&home).args(args);
+            c.stdin(std::process::Stdio::null());
+            c.output().unwrap()
+        };
+        let o = cap(&["open", spec.to_str().unwrap()]);
+        ok(&o, "open the spec");
+        let rels = [
+            "src/other-project/.env",
+            "src/specs/notes/plan.md",
+            "src/specs/tiny/capsule.yaml",
+            "work/client/key",
+        ];
+        let o = cap(&[
+            "exec",
+            "tiny",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat t.txt; {}", probe(&home, &rels)),
+        ]);
+        ok(&o, "exec");
+        assert!(out(&o).starts_with("t\n"), "{}", out(&o));
+        assert_absent(&out(&o), &rels);
+        ok(&cap(&["close", "tiny"]), "close");
+    });
+}
+
+#[test]
+fn a_shown_file_edited_on_the_host_is_seen_by_the_next_exec() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let rc = c.home.join(".bashrc");
+        std::fs::write(&rc, "# one\n").unwrap();
+        c.runner.own(c.dir.path());
+        let o = c.sh("cat ~/.bashrc");
+        ok(&o, "first");
+        assert_eq!(out(&o), "# one\n");
+        // edited in place (same inode): the prepared root's copy is stale, so another one
+        std::fs::write(&rc, "# two\n").unwrap();
+        let o = c.sh("cat ~/.bashrc");
+        ok(&o, "after the edit");
+        assert_eq!(out(&o), "# two\n");
+    });
+}
