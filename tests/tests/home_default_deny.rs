@@ -291,3 +291,34 @@ fn a_shown_file_edited_on_the_host_is_seen_by_the_next_exec() {
         assert_eq!(out(&o), "# two\n");
     });
 }
+
+#[test]
+fn dotfiles_kept_elsewhere_are_shown_and_leave_no_change_in_the_layer() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let dots = c.home.join("dotfiles");
+        std::fs::create_dir_all(dots.join("nvim")).unwrap();
+        std::fs::write(dots.join("nvim/init.lua"), "-- init\n").unwrap();
+        std::fs::write(dots.join("bashrc"), "# linked bashrc\n").unwrap();
+        plant(&c.home, "dotfiles/secret-token");
+        std::fs::create_dir_all(c.home.join(".config")).unwrap();
+        std::os::unix::fs::symlink(&dots.join("nvim"), c.home.join(".config/nvim")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/bashrc", c.home.join(".bashrc")).unwrap();
+        c.runner.own(c.dir.path());
+        let o = c.sh(&format!(
+            "cat ~/.config/nvim/init.lua ~/.bashrc; {}",
+            probe(&c.home, &["dotfiles/secret-token"])
+        ));
+        ok(&o, "read through links");
+        let so = out(&o);
+        assert!(
+            so.contains("-- init") && so.contains("# linked bashrc"),
+            "{so}\n{}",
+            err(&o)
+        );
+        assert_absent(&so, &["dotfiles/secret-token"]);
+        let o = c.capsule().args(["home", "diff", NAME]).output().unwrap();
+        ok(&o, "home diff");
+        assert!(out(&o).contains("no home changes"), "{}", out(&o));
+    });
+}

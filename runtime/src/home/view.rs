@@ -37,6 +37,10 @@ pub enum EntryKind {
     Dir,
     /// A file: copied into the view (read-only underneath, copied up on write).
     File,
+    /// A folder reached through a symlink (the entry or a parent of it is one, as with
+    /// dotfiles kept in a repository): bound read-only, since a layer folder in the
+    /// link's place would replace the link once applied.
+    LinkedDir,
 }
 
 /// One visible entry of the home.
@@ -112,9 +116,11 @@ pub fn entries(
     }
     rels.sort();
     rels.dedup();
-    // one listing per parent folder (d_type), instead of a stat per candidate
-    let mut listings: HashMap<PathBuf, Option<HashMap<OsString, std::fs::FileType>>> =
-        HashMap::new();
+    // one listing per parent folder (d_type), instead of a stat per candidate; and the
+    // parent's canonical path (an entry reached through a symlinked parent is shown from
+    // its target: the executor resolves no symlink of the host)
+    type Listing = Option<(PathBuf, HashMap<OsString, std::fs::FileType>)>;
+    let mut listings: HashMap<PathBuf, Listing> = HashMap::new();
     let mut out: Vec<Entry> = Vec::new();
     for rel in rels {
         if rel
@@ -125,7 +131,7 @@ pub fn entries(
         }
         if out
             .iter()
-            .any(|e| e.kind == EntryKind::Dir && within(&rel, &e.rel))
+            .any(|e| e.kind != EntryKind::File && within(&rel, &e.rel))
         {
             continue; // inside a folder entry already
         }
@@ -137,50 +143,54 @@ pub fn entries(
             continue;
         };
         let list = listings.entry(parent.to_path_buf()).or_insert_with(|| {
-            std::fs::read_dir(parent).ok().map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
-                    .collect()
-            })
+            let canon = if parent == home {
+                parent.to_path_buf()
+            } else {
+                std::fs::canonicalize(parent).ok()?
+            };
+            let names = std::fs::read_dir(&canon).ok()?;
+            let names = names
+                .filter_map(|e| e.ok())
+                .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+                .collect();
+            Some((canon, names))
         });
-        let Some(ft) = list.as_ref().and_then(|l| l.get(name)).copied() else {
+        let Some((canon_parent, ft)) = list
+            .as_ref()
+            .and_then(|(c, l)| Some((c.clone(), *l.get(name)?)))
+        else {
             continue;
         };
-        let (src, kind) = if ft.is_symlink() {
+        let (src, dir) = if ft.is_symlink() {
             let Ok(c) = std::fs::canonicalize(&path) else {
                 continue;
             };
             let Ok(md) = std::fs::metadata(&c) else {
                 continue;
             };
-            // a link into a hidden folder (or capsule's state) shows nothing
-            if hidden(&c) {
-                continue;
-            }
             (c, md.is_dir())
         } else if ft.is_dir() || ft.is_file() {
-            (path.clone(), ft.is_dir())
+            (canon_parent.join(name), ft.is_dir())
         } else {
             continue;
         };
-        if !kind && std::fs::metadata(&src).map_or(true, |m| m.len() > MAX_FILE) {
+        // a link into a hidden folder (or capsule's state) shows nothing
+        if src != path && hidden(&src) {
+            continue;
+        }
+        if !dir && std::fs::metadata(&src).map_or(true, |m| m.len() > MAX_FILE) {
             tracing::warn!(
                 "{}: larger than 1 MiB; not shown in the home",
                 path.display()
             );
             continue;
         }
-        // a later, deeper entry than a file of the same name cannot be: folders only
-        out.retain(|e| !within(&e.rel, &rel));
-        out.push(Entry {
-            rel,
-            src,
-            kind: if kind {
-                EntryKind::Dir
-            } else {
-                EntryKind::File
-            },
-        });
+        let kind = match (dir, src == path) {
+            (false, _) => EntryKind::File,
+            (true, true) => EntryKind::Dir,
+            (true, false) => EntryKind::LinkedDir,
+        };
+        out.push(Entry { rel, src, kind });
     }
     out
 }
@@ -312,7 +322,8 @@ mod tests {
         );
         // a symlinked entry shows its target
         assert_eq!(e[0].src, home.join("tools"));
-        assert_eq!(e[0].kind, EntryKind::Dir);
+        assert_eq!(e[0].kind, EntryKind::LinkedDir);
+        assert_eq!(e[1].kind, EntryKind::Dir);
         assert_eq!(e[3].kind, EntryKind::File);
     }
 

@@ -12,12 +12,13 @@
 //!    whenever it was made on the host;
 //! 4. each folder entry becomes an overlay of the real folder under the upper's
 //!    subfolder, named through the descriptor opened in step 2 (`/proc/self/fd/N`), so a
-//!    task replacing a layer folder by a symlink meanwhile cannot point it elsewhere.
+//!    task replacing a layer folder by a symlink meanwhile cannot point it elsewhere; a
+//!    folder reached through a symlink is bound read-only instead.
 //!
 //! Writes anywhere in the home land in the upper dir where a plain overlay of the whole
 //! home would have put them, so the layer's review is unchanged.
 
-use super::mounts::{cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
+use super::mounts::{bind, cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
 use super::sys::{self, Kind};
 use crate::home::view::{self, EntryKind, HomeView};
 use std::ffi::CString;
@@ -45,7 +46,7 @@ pub(super) fn apply(v: &HomeView) -> R<()> {
     for e in &v.entries {
         let at = ctx(under(VIEW, &Path::new("/").join(&e.rel)), what("entry"))?;
         match e.kind {
-            EntryKind::Dir => ctx(mkdir_p(at.as_bytes()), what("entry"))?,
+            EntryKind::Dir | EntryKind::LinkedDir => ctx(mkdir_p(at.as_bytes()), what("entry"))?,
             EntryKind::File => {
                 let src = ctx(under(OLD, &e.src), what("entry"))?;
                 if let Err(err) = copy_file(&src, &at) {
@@ -93,6 +94,14 @@ pub(super) fn apply(v: &HomeView) -> R<()> {
     let work = ctx(under(OLD, &v.work), what("home"))?;
     ctx(overlay(&home, &[lower], &up, &work), what("overlay"))?;
     // 4. the folder entries
+    for e in v.entries.iter().filter(|e| e.kind == EntryKind::LinkedDir) {
+        let w = what(&e.rel.display().to_string());
+        let dst = ctx(under(NEW, &v.dst.join(&e.rel)), &w)?;
+        let src = ctx(under(OLD, &e.src), &w)?;
+        if sys::kind(&src) == Kind::Dir {
+            ctx(bind(&src, &dst, false), &w)?;
+        }
+    }
     for (e, fd) in dirs {
         let w = what(&e.rel.display().to_string());
         let dst = ctx(under(NEW, &v.dst.join(&e.rel)), &w)?;

@@ -96,7 +96,7 @@ pub(super) fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
 }
 
 /// Recursive bind of `src` at `dst` (both already prefixed), read-only unless `rw`.
-fn bind(src: &CString, dst: &CString, rw: bool) -> io::Result<()> {
+pub(super) fn bind(src: &CString, dst: &CString, rw: bool) -> io::Result<()> {
     sys::mount(
         Some(src),
         dst,
