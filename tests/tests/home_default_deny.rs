@@ -302,7 +302,7 @@ fn dotfiles_kept_elsewhere_are_shown_and_leave_no_change_in_the_layer() {
         std::fs::write(dots.join("bashrc"), "# linked bashrc\n").unwrap();
         plant(&c.home, "dotfiles/secret-token");
         std::fs::create_dir_all(c.home.join(".config")).unwrap();
-        std::os::unix::fs::symlink(&dots.join("nvim"), c.home.join(".config/nvim")).unwrap();
+        std::os::unix::fs::symlink(dots.join("nvim"), c.home.join(".config/nvim")).unwrap();
         std::os::unix::fs::symlink("dotfiles/bashrc", c.home.join(".bashrc")).unwrap();
         c.runner.own(c.dir.path());
         let o = c.sh(&format!(
