@@ -27,7 +27,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// File entries larger than this are left out of the view (they are copied into it).
-pub const MAX_FILE: u64 = 1 << 20;
+pub const MAX_FILE: u64 = 8 << 20;
 
 /// What an entry is on the host (after resolving a symlinked entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -180,7 +180,7 @@ pub fn entries(
         }
         if !dir && std::fs::metadata(&src).map_or(true, |m| m.len() > MAX_FILE) {
             tracing::warn!(
-                "{}: larger than 1 MiB; not shown in the home",
+                "{}: larger than 8 MiB; not shown in the home",
                 path.display()
             );
             continue;
