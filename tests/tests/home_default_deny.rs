@@ -4,7 +4,7 @@
 //! including what the operator makes on the host while an exec runs or after a warm spare
 //! was prepared. `--reveal` opens more, read-only. Writes still land in the home layer.
 
-use capsule_e2e::sandbox::{each_runner, err, ok, out, Capsule, NAME};
+use capsule_e2e::sandbox::{each_runner, err, ok, out, Capsule, NAME, SECRET};
 use std::path::Path;
 
 /// Twenty credentials where no list of capsule's names them.
@@ -320,5 +320,40 @@ fn dotfiles_kept_elsewhere_are_shown_and_leave_no_change_in_the_layer() {
         let o = c.capsule().args(["home", "diff", NAME]).output().unwrap();
         ok(&o, "home diff");
         assert!(out(&o).contains("no home changes"), "{}", out(&o));
+    });
+}
+
+#[test]
+fn a_layer_symlink_where_a_shown_folder_appears_later_is_never_followed() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let ssh = c.home.join(".ssh");
+        // the task leaves a symlink in the layer where no folder is shown yet, pointing
+        // at the real ~/.ssh as seen from the layer's folder on the host (relative)
+        let depth = c
+            .bundle
+            .join("home/upper/.config")
+            .strip_prefix(&c.home)
+            .unwrap()
+            .components()
+            .count();
+        let target = format!("{}.ssh", "../".repeat(depth));
+        let o = c.sh(&format!(
+            "mkdir -p ~/.config && ln -s '{target}' ~/.config/git && echo PLANTED"
+        ));
+        ok(&o, "plant");
+        assert!(out(&o).contains("PLANTED"), "{}", err(&o));
+        // then the operator starts a git config: a shown folder, a new root
+        std::fs::create_dir_all(c.home.join(".config/git")).unwrap();
+        std::fs::write(c.home.join(".config/git/config"), "[core]\n").unwrap();
+        c.runner.own(c.dir.path());
+        let o = c.sh(
+            "cat ~/.config/git/id_rsa; ls -a ~/.config/git/; echo x > ~/.config/git/planted; true",
+        );
+        ok(&o, "exec after the folder appeared");
+        assert!(!out(&o).contains(SECRET), "{}", out(&o));
+        assert!(!out(&o).contains("id_rsa"), "{}", out(&o));
+        assert!(!ssh.join("planted").exists(), "wrote into the real ~/.ssh");
+        assert_eq!(std::fs::read_dir(&ssh).unwrap().count(), 1);
     });
 }
