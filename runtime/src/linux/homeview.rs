@@ -11,8 +11,9 @@
 //!    real home is in it, so what is not an entry does not exist (ENOENT), however and
 //!    whenever it was made on the host;
 //! 4. each folder entry becomes an overlay of the real folder under the upper's
-//!    subfolder, named through the descriptor opened in step 2 (`/proc/self/fd/N`), so a
-//!    task replacing a layer folder by a symlink meanwhile cannot point it elsewhere; a
+//!    subfolder, both the upper and the place named through descriptors opened without
+//!    following anything (`/proc/self/fd/N`), so a task of another exec replacing a layer
+//!    folder by a symlink meanwhile cannot point either elsewhere; a
 //!    folder reached through a symlink is bound read-only instead.
 //!
 //! Writes anywhere in the home land in the upper dir where a plain overlay of the whole
@@ -102,9 +103,18 @@ pub(super) fn apply(v: &HomeView) -> R<()> {
             ctx(bind(&src, &dst, false), &w)?;
         }
     }
+    let home_fd = ctx(open_dir(None, &home), what("home"))?;
     for (e, fd) in dirs {
         let w = what(&e.rel.display().to_string());
-        let dst = ctx(under(NEW, &v.dst.join(&e.rel)), &w)?;
+        // the place in the home, reached without following anything either (a task of
+        // another exec may change the layer meanwhile): skipped when it is not a folder
+        let Some(at) = ctx(walk(&home_fd, &e.rel, false), &w)? else {
+            continue;
+        };
+        let dst = ctx(
+            cstr(format!("{OLD}/proc/self/fd/{}", at.as_raw_fd()).as_bytes()),
+            &w,
+        )?;
         let lower = ctx(under(OLD, &e.src), &w)?;
         let up = ctx(
             cstr(format!("{OLD}/proc/self/fd/{}", fd.as_raw_fd()).as_bytes()),
@@ -188,18 +198,26 @@ fn opaque(fd: &OwnedFd) -> bool {
 /// The upper dir's folder at `rel` (made when missing, nothing followed), or `None` when
 /// the layer has something else on the way (see the module docs).
 fn upper_subdir(upper: &OwnedFd, rel: &Path) -> io::Result<Option<OwnedFd>> {
+    walk(upper, rel, true)
+}
+
+/// The folder at `rel` below `base`, opened one component at a time without following
+/// anything; with `make`, made when missing and refused (`None`) inside an opaque folder.
+/// `None` when something else is on the way.
+fn walk(base: &OwnedFd, rel: &Path, make: bool) -> io::Result<Option<OwnedFd>> {
+    let upper = base;
     let mut cur: Option<OwnedFd> = None;
     for comp in rel.components() {
         let name = cstr(comp.as_os_str().as_bytes())?;
         let dir = cur.as_ref().unwrap_or(upper);
         let next = match open_dir(Some(dir), &name) {
             Ok(fd) => {
-                if opaque(&fd) {
+                if make && opaque(&fd) {
                     return Ok(None);
                 }
                 fd
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            Err(e) if make && e.raw_os_error() == Some(libc::ENOENT) => {
                 // SAFETY: a valid descriptor and C string.
                 if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) } < 0 {
                     let e = io::Error::last_os_error();
@@ -213,7 +231,12 @@ fn upper_subdir(upper: &OwnedFd, rel: &Path) -> io::Result<Option<OwnedFd>> {
                 }
             }
             // a whiteout, a file or a symlink the task made: the layer's own
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)
+                ) =>
+            {
                 return Ok(None)
             }
             Err(e) => return Err(e),
