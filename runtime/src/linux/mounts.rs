@@ -5,12 +5,17 @@
 //! command is forked; nothing of it exists outside the namespace, so nothing is left on
 //! disk when the sandbox ends.
 
+mod homeview;
+
 use super::plan::MountStep;
 use super::sys::{self, Kind};
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+/// Mounts each exec makes for itself: their Landlock rules are added by the exec.
+pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
 
 /// A failed setup step: what was being done, and the system error.
 #[derive(Debug)]
@@ -240,7 +245,7 @@ pub fn apply(step: &MountStep) -> R<()> {
             let work = ctx(under(OLD, work), what)?;
             ctx(overlay(&d, &lower, &upper, &work), what)
         }
-        MountStep::HomeView(v) => super::homeview::apply(v),
+        MountStep::HomeView(v) => homeview::apply(v),
         MountStep::Proc { dst } => proc_fs(NEW, dst, MaskSource::SetupRoot),
         MountStep::Dev { dst, extra } => dev(dst, extra),
         MountStep::Mask { dst, carve_outs } => {

@@ -303,7 +303,7 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                         "userxattr",
                     ],
                 )?);
-                for p in crate::home::view::not_shown_now(v) {
+                for p in super::plan::view::not_shown_now(v) {
                     push_unique(&mut m.masked, s(&p));
                 }
             }
@@ -428,7 +428,7 @@ pub fn seccomp_syscalls() -> Result<Vec<LinuxSyscall>, OciError> {
 
 fn rlimit_types() -> [PosixRlimitType; 16] {
     use oci_spec::runtime::PosixRlimitType::*;
-    // the order of `warm::rlimits`
+    // the order of `sys::rlimits`
     [
         RlimitCpu,
         RlimitFsize,
@@ -486,7 +486,7 @@ pub fn render(
         .ambient(none)
         .build()
         .map_err(build_err("capabilities"))?;
-    let rlimits = super::warm::rlimits()
+    let rlimits = super::sys::rlimits()
         .into_iter()
         .zip(rlimit_types())
         .map(|((soft, hard), typ)| {

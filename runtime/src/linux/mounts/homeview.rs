@@ -1,5 +1,5 @@
-//! Building the home's view ([`crate::home::view::HomeView`]) while the root is set up,
-//! in the setup root (see [`super::mounts`]):
+//! Building the home's view ([`crate::linux::plan::view::HomeView`]) while the root is
+//! set up, in the setup root (see [`super`]):
 //!
 //! 1. a directory of the setup root (`/home-view`, gone with it) gets a copy of each file
 //!    entry and an empty folder or file for each folder entry and each point;
@@ -19,9 +19,9 @@
 //! Writes anywhere in the home land in the upper dir where a plain overlay of the whole
 //! home would have put them, so the layer's review is unchanged.
 
-use super::mounts::{bind, cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
-use super::sys::{self, Kind};
-use crate::home::view::{self, EntryKind, HomeView};
+use super::{bind, cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
+use crate::linux::plan::view::{self, EntryKind, HomeView};
+use crate::linux::sys::{self, Kind};
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
