@@ -18,8 +18,7 @@
 //! prepared root: an overlay of the layer's upper dir over a small directory of the setup
 //! root holding copies of the file entries and empty places for the rest, then one overlay
 //! per folder entry (the real folder under the layer's matching subfolder), so writes
-//! anywhere in the home
-//! land in the layer exactly where `capsule home diff` looks.
+//! anywhere in the home land in the layer exactly where `capsule home diff` looks.
 
 pub use crate::linux::plan::view::{works_dir, Entry, EntryKind, HomeView, Point, MAX_FILE};
 use crate::linux::plan::MountStep;
