@@ -27,6 +27,9 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+/// A folder's canonical path and entries, `None` when it cannot be listed.
+type Listing = Option<(PathBuf, HashMap<OsString, std::fs::FileType>)>;
+
 /// `p` is `root` or below it.
 fn within(p: &Path, root: &Path) -> bool {
     p.starts_with(root)
@@ -56,7 +59,6 @@ pub fn entries(
     // one listing per parent folder (d_type), instead of a stat per candidate; and the
     // parent's canonical path (an entry reached through a symlinked parent is shown from
     // its target: the executor resolves no symlink of the host)
-    type Listing = Option<(PathBuf, HashMap<OsString, std::fs::FileType>)>;
     let mut listings: HashMap<PathBuf, Listing> = HashMap::new();
     let mut out: Vec<Entry> = Vec::new();
     for rel in rels {
@@ -79,19 +81,7 @@ pub fn entries(
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             continue;
         };
-        let list = listings.entry(parent.to_path_buf()).or_insert_with(|| {
-            let canon = if parent == home {
-                parent.to_path_buf()
-            } else {
-                std::fs::canonicalize(parent).ok()?
-            };
-            let names = std::fs::read_dir(&canon).ok()?;
-            let names = names
-                .filter_map(|e| e.ok())
-                .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
-                .collect();
-            Some((canon, names))
-        });
+        let list = listing(&mut listings, home, parent);
         let Some((canon_parent, ft)) = list
             .as_ref()
             .and_then(|(c, l)| Some((c.clone(), *l.get(name)?)))
@@ -130,6 +120,41 @@ pub fn entries(
         out.push(Entry { rel, src, kind });
     }
     out
+}
+
+/// A folder's entries with their types (`d_type`, one listing) and its canonical path,
+/// for `dir` at or below `home` (canonical): a folder reached through no symlink is its
+/// own canonical path, found from its parent's listing without a system call of its own.
+fn listing<'m>(map: &'m mut HashMap<PathBuf, Listing>, home: &Path, dir: &Path) -> &'m Listing {
+    if !map.contains_key(dir) {
+        let canon = if dir == home {
+            Some(dir.to_path_buf())
+        } else {
+            match (dir.parent(), dir.file_name()) {
+                (Some(parent), Some(name)) => {
+                    let up = listing(map, home, parent)
+                        .as_ref()
+                        .and_then(|(c, l)| Some((c.clone(), *l.get(name)?)));
+                    match up {
+                        Some((c, ft)) if ft.is_dir() => Some(c.join(name)),
+                        Some((_, ft)) if ft.is_symlink() => std::fs::canonicalize(dir).ok(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        };
+        let found = canon.and_then(|canon| {
+            let names = std::fs::read_dir(&canon).ok()?;
+            let names = names
+                .filter_map(|e| e.ok())
+                .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+                .collect();
+            Some((canon, names))
+        });
+        map.insert(dir.to_path_buf(), found);
+    }
+    &map[dir]
 }
 
 /// The points of the view: `steps` (those after the view) that mount below `home`
@@ -232,6 +257,21 @@ mod tests {
         assert_eq!(e[0].kind, EntryKind::LinkedDir);
         assert_eq!(e[1].kind, EntryKind::Dir);
         assert_eq!(e[3].kind, EntryKind::File);
+    }
+
+    #[test]
+    fn an_entry_below_a_symlinked_folder_is_shown_from_its_target() {
+        let t = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(t.path()).unwrap().join("h");
+        let dots = home.with_file_name("dots");
+        std::fs::create_dir_all(dots.join("git")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::os::unix::fs::symlink(&dots, home.join(".config")).unwrap();
+        let e = entries(&home, &policy(&home), &[], &[]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].rel, Path::new(".config/git"));
+        assert_eq!(e[0].src, dots.join("git"));
+        assert_eq!(e[0].kind, EntryKind::LinkedDir);
     }
 
     #[test]
