@@ -84,7 +84,7 @@ fn secrets_and_writes_stay_out() {
         let o = sh(
             &c,
             &format!(
-                "cat {home}/notes.txt && echo new > {}/new.txt && echo t > \"${{TMPDIR:-/tmp}}/t\"",
+                "cat {home}/.profile && echo new > {}/new.txt && echo t > \"${{TMPDIR:-/tmp}}/t\"",
                 c.ws.display()
             ),
         );
@@ -113,10 +113,10 @@ fn secrets_and_writes_stay_out() {
         );
         assert!(!out(&o).contains(SECRET), "secret leaked through a symlink");
         // writes outside the workspace
-        let o = sh(&c, &format!("echo x > {home}/notes.txt"));
+        let o = sh(&c, &format!("echo x > {home}/.profile"));
         assert_ne!(code(&o), 0);
         assert_eq!(
-            std::fs::read_to_string(c.home.join("notes.txt")).unwrap(),
+            std::fs::read_to_string(c.home.join(".profile")).unwrap(),
             "readable\n"
         );
         let o = sh(&c, &format!("echo x > {home}/dropped"));

@@ -686,6 +686,7 @@ pub fn list(a: ListArgs) -> CliResult {
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",
+        HiddenReason::NotListed => "not among what development tools need in the home",
         HiddenReason::PersonalFiles => "personal files",
         HiddenReason::SiblingProject => "a project next to the source",
         HiddenReason::ToolState => "capsule's own state and other capsules",
@@ -724,6 +725,12 @@ pub fn policy_in_words(p: &SandboxPolicy) -> Vec<String> {
         v.push(format!("read-only inside the workspace: {}", r.display()));
     }
     v.push("read-only: everything else on the system".into());
+    if let Some(home) = &p.home {
+        v.push(format!(
+            "home {}: only what development tools need is there (toolchains, git's and shells' configuration, tool settings, PATH folders); the rest of it does not exist inside (full isolation)",
+            home.display()
+        ));
+    }
     for h in &p.hidden {
         v.push(format!(
             "hidden: {} ({})",

@@ -166,7 +166,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     // devices, no display
     let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
         use crate::home::sandbox::{extend, EnvError};
-        extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
+        let login = a.agent_login.map_or(&[][..], |b| b.login_paths());
+        extend(plan, &cap, &settings, !a.no_gpu, &layout.root, login)
             .map(|_| ())
             .map_err(|e| match e {
                 EnvError::Device(_) => fail(e.to_string()),
@@ -445,7 +446,9 @@ pub fn plan_now(
     layout: &Layout,
     argv: Vec<OsString>,
 ) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, crate::home::sandbox::extend)
+    plan_for_rendering(cap, layout, argv, |p, c, s, g, r| {
+        crate::home::sandbox::extend(p, c, s, g, r, &[])
+    })
 }
 
 /// [`plan_now`] without its side effects: nothing is created or written (the home

@@ -7,6 +7,8 @@
 //! after the host root is reachable under `/oldroot` and before the final `pivot_root`.
 //! Every `dst` is a path as the command will see it; every `src` is a host path.
 
+pub mod view;
+
 use capsule_bundle::policy::{is_default_env, SandboxPolicy};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -50,6 +52,10 @@ pub enum MountStep {
     Symlink { target: PathBuf, dst: PathBuf },
     /// An empty directory at `dst` (parents created).
     Dir { dst: PathBuf },
+    /// The home as a view of only its `entries` over host `src` (everything else of it
+    /// is absent), written through the home layer (`upper`, `work`); see
+    /// [`crate::home::view`].
+    HomeView(view::HomeView),
 }
 
 impl MountStep {
@@ -65,6 +71,7 @@ impl MountStep {
             | MountStep::ReadOnly { dst }
             | MountStep::Symlink { dst, .. }
             | MountStep::Dir { dst } => dst,
+            MountStep::HomeView(v) => &v.dst,
         }
     }
 }

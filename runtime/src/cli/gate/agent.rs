@@ -24,7 +24,7 @@
 //! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this
 //!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
-use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy};
+use capsule_bundle::policy::{on_home_list, Access, HiddenReason, SandboxPolicy};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -103,6 +103,7 @@ pub struct View<'a> {
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",
+        HiddenReason::NotListed => "not among what development tools need in the home",
         HiddenReason::PersonalFiles => "personal files",
         HiddenReason::SiblingProject => "a project beside the capsule's source",
         HiddenReason::ToolState => "capsule's own state",
@@ -124,9 +125,25 @@ impl View<'_> {
 
     /// Make `file` (canonical) readable inside: nothing when it already is, else the
     /// folder to reveal (its package folder), or why it may not be.
-    fn reveal_for(&self, what: &str, file: &Path) -> Result<Option<PathBuf>, ResolveError> {
+    /// `path`: the `PATH` the sandbox gets (its folders are shown in the home).
+    fn reveal_for(
+        &self,
+        what: &str,
+        file: &Path,
+        path: &OsStr,
+    ) -> Result<Option<PathBuf>, ResolveError> {
         if self.policy.access(file) != Access::Hidden {
-            return Ok(None);
+            // the home shows only what its list names (default deny): a binary elsewhere
+            // in it gets its package folder revealed, read-only
+            return Ok(self
+                .policy
+                .home
+                .as_deref()
+                .filter(|h| file.starts_with(h) && !on_home_list(h, file))
+                .filter(|_| {
+                    !std::env::split_paths(path).any(|d| d.is_absolute() && file.starts_with(d))
+                })
+                .map(|h| package_root(file, h)));
         }
         let Some((hidden, reason)) = self.covering(file) else {
             return Ok(None);
@@ -250,7 +267,7 @@ pub fn resolve_binary(
     };
     let what = format!("the {name} binary");
     view.check_shadow(&what, &binary)?;
-    r.reveal.extend(view.reveal_for(&what, &binary)?);
+    r.reveal.extend(view.reveal_for(&what, &binary, path)?);
     // a file the sandbox can write could name anything in its #! line: not followed
     if view.policy.access(&binary) == Access::ReadWrite {
         return Ok(r);
@@ -258,7 +275,7 @@ pub fn resolve_binary(
     if let Some(i) = interpreter(&binary, path).and_then(|i| std::fs::canonicalize(i).ok()) {
         let what = format!("the interpreter of {name}");
         view.check_shadow(&what, &i)?;
-        if let Some(dir) = view.reveal_for(&what, &i)? {
+        if let Some(dir) = view.reveal_for(&what, &i, path)? {
             if !r.reveal.iter().any(|d| i.starts_with(d)) {
                 r.reveal.push(dir);
             }
@@ -363,18 +380,36 @@ mod tests {
                 policy: &p,
                 upper: None,
             };
-            let r = v.reveal_for("x", &bin);
+            let r = v.reveal_for("x", &bin, OsStr::new("/usr/bin"));
             assert_eq!(r.is_ok(), ok, "{reason:?}: {r:?}");
             if ok {
                 assert_eq!(r.unwrap(), Some(pkg.clone()));
             }
         }
+        // not hidden, but on no list of the home (default deny): revealed all the same;
+        // on the list (or outside the home): nothing to do
         let p = pol(&h, vec![]);
         let v = View {
             policy: &p,
             upper: None,
         };
-        assert_eq!(v.reveal_for("x", &bin).unwrap(), None);
+        assert_eq!(
+            v.reveal_for("x", &bin, OsStr::new("/usr/bin")).unwrap(),
+            Some(pkg.clone())
+        );
+        // in a PATH folder: the home shows it already
+        let on_path = pkg.join("bin");
+        assert_eq!(v.reveal_for("x", &bin, on_path.as_os_str()).unwrap(), None);
+        let listed = h.join(".local/bin/x");
+        assert_eq!(
+            v.reveal_for("x", &listed, OsStr::new("/usr/bin")).unwrap(),
+            None
+        );
+        assert_eq!(
+            v.reveal_for("x", Path::new("/usr/bin/x"), OsStr::new("/usr/bin"))
+                .unwrap(),
+            None
+        );
     }
 
     #[test]
