@@ -591,15 +591,16 @@ fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
         SpecNetwork::None => NetworkPolicy::default(),
         SpecNetwork::Replay => NetworkPolicy {
             mode: NetworkMode::Replay,
-            allow: Vec::new(),
+            ..Default::default()
         },
         SpecNetwork::Live if !s.sandbox.network.allow.is_empty() => NetworkPolicy {
             mode: NetworkMode::Allowlist,
             allow: s.sandbox.network.allow.clone(),
+            ..Default::default()
         },
         SpecNetwork::Live => NetworkPolicy {
             mode: NetworkMode::Open,
-            allow: Vec::new(),
+            ..Default::default()
         },
     }
 }

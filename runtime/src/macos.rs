@@ -355,7 +355,7 @@ mod tests {
             devices: vec![],
             network: NetworkPolicy {
                 mode: NetworkMode::None,
-                allow: vec![],
+                ..Default::default()
             },
         }
     }

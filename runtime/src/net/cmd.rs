@@ -74,6 +74,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         resolver,
         refusal_log,
         limits: Default::default(),
+        secrets: None,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

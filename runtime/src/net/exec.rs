@@ -102,6 +102,7 @@ impl ExecNet {
                         }
                     })?),
                     limits: Default::default(),
+                    secrets: None,
                 };
                 let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;
                 *net.proxy.borrow_mut() = Some(hp);
