@@ -57,6 +57,17 @@ pub struct ExecArgs {
     /// capsule's own list). Everything else is refused with 403 and logged.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
     pub allow_host: Vec<String>,
+    /// Keep the value of the variable NAME outside the sandbox: the command's NAME is a
+    /// random placeholder, and capsule's proxy puts the value (from capsule's own
+    /// environment, or --secret-file) in place of it in requests to these hosts only
+    /// (headers and URL query; HTTPS terminated with the capsule's own CA). The hosts are
+    /// added to the allowlist; the placeholder sent anywhere else is refused (403) and
+    /// logged (repeatable).
+    #[arg(long = "secret", value_name = "NAME=HOST[:PORT][,...]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub secret: Vec<String>,
+    /// Read the value of secret NAME from PATH instead of capsule's environment.
+    #[arg(long = "secret-file", value_name = "NAME=PATH")]
+    pub secret_file: Vec<String>,
     /// Run WITHOUT ANY ISOLATION (said loudly on stderr and in the record).
     #[arg(long, conflicts_with_all = ["no_network", "open_network"])]
     pub no_sandbox: bool,
@@ -201,6 +212,8 @@ fn effective_policy(
         p.network.mode = NetworkMode::Allowlist;
         p.network.allow.extend(a.allow_host.iter().cloned());
     }
+    crate::net::secrets::add_to_policy(&mut p.network, &a.secret)
+        .map_err(|e| fail(e.to_string()))?;
     Ok(p)
 }
 
@@ -330,13 +343,14 @@ mod imp {
         let policy = resolve_policy(&a, &cap, &layout)?;
         // the network of this exec: refuses replay, binds the allowlist proxy
         let net =
-            crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
-                if e.is_usage() {
-                    fail(e.to_string())
-                } else {
-                    CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
-                }
-            })?;
+            crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir, &a.secret_file)
+                .map_err(|e| {
+                    if e.is_usage() {
+                        fail(e.to_string())
+                    } else {
+                        CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
+                    }
+                })?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
         with_default_limits(&mut a, &settings)?;
         let events = cap.bundle_file(bundle_files::EVENTS);

@@ -26,6 +26,8 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         no_network: false,
         open_network: false,
         allow_host: Vec::new(),
+        secret: Vec::new(),
+        secret_file: Vec::new(),
         no_sandbox: false,
         tty: false,
         no_gpu: false,

@@ -21,9 +21,11 @@
 
 use super::allowlist::Allowlist;
 use super::host::{HostProxy, RunningProxy};
-use super::proxy::ProxyConfig;
+use super::proxy::{ProxyConfig, SecretsConfig};
 use super::refusal::RefusalLog;
 use super::resolve::Resolver;
+use super::secrets::Secrets;
+use super::tls::Ca;
 use super::{plan, proxy_env, NetFlags, NetPlan, PlanError, RELAY_ADDR};
 use crate::linux::{ExecPlan, Hooks, Isolation};
 use capsule_bundle::layout::bundle_files;
@@ -49,6 +51,10 @@ pub enum NetError {
     Channel(std::io::Error),
     #[error("network proxy: {0}")]
     Resolver(String),
+    #[error(transparent)]
+    Secret(#[from] super::secrets::SecretError),
+    #[error("secrets: {0}")]
+    Tls(#[from] super::tls::TlsError),
 }
 
 impl NetError {
@@ -56,7 +62,7 @@ impl NetError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            NetError::Plan(PlanError::Entry(_) | PlanError::Conflict(..))
+            NetError::Plan(PlanError::Entry(_) | PlanError::Conflict(..)) | NetError::Secret(_)
         )
     }
 }
@@ -73,13 +79,33 @@ pub struct ExecNet {
     refusal_log: PathBuf,
     /// Set by [`ExecNet::apply`] when the mode could not be given as asked.
     note: RefCell<Option<String>>,
+    /// Each secret's name and placeholder (the command's environment).
+    secret_env: Vec<(String, String)>,
+    /// The sandbox's trust file on the host (secrets in allowlist mode).
+    trust_file: Option<PathBuf>,
 }
 
 impl ExecNet {
     /// Decide the network of this exec from the (effective) policy's network part; for
     /// allowlist mode make the proxy's channel. Prints the open-network warning.
-    pub fn prepare(network: &NetworkPolicy, bundle_dir: &Path) -> Result<ExecNet, NetError> {
+    /// `secret_files`: the `--secret-file NAME=PATH` flags.
+    pub fn prepare(
+        network: &NetworkPolicy,
+        bundle_dir: &Path,
+        secret_files: &[String],
+    ) -> Result<ExecNet, NetError> {
         let plan = plan(network, &NetFlags::default())?;
+        let files = secret_files
+            .iter()
+            .map(|f| super::secrets::parse_file_flag(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        let secrets = if network.secrets.is_empty() && files.is_empty() {
+            None
+        } else {
+            Some(Secrets::load(&network.secrets, &files, |n| {
+                std::env::var_os(n)
+            })?)
+        };
         let refusal_log = bundle_dir.join(bundle_files::REFUSALS);
         let mut net = ExecNet {
             plan,
@@ -88,6 +114,8 @@ impl ExecNet {
             relay_end: None,
             refusal_log,
             note: RefCell::new(None),
+            secret_env: secrets.as_ref().map(Secrets::env).unwrap_or_default(),
+            trust_file: None,
         };
         match &net.plan {
             NetPlan::Allowlist(list) => {
@@ -104,6 +132,12 @@ impl ExecNet {
                     limits: Default::default(),
                     secrets: None,
                 };
+                let mut cfg = cfg;
+                if let Some(secrets) = secrets.filter(|s| !s.is_empty()) {
+                    let ca = Ca::load_or_create(bundle_dir)?;
+                    net.trust_file = Some(super::tls::trust_file(bundle_dir, &ca)?);
+                    cfg.secrets = Some(Arc::new(SecretsConfig::new(secrets, ca)));
+                }
                 let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;
                 *net.proxy.borrow_mut() = Some(hp);
                 net.relay_end = Some(Arc::new(Mutex::new(Some(relay_end))));
@@ -139,17 +173,56 @@ impl ExecNet {
     pub fn apply(&self, plan: &mut ExecPlan) {
         plan.new_netns = self.plan.own_namespace();
         plan.network_off = self.plan == NetPlan::Off;
+        // a secret's name is its placeholder, whatever else would set it
+        if !self.secret_env.is_empty() {
+            plan.env.retain(|(k, _)| {
+                !self
+                    .secret_env
+                    .iter()
+                    .any(|(n, _)| k.to_str() == Some(n.as_str()))
+            });
+            plan.env
+                .extend(self.secret_env.iter().map(|(k, v)| (k.into(), v.into())));
+            plan.env.sort();
+        }
         if self.proxied(plan.isolation) {
             let env = proxy_env(RELAY_ADDR);
             plan.env
                 .retain(|(k, _)| !env.iter().any(|(n, _)| k.to_str() == Some(n.as_str())));
             plan.env
                 .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
+            if let Some(trust) = &self.trust_file {
+                self.apply_trust(plan, trust);
+            }
             plan.env.sort();
             *self.note.borrow_mut() = None;
         } else if self.relay_end.is_some() && plan.isolation == Isolation::Weaker {
             *self.note.borrow_mut() = Some(
                 "network allowlist needs a network namespace: under weaker isolation the command gets no TCP at all (stricter than asked)".into(),
+            );
+        }
+    }
+
+    /// The capsule's CA trusted inside: the trust file bound read-only over each system
+    /// CA bundle, and the variables tools read it from pointing there.
+    fn apply_trust(&self, plan: &mut ExecPlan, trust: &Path) {
+        use super::tls::{system_trust_paths, TRUST_ENV};
+        let paths = system_trust_paths();
+        for p in &paths {
+            plan.mounts.push(crate::linux::plan::MountStep::Bind {
+                src: trust.to_path_buf(),
+                dst: p.clone(),
+                rw: false,
+                optional: false,
+            });
+        }
+        if let Some(inside) = paths.first() {
+            plan.env
+                .retain(|(k, _)| !TRUST_ENV.iter().any(|n| k.to_str() == Some(n)));
+            plan.env.extend(
+                TRUST_ENV
+                    .iter()
+                    .map(|n| ((*n).into(), inside.as_os_str().to_owned())),
             );
         }
     }
@@ -213,6 +286,10 @@ impl ExecNet {
                 v["socks"] = format!("socks5h://{RELAY_ADDR}").into();
                 v["refusal_log"] = self.refusal_log.display().to_string().into();
             }
+        }
+        if !self.secret_env.is_empty() {
+            // names and hosts; never a value (nor the placeholder)
+            v["secrets"] = self.secret_env.iter().map(|(n, _)| n.clone()).collect();
         }
         if self.plan == NetPlan::Open {
             v["warning"] = "the host's network, unrestricted".into();

@@ -170,9 +170,14 @@ fn body_of(h: &RequestHead) -> Result<Body, String> {
     }
     match cl.as_slice() {
         [] => Ok(Body::None),
-        [v] if !v.is_empty() && v.iter().all(u8::is_ascii_digit) && v.len() < 19 => Ok(
-            Body::Length(std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).unwrap_or(0)),
-        ),
+        [v] if !v.is_empty() && v.iter().all(u8::is_ascii_digit) && v.len() < 19 => {
+            Ok(Body::Length(
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0),
+            ))
+        }
         _ => Err("a malformed or repeated Content-Length".into()),
     }
 }
@@ -227,15 +232,14 @@ where
             }
         }
         let start = std::mem::take(&mut input.buf);
-        let (head_bytes, rest) = match http::read_head_after(&mut input.r, site.max_head, start)
-            .await
-        {
-            Ok(h) => h,
-            Err(http::HeadError::TooLarge(n)) => {
-                return End::Bad(format!("request head larger than {n} bytes"))
-            }
-            Err(_) => return End::Closed,
-        };
+        let (head_bytes, rest) =
+            match http::read_head_after(&mut input.r, site.max_head, start).await {
+                Ok(h) => h,
+                Err(http::HeadError::TooLarge(n)) => {
+                    return End::Bad(format!("request head larger than {n} bytes"))
+                }
+                Err(_) => return End::Closed,
+            };
         input.buf = rest;
         let mut head = match http::parse_head(&head_bytes) {
             Ok(h) => h,
@@ -246,13 +250,17 @@ where
             Err(e) => return End::Bad(format!("refusing a request with {e}")),
         };
         let leak = if names_site(&head, site.host, site.port) {
-            site.secrets.substitute(&mut head, site.host, site.port).err()
+            site.secrets
+                .substitute(&mut head, site.host, site.port)
+                .err()
         } else {
             // another authority on this connection: nothing is for it
-            site.secrets.placeholder_in(&head_bytes).map(|s| super::secrets::Leak {
-                secret: s.to_string(),
-                header: "Host".into(),
-            })
+            site.secrets
+                .placeholder_in(&head_bytes)
+                .map(|s| super::secrets::Leak {
+                    secret: s.to_string(),
+                    header: "Host".into(),
+                })
         };
         if let Some(leak) = leak {
             let host = site.host.to_string();
@@ -288,7 +296,11 @@ where
 {
     loop {
         let line = input.line(4096).await?;
-        let size = line.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+        let size = line
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
         let n = std::str::from_utf8(size)
             .ok()
             .filter(|s| !s.is_empty() && s.len() <= 15 && s.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -354,7 +366,11 @@ where
         }
     };
     let (status, reason, body) = match end {
-        End::Bad(m) => (400, "Bad Request", format!("capsule proxy: bad request: {m}\n")),
+        End::Bad(m) => (
+            400,
+            "Bad Request",
+            format!("capsule proxy: bad request: {m}\n"),
+        ),
         End::Refused(m) => (403, "Forbidden", m),
         End::Closed | End::Upgraded => return,
     };
@@ -403,30 +419,75 @@ mod tests {
     #[test]
     fn site_names() {
         let h = Host::parse("api.test").unwrap();
-        assert!(names_site(&head("GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"), &h, 443));
-        assert!(names_site(&head("GET / HTTP/1.1\r\nHost: API.test:443\r\n\r\n"), &h, 443));
+        assert!(names_site(
+            &head("GET / HTTP/1.1\r\nHost: api.test\r\n\r\n"),
+            &h,
+            443
+        ));
+        assert!(names_site(
+            &head("GET / HTTP/1.1\r\nHost: API.test:443\r\n\r\n"),
+            &h,
+            443
+        ));
         assert!(names_site(&head("GET / HTTP/1.0\r\n\r\n"), &h, 443));
-        assert!(!names_site(&head("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"), &h, 443));
-        assert!(!names_site(&head("GET / HTTP/1.1\r\nHost: api.test:8443\r\n\r\n"), &h, 443));
+        assert!(!names_site(
+            &head("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"),
+            &h,
+            443
+        ));
+        assert!(!names_site(
+            &head("GET / HTTP/1.1\r\nHost: api.test:8443\r\n\r\n"),
+            &h,
+            443
+        ));
         assert!(!names_site(
             &head("GET / HTTP/1.1\r\nHost: api.test\r\nHost: evil.test\r\n\r\n"),
             &h,
             443
         ));
-        assert!(!names_site(&head("GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n"), &h, 80));
+        assert!(!names_site(
+            &head("GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n"),
+            &h,
+            80
+        ));
         let ip = Host::parse("127.0.0.1").unwrap();
-        assert!(names_site(&head("GET / HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n\r\n"), &ip, 8443));
+        assert!(names_site(
+            &head("GET / HTTP/1.1\r\nHost: 127.0.0.1:8443\r\n\r\n"),
+            &ip,
+            8443
+        ));
         let v6 = Host::parse("::1").unwrap();
-        assert!(names_site(&head("GET / HTTP/1.1\r\nHost: [::1]\r\n\r\n"), &v6, 443));
+        assert!(names_site(
+            &head("GET / HTTP/1.1\r\nHost: [::1]\r\n\r\n"),
+            &v6,
+            443
+        ));
     }
 
     #[test]
     fn framing() {
-        assert!(matches!(body_of(&head("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n")), Ok(Body::Length(5))));
-        assert!(matches!(body_of(&head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")), Ok(Body::Chunked)));
-        assert!(body_of(&head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n")).is_err());
-        assert!(body_of(&head("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")).is_err());
-        assert!(body_of(&head("POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n")).is_err());
+        assert!(matches!(
+            body_of(&head("POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n")),
+            Ok(Body::Length(5))
+        ));
+        assert!(matches!(
+            body_of(&head(
+                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )),
+            Ok(Body::Chunked)
+        ));
+        assert!(body_of(&head(
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+        ))
+        .is_err());
+        assert!(body_of(&head(
+            "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        ))
+        .is_err());
+        assert!(body_of(&head(
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"
+        ))
+        .is_err());
         assert!(body_of(&head("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n")).is_err());
     }
 }

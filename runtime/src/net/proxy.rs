@@ -19,9 +19,9 @@
 use super::addr::{classify, HostAddrs};
 use super::allowlist::{Allowlist, Host};
 use super::http::{self, HeadError, Target};
+use super::intercept::{self, Prefixed, Site};
 use super::refusal::RefusalLog;
 use super::resolve::Resolver;
-use super::intercept::{self, Prefixed, Site};
 use super::secrets::{Leak, Secrets};
 use super::socks;
 use super::tls::Ca;
@@ -451,7 +451,9 @@ impl Proxy {
                     return;
                 }
                 if let Some(sc) = self.secrets_for(host, port).cloned() {
-                    return self.intercept(&sc, client, rest, upstream, host, port).await;
+                    return self
+                        .intercept(&sc, client, rest, upstream, host, port)
+                        .await;
                 }
                 rest
             }
@@ -527,7 +529,9 @@ impl Proxy {
             return;
         }
         if let Some(sc) = self.secrets_for(&host, port).cloned() {
-            return self.intercept(&sc, client, rest, upstream, &host, port).await;
+            return self
+                .intercept(&sc, client, rest, upstream, &host, port)
+                .await;
         }
         if !rest.is_empty() && upstream.write_all(&rest).await.is_err() {
             return;

@@ -31,7 +31,9 @@ pub enum SecretError {
     Syntax(String),
     #[error("--secret-file {0:?}: want NAME=PATH")]
     FileSyntax(String),
-    #[error("secret `{0}`: not a variable name (letters, digits and `_`, not starting with a digit)")]
+    #[error(
+        "secret `{0}`: not a variable name (letters, digits and `_`, not starting with a digit)"
+    )]
     Name(String),
     #[error("secret `{name}`: {reason}")]
     Bad { name: String, reason: String },
@@ -80,6 +82,35 @@ pub fn parse_file_flag(s: &str) -> Result<(String, PathBuf), SecretError> {
         return Err(SecretError::Name(name.to_string()));
     }
     Ok((name.to_string(), PathBuf::from(path)))
+}
+
+/// Add the `--secret NAME=HOST,...` flags to an exec's network policy: each name with
+/// its hosts, and the hosts to the allowlist (which the flags start if the capsule has
+/// none, as `--allow-host` does).
+pub fn add_to_policy(
+    net: &mut capsule_bundle::policy::NetworkPolicy,
+    flags: &[String],
+) -> Result<(), SecretError> {
+    use capsule_bundle::policy::NetworkMode;
+    for f in flags {
+        let (name, hosts) = parse_flag(f)?;
+        if net.mode != NetworkMode::Allowlist {
+            net.mode = NetworkMode::Allowlist;
+            net.allow.clear();
+        }
+        for h in &hosts {
+            if !net.allow.contains(h) {
+                net.allow.push(h.clone());
+            }
+        }
+        let e = net.secrets.entry(name).or_default();
+        for h in hosts {
+            if !e.contains(&h) {
+                e.push(h);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One secret of an exec.
@@ -224,10 +255,7 @@ impl Secrets {
                     "the value has control characters (a header value cannot carry them)",
                 ));
             }
-            let placeholder = format!(
-                "capsule-secret-{}",
-                random_hex().map_err(|e| bad(&e))?
-            );
+            let placeholder = format!("capsule-secret-{}", random_hex().map_err(|e| bad(&e))?);
             list.push(Secret {
                 name: name.clone(),
                 placeholder,
@@ -377,7 +405,10 @@ mod tests {
     fn flags() {
         assert_eq!(
             parse_flag("TOKEN=api.test:443,*.x.test").unwrap(),
-            ("TOKEN".into(), vec!["api.test:443".into(), "*.x.test".into()])
+            (
+                "TOKEN".into(),
+                vec!["api.test:443".into(), "*.x.test".into()]
+            )
         );
         assert!(parse_flag("TOKEN").is_err());
         assert!(parse_flag("TOKEN=").is_err());
@@ -439,7 +470,8 @@ mod tests {
                 header: TARGET.into()
             })
         );
-        let raw2 = format!("GET /v1 HTTP/1.1\r\nAuthorization: Bearer {t}\r\nx-api-key: {t}\r\n\r\n");
+        let raw2 =
+            format!("GET /v1 HTTP/1.1\r\nAuthorization: Bearer {t}\r\nx-api-key: {t}\r\n\r\n");
         let mut h = parse_head(raw2.as_bytes()).unwrap();
         assert_eq!(s.substitute(&mut h, &name("api.test"), 443), Ok(2));
         assert_eq!(h.headers[0].1, b"Bearer sk-1");

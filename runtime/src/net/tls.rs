@@ -116,7 +116,9 @@ fn read_nofollow(path: &Path) -> std::io::Result<String> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     let mut s = String::new();
-    Read::by_ref(&mut f).take(64 * 1024).read_to_string(&mut s)?;
+    Read::by_ref(&mut f)
+        .take(64 * 1024)
+        .read_to_string(&mut s)?;
     Ok(s)
 }
 
@@ -284,8 +286,9 @@ pub fn upstream_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
 pub fn server_name(host: &Host) -> Result<rustls::pki_types::ServerName<'static>, String> {
     match host {
         Host::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
-        Host::Name(n) => rustls::pki_types::ServerName::try_from(n.clone())
-            .map_err(|e| format!("{n}: {e}")),
+        Host::Name(n) => {
+            rustls::pki_types::ServerName::try_from(n.clone()).map_err(|e| format!("{n}: {e}"))
+        }
     }
 }
 
