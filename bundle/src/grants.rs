@@ -38,6 +38,9 @@ pub enum Grant {
     NetworkOpen,
     /// One allowlisted destination (`network: live` with `sandbox.network.allow`).
     NetworkAllow(String),
+    /// A secret (`sandbox.secrets`): `NAME -> host, host`; the value, taken from your
+    /// environment at exec, goes to those hosts.
+    Secret(String),
 }
 
 impl std::fmt::Display for Grant {
@@ -51,6 +54,11 @@ impl std::fmt::Display for Grant {
             Grant::Device(d) => write!(f, "device {}", escape(d)),
             Grant::NetworkOpen => f.write_str("network open (the host's network, unrestricted)"),
             Grant::NetworkAllow(h) => write!(f, "network to {} (allowlist)", escape(h)),
+            Grant::Secret(s) => write!(
+                f,
+                "secret {} (its value from your environment goes to those hosts)",
+                escape(s)
+            ),
         }
     }
 }
@@ -86,6 +94,9 @@ pub fn of_policy(policy: &SandboxPolicy, tool_reveals: &[PathBuf]) -> Vec<Grant>
             }
         }
         NetworkMode::None | NetworkMode::Off | NetworkMode::Replay => {}
+    }
+    for (name, hosts) in &policy.network.secrets {
+        v.push(Grant::Secret(format!("{name} -> {}", hosts.join(", "))));
     }
     v.sort();
     v.dedup();

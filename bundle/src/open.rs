@@ -593,11 +593,22 @@ fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
             mode: NetworkMode::Replay,
             ..Default::default()
         },
-        SpecNetwork::Live if !s.sandbox.network.allow.is_empty() => NetworkPolicy {
-            mode: NetworkMode::Allowlist,
-            allow: s.sandbox.network.allow.clone(),
-            ..Default::default()
-        },
+        SpecNetwork::Live
+            if !s.sandbox.network.allow.is_empty() || !s.sandbox.secrets.is_empty() =>
+        {
+            // a secret's hosts are reached through the allowlist
+            let mut allow = s.sandbox.network.allow.clone();
+            for h in s.sandbox.secrets.values().flatten() {
+                if !allow.contains(h) {
+                    allow.push(h.clone());
+                }
+            }
+            NetworkPolicy {
+                mode: NetworkMode::Allowlist,
+                allow,
+                secrets: s.sandbox.secrets.clone(),
+            }
+        }
         SpecNetwork::Live => NetworkPolicy {
             mode: NetworkMode::Open,
             ..Default::default()

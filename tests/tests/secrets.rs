@@ -271,3 +271,34 @@ fn secret_without_value_or_with_a_bad_flag_runs_nothing() {
         assert!(!c.ws.join("ran").exists());
     });
 }
+
+#[test]
+fn a_policys_secret_is_a_placeholder_too() {
+    each_runner(|r| {
+        let scratch = capsule_e2e::scratch();
+        let real = format!("spec-secret-{}", std::process::id());
+        let p = Echo::start(scratch.path(), &real, None);
+        let host = format!("127.0.0.1:{}", p.port);
+        // as `open` makes it from `sandbox.secrets` (accepted)
+        let c = Capsule::with(r, |pol| {
+            pol.network.mode = capsule_bundle::policy::NetworkMode::Allowlist;
+            pol.network.allow = vec![host.clone()];
+            pol.network.secrets = [("TOKEN".to_string(), vec![host.clone()])].into();
+        });
+        let mut cmd = c.capsule();
+        cmd.env("TOKEN", &real).arg("exec").arg(NAME).args([
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo \"env=$TOKEN\"; env NO_PROXY= no_proxy= curl -sS --max-time 20 -H \"x-api-key: $TOKEN\" http://{host}/spec"
+            ),
+        ]);
+        let o = cmd.stdin(Stdio::null()).output().unwrap();
+        ok(&o, "exec with the policy's secret");
+        let s = out(&o);
+        assert!(s.contains("env=capsule-secret-"), "{s}");
+        assert!(s.contains("key=<REAL> path=/spec"), "{s}");
+        assert!(!s.contains(&real) && !err(&o).contains(&real));
+    });
+}
