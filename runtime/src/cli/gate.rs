@@ -490,6 +490,9 @@ fn launch(a: LaunchArgs) -> CliResult {
     if !allowlist {
         allow_hosts.clear();
     }
+    let secrets = agent::keys_as_secrets(a.backend, &mut env_names, &mut allow_hosts, |n| {
+        std::env::var(n).ok()
+    });
 
     let mut argv = vec![resolved.binary.display().to_string()];
     argv.extend(args);
@@ -510,13 +513,22 @@ fn launch(a: LaunchArgs) -> CliResult {
     for n in &env_names {
         exec_args.extend(["--pass-env".to_string(), n.clone()]);
     }
+    for f in &secrets {
+        exec_args.extend(["--secret".to_string(), f.clone()]);
+    }
     exec_args.push("--".into());
     exec_args.extend(argv.iter().cloned());
 
     if a.dry_run {
+        // a secret's name is set inside too (to its placeholder)
+        let secret_names = secrets
+            .iter()
+            .filter_map(|f| f.split_once('=').map(|(n, _)| n));
         let environment: serde_json::Map<String, serde_json::Value> = env_names
             .iter()
-            .map(|n| (n.clone(), json!("<redacted>")))
+            .map(String::as_str)
+            .chain(secret_names)
+            .map(|n| (n.to_string(), json!("<redacted>")))
             .collect();
         let mut runner = vec!["capsule".to_string()];
         runner.extend(exec_args.iter().cloned());

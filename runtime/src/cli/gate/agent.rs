@@ -20,7 +20,11 @@
 //!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`.
 //!   A `#!` line is only followed for files the sandbox cannot write.
 //! - **its API hosts** ([`Backend::default_hosts`]), passed as `--allow-host` when this
-//!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
+//!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]), plus the host of
+//!   its base-URL variable when that is set.
+//! - **its keys as secrets** ([`keys_as_secrets`]): with the allowlist in force, an API
+//!   key or token set here is passed as `--secret NAME=<those hosts>`: the CLI sees a
+//!   placeholder, and the proxy puts the value in on the way to those hosts only.
 
 use super::Backend;
 use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS};
@@ -70,6 +74,84 @@ impl Backend {
             Backend::Codex => &[],
         }
     }
+}
+
+impl Backend {
+    /// The backend's keys and tokens: kept outside the sandbox as secrets.
+    pub fn secret_names(self) -> &'static [&'static str] {
+        match self {
+            Backend::Claude => &[
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_AUTH_TOKEN",
+                "CLAUDE_CODE_OAUTH_TOKEN",
+            ],
+            Backend::Codex => &["OPENAI_API_KEY", "CODEX_API_KEY"],
+        }
+    }
+
+    /// The variable naming another API endpoint (a gateway, a local fake).
+    pub fn base_url_var(self) -> &'static str {
+        match self {
+            Backend::Claude => "ANTHROPIC_BASE_URL",
+            Backend::Codex => "OPENAI_BASE_URL",
+        }
+    }
+}
+
+/// The allowlist entry (`host:port`) of an `http(s)://` base URL; `None` for anything
+/// else (another scheme, credentials in it, no host).
+pub fn base_url_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let auth = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    if auth.is_empty() || auth.contains('@') || auth.contains(char::is_whitespace) {
+        return None;
+    }
+    let has_port = match auth.rfind(':') {
+        Some(i) => !auth[i..].contains(']'),
+        None => false,
+    };
+    Some(if has_port {
+        auth.to_string()
+    } else {
+        format!("{auth}:{default_port}")
+    })
+}
+
+/// With the allowlist in force (`allow_hosts` holds the backend's API hosts): the host of
+/// the backend's base URL (`get(var)`) joins `allow_hosts`, and each of the backend's keys
+/// in `env_names` leaves it to become a `--secret NAME=<API hosts>` flag (returned).
+pub fn keys_as_secrets(
+    b: Backend,
+    env_names: &mut Vec<String>,
+    allow_hosts: &mut Vec<String>,
+    get: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    if allow_hosts.is_empty() {
+        return Vec::new();
+    }
+    let mut hosts: Vec<String> = b.default_hosts().iter().map(|h| h.to_string()).collect();
+    if let Some(h) = get(b.base_url_var()).as_deref().and_then(base_url_host) {
+        if !hosts.contains(&h) {
+            hosts.push(h.clone());
+        }
+        if !allow_hosts.contains(&h) {
+            allow_hosts.push(h);
+        }
+    }
+    let mut flags = Vec::new();
+    env_names.retain(|n| {
+        let key = b.secret_names().contains(&n.as_str());
+        if key {
+            flags.push(format!("{n}={}", hosts.join(",")));
+        }
+        !key
+    });
+    flags
 }
 
 const ALL: [Backend; 2] = [Backend::Codex, Backend::Claude];
@@ -489,5 +571,42 @@ mod tests {
             std::fs::write(&f, line).unwrap();
             assert_eq!(interpreter(&f, &path), want, "{line:?}");
         }
+    }
+
+    #[test]
+    fn keys_become_secrets_for_the_api_hosts() {
+        assert_eq!(
+            base_url_host("https://gw.test/v1").as_deref(),
+            Some("gw.test:443")
+        );
+        assert_eq!(
+            base_url_host("http://127.0.0.1:4000").as_deref(),
+            Some("127.0.0.1:4000")
+        );
+        assert_eq!(base_url_host("http://[::1]/x").as_deref(), Some("[::1]:80"));
+        assert_eq!(
+            base_url_host("http://[::1]:81").as_deref(),
+            Some("[::1]:81")
+        );
+        assert_eq!(base_url_host("https://u:p@gw.test/"), None);
+        assert_eq!(base_url_host("file:///x"), None);
+        let mut names = vec!["ANTHROPIC_API_KEY".to_string(), "TERM".to_string()];
+        let mut allow = vec!["api.anthropic.com:443".to_string()];
+        let f = keys_as_secrets(Backend::Claude, &mut names, &mut allow, |n| {
+            (n == "ANTHROPIC_BASE_URL").then(|| "http://127.0.0.1:4000/".to_string())
+        });
+        assert_eq!(names, vec!["TERM".to_string()]);
+        assert_eq!(
+            f,
+            vec![
+                "ANTHROPIC_API_KEY=api.anthropic.com:443,console.anthropic.com:443,127.0.0.1:4000"
+                    .to_string()
+            ]
+        );
+        assert!(allow.contains(&"127.0.0.1:4000".to_string()));
+        // no allowlist (open network, or none): passed as before
+        let mut names = vec!["OPENAI_API_KEY".to_string()];
+        assert!(keys_as_secrets(Backend::Codex, &mut names, &mut Vec::new(), |_| None).is_empty());
+        assert_eq!(names.len(), 1);
     }
 }
