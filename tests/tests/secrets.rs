@@ -159,6 +159,8 @@ echo "env=$TOKEN"
 {curl} -H "Authorization: Bearer $TOKEN" https://127.0.0.1:{pa}/curl
 {curl} -k -H "Authorization: Bearer $TOKEN" https://127.0.0.1:{pb}/other
 {curl} -H "Authorization: Bearer $TOKEN" http://127.0.0.1:{pp}/plain
+{curl} -p -H "Authorization: Bearer $TOKEN" http://127.0.0.1:{pp}/plain-tunnel
+{curl} --socks5-hostname 127.0.0.1:3128 -H "Authorization: Bearer $TOKEN" https://127.0.0.1:{pa}/socks
 {curl} -o /dev/null -w 'leak=%{{http_code}}\n' -H "Authorization: Bearer $TOKEN" http://127.0.0.1:{pq}/leak
 {curl} -o /dev/null -w 'fronted=%{{http_code}}\n' -H "Host: 127.0.0.1:{pb}" -H "Authorization: Bearer $TOKEN" https://127.0.0.1:{pa}/fronted
 {curl} "https://127.0.0.1:{pa}/q?key=$TOKEN"
@@ -201,6 +203,14 @@ if command -v node >/dev/null; then node client.js {pa}; else echo "node: skippe
         assert!(
             s.contains("auth=Bearer <REAL> key=None path=/plain"),
             "plain: {s}"
+        );
+        assert!(
+            s.contains("auth=Bearer <REAL> key=None path=/plain-tunnel"),
+            "CONNECT, plain HTTP inside: {s}"
+        );
+        assert!(
+            s.contains("auth=Bearer <REAL> key=None path=/socks"),
+            "SOCKS5: {s}"
         );
         assert!(s.contains("leak=403"), "plain to another host: {s}");
         assert!(s.contains("fronted=403"), "Host naming another host: {s}");
