@@ -312,3 +312,53 @@ fn a_policys_secret_is_a_placeholder_too() {
         assert!(!s.contains(&real) && !err(&o).contains(&real));
     });
 }
+
+/// A host service reached at its own address (`--secret TOKEN=127.0.0.1:PORT` lists it):
+/// the client connects to `127.0.0.1:PORT` inside, not to the proxy, and the value still
+/// goes in, over TLS (terminated) and plain HTTP alike.
+#[test]
+fn secret_to_a_host_service_at_its_own_address() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let real = format!("sk-direct-{}-value", std::process::id());
+        let (ca, cert, key) = test_pki(c.dir.path());
+        let a = Echo::start(c.dir.path(), &real, Some((&cert, &key)));
+        let p = Echo::start(c.dir.path(), &real, None);
+        let (pa, pp) = (a.port, p.port);
+        // NO_PROXY as set: these URLs go to the sandbox's own 127.0.0.1
+        let script = format!(
+            r#"curl -sS --max-time 20 -H "Authorization: Bearer $TOKEN" https://127.0.0.1:{pa}/direct
+curl -sS --max-time 20 -H "Authorization: Bearer $TOKEN" http://127.0.0.1:{pp}/direct-plain
+python3 -c 'import os, urllib.request as u; print("py:", u.urlopen(u.Request("https://127.0.0.1:{pa}/py", headers={{"x-api-key": os.environ["TOKEN"]}})).read().decode().strip())'
+"#
+        );
+        let mut cmd = c.capsule();
+        cmd.env("TOKEN", &real)
+            .env("CAPSULE_PROXY_TEST_UPSTREAM_CA", &ca)
+            .arg("exec")
+            .arg(NAME)
+            .args([
+                "--secret",
+                &format!("TOKEN=127.0.0.1:{pa},127.0.0.1:{pp}"),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdin(Stdio::null());
+        let o = cmd.output().unwrap();
+        ok(&o, "a host service with a secret");
+        let s = out(&o);
+        assert!(
+            s.contains("auth=Bearer <REAL> key=None path=/direct\n"),
+            "{s}\n{}",
+            err(&o)
+        );
+        assert!(
+            s.contains("auth=Bearer <REAL> key=None path=/direct-plain"),
+            "{s}"
+        );
+        assert!(s.contains("py: auth=None key=<REAL> path=/py"), "{s}");
+        assert!(!s.contains(&real) && !err(&o).contains(&real));
+    });
+}

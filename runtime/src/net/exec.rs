@@ -162,6 +162,17 @@ impl ExecNet {
         }
     }
 
+    /// The host's loopback services the allowlist names (address and port): reached
+    /// inside at that same address, the relay listening there.
+    fn loopback_services(&self) -> Vec<std::net::SocketAddr> {
+        let mut v = self
+            .allowlist()
+            .map(|l| l.loopback_services())
+            .unwrap_or_default();
+        v.retain(|a| *a != RELAY_ADDR);
+        v
+    }
+
     /// Does this exec get the proxy (allowlist mode under full isolation)?
     fn proxied(&self, isolation: Isolation) -> bool {
         self.relay_end.is_some() && isolation == Isolation::Full
@@ -243,15 +254,18 @@ impl ExecNet {
         // clone copies the address space: init takes the end from its copy of the slot,
         // the supervisor (below) from its own
         let inside = end.clone();
+        let services = self.loopback_services();
         hooks.inside.push(Box::new(move || {
             let fd = inside
                 .lock()
                 .map_err(|_| "network relay: channel slot poisoned".to_string())?
                 .take()
                 .ok_or_else(|| "network relay: no channel to the proxy".to_string())?;
-            super::relay::spawn(RELAY_ADDR, fd)
+            let mut listens = vec![RELAY_ADDR];
+            listens.extend(services.iter().copied());
+            super::relay::spawn_all(&listens, fd)
                 .map(|_| ())
-                .map_err(|e| format!("network relay on {RELAY_ADDR}: {e}"))
+                .map_err(|e| format!("network relay: {e}"))
         }));
         let prev = hooks.before_release.take();
         let proxy = self.proxy.clone();
@@ -285,6 +299,10 @@ impl ExecNet {
                 v["proxy"] = format!("http://{RELAY_ADDR}").into();
                 v["socks"] = format!("socks5h://{RELAY_ADDR}").into();
                 v["refusal_log"] = self.refusal_log.display().to_string().into();
+                let services = self.loopback_services();
+                if !services.is_empty() {
+                    v["host_services"] = services.iter().map(|a| a.to_string()).collect();
+                }
             }
         }
         if !self.secret_env.is_empty() {

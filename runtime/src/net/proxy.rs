@@ -160,6 +160,8 @@ pub struct Proxy {
 
 struct Inner {
     cfg: ProxyConfig,
+    /// The host services reached at their own address (see [`Allowlist::loopback_services`]).
+    services: Vec<SocketAddr>,
     host_addrs: HostAddrs,
     permits: Arc<Semaphore>,
 }
@@ -169,6 +171,12 @@ impl Proxy {
         let permits = Arc::new(Semaphore::new(cfg.limits.max_connections.max(1)));
         Proxy {
             inner: Arc::new(Inner {
+                services: cfg
+                    .allowlist
+                    .loopback_services()
+                    .into_iter()
+                    .filter(|a| *a != super::RELAY_ADDR)
+                    .collect(),
                 cfg,
                 host_addrs: HostAddrs::default(),
                 permits,
@@ -691,12 +699,47 @@ impl Proxy {
                 }
             };
             let _ = client.set_nodelay(true);
+            // what the relay listened on: the proxy port, or a host service's own address
+            let service = client
+                .local_addr()
+                .ok()
+                .filter(|a| self.inner.services.contains(a));
             let me = self.clone();
             tokio::spawn(async move {
-                me.handle(client).await;
+                match service {
+                    Some(addr) => me.handle_service(client, addr).await,
+                    None => me.handle(client).await,
+                }
                 drop(permit);
             });
         }
+    }
+
+    /// Serve a client that connected to an allow-listed host service at its own address
+    /// inside (`127.0.0.1:4873`): the same check, then the host's service at that address,
+    /// requests substituted when a secret is for it, else bytes tunnelled.
+    async fn handle_service<S: Conn>(&self, client: S, addr: SocketAddr) {
+        let host = Host::Ip(addr.ip());
+        let port = addr.port();
+        let addrs = match self.check(&host, port).await {
+            Verdict::Allow(a) => a,
+            Verdict::Refuse(reason) | Verdict::Unresolved(reason) => {
+                return self.refuse_log(&host, port, &reason);
+            }
+        };
+        let upstream = match self.connect_any(&addrs).await {
+            Ok(s) => s,
+            Err(e) => return tracing::debug!(%host, port, "proxy: cannot connect: {}", e.msg),
+        };
+        if let Some(sc) = self.secrets_for(&host, port).cloned() {
+            return self
+                .intercept(&sc, client, Vec::new(), upstream, &host, port)
+                .await;
+        }
+        let limits = &self.inner.cfg.limits;
+        client
+            .tunnel(upstream, limits.buffer, limits.idle_timeout)
+            .await;
     }
 }
 
