@@ -21,6 +21,8 @@ pub mod host;
 pub mod http;
 pub mod intercept;
 pub mod proxy;
+#[cfg(target_os = "linux")]
+pub mod publish;
 pub mod refusal;
 #[cfg(target_os = "linux")]
 pub mod relay;

@@ -75,7 +75,7 @@ pub fn spawn_all(listens: &[SocketAddr], channel: OwnedFd) -> io::Result<Vec<Soc
     result.map(|_| addrs)
 }
 
-fn block_all_signals() -> libc::sigset_t {
+pub(super) fn block_all_signals() -> libc::sigset_t {
     // SAFETY: plain signal-mask calls on sets we own.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -86,7 +86,7 @@ fn block_all_signals() -> libc::sigset_t {
     }
 }
 
-fn restore_signals(old: &libc::sigset_t) {
+pub(super) fn restore_signals(old: &libc::sigset_t) {
     // SAFETY: restoring a mask pthread_sigmask gave us.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
 }
