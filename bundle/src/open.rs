@@ -587,6 +587,12 @@ fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
     let Some(s) = spec else {
         return NetworkPolicy::default();
     };
+    let mut p = network_mode(s);
+    p.publish = s.sandbox.publish.clone();
+    p
+}
+
+fn network_mode(s: &Spec) -> NetworkPolicy {
     match s.network {
         SpecNetwork::None => NetworkPolicy::default(),
         SpecNetwork::Replay => NetworkPolicy {
@@ -607,6 +613,7 @@ fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
                 mode: NetworkMode::Allowlist,
                 allow,
                 secrets: s.sandbox.secrets.clone(),
+                ..Default::default()
             }
         }
         SpecNetwork::Live => NetworkPolicy {

@@ -62,6 +62,10 @@ pub struct NetworkPolicy {
     /// those hosts only). Names and hosts only, never a value.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// Ports of the sandbox's loopback published on the host's loopback
+    /// (`[HOST_PORT:]PORT`), while an exec runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<String>,
 }
 
 /// What a path may be used for.

@@ -215,6 +215,10 @@ pub struct SandboxSpec {
     /// its value goes to. Needs `network: live`; each is a grant.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// Ports of the sandbox's loopback published on the host's loopback while an exec
+    /// runs (`[HOST_PORT:]PORT`); each is a grant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<String>,
 }
 
 /// `sandbox.network`.
@@ -762,6 +766,21 @@ pub fn valid_ref_name(n: &str) -> bool {
 }
 
 fn check_sandbox(s: &SandboxSpec) -> std::result::Result<(), String> {
+    for (i, p) in s.publish.iter().enumerate() {
+        let port = |x: &str| {
+            !x.is_empty()
+                && x.len() <= 5
+                && x.bytes().all(|b| b.is_ascii_digit())
+                && x.parse::<u16>().is_ok()
+        };
+        let ok = match p.split_once(':') {
+            Some((h, q)) => port(h) && port(q) && q != "0",
+            None => port(p) && p != "0",
+        };
+        if !ok {
+            return Err(format!("publish[{i}] {p:?}: want [HOST_PORT:]PORT"));
+        }
+    }
     for (n, hosts) in &s.secrets {
         let name_ok = !n.is_empty()
             && !n.as_bytes()[0].is_ascii_digit()

@@ -112,6 +112,11 @@ fn grant_kinds(e: &Env) -> Vec<(&'static str, String, &'static str)> {
             "network: live\nsandbox:\n  secrets: {GRANT_TOKEN: [api.example.org]}\n".into(),
             "secret GRANT_TOKEN -> api.example.org",
         ),
+        (
+            "publish",
+            "sandbox:\n  publish: [\"8000\"]\n".into(),
+            "publish 8000",
+        ),
     ]
 }
 
@@ -242,6 +247,7 @@ fn accepted_grants_are_applied_recorded_and_shown() {
                     && p["network"]["secrets"]
                         == serde_json::json!({"GRANT_TOKEN": ["api.example.org"]})
             }
+            "publish" => p["network"]["publish"] == serde_json::json!(["8000"]),
             _ => unreachable!(),
         };
         assert!(applied, "{name}: {p}");

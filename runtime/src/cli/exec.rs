@@ -68,6 +68,11 @@ pub struct ExecArgs {
     /// Read the value of secret NAME from PATH instead of capsule's environment.
     #[arg(long = "secret-file", value_name = "NAME=PATH")]
     pub secret_file: Vec<String>,
+    /// Publish the sandbox's 127.0.0.1:PORT on this computer's 127.0.0.1:HOST_PORT and
+    /// [::1]:HOST_PORT (never another address) while the command runs (default HOST_PORT:
+    /// PORT; 0: any free port; repeatable).
+    #[arg(long = "publish", value_name = "[HOST_PORT:]PORT", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub publish: Vec<String>,
     /// Run WITHOUT ANY ISOLATION (said loudly on stderr and in the record).
     #[arg(long, conflicts_with_all = ["no_network", "open_network"])]
     pub no_sandbox: bool,
@@ -214,6 +219,7 @@ fn effective_policy(
     }
     crate::net::secrets::add_to_policy(&mut p.network, &a.secret)
         .map_err(|e| fail(e.to_string()))?;
+    p.network.publish.extend(a.publish.iter().cloned());
     Ok(p)
 }
 

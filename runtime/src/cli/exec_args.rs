@@ -28,6 +28,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         allow_host: Vec::new(),
         secret: Vec::new(),
         secret_file: Vec::new(),
+        publish: Vec::new(),
         no_sandbox: false,
         tty: false,
         no_gpu: false,

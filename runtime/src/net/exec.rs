@@ -22,6 +22,7 @@
 use super::allowlist::Allowlist;
 use super::host::{HostProxy, RunningProxy};
 use super::proxy::{ProxyConfig, SecretsConfig};
+use super::publish::ExecPublish;
 use super::refusal::RefusalLog;
 use super::resolve::Resolver;
 use super::secrets::Secrets;
@@ -55,6 +56,8 @@ pub enum NetError {
     Secret(#[from] super::secrets::SecretError),
     #[error("secrets: {0}")]
     Tls(#[from] super::tls::TlsError),
+    #[error("{0}")]
+    Publish(String),
 }
 
 impl NetError {
@@ -62,7 +65,9 @@ impl NetError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            NetError::Plan(PlanError::Entry(_) | PlanError::Conflict(..)) | NetError::Secret(_)
+            NetError::Plan(PlanError::Entry(_) | PlanError::Conflict(..))
+                | NetError::Secret(_)
+                | NetError::Publish(_)
         )
     }
 }
@@ -83,6 +88,8 @@ pub struct ExecNet {
     secret_env: Vec<(String, String)>,
     /// The sandbox's trust file on the host (secrets in allowlist mode).
     trust_file: Option<PathBuf>,
+    /// Published ports (`--publish`, `sandbox.publish`).
+    publish: Option<ExecPublish>,
 }
 
 impl ExecNet {
@@ -116,7 +123,20 @@ impl ExecNet {
             note: RefCell::new(None),
             secret_env: secrets.as_ref().map(Secrets::env).unwrap_or_default(),
             trust_file: None,
+            publish: None,
         };
+        if !network.publish.is_empty() {
+            match net.plan {
+                NetPlan::Off => return Err(NetError::Publish(
+                    "--publish: the sandbox has no network at all (--no-network): nothing inside can be published".into(),
+                )),
+                NetPlan::Open => return Err(NetError::Publish(
+                    "--publish: with the open network the command's servers are on the host's network already; publish needs the sandbox's own (none or an allowlist)".into(),
+                )),
+                NetPlan::Loopback | NetPlan::Allowlist(_) => {}
+            }
+            net.publish = ExecPublish::prepare(&network.publish).map_err(NetError::Publish)?;
+        }
         match &net.plan {
             NetPlan::Allowlist(list) => {
                 let cfg = ProxyConfig {
@@ -243,8 +263,25 @@ impl ExecNet {
         self.note.borrow().clone()
     }
 
-    /// Add this exec's network hooks to `hooks`, for a plan of `isolation`.
-    pub fn hooks(&self, mut hooks: Hooks, isolation: Isolation) -> Hooks {
+    /// Add this exec's network hooks to `hooks`, for a plan of `isolation`: the relay
+    /// (allowlist mode) and the published ports' connector (own network namespace only).
+    pub fn hooks(&self, hooks: Hooks, isolation: Isolation) -> Hooks {
+        let hooks = self.proxy_hooks(hooks, isolation);
+        match &self.publish {
+            Some(p) if isolation == Isolation::Full => {
+                p.hooks(hooks, Some(super::proxy::DEFAULT_IDLE_TIMEOUT))
+            }
+            Some(_) => {
+                *self.note.borrow_mut() = Some(
+                    "published ports need the sandbox's own network namespace: not published under weaker isolation".into(),
+                );
+                hooks
+            }
+            None => hooks,
+        }
+    }
+
+    fn proxy_hooks(&self, mut hooks: Hooks, isolation: Isolation) -> Hooks {
         if !self.proxied(isolation) {
             return hooks;
         }
@@ -309,6 +346,9 @@ impl ExecNet {
             // names and hosts; never a value (nor the placeholder)
             v["secrets"] = self.secret_env.iter().map(|(n, _)| n.clone()).collect();
         }
+        if let Some(p) = &self.publish {
+            v["published"] = serde_json::to_value(p.bound()).unwrap_or_default();
+        }
         if self.plan == NetPlan::Open {
             v["warning"] = "the host's network, unrestricted".into();
         }
@@ -319,6 +359,9 @@ impl ExecNet {
     pub fn finish(&self) {
         if let Some(r) = self.running.borrow_mut().take() {
             r.stop();
+        }
+        if let Some(p) = &self.publish {
+            p.finish();
         }
         self.proxy.borrow_mut().take();
         if let Some(end) = &self.relay_end {

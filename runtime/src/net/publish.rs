@@ -29,7 +29,8 @@ pub struct Publish {
 
 /// Parse `[HOST_PORT:]PORT`.
 pub fn parse(s: &str) -> Result<Publish, String> {
-    let bad = || format!("--publish {s:?}: want [HOST_PORT:]PORT (ports 1-65535; HOST_PORT 0: any)");
+    let bad =
+        || format!("--publish {s:?}: want [HOST_PORT:]PORT (ports 1-65535; HOST_PORT 0: any)");
     let num = |p: &str| -> Result<u16, String> {
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
@@ -106,9 +107,7 @@ impl Publisher {
                 // no IPv6 loopback here: IPv4 only
                 Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {}
-                Err(e) => {
-                    return Err(io::Error::new(e.kind(), format!("--publish: {v6}: {e}")))
-                }
+                Err(e) => return Err(io::Error::new(e.kind(), format!("--publish: {v6}: {e}"))),
             }
             listeners.push((l4, p.port));
             bound.push(Bound { host, port: p.port });
@@ -136,9 +135,7 @@ impl Publisher {
             .enable_all()
             .build()?;
         let Publisher {
-            listeners,
-            channel,
-            ..
+            listeners, channel, ..
         } = self;
         let thread = std::thread::Builder::new()
             .name("capsule-publish".into())
@@ -281,15 +278,123 @@ fn connector(channel: OwnedFd) {
     }
 }
 
+/// The published ports of one exec, wired into the executor as the proxy is (see
+/// [`super::exec`]): bound in [`ExecPublish::prepare`] (a port in use fails the exec before
+/// anything runs), the connector started by an init hook, the listeners served from
+/// `before_release` until [`ExecPublish::finish`].
+pub struct ExecPublish {
+    publisher: std::rc::Rc<std::cell::RefCell<Option<Publisher>>>,
+    running: std::rc::Rc<std::cell::RefCell<Option<Running>>>,
+    init_end: std::sync::Arc<std::sync::Mutex<Option<OwnedFd>>>,
+    bound: Vec<Bound>,
+}
+
+impl ExecPublish {
+    /// Parse and bind `specs` (the policy's `publish` list).
+    pub fn prepare(specs: &[String]) -> Result<Option<ExecPublish>, String> {
+        if specs.is_empty() {
+            return Ok(None);
+        }
+        let ports = specs
+            .iter()
+            .map(|p| parse(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (p, init_end) = Publisher::bind(&ports).map_err(|e| e.to_string())?;
+        Ok(Some(ExecPublish {
+            bound: p.bound().to_vec(),
+            publisher: std::rc::Rc::new(std::cell::RefCell::new(Some(p))),
+            running: Default::default(),
+            init_end: std::sync::Arc::new(std::sync::Mutex::new(Some(init_end))),
+        }))
+    }
+
+    pub fn bound(&self) -> &[Bound] {
+        &self.bound
+    }
+
+    /// Add the connector's init hook and the listeners' start to `hooks`.
+    pub fn hooks(
+        &self,
+        mut hooks: crate::linux::Hooks,
+        idle: Option<Duration>,
+    ) -> crate::linux::Hooks {
+        let inside = self.init_end.clone();
+        hooks.inside.push(Box::new(move || {
+            let fd = inside
+                .lock()
+                .map_err(|_| "published ports: channel slot poisoned".to_string())?
+                .take()
+                .ok_or_else(|| "published ports: no channel".to_string())?;
+            spawn_connector(fd).map_err(|e| format!("published ports: {e}"))
+        }));
+        let prev = hooks.before_release.take();
+        let end = self.init_end.clone();
+        let publisher = self.publisher.clone();
+        let running = self.running.clone();
+        let bound = self.bound.clone();
+        hooks.before_release = Some(Box::new(move || {
+            if let Ok(mut slot) = end.lock() {
+                slot.take();
+            }
+            if let Some(p) = publisher.borrow_mut().take() {
+                match p.start(idle) {
+                    Ok(r) => {
+                        *running.borrow_mut() = Some(r);
+                        for b in &bound {
+                            eprintln!(
+                                "capsule: published {} -> port {} inside",
+                                b.host.join(" and "),
+                                b.port
+                            );
+                        }
+                    }
+                    Err(e) => eprintln!("capsule: cannot serve the published ports: {e}"),
+                }
+            }
+            if let Some(f) = prev {
+                f();
+            }
+        }));
+        hooks
+    }
+
+    /// Stop serving (the listeners close).
+    pub fn finish(&self) {
+        self.running.borrow_mut().take();
+        self.publisher.borrow_mut().take();
+        if let Ok(mut slot) = self.init_end.lock() {
+            slot.take();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses() {
-        assert_eq!(parse("8000").unwrap(), Publish { host_port: 8000, port: 8000 });
-        assert_eq!(parse("9000:8000").unwrap(), Publish { host_port: 9000, port: 8000 });
-        assert_eq!(parse("0:8000").unwrap(), Publish { host_port: 0, port: 8000 });
+        assert_eq!(
+            parse("8000").unwrap(),
+            Publish {
+                host_port: 8000,
+                port: 8000
+            }
+        );
+        assert_eq!(
+            parse("9000:8000").unwrap(),
+            Publish {
+                host_port: 9000,
+                port: 8000
+            }
+        );
+        assert_eq!(
+            parse("0:8000").unwrap(),
+            Publish {
+                host_port: 0,
+                port: 8000
+            }
+        );
         for bad in ["", "0", "x", "1:0", "70000", "127.0.0.1:80:80", "-1", ":80"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
