@@ -2,9 +2,9 @@
 //! certificates the proxy shows the sandbox for exactly those hosts, the trust file the
 //! sandbox gets, and the verification of the real upstream server.
 //!
-//! - The CA ([`Ca::load_or_create`]) is per capsule: its key is `proxy-ca.key` (mode
-//!   0600) and its certificate `proxy-ca.pem` in the bundle directory, outside every
-//!   sandbox. The key never enters the sandbox; its certificate does, in the trust file.
+//! - The CA ([`Ca::load_or_create`]) is per capsule: its key (with its certificate) is
+//!   `proxy-ca.key` (mode 0600), its certificate alone `proxy-ca.pem`, in the bundle
+//!   directory, outside every sandbox. The key never enters the sandbox; its certificate does, in the trust file.
 //! - [`Ca::server_config`] makes (once per host and exec) a leaf certificate for one host
 //!   name or address, signed by the CA, offering only HTTP/1.1 by ALPN.
 //! - [`trust_file`] writes the system's CA bundle plus the capsule's CA to
@@ -125,7 +125,9 @@ fn read_nofollow(path: &Path) -> std::io::Result<String> {
 /// Write `data` to `dir/name` through a new temporary file (mode `mode`) renamed over it.
 fn write_replace(dir: &Path, name: &str, data: &[u8], mode: u32) -> Result<PathBuf, TlsError> {
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{seq}", std::process::id()));
     let io = |what, err| TlsError::Io {
         what,
         path: path.clone(),
@@ -150,31 +152,61 @@ fn write_replace(dir: &Path, name: &str, data: &[u8], mode: u32) -> Result<PathB
 
 impl Ca {
     /// The CA of the capsule whose bundle is `bundle_dir`: made on first use, then read.
+    /// The key and its certificate are kept together in [`CA_KEY`] (mode 0600), made
+    /// under a temporary name and linked into place only if none is there yet, so two
+    /// execs starting at once agree on one CA; [`CA_CERT`] is the certificate alone, for
+    /// tools (written again when missing or different).
     pub fn load_or_create(bundle_dir: &Path) -> Result<Ca, TlsError> {
         let key_path = bundle_dir.join(CA_KEY);
-        let cert_path = bundle_dir.join(CA_CERT);
         let ca = |e: rcgen::Error| TlsError::Ca(e.to_string());
-        let existing = match (read_nofollow(&key_path), read_nofollow(&cert_path)) {
-            (Ok(k), Ok(c)) => Some((k, c)),
-            _ => None,
+        let io = |what, err| TlsError::Io {
+            what,
+            path: key_path.clone(),
+            err,
         };
-        let (key, pem) = match existing {
-            Some((k, c)) => (KeyPair::from_pem(&k).map_err(ca)?, c),
-            None => {
+        let text = match read_nofollow(&key_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = KeyPair::generate().map_err(ca)?;
                 let cert = ca_params().self_signed(&key).map_err(ca)?;
-                let pem = cert.pem();
-                write_replace(bundle_dir, CA_KEY, key.serialize_pem().as_bytes(), 0o600)?;
-                write_replace(bundle_dir, CA_CERT, pem.as_bytes(), 0o644)?;
-                (key, pem)
+                let text = format!("{}{}", key.serialize_pem(), cert.pem());
+                static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let tmp = bundle_dir.join(format!(".{CA_KEY}.new.{}.{seq}", std::process::id()));
+                let _ = std::fs::remove_file(&tmp);
+                let written = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&tmp)
+                    .and_then(|mut f| f.write_all(text.as_bytes()));
+                let linked = written.and_then(|_| std::fs::hard_link(&tmp, &key_path));
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    // ours, or another exec's made first: the one in place counts
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io("cannot write", e)),
+                }
+                read_nofollow(&key_path).map_err(|e| io("cannot read", e))?
             }
+            Err(e) => return Err(io("cannot read", e)),
         };
+        let split = text
+            .find("-----BEGIN CERTIFICATE-----")
+            .ok_or_else(|| TlsError::Ca(format!("{}: no certificate in it", key_path.display())))?;
+        let (key_pem, pem) = text.split_at(split);
+        let key = KeyPair::from_pem(key_pem).map_err(ca)?;
+        if read_nofollow(&bundle_dir.join(CA_CERT)).ok().as_deref() != Some(pem) {
+            write_replace(bundle_dir, CA_CERT, pem.as_bytes(), 0o644)?;
+        }
         // the issuer as leaves name it: the same subject and key as the stored certificate
         let cert = ca_params().self_signed(&key).map_err(ca)?;
         Ok(Ca {
             key,
             cert,
-            pem,
+            pem: pem.to_string(),
             leaves: Mutex::default(),
         })
     }
@@ -322,12 +354,22 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let elsewhere = d.path().join("elsewhere");
         std::os::unix::fs::symlink(&elsewhere, d.path().join(CA_KEY)).unwrap();
-        // the symlink is not read; the new key replaces the link, never writes through it
-        Ca::load_or_create(d.path()).unwrap();
+        // the symlink is neither read nor written through
+        assert!(Ca::load_or_create(d.path()).is_err());
         assert!(!elsewhere.exists());
-        assert!(!std::fs::symlink_metadata(d.path().join(CA_KEY))
-            .unwrap()
-            .file_type()
-            .is_symlink());
+    }
+
+    #[test]
+    fn execs_starting_at_once_agree_on_one_ca() {
+        let d = tempfile::tempdir().unwrap();
+        let pems: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| Ca::load_or_create(d.path()).unwrap().pem().to_string()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(pems.iter().all(|p| p == &pems[0]));
+        let stored = std::fs::read_to_string(d.path().join(CA_CERT)).unwrap();
+        assert_eq!(stored, pems[0]);
     }
 }
