@@ -590,19 +590,38 @@ fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
     let Some(s) = spec else {
         return NetworkPolicy::default();
     };
+    let mut p = network_mode(s);
+    p.publish = s.sandbox.publish.clone();
+    p
+}
+
+fn network_mode(s: &Spec) -> NetworkPolicy {
     match s.network {
         SpecNetwork::None => NetworkPolicy::default(),
         SpecNetwork::Replay => NetworkPolicy {
             mode: NetworkMode::Replay,
-            allow: Vec::new(),
+            ..Default::default()
         },
-        SpecNetwork::Live if !s.sandbox.network.allow.is_empty() => NetworkPolicy {
-            mode: NetworkMode::Allowlist,
-            allow: s.sandbox.network.allow.clone(),
-        },
+        SpecNetwork::Live
+            if !s.sandbox.network.allow.is_empty() || !s.sandbox.secrets.is_empty() =>
+        {
+            // a secret's hosts are reached through the allowlist
+            let mut allow = s.sandbox.network.allow.clone();
+            for h in s.sandbox.secrets.values().flatten() {
+                if !allow.contains(h) {
+                    allow.push(h.clone());
+                }
+            }
+            NetworkPolicy {
+                mode: NetworkMode::Allowlist,
+                allow,
+                secrets: s.sandbox.secrets.clone(),
+                ..Default::default()
+            }
+        }
         SpecNetwork::Live => NetworkPolicy {
             mode: NetworkMode::Open,
-            allow: Vec::new(),
+            ..Default::default()
         },
     }
 }

@@ -57,6 +57,15 @@ pub struct NetworkPolicy {
     /// meaningful in [`NetworkMode::Allowlist`].
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Secrets kept outside the sandbox: name -> the allowlist entries of the hosts its
+    /// value goes to (the command sees a placeholder; the proxy puts the value in for
+    /// those hosts only). Names and hosts only, never a value.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// Ports of the sandbox's loopback published on the host's loopback
+    /// (`[HOST_PORT:]PORT`), while an exec runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<String>,
 }
 
 /// What a path may be used for.

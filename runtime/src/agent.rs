@@ -1,7 +1,8 @@
 //! Coding-agent backends as data: a [`Profile`] says how to find an agent CLI's binary,
 //! its own login and state paths (relative to home), its API hosts, the environment
 //! variables it reads, the arguments that turn its own sandbox off and those that make it
-//! run without a terminal, and its model and effort flags. Used by the exec pipeline
+//! run without a terminal, and its model and effort flags, and which of its variables are keys, kept outside the sandbox as
+//! secrets for its API hosts ([`keys_as_secrets`]). Used by the exec pipeline
 //! (`--agent-login`: [`unhide_login`]) and by `capsule agent launch`.
 //!
 //! Built-in profiles ([`builtin`]): claude, codex, copilot, gemini, opencode. The operator
@@ -46,6 +47,14 @@ pub struct Profile {
     /// Variables set for it when the operator has not set them.
     #[serde(default)]
     pub default_env: BTreeMap<String, String>,
+    /// Its keys and tokens: under the allowlist, each one set is kept outside the sandbox
+    /// as a secret for [`Profile::hosts`] (the command sees a placeholder).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// The variable naming another API endpoint (a gateway, a local fake): its host is
+    /// allow-listed and the secrets go there too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
     /// Arguments right after the binary that turn its own sandbox off (capsule's sandbox
     /// refuses nested user namespaces; capsule is the sandbox).
     #[serde(default)]
@@ -103,6 +112,12 @@ pub fn builtin() -> Vec<Profile> {
                 "1".into(),
             )]
             .into(),
+            secrets: s(&[
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_AUTH_TOKEN",
+                "CLAUDE_CODE_OAUTH_TOKEN",
+            ]),
+            base_url_env: Some("ANTHROPIC_BASE_URL".into()),
             sandbox_off: vec![],
             batch: s(&["-p"]),
             model_flag: Some("--model".into()),
@@ -132,6 +147,8 @@ pub fn builtin() -> Vec<Profile> {
             env_prefixes: s(&["OPENAI_", "CODEX_"]),
             default_env: BTreeMap::new(),
             // its own sandbox (bwrap, Landlock) needs nested user namespaces
+            secrets: s(&["OPENAI_API_KEY", "CODEX_API_KEY"]),
+            base_url_env: Some("OPENAI_BASE_URL".into()),
             sandbox_off: s(&["-c", "sandbox_mode=\"danger-full-access\""]),
             batch: s(&["exec"]),
             model_flag: Some("-m".into()),
@@ -154,6 +171,8 @@ pub fn builtin() -> Vec<Profile> {
             env: s(&["GH_TOKEN", "GITHUB_TOKEN", "GH_HOST"]),
             env_prefixes: s(&["COPILOT_"]),
             default_env: BTreeMap::new(),
+            secrets: s(&["GH_TOKEN", "GITHUB_TOKEN"]),
+            base_url_env: None,
             sandbox_off: vec![],
             batch: s(&["-p"]),
             model_flag: Some("--model".into()),
@@ -180,6 +199,8 @@ pub fn builtin() -> Vec<Profile> {
             env_prefixes: s(&["GEMINI_"]),
             // its own sandbox (docker, podman, sandbox-exec) stays off
             default_env: [("GEMINI_SANDBOX".into(), "false".into())].into(),
+            secrets: s(&["GEMINI_API_KEY", "GOOGLE_API_KEY"]),
+            base_url_env: None,
             sandbox_off: vec![],
             batch: s(&["-p"]),
             model_flag: Some("-m".into()),
@@ -201,6 +222,8 @@ pub fn builtin() -> Vec<Profile> {
             env: s(&["ANTHROPIC_API_KEY", "OPENAI_API_KEY"]),
             env_prefixes: s(&["OPENCODE_"]),
             default_env: BTreeMap::new(),
+            secrets: s(&[]),
+            base_url_env: None,
             sandbox_off: vec![],
             batch: s(&["run"]),
             model_flag: Some("-m".into()),
@@ -274,6 +297,8 @@ impl Profile {
             .iter()
             .chain(self.default_env.keys())
             .chain(&self.env_prefixes)
+            .chain(&self.secrets)
+            .chain(self.base_url_env.iter())
         {
             if !var_name(n) {
                 return Err(err(format!("variable {n:?}: not a variable name")));
@@ -363,6 +388,69 @@ pub fn find_profile(name: &str) -> Result<Profile, CliError> {
     Ok(p)
 }
 
+/// The allowlist entry (`host:port`) of an `http(s)://` base URL; `None` for anything
+/// else (another scheme, credentials in it, no host).
+pub fn base_url_host(url: &str) -> Option<String> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let default_port = match scheme.to_ascii_lowercase().as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let auth = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    if auth.is_empty() || auth.contains('@') || auth.contains(char::is_whitespace) {
+        return None;
+    }
+    let has_port = match auth.rfind(':') {
+        Some(i) => !auth[i..].contains(']'),
+        None => false,
+    };
+    Some(if has_port {
+        auth.to_string()
+    } else {
+        format!("{auth}:{default_port}")
+    })
+}
+
+/// With the allowlist in force (`allow_hosts` holds the backend's API hosts): the host of
+/// the backend's base URL (`get(var)`) joins `allow_hosts`, and each of the backend's keys
+/// in `env_names` leaves it to become a secret `NAME=<API hosts>` (returned): the CLI sees
+/// a placeholder, and the proxy puts the value in on the way to those hosts only.
+pub fn keys_as_secrets(
+    b: &Profile,
+    env_names: &mut Vec<String>,
+    allow_hosts: &mut Vec<String>,
+    get: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    if allow_hosts.is_empty() {
+        return Vec::new();
+    }
+    let mut hosts: Vec<String> = b.hosts.clone();
+    if let Some(h) = b
+        .base_url_env
+        .as_deref()
+        .and_then(&get)
+        .as_deref()
+        .and_then(base_url_host)
+    {
+        if !hosts.contains(&h) {
+            hosts.push(h.clone());
+        }
+        if !allow_hosts.contains(&h) {
+            allow_hosts.push(h);
+        }
+    }
+    let mut flags = Vec::new();
+    env_names.retain(|n| {
+        let key = b.secrets.contains(n);
+        if key {
+            flags.push(format!("{n}={}", hosts.join(",")));
+        }
+        !key
+    });
+    flags
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,5 +502,48 @@ mod tests {
         assert!(o.contains(&".copilot".into()) && !o.contains(&".codex".into()));
         let o = other_logins(&mine, &all);
         assert!(!o.contains(&".mine".into()) && o.contains(&".codex".into()));
+    }
+
+    #[test]
+    fn keys_become_secrets_for_the_api_hosts() {
+        assert_eq!(
+            base_url_host("https://gw.test/v1").as_deref(),
+            Some("gw.test:443")
+        );
+        assert_eq!(
+            base_url_host("http://127.0.0.1:4000").as_deref(),
+            Some("127.0.0.1:4000")
+        );
+        assert_eq!(base_url_host("http://[::1]/x").as_deref(), Some("[::1]:80"));
+        assert_eq!(
+            base_url_host("http://[::1]:81").as_deref(),
+            Some("[::1]:81")
+        );
+        assert_eq!(base_url_host("https://u:p@gw.test/"), None);
+        assert_eq!(base_url_host("file:///x"), None);
+        let mut names = vec!["ANTHROPIC_API_KEY".to_string(), "TERM".to_string()];
+        let mut allow = vec!["api.anthropic.com:443".to_string()];
+        let f = keys_as_secrets(&find("claude", &[]).unwrap(), &mut names, &mut allow, |n| {
+            (n == "ANTHROPIC_BASE_URL").then(|| "http://127.0.0.1:4000/".to_string())
+        });
+        assert_eq!(names, vec!["TERM".to_string()]);
+        assert_eq!(
+            f,
+            vec![
+                "ANTHROPIC_API_KEY=api.anthropic.com:443,console.anthropic.com:443,127.0.0.1:4000"
+                    .to_string()
+            ]
+        );
+        assert!(allow.contains(&"127.0.0.1:4000".to_string()));
+        // no allowlist (open network, or none): passed as before
+        let mut names = vec!["OPENAI_API_KEY".to_string()];
+        assert!(keys_as_secrets(
+            &find("codex", &[]).unwrap(),
+            &mut names,
+            &mut Vec::new(),
+            |_| None
+        )
+        .is_empty());
+        assert_eq!(names.len(), 1);
     }
 }

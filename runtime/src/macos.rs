@@ -286,7 +286,7 @@ mod tests {
             devices: vec![],
             network: NetworkPolicy {
                 mode: NetworkMode::None,
-                allow: vec![],
+                ..Default::default()
             },
         }
     }

@@ -39,7 +39,7 @@ fn fixture(r: &capsule_e2e::Runner, mode: NetworkMode) -> Capsule {
         p.writable.push(home.join("out"));
         p.network = NetworkPolicy {
             mode,
-            allow: vec![],
+            ..Default::default()
         };
     });
     // opened from a checkout: its sibling projects are hidden, those made later too

@@ -756,6 +756,17 @@ pub fn policy_in_words(p: &SandboxPolicy) -> Vec<String> {
         v.push(format!("devices: {}", p.devices.join(", ")));
     }
     v.push(format!("network: {}", network_words(p)));
+    for (name, hosts) in &p.network.secrets {
+        v.push(format!(
+            "secret: {name} is a placeholder inside; its value (from the exec's environment) goes to {} only",
+            hosts.join(", ")
+        ));
+    }
+    for port in &p.network.publish {
+        v.push(format!(
+            "published while an exec runs: {port} (HOST_PORT:PORT) on this computer's 127.0.0.1 and [::1] only"
+        ));
+    }
     v
 }
 
@@ -935,6 +946,8 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         "seccomp": seccomp,
         "network": plan.policy.network.mode.as_str(),
         "network_allow": plan.policy.network.allow,
+        "network_secrets": plan.policy.network.secrets,
+        "network_publish": plan.policy.network.publish,
         "landlock": {
             "workspace": plan.policy.workspace,
             "writable": plan.policy.writable,

@@ -72,6 +72,22 @@ pub struct ExecArgs {
     /// capsule's own list). Everything else is refused with 403 and logged.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
     pub allow_host: Vec<String>,
+    /// Keep the value of the variable NAME outside the sandbox: the command's NAME is a
+    /// random placeholder, and capsule's proxy puts the value (from capsule's own
+    /// environment, or --secret-file) in place of it in requests to these hosts only
+    /// (headers and URL query; HTTPS terminated with the capsule's own CA). The hosts are
+    /// added to the allowlist; the placeholder sent anywhere else is refused (403) and
+    /// logged (repeatable).
+    #[arg(long = "secret", value_name = "NAME=HOST[:PORT][,...]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub secret: Vec<String>,
+    /// Read the value of secret NAME from PATH instead of capsule's environment.
+    #[arg(long = "secret-file", value_name = "NAME=PATH")]
+    pub secret_file: Vec<String>,
+    /// Publish the sandbox's 127.0.0.1:PORT on this computer's 127.0.0.1:HOST_PORT and
+    /// [::1]:HOST_PORT (never another address) while the command runs (default HOST_PORT:
+    /// PORT; 0: any free port; repeatable).
+    #[arg(long = "publish", value_name = "[HOST_PORT:]PORT", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub publish: Vec<String>,
     /// Run WITHOUT ANY ISOLATION (said loudly on stderr and in the record).
     #[arg(long, conflicts_with_all = ["no_network", "open_network"])]
     pub no_sandbox: bool,
@@ -157,6 +173,9 @@ impl ExecArgs {
             timeout: self.timeout,
             activity_timeout: self.activity_timeout,
             limits: self.limits(),
+            secrets: self.secret.clone(),
+            secret_files: self.secret_file.clone(),
+            publish: self.publish.clone(),
         })
     }
 }

@@ -468,6 +468,9 @@ fn launch(a: LaunchArgs) -> CliResult {
     if !allowlist {
         allow_hosts.clear();
     }
+    let secrets = crate::agent::keys_as_secrets(&prof, &mut env_names, &mut allow_hosts, |n| {
+        std::env::var(n).ok()
+    });
 
     let mut argv = vec![resolved.binary.display().to_string()];
     let sandbox_off: Vec<String> = prof.sandbox_off.clone();
@@ -490,13 +493,22 @@ fn launch(a: LaunchArgs) -> CliResult {
     for n in &env_names {
         exec_args.extend(["--pass-env".to_string(), n.clone()]);
     }
+    for f in &secrets {
+        exec_args.extend(["--secret".to_string(), f.clone()]);
+    }
     exec_args.push("--".into());
     exec_args.extend(argv.iter().cloned());
 
     if a.dry_run {
+        // a secret's name is set inside too (to its placeholder)
+        let secret_names = secrets
+            .iter()
+            .filter_map(|f| f.split_once('=').map(|(n, _)| n));
         let environment: serde_json::Map<String, serde_json::Value> = env_names
             .iter()
-            .map(|n| (n.clone(), json!("<redacted>")))
+            .map(String::as_str)
+            .chain(secret_names)
+            .map(|n| (n.to_string(), json!("<redacted>")))
             .collect();
         let mut runner = vec!["capsule".to_string()];
         runner.extend(exec_args.iter().cloned());
@@ -573,6 +585,7 @@ fn launch(a: LaunchArgs) -> CliResult {
             crate::exec::NetworkRequest::Allow(allow_hosts)
         },
         pass_env: env_names,
+        secrets,
         ..Default::default()
     };
     let done = crate::exec::Exec::new(target.display().to_string())

@@ -67,8 +67,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
 
     let policy = resolve_policy(&a, &cap, &layout)?;
     // the network of this exec: refuses replay, binds the allowlist proxy
-    let net =
-        crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
+    let net = crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir, &a.secret_files)
+        .map_err(|e| {
             if e.is_usage() {
                 fail(e.to_string())
             } else {
@@ -166,8 +166,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     // devices, no display
     let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
         use crate::home::sandbox::{extend, EnvError};
-        let login = a.agent_login.map_or(&[][..], |b| b.login_paths());
-        extend(plan, &cap, &settings, !a.no_gpu, &layout.root, login)
+        let login: Vec<&str> = a
+            .agent_login
+            .iter()
+            .flat_map(|b| b.login_paths.iter().map(String::as_str))
+            .collect();
+        extend(plan, &cap, &settings, !a.no_gpu, &layout.root, &login)
             .map(|_| ())
             .map_err(|e| match e {
                 EnvError::Device(_) => fail(e.to_string()),

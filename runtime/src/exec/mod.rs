@@ -104,6 +104,14 @@ pub struct ExecOptions {
     pub activity_timeout: Option<Duration>,
     /// Resource limits; those not given come from the operator's settings.
     pub limits: Limits,
+    /// Secrets kept outside the sandbox: `NAME=HOST[:PORT][,...]` each (the command sees
+    /// a placeholder; the proxy puts the value in for those hosts, which join the
+    /// allowlist). See `crate::net::secrets`.
+    pub secrets: Vec<String>,
+    /// `NAME=PATH`: read that secret's value from PATH instead of the environment.
+    pub secret_files: Vec<String>,
+    /// Ports published on the host's loopback: `[HOST_PORT:]PORT` each.
+    pub publish: Vec<String>,
 }
 
 /// One exec, built up and then [run](Exec::run).
@@ -298,6 +306,9 @@ fn effective_policy(
             p.network.allow.extend(hosts.iter().cloned());
         }
     }
+    crate::net::secrets::add_to_policy(&mut p.network, &a.secrets)
+        .map_err(|e| fail(e.to_string()))?;
+    p.network.publish.extend(a.publish.iter().cloned());
     Ok(p)
 }
 
