@@ -14,4 +14,5 @@ pub mod linux;
 pub mod macos;
 pub mod net;
 pub mod record;
+pub mod refusals;
 pub mod settings;

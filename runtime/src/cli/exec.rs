@@ -92,6 +92,14 @@ pub struct ExecArgs {
     /// it starts (a cgroup's CFS quota); past it they wait.
     #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
     pub cpus: Option<u64>,
+    /// When to say on stderr what the sandbox refused: `after` the command (one line per
+    /// distinct refusal), or `live` as it happens (the default when stderr is a terminal).
+    #[arg(long = "refusals", value_name = "WHEN", value_enum)]
+    pub refusals: Option<RefusalsWhen>,
+    /// Say nothing on stderr about refusals (the record and `capsule refusals` still list
+    /// them).
+    #[arg(long)]
+    pub quiet_refusals: bool,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -100,7 +108,27 @@ pub struct ExecArgs {
     pub command: Vec<OsString>,
 }
 
+/// `--refusals WHEN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefusalsWhen {
+    After,
+    Live,
+}
+
 impl ExecArgs {
+    /// How this exec says its refusals on stderr.
+    pub fn say_refusals(&self) -> crate::refusals::Say {
+        use crate::refusals::Say;
+        use std::io::IsTerminal;
+        match (self.quiet_refusals, self.refusals) {
+            (true, _) => Say::Quiet,
+            (_, Some(RefusalsWhen::Live)) => Say::Live,
+            (_, Some(RefusalsWhen::After)) => Say::After,
+            (_, None) if std::io::stderr().is_terminal() => Say::Live,
+            _ => Say::After,
+        }
+    }
+
     /// The resource limits asked for on the command line.
     pub fn limits(&self) -> crate::limits::Limits {
         crate::limits::Limits {
@@ -328,9 +356,15 @@ mod imp {
         tracing::debug!("gate decided: {:?}", started.elapsed());
 
         let policy = resolve_policy(&a, &cap, &layout)?;
+        // what the sandbox refuses this exec, listed (see `crate::refusals`)
+        let refusals = std::sync::Arc::new(crate::refusals::Collector::new(a.say_refusals()));
         // the network of this exec: refuses replay, binds the allowlist proxy
-        let net =
-            crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
+        let net = crate::net::exec::ExecNet::prepare(
+            &policy.network,
+            &cap.bundle_dir,
+            refusals.clone(),
+        )
+        .map_err(|e| {
                 if e.is_usage() {
                     fail(e.to_string())
                 } else {
@@ -382,6 +416,8 @@ mod imp {
             git_guard: None,
             limits: None,
             limits_reached: Vec::new(),
+            refusals: Vec::new(),
+            refusals_dropped: 0,
         };
 
         let mut landlock_best_effort = false;
@@ -414,6 +450,7 @@ mod imp {
             let ws = cap.workspace.clone();
             let watch = watch.clone();
             Hooks {
+                refusals: Some(refusals.clone()),
                 before_release: Some(Box::new(move || {
                     watch.borrow_mut().spawn_relay();
                     let t = Instant::now();
@@ -522,6 +559,13 @@ mod imp {
         }
         net.finish();
         degradation.extend(net.degradation());
+        refusals.say_after();
+        rec.refusals = refusals.refusals();
+        rec.refusals_dropped = refusals.dropped();
+        let log = cap.bundle_file(bundle_files::REFUSALS);
+        if let Err(e) = refusals.append_to(&log, &rec.started_at) {
+            eprintln!("capsule: cannot append to {}: {e}", log.display());
+        }
         rec.degradation = degradation;
 
         let code = match &result {

@@ -68,6 +68,7 @@ pub mod cgroup;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
+pub mod notify;
 pub mod oci;
 pub mod plan;
 pub mod prepared;
@@ -167,6 +168,9 @@ pub struct Hooks {
     /// (e.g. the workspace snapshot the exec record compares against). Runs with the
     /// executor's signals blocked; threads it starts inherit that mask.
     pub before_release: Option<Box<dyn FnOnce()>>,
+    /// Where the refusals of the exec are listed ([`notify`] feeds it the refused
+    /// syscalls); without one they are answered as always and not kept.
+    pub refusals: Option<std::sync::Arc<crate::refusals::Collector>>,
 }
 
 /// Messages on the report pipe, one JSON line each.
@@ -254,6 +258,22 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     };
     let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
+    // the seccomp listener's way to capsule ([`notify`]): its sandbox end is init's and
+    // the command's (or a warm spare's) until the listener is sent
+    let (notify_mine, notify_theirs) = match notify::channel() {
+        Ok(c) => c,
+        Err(e) => {
+            for fd in [rep_r, rep_w, sync_r, sync_w] {
+                sys::close(fd);
+            }
+            return Err(setup("socketpair", e));
+        }
+    };
+    let notify_fd = {
+        use std::os::fd::AsRawFd;
+        notify_theirs.as_raw_fd()
+    };
+    let refusals = hooks.refusals.take().unwrap_or_default();
 
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
@@ -381,6 +401,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             pty_sock: pty_child_sock,
             old_mask: &old_mask,
             seccomp: seccomp.as_ref(),
+            notify: Some(notify_fd),
             namespaces: &namespaces,
             t0: start,
             root: match (in_prepared.get(), joined.as_ref()) {
@@ -409,7 +430,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             }
         }
         // the spare is init: send it this exec
-        match warm::send(&mut w.conn, plan, rep_w, sync_r, pty_child_sock) {
+        match warm::send(&mut w.conn, plan, rep_w, sync_r, notify_fd, pty_child_sock) {
             Ok(()) => pid = 0,
             Err(e) => {
                 drop(child.take());
@@ -512,6 +533,15 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     }
     // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
+    drop(notify_theirs);
+    let seccomp_supervisor = match notify::Supervisor::start(notify_mine, refusals) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            // the command then gets ENOSYS for what the filter refuses: still refused
+            tracing::warn!("cannot start the seccomp supervisor: {e}");
+            None
+        }
+    };
     if let Some(f) = hooks_before_release {
         f();
     }
@@ -525,6 +555,9 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         None => Init::child(pid),
     };
     let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
+    if let Some(s) = seccomp_supervisor {
+        s.finish();
+    }
     restore(&old_mask);
     sys::close(rep_r);
     drop(pty);

@@ -26,6 +26,14 @@
 //!    root file on the host). `openat2` gets `ENOSYS`: its mode sits in memory the filter
 //!    cannot read, and libc falls back to `openat`.
 //!
+//! Listing what it refuses: the filter is built twice from the same table. The one an
+//! exec installs ([`SeccompProgram::install_listened`]) answers `SECCOMP_RET_USER_NOTIF`
+//! where the other answers `EPERM`; capsule's supervisor ([`super::notify`]) holds its
+//! listener, records the refusal and answers `EPERM`, the same errno. Should the
+//! supervisor be gone, the kernel answers `ENOSYS` itself: still refused. Every other
+//! answer (the kills, `ENOSYS`, allow) is the same instruction in both. The OCI rendering
+//! keeps plain errnos.
+//!
 //! `ptrace` is **allowed**, on purpose: debuggers and `strace` of the command's own children
 //! are ordinary work, the pid namespace hides host processes, and Landlock (every ABI)
 //! refuses ptrace of any process outside the sandbox's domain, which also covers weaker
@@ -72,6 +80,8 @@ pub struct SeccompReport {
 #[derive(Debug, Clone)]
 pub struct SeccompProgram {
     bpf: BpfProgram,
+    /// The same program with each `EPERM` answer replaced by `SECCOMP_RET_USER_NOTIF`.
+    listened: BpfProgram,
     report: SeccompReport,
 }
 
@@ -470,7 +480,45 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        Ok(Self { bpf, report })
+        let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
+        let listened = bpf
+            .iter()
+            .map(|i| match (i.code, i.k) {
+                (BPF_RET_K, k) if k == eperm => stmt(BPF_RET_K, libc::SECCOMP_RET_USER_NOTIF),
+                (code, k) => sock_filter {
+                    code,
+                    jt: i.jt,
+                    jf: i.jf,
+                    k,
+                },
+            })
+            .collect();
+        Ok(Self {
+            bpf,
+            listened,
+            report,
+        })
+    }
+
+    /// The program an exec installs when capsule lists refusals (for tests).
+    pub fn listened_instructions(&self) -> &[sock_filter] {
+        &self.listened
+    }
+
+    /// Install the listened filter ([`SeccompProgram::listened_instructions`]) on the
+    /// calling thread and return its listener (close-on-exec); on a kernel without user
+    /// notification (before 5.0) install the plain filter and return `None`. No
+    /// allocation: safe between `fork` and `execve`.
+    pub fn install_listened(&self) -> Result<Option<std::os::fd::OwnedFd>, SeccompError> {
+        use std::os::fd::FromRawFd;
+        match install_bpf(&self.listened, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER) {
+            // SAFETY: the kernel returned a new descriptor, ours to own.
+            Ok(fd) => Ok(Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                self.install().map(|()| None)
+            }
+            Err(e) => Err(SeccompError::Install(e)),
+        }
     }
 
     /// What this filter does.
@@ -487,25 +535,32 @@ impl SeccompProgram {
     /// safe between `fork` and `execve`. Requires `no_new_privs` (or `CAP_SYS_ADMIN`);
     /// otherwise the kernel answers `EACCES`.
     pub fn install(&self) -> Result<(), SeccompError> {
-        let prog = libc::sock_fprog {
-            len: self.bpf.len() as libc::c_ushort,
-            // seccompiler's sock_filter is repr(C) with the kernel's layout
-            filter: self.bpf.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: prog points to a live, correctly laid out BPF program; the kernel copies it.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0 as libc::c_ulong,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if rc != 0 {
-            return Err(SeccompError::Install(std::io::Error::last_os_error()));
-        }
-        Ok(())
+        install_bpf(&self.bpf, 0)
+            .map(|_| ())
+            .map_err(SeccompError::Install)
     }
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, bpf)`: its return value.
+fn install_bpf(bpf: &[sock_filter], flags: libc::c_ulong) -> std::io::Result<libc::c_long> {
+    let prog = libc::sock_fprog {
+        len: bpf.len() as libc::c_ushort,
+        // seccompiler's sock_filter is repr(C) with the kernel's layout
+        filter: bpf.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prog points to a live, correctly laid out BPF program; the kernel copies it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(rc)
 }
 
 /// Build and install the filter on the calling thread; returns what was installed.

@@ -73,6 +73,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         allowlist,
         resolver,
         refusal_log,
+        refusals: None,
         limits: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()

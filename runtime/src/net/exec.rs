@@ -4,7 +4,8 @@
 //!
 //! 1. [`ExecNet::prepare`] (host, before `linux::run`, single-threaded): makes the proxy's
 //!    [handoff channel](super::handoff) (a socketpair: nothing in the file system, nothing
-//!    to mount) and opens `refusals.jsonl`;
+//!    to mount); the proxy reports its refusals to the exec's
+//!    [`Collector`](crate::refusals::Collector), which writes `refusals.jsonl` at the end;
 //! 2. [`ExecNet::apply`] adds to the [`ExecPlan`]: the proxy environment and the network
 //!    namespace flags;
 //! 3. [`ExecNet::hooks`] adds the init hook that starts the relay on [`RELAY_ADDR`] inside
@@ -22,7 +23,6 @@
 use super::allowlist::Allowlist;
 use super::host::{HostProxy, RunningProxy};
 use super::proxy::ProxyConfig;
-use super::refusal::RefusalLog;
 use super::resolve::Resolver;
 use super::{plan, proxy_env, NetFlags, NetPlan, PlanError, RELAY_ADDR};
 use crate::linux::{ExecPlan, Hooks, Isolation};
@@ -78,7 +78,11 @@ pub struct ExecNet {
 impl ExecNet {
     /// Decide the network of this exec from the (effective) policy's network part; for
     /// allowlist mode make the proxy's channel. Prints the open-network warning.
-    pub fn prepare(network: &NetworkPolicy, bundle_dir: &Path) -> Result<ExecNet, NetError> {
+    pub fn prepare(
+        network: &NetworkPolicy,
+        bundle_dir: &Path,
+        refusals: Arc<crate::refusals::Collector>,
+    ) -> Result<ExecNet, NetError> {
         let plan = plan(network, &NetFlags::default())?;
         let refusal_log = bundle_dir.join(bundle_files::REFUSALS);
         let mut net = ExecNet {
@@ -94,13 +98,8 @@ impl ExecNet {
                 let cfg = ProxyConfig {
                     allowlist: list.clone(),
                     resolver: Resolver::from_env().map_err(NetError::Resolver)?,
-                    refusal_log: Some(RefusalLog::open(&net.refusal_log).map_err(|err| {
-                        NetError::Io {
-                            what: "cannot open the refusal log",
-                            path: net.refusal_log.clone(),
-                            err,
-                        }
-                    })?),
+                    refusal_log: None,
+                    refusals: Some(refusals),
                     limits: Default::default(),
                 };
                 let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;

@@ -107,6 +107,8 @@ pub struct ProxyConfig {
     pub allowlist: Allowlist,
     pub resolver: Resolver,
     pub refusal_log: Option<RefusalLog>,
+    /// The exec's list of refusals (under `capsule exec`).
+    pub refusals: Option<std::sync::Arc<crate::refusals::Collector>>,
     pub limits: Limits,
 }
 
@@ -219,6 +221,17 @@ impl Proxy {
         tracing::info!(%host, port, reason, "proxy refused");
         if let Some(log) = &self.inner.cfg.refusal_log {
             log.record(&host.to_string(), port, reason);
+        }
+        if let Some(c) = &self.inner.cfg.refusals {
+            let target = super::refusal::target(&host.to_string(), port);
+            c.add(crate::refusals::Event {
+                kind: crate::refusals::Kind::Connect,
+                grant: Some(crate::refusals::connect_grant(&target)),
+                target,
+                program: String::new(),
+                pid: None,
+                reason: Some(reason.to_string()),
+            });
         }
     }
 

@@ -1,0 +1,303 @@
+//! The seccomp supervisor of one exec: it holds the listener of the filter the command
+//! runs under ([`super::seccomp::SeccompProgram::install_listened`]), and for each
+//! refused syscall records who asked (kind `syscall`, its name, the program's `comm`
+//! and pid) in the exec's [`Collector`] and answers `EPERM`, the errno the plain filter
+//! gives.
+//!
+//! How the listener gets here: [`channel`] makes a socketpair before the sandbox is
+//! started; its sandbox end reaches the process that installs the filter (the command's
+//! own process on its way to `execve`, or a warm spare, which installed it ahead of
+//! time), which sends the listener over it (`SCM_RIGHTS`) and closes its own copy. The
+//! command never holds it: the end is close-on-exec and closed before `execve`.
+//!
+//! Why the task can neither hang nor crash it, nor decide anything with it:
+//! - it reads nothing of the task's memory: the syscall number, its arguments as
+//!   integers (to name an `ioctl` request, say) and the pid the kernel gives; the
+//!   program's name comes from `/proc/<pid>/comm` and `/proc/<pid>/status` (the task's
+//!   namespace pid), checked with `SECCOMP_IOCTL_NOTIF_ID_VALID` afterwards so a
+//!   recycled pid is never named;
+//! - every answer is the same (`EPERM`); a refused call waits only for this thread, and
+//!   only for one `read` of two small procfs files;
+//! - should this thread or capsule end, the listener closes and the kernel answers every
+//!   call the filter sends here with `ENOSYS`: still refused (and capsule's end ends the
+//!   sandbox anyway);
+//! - a storm of refusals costs the task one round trip each; the record stays bounded
+//!   ([`crate::refusals::MAX_DISTINCT`], counts).
+
+use super::seccomp;
+use crate::refusals::{Collector, Event, Kind};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+/// The socketpair the listener travels on: (capsule's end, the sandbox's end), both
+/// close-on-exec.
+pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)
+}
+
+/// Send `listener` on the sandbox's end `sock` (from the process that installed it).
+pub fn send_listener(sock: RawFd, listener: RawFd) -> io::Result<()> {
+    super::sys::send_fds(sock, b"L", &[listener]).map(|_| ())
+}
+
+/// A running supervisor.
+pub struct Supervisor {
+    thread: Option<std::thread::JoinHandle<()>>,
+    stop: OwnedFd,
+}
+
+impl Supervisor {
+    /// Start the supervisor thread on capsule's end of the channel. Call after the
+    /// sandbox is cloned (the executor clones while single-threaded).
+    pub fn start(sock: OwnedFd, refusals: Arc<Collector>) -> io::Result<Supervisor> {
+        let mut p = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 into a valid array.
+        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: descriptors just made, ours to own.
+        let (stop_r, stop) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        let names = Names::new();
+        let thread = std::thread::Builder::new()
+            .name("capsule-seccomp".into())
+            .stack_size(64 * 1024)
+            .spawn(move || serve(sock, stop_r, &names, &refusals))?;
+        Ok(Supervisor {
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    /// Stop (the sandbox has ended) and wait for the thread.
+    pub fn finish(mut self) {
+        let _ = super::sys::write_all(self.stop.as_raw_fd(), &[1]);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Poll `fd` and `stop`; true when `fd` is readable (false: stop, or `fd` hung up).
+fn wait(fd: RawFd, stop: RawFd) -> bool {
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return false;
+        }
+        if p[1].revents != 0 {
+            return false;
+        }
+        if p[0].revents & libc::POLLIN != 0 {
+            return true;
+        }
+        if p[0].revents != 0 {
+            return false;
+        }
+    }
+}
+
+fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, refusals: &Collector) {
+    if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
+        return;
+    }
+    let listener = match super::sys::recv_fds(sock.as_raw_fd(), &mut [0u8; 1]) {
+        Ok((_, fds)) => match fds.into_iter().next() {
+            Some(l) => l,
+            None => return,
+        },
+        Err(_) => return,
+    };
+    drop(sock);
+    while wait(listener.as_raw_fd(), stop.as_raw_fd()) {
+        answer_one(listener.as_raw_fd(), names, refusals);
+    }
+}
+
+/// Receive one notification, name it, answer `EPERM`, record it.
+fn answer_one(listener: RawFd, names: &Names, refusals: &Collector) {
+    // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: the ioctl fills n.
+    if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) } != 0 {
+        // the task is gone (ENOENT) or interrupted: nothing to answer
+        return;
+    }
+    let (program, pid) = who(n.pid);
+    // is the pid still the task that asked? (else the names belong to another process)
+    let mut id = n.id;
+    // SAFETY: the ioctl reads id.
+    let valid = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) } == 0;
+    let resp = libc::seccomp_notif_resp {
+        id: n.id,
+        val: 0,
+        error: -libc::EPERM,
+        flags: 0,
+    };
+    let mut resp = resp;
+    // SAFETY: the ioctl reads resp.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+    let (program, pid) = if valid {
+        (program, pid)
+    } else {
+        (String::new(), None)
+    };
+    refusals.add(Event {
+        kind: Kind::Syscall,
+        target: names.describe(n.data.nr as i64, &n.data.args),
+        program,
+        pid,
+        grant: None,
+        reason: None,
+    });
+}
+
+/// The `comm` of host pid `pid` and its pid in its innermost namespace.
+fn who(pid: u32) -> (String, Option<i32>) {
+    if pid == 0 {
+        return (String::new(), None);
+    }
+    let read = |what: &str, max: usize| -> Option<Vec<u8>> {
+        use std::io::Read;
+        let f = std::fs::File::open(format!("/proc/{pid}/{what}")).ok()?;
+        let mut b = Vec::with_capacity(max);
+        f.take(max as u64).read_to_end(&mut b).ok()?;
+        Some(b)
+    };
+    let comm = read("comm", 64)
+        .map(|b| String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).into_owned())
+        .unwrap_or_default();
+    let nspid = read("status", 4096).and_then(|b| {
+        let s = String::from_utf8_lossy(&b).into_owned();
+        s.lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
+    });
+    (comm, nspid)
+}
+
+/// Syscall names by number, from the filter's table.
+struct Names(Vec<(i64, &'static str)>);
+
+impl Names {
+    fn new() -> Names {
+        let mut v: Vec<(i64, &'static str)> =
+            seccomp::rules().iter().map(|r| (r.nr, r.name)).collect();
+        v.sort_unstable();
+        v.dedup();
+        Names(v)
+    }
+
+    /// The refused call in a few words: its name, and for calls refused only for some
+    /// arguments what made it refused.
+    fn describe(&self, nr: i64, args: &[u64; 6]) -> String {
+        let name = match self.0.binary_search_by_key(&nr, |e| e.0) {
+            Ok(i) => self.0[i].1,
+            Err(_) => return format!("syscall {nr}"),
+        };
+        let low = |i: usize| args[i] & 0xffff_ffff;
+        let detail = match name {
+            "ioctl" if low(1) == seccomp::TIOCSTI => " TIOCSTI",
+            "ioctl" if low(1) == seccomp::TIOCLINUX => " TIOCLINUX",
+            "clone" | "unshare" => " CLONE_NEWUSER",
+            "personality" => " (a persona turning ASLR off or changing the ABI)",
+            "fchmod" | "fchmodat" | "fchmodat2" | "openat" | "mknodat" | "chmod" | "open"
+            | "creat" | "mknod" => " (a set-user-ID or set-group-ID mode)",
+            _ => "",
+        };
+        format!("{name}{detail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_refused_calls() {
+        let n = Names::new();
+        assert_eq!(n.describe(libc::SYS_keyctl, &[0; 6]), "keyctl");
+        assert_eq!(
+            n.describe(libc::SYS_ioctl, &[0, 0xffff_ffff_0000_5412, 0, 0, 0, 0]),
+            "ioctl TIOCSTI"
+        );
+        assert_eq!(n.describe(libc::SYS_unshare, &[0; 6]), "unshare CLONE_NEWUSER");
+        assert_eq!(n.describe(99999, &[0; 6]), "syscall 99999");
+    }
+
+    /// A forked child under the listened filter: keyctl is answered EPERM by the
+    /// supervisor and recorded; without the supervisor (listener closed) it is ENOSYS,
+    /// still refused.
+    #[test]
+    fn refused_syscall_is_recorded_and_answered_eperm() {
+        let prog = seccomp::SeccompProgram::build().unwrap();
+        for supervised in [true, false] {
+            let (mine, theirs) = channel().unwrap();
+            let (rd, wr) = super::super::sys::pipe().unwrap();
+            // SAFETY: fork of a test process; the child only makes raw calls and _exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                unsafe {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                    let l = match prog.install_listened() {
+                        Ok(Some(l)) => l,
+                        _ => libc::_exit(90),
+                    };
+                    if supervised {
+                        let _ = send_listener(theirs.as_raw_fd(), l.as_raw_fd());
+                    }
+                    drop(l);
+                    let rc = libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0);
+                    let e = *libc::__errno_location();
+                    let b = [if rc == -1 { e as u8 } else { 0 }];
+                    libc::write(wr, b.as_ptr().cast(), 1);
+                    libc::_exit(0);
+                }
+            }
+            drop(theirs);
+            super::super::sys::close(wr);
+            let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
+            let sup = Supervisor::start(mine, c.clone()).unwrap();
+            let mut b = [0u8; 1];
+            assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            sup.finish();
+            let r = c.refusals();
+            if supervised {
+                assert_eq!(b[0] as i32, libc::EPERM);
+                assert_eq!(r.len(), 1, "{r:?}");
+                assert_eq!(r[0].target, "keyctl");
+                assert_eq!(r[0].kind, Kind::Syscall);
+                assert_eq!(r[0].pid, Some(pid));
+                assert!(!r[0].program.is_empty());
+            } else {
+                assert_eq!(b[0] as i32, libc::ENOSYS);
+                assert!(r.is_empty());
+            }
+            super::super::sys::close(rd);
+        }
+    }
+}
