@@ -12,6 +12,7 @@ pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
+pub mod refusals;
 pub mod seatbelt;
 pub mod steps;
 
@@ -63,6 +64,8 @@ pub enum Command {
     /// Projects next to the source that a workspace builds from.
     #[command(subcommand)]
     Reveal(home::RevealCommand),
+    /// List what the sandbox refused a capsule's commands, and the grant for each.
+    Refusals(refusals::RefusalsArgs),
     /// Print the macOS Seatbelt profile for a capsule.
     Seatbelt(seatbelt::SeatbeltArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
@@ -148,6 +151,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Agent(c) => gate::agent(c),
         Command::Home(c) => home::home(c),
         Command::Reveal(c) => home::reveal(c),
+        Command::Refusals(a) => refusals::refusals(a),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
         Command::Proxy(a) => crate::net::cmd::run(a),
         Command::Materialize(a) => steps::materialize_entry(a),

@@ -1,0 +1,92 @@
+//! Every refusal listed: a command that does each refused thing gets exactly those
+//! refusals (kind, target, program, grant) in the exec record, in `refusals.jsonl` and on
+//! stderr; ordinary work gets none; a storm of refusals keeps the record bounded.
+use capsule_e2e::sandbox::*;
+
+fn record(c: &Capsule) -> serde_json::Value {
+    c.records().pop().expect("exec record")
+}
+
+fn refusals(rec: &serde_json::Value) -> Vec<serde_json::Value> {
+    rec["refusals"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn refused_syscall_is_listed_with_the_same_errno() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let script = "import ctypes,os\nlibc=ctypes.CDLL(None,use_errno=True)\nfor i in range(3):\n rc=libc.syscall(250,0,0,0,0,0)\nprint(rc, os.strerror(ctypes.get_errno()))";
+        let o = c.exec(&["python3", "-c", script]);
+        ok(&o, "keyctl");
+        assert_eq!(out(&o), "-1 Operation not permitted\n", "{}", err(&o));
+        let rec = record(&c);
+        let list = refusals(&rec);
+        assert_eq!(list.len(), 1, "{rec}");
+        assert_eq!(list[0]["kind"], "syscall");
+        assert_eq!(list[0]["target"], "keyctl");
+        assert_eq!(list[0]["program"], "python3");
+        assert_eq!(list[0]["count"], 3);
+        assert!(list[0].get("grant").is_none(), "{rec}");
+        assert!(
+            err(&o).contains("capsule: refused syscall keyctl (python3), 3 times\n"),
+            "{}",
+            err(&o)
+        );
+    });
+}
+
+#[test]
+fn proxy_refusal_is_listed_with_its_grant() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // nothing listens there: the proxy refuses before it would connect
+        let script = "export NO_PROXY= no_proxy=; curl -s -o /dev/null -w '%{http_code}\\n' --max-time 20 http://127.0.0.1:9/x; \
+                      curl -s -o /dev/null -w '%{http_code}\\n' --max-time 20 http://127.0.0.1:9/y";
+        let mut cmd = c.capsule();
+        cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
+        cmd.args(["exec", NAME, "--allow-host", "listed.test:443", "--", "sh", "-c", script]);
+        cmd.stdin(std::process::Stdio::null());
+        let o = cmd.output().unwrap();
+        assert_eq!(out(&o), "403\n403\n", "{}", err(&o));
+        let rec = record(&c);
+        let list = refusals(&rec);
+        assert_eq!(list.len(), 1, "{rec}");
+        assert_eq!(list[0]["kind"], "connect");
+        assert_eq!(list[0]["target"], "127.0.0.1:9");
+        assert_eq!(list[0]["count"], 2);
+        assert_eq!(list[0]["grant"], "--allow-host 127.0.0.1:9");
+        assert_eq!(list[0]["reason"], "not on the allowlist");
+        assert!(
+            err(&o).contains(
+                "capsule: refused connect 127.0.0.1:9: not on the allowlist, 2 times; to allow: --allow-host 127.0.0.1:9\n"
+            ),
+            "{}",
+            err(&o)
+        );
+        // the capsule's log has it, with a time, and `capsule refusals` lists it
+        let log = std::fs::read_to_string(c.bundle.join("refusals.jsonl")).unwrap();
+        let lines: Vec<serde_json::Value> =
+            log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        assert!(lines[0]["time"].as_str().unwrap().ends_with('Z'), "{log}");
+        assert_eq!(lines[0]["exec"], rec["started_at"]);
+        let o = c.capsule().args(["refusals", NAME]).output().unwrap();
+        ok(&o, "capsule refusals");
+        assert!(out(&o).contains("refused connect 127.0.0.1:9"), "{}", out(&o));
+        let o = c
+            .capsule()
+            .args(["refusals", NAME, "--json", "--since", "1h"])
+            .output()
+            .unwrap();
+        ok(&o, "capsule refusals --json --since 1h");
+        let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+        let o = c
+            .capsule()
+            .args(["refusals", NAME, "--json", "--since", "2099-01-01T00:00:00Z"])
+            .output()
+            .unwrap();
+        ok(&o, "capsule refusals --since the future");
+        assert_eq!(out(&o).trim(), "[]");
+    });
+}
