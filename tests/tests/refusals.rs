@@ -16,22 +16,30 @@ fn refused_syscall_is_listed_with_the_same_errno() {
     each_runner(|r| {
         let c = Capsule::new(r);
         let script = "import ctypes,os\nlibc=ctypes.CDLL(None,use_errno=True)\nfor i in range(3):\n rc=libc.syscall(250,0,0,0,0,0)\nprint(rc, os.strerror(ctypes.get_errno()))";
-        let o = c.exec(&["python3", "-c", script]);
-        ok(&o, "keyctl");
-        assert_eq!(out(&o), "-1 Operation not permitted\n", "{}", err(&o));
-        let rec = record(&c);
-        let list = refusals(&rec);
-        assert_eq!(list.len(), 1, "{rec}");
-        assert_eq!(list[0]["kind"], "syscall");
-        assert_eq!(list[0]["target"], "keyctl");
-        assert_eq!(list[0]["program"], "python3");
-        assert_eq!(list[0]["count"], 3);
-        assert!(list[0].get("grant").is_none(), "{rec}");
-        assert!(
-            err(&o).contains("capsule: refused syscall keyctl (python3), 3 times\n"),
-            "{}",
-            err(&o)
-        );
+        // a warm spare (installed ahead of time) and a root built for the exec
+        for idle in ["30", "0"] {
+            let mut cmd = c.capsule();
+            cmd.env("CAPSULE_PREPARED_IDLE", idle);
+            cmd.args(["exec", NAME, "--", "python3", "-c", script]);
+            cmd.stdin(std::process::Stdio::null());
+            let o = cmd.output().unwrap();
+            ok(&o, "keyctl");
+            assert_eq!(out(&o), "-1 Operation not permitted\n", "{}", err(&o));
+            let rec = record(&c);
+            let list = refusals(&rec);
+            assert_eq!(list.len(), 1, "{rec}");
+            assert_eq!(list[0]["kind"], "syscall");
+            assert_eq!(list[0]["target"], "keyctl");
+            assert_eq!(list[0]["program"], "python3");
+            assert_eq!(list[0]["count"], 3);
+            assert!(list[0]["pid"].as_i64().is_some_and(|p| p > 0), "{rec}");
+            assert!(list[0].get("grant").is_none(), "{rec}");
+            assert!(
+                err(&o).contains("capsule: refused syscall keyctl (python3), 3 times\n"),
+                "{}",
+                err(&o)
+            );
+        }
     });
 }
 
@@ -88,5 +96,46 @@ fn proxy_refusal_is_listed_with_its_grant() {
             .unwrap();
         ok(&o, "capsule refusals --since the future");
         assert_eq!(out(&o).trim(), "[]");
+    });
+}
+
+#[test]
+fn ordinary_work_has_no_refusals() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let o = c.sh(
+            "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m wip && \
+             python3 -m venv --without-pip /tmp/venv && /tmp/venv/bin/python -c 'print(1)' && \
+             cc -o /tmp/a src/main.c 2>/dev/null; ls -la ~ >/dev/null; true",
+        );
+        ok(&o, "git commit, venv");
+        let rec = record(&c);
+        assert_eq!(refusals(&rec), Vec::<serde_json::Value>::new(), "{rec}");
+        assert!(!err(&o).contains("refused"), "{}", err(&o));
+    });
+}
+
+/// 100,000 refused syscalls: answered one by one in bounded time, one entry counted.
+#[test]
+fn refusal_storm_keeps_the_record_bounded() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let script = "import ctypes\nlibc=ctypes.CDLL(None)\nf=libc.syscall\nfor i in range(100000):\n f(250,0,0,0,0,0)\nfor i in range(300):\n f(250-2*(i%2),0,0,0,0,0)";
+        let t = std::time::Instant::now();
+        let o = c.exec_with(&["--quiet-refusals"], &["python3", "-c", script]);
+        let took = t.elapsed();
+        ok(&o, "storm");
+        assert!(took < std::time::Duration::from_secs(30), "{took:?}");
+        assert!(!err(&o).contains("refused"), "{}", err(&o));
+        let rec = record(&c);
+        let list = refusals(&rec);
+        assert_eq!(list.len(), 2, "{rec}");
+        assert_eq!(list[0]["target"], "keyctl");
+        assert_eq!(list[0]["count"], 100150);
+        assert_eq!(list[1]["target"], "add_key");
+        assert_eq!(list[1]["count"], 150);
+        let line = serde_json::to_string(&rec).unwrap();
+        assert!(line.len() < 64 * 1024, "{}", line.len());
+        eprintln!("storm of 100,300 refusals: {took:?}");
     });
 }
