@@ -283,9 +283,9 @@ fn allowlist_refusals_are_403_and_logged() {
         // SOCKS5 to the same target)
         let log = refusals(&c);
         assert_eq!(log.len(), 2, "{log:?}");
-        assert!(log.iter().all(|e| e["time"].is_string()
-            && e["reason"].is_string()
-            && e["kind"] == "connect"));
+        assert!(log
+            .iter()
+            .all(|e| e["time"].is_string() && e["reason"].is_string() && e["kind"] == "connect"));
         assert_eq!(log[0]["target"], format!("127.0.0.1:{q}"));
         assert_eq!(log[0]["count"], 3);
         assert_eq!(log[0]["grant"], format!("--allow-host 127.0.0.1:{q}"));

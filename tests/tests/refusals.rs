@@ -52,7 +52,16 @@ fn proxy_refusal_is_listed_with_its_grant() {
                       curl -s -o /dev/null -w '%{http_code}\\n' --max-time 20 http://127.0.0.1:9/y";
         let mut cmd = c.capsule();
         cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
-        cmd.args(["exec", NAME, "--allow-host", "listed.test:443", "--", "sh", "-c", script]);
+        cmd.args([
+            "exec",
+            NAME,
+            "--allow-host",
+            "listed.test:443",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
         cmd.stdin(std::process::Stdio::null());
         let o = cmd.output().unwrap();
         assert_eq!(out(&o), "403\n403\n", "{}", err(&o));
@@ -73,14 +82,20 @@ fn proxy_refusal_is_listed_with_its_grant() {
         );
         // the capsule's log has it, with a time, and `capsule refusals` lists it
         let log = std::fs::read_to_string(c.bundle.join("refusals.jsonl")).unwrap();
-        let lines: Vec<serde_json::Value> =
-            log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 1, "{log}");
         assert!(lines[0]["time"].as_str().unwrap().ends_with('Z'), "{log}");
         assert_eq!(lines[0]["exec"], rec["started_at"]);
         let o = c.capsule().args(["refusals", NAME]).output().unwrap();
         ok(&o, "capsule refusals");
-        assert!(out(&o).contains("refused connect 127.0.0.1:9"), "{}", out(&o));
+        assert!(
+            out(&o).contains("refused connect 127.0.0.1:9"),
+            "{}",
+            out(&o)
+        );
         let o = c
             .capsule()
             .args(["refusals", NAME, "--json", "--since", "1h"])
@@ -91,7 +106,13 @@ fn proxy_refusal_is_listed_with_its_grant() {
         assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
         let o = c
             .capsule()
-            .args(["refusals", NAME, "--json", "--since", "2099-01-01T00:00:00Z"])
+            .args([
+                "refusals",
+                NAME,
+                "--json",
+                "--since",
+                "2099-01-01T00:00:00Z",
+            ])
             .output()
             .unwrap();
         ok(&o, "capsule refusals --since the future");
@@ -137,5 +158,41 @@ fn refusal_storm_keeps_the_record_bounded() {
         let line = serde_json::to_string(&rec).unwrap();
         assert!(line.len() < 64 * 1024, "{}", line.len());
         eprintln!("storm of 100,300 refusals: {took:?}");
+    });
+}
+
+#[test]
+fn writes_outside_the_writable_paths_are_listed() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let script = "import os\n\
+             for p in ['/etc/x', '/etc/x']:\n try: open(p, 'w')\n except OSError as e: print('open', e.errno)\n\
+             try: os.rename('README.md', '/usr/stolen')\nexcept OSError as e: print('rename', e.errno)\n\
+             open('ok.txt', 'w').write('x')\nos.rename('ok.txt', 'ok2.txt')\nos.unlink('ok2.txt')\n\
+             os.mkdir('/tmp/d'); os.rename('/tmp/d', '/tmp/e'); os.rmdir('/tmp/e')\n";
+        let o = c.exec(&["python3", "-c", script]);
+        ok(&o, "writes");
+        assert_eq!(out(&o).lines().count(), 3, "{} {}", out(&o), err(&o));
+        assert!(c.ws.join("README.md").exists());
+        let rec = record(&c);
+        let list = refusals(&rec);
+        assert_eq!(list.len(), 2, "{rec}");
+        assert_eq!(list[0]["kind"], "write");
+        assert_eq!(list[0]["target"], "/etc/x");
+        assert_eq!(list[0]["program"], "python3");
+        assert_eq!(list[0]["count"], 2);
+        assert_eq!(list[0]["grant"], "--allow-write /etc/x");
+        assert_eq!(list[1]["kind"], "write");
+        assert_eq!(list[1]["target"], "/usr/stolen");
+        assert_eq!(list[1]["grant"], "--allow-write /usr");
+        let e = err(&o);
+        assert!(
+            e.contains("capsule: refused write /etc/x (python3): openat outside the writable paths, 2 times; to allow: --allow-write /etc/x\n"),
+            "{e}"
+        );
+        assert!(
+            e.contains("capsule: refused write /usr/stolen (python3): rename outside the writable paths; to allow: --allow-write /usr\n"),
+            "{e}"
+        );
     });
 }

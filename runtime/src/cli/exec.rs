@@ -359,18 +359,15 @@ mod imp {
         // what the sandbox refuses this exec, listed (see `crate::refusals`)
         let refusals = std::sync::Arc::new(crate::refusals::Collector::new(a.say_refusals()));
         // the network of this exec: refuses replay, binds the allowlist proxy
-        let net = crate::net::exec::ExecNet::prepare(
-            &policy.network,
-            &cap.bundle_dir,
-            refusals.clone(),
-        )
-        .map_err(|e| {
-                if e.is_usage() {
-                    fail(e.to_string())
-                } else {
-                    CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
-                }
-            })?;
+        let net =
+            crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir, refusals.clone())
+                .map_err(|e| {
+                    if e.is_usage() {
+                        fail(e.to_string())
+                    } else {
+                        CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
+                    }
+                })?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
         with_default_limits(&mut a, &settings)?;
         let events = cap.bundle_file(bundle_files::EVENTS);

@@ -29,10 +29,13 @@ fn since(s: &str) -> Result<SystemTime, CliError> {
         return Ok(t);
     }
     let d = crate::limits::parse_duration(s).map_err(|_| {
-        CliError::new(crate::exit::USAGE, format!(
-            "--since {}: neither an RFC 3339 time nor a duration (1h, 30m)",
-            capsule_bundle::escape::name(s.as_bytes())
-        ))
+        CliError::new(
+            crate::exit::USAGE,
+            format!(
+                "--since {}: neither an RFC 3339 time nor a duration (1h, 30m)",
+                capsule_bundle::escape::name(s.as_bytes())
+            ),
+        )
     })?;
     Ok(SystemTime::now()
         .checked_sub(d)

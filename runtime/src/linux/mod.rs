@@ -69,6 +69,7 @@ pub mod init;
 pub mod landlock;
 pub mod mounts;
 pub mod notify;
+pub mod observe;
 pub mod oci;
 pub mod plan;
 pub mod prepared;
@@ -534,14 +535,15 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
     drop(notify_theirs);
-    let seccomp_supervisor = match notify::Supervisor::start(notify_mine, refusals) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            // the command then gets ENOSYS for what the filter refuses: still refused
-            tracing::warn!("cannot start the seccomp supervisor: {e}");
-            None
-        }
-    };
+    let seccomp_supervisor =
+        match notify::Supervisor::start(notify_mine, refusals, observe::WriteSet::of_plan(plan)) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                // the command then gets ENOSYS for what the filter refuses: still refused
+                tracing::warn!("cannot start the seccomp supervisor: {e}");
+                None
+            }
+        };
     if let Some(f) = hooks_before_release {
         f();
     }

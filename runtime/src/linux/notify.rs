@@ -24,6 +24,7 @@
 //! - a storm of refusals costs the task one round trip each; the record stays bounded
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
+use super::observe::{self, WriteSet};
 use super::seccomp;
 use crate::refusals::{Collector, Event, Kind};
 use std::io;
@@ -57,7 +58,11 @@ pub struct Supervisor {
 impl Supervisor {
     /// Start the supervisor thread on capsule's end of the channel. Call after the
     /// sandbox is cloned (the executor clones while single-threaded).
-    pub fn start(sock: OwnedFd, refusals: Arc<Collector>) -> io::Result<Supervisor> {
+    pub fn start(
+        sock: OwnedFd,
+        refusals: Arc<Collector>,
+        writes: WriteSet,
+    ) -> io::Result<Supervisor> {
         let mut p = [0 as libc::c_int; 2];
         // SAFETY: pipe2 into a valid array.
         if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -69,7 +74,7 @@ impl Supervisor {
         let thread = std::thread::Builder::new()
             .name("capsule-seccomp".into())
             .stack_size(64 * 1024)
-            .spawn(move || serve(sock, stop_r, &names, &refusals))?;
+            .spawn(move || serve(sock, stop_r, &names, &writes, &refusals))?;
         Ok(Supervisor {
             thread: Some(thread),
             stop,
@@ -120,7 +125,7 @@ fn wait(fd: RawFd, stop: RawFd) -> bool {
     }
 }
 
-fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, refusals: &Collector) {
+fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, writes: &WriteSet, refusals: &Collector) {
     if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
         return;
     }
@@ -133,12 +138,37 @@ fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, refusals: &Collector) {
     };
     drop(sock);
     while wait(listener.as_raw_fd(), stop.as_raw_fd()) {
-        answer_one(listener.as_raw_fd(), names, refusals);
+        answer_one(listener.as_raw_fd(), names, writes, refusals);
     }
 }
 
-/// Receive one notification, name it, answer `EPERM`, record it.
-fn answer_one(listener: RawFd, names: &Names, refusals: &Collector) {
+/// Is notification `id` still pending (its task alive, so its pid still names it)?
+fn still_valid(listener: RawFd, id: u64) -> bool {
+    let mut id = id;
+    // SAFETY: the ioctl reads id.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) == 0 }
+}
+
+/// Answer notification `id`: `continue` (the kernel runs the call and decides), or the
+/// errno `error`.
+fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: if continue_ { 0 } else { -error },
+        flags: if continue_ {
+            libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32
+        } else {
+            0
+        },
+    };
+    // SAFETY: the ioctl reads resp. A task gone meanwhile gets no answer (ENOENT).
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+}
+
+/// Receive one notification and answer it: a write call continues (observed,
+/// [`observe`]), anything else is a refusal of the table, answered `EPERM` and recorded.
+fn answer_one(listener: RawFd, names: &Names, writes: &WriteSet, refusals: &Collector) {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctl fills n.
@@ -146,20 +176,28 @@ fn answer_one(listener: RawFd, names: &Names, refusals: &Collector) {
         // the task is gone (ENOENT) or interrupted: nothing to answer
         return;
     }
+    // the listened filter sends a write call only when its table allowed it (see
+    // `seccomp::listened`): continuing it gives the kernel the decision it would have
+    // made without us
+    if let Some(w) = seccomp::write_call(n.data.nr as i64) {
+        let named = observe::named(w, n.pid, &n.data.args);
+        let refused = observe::judge(w, named, writes, String::new(), None);
+        let who = refused.as_ref().map(|_| who(n.pid));
+        let valid = who.is_some() && still_valid(listener, n.id);
+        respond(listener, n.id, true, 0);
+        if let (Some(mut e), Some((program, pid))) = (refused, who) {
+            if valid {
+                e.program = program;
+                e.pid = pid;
+            }
+            refusals.add(e);
+        }
+        return;
+    }
     let (program, pid) = who(n.pid);
     // is the pid still the task that asked? (else the names belong to another process)
-    let mut id = n.id;
-    // SAFETY: the ioctl reads id.
-    let valid = unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) } == 0;
-    let resp = libc::seccomp_notif_resp {
-        id: n.id,
-        val: 0,
-        error: -libc::EPERM,
-        flags: 0,
-    };
-    let mut resp = resp;
-    // SAFETY: the ioctl reads resp.
-    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+    let valid = still_valid(listener, n.id);
+    respond(listener, n.id, false, libc::EPERM);
     let (program, pid) = if valid {
         (program, pid)
     } else {
@@ -244,7 +282,10 @@ mod tests {
             n.describe(libc::SYS_ioctl, &[0, 0xffff_ffff_0000_5412, 0, 0, 0, 0]),
             "ioctl TIOCSTI"
         );
-        assert_eq!(n.describe(libc::SYS_unshare, &[0; 6]), "unshare CLONE_NEWUSER");
+        assert_eq!(
+            n.describe(libc::SYS_unshare, &[0; 6]),
+            "unshare CLONE_NEWUSER"
+        );
         assert_eq!(n.describe(99999, &[0; 6]), "syscall 99999");
     }
 
@@ -280,7 +321,7 @@ mod tests {
             drop(theirs);
             super::super::sys::close(wr);
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
-            let sup = Supervisor::start(mine, c.clone()).unwrap();
+            let sup = Supervisor::start(mine, c.clone(), WriteSet::default()).unwrap();
             let mut b = [0u8; 1];
             assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };

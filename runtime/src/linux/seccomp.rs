@@ -90,6 +90,7 @@ const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 #[cfg(target_arch = "x86_64")]
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
+const BPF_JMP_JSET_K_ANY: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
@@ -410,46 +411,211 @@ pub fn rules() -> Vec<SysRule> {
     out
 }
 
+/// seccompiler's table of the `EPERM` rules of `refusals` whose syscall `keep` selects:
+/// `EPERM` when a rule matches, allow otherwise.
+fn table(refusals: &[SysRule], keep: impl Fn(i64) -> bool) -> Result<BpfProgram, SeccompError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for r in refusals
+        .iter()
+        .filter(|r| r.errno == libc::EPERM && keep(r.nr))
+    {
+        let mut alts = Vec::new();
+        for conj in &r.when {
+            let mut conds = Vec::new();
+            for c in conj {
+                match *c {
+                    ArgCond::MaskedEq { arg, mask, value } => {
+                        conds.push(cond(arg, SeccompCmpOp::MaskedEq(mask), value)?)
+                    }
+                    ArgCond::Eq { arg, value } => conds.push(cond(arg, SeccompCmpOp::Eq, value)?),
+                    ArgCond::NoneOf { arg, values } => {
+                        for v in values {
+                            conds.push(cond(arg, SeccompCmpOp::Ne, *v)?);
+                        }
+                    }
+                }
+            }
+            alts.push(SeccompRule::new(conds)?);
+        }
+        // an empty rule list = match whatever the arguments
+        rules.insert(r.nr, alts);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        native_arch()?,
+    )?;
+    Ok(filter.try_into()?)
+}
+
+const BPF_JMP_JA: u16 = 0x05;
+const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+/// `section` with each "allow" replaced by a jump to the instruction right after it.
+fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
+    let n = section.len();
+    section
+        .into_iter()
+        .enumerate()
+        .map(|(i, ins)| {
+            if ins.code == BPF_RET_K && ins.k == RET_ALLOW {
+                stmt(BPF_JMP_JA, (n - i - 1) as u32)
+            } else {
+                ins
+            }
+        })
+        .collect()
+}
+
+/// Offset of the low 32 bits of argument `i` in `seccomp_data`.
+fn arg_low(i: u8) -> u32 {
+    let base = 16 + 8 * i as u32;
+    if cfg!(target_endian = "little") {
+        base
+    } else {
+        base + 4
+    }
+}
+
+/// The listened program ([`SeccompProgram::install_listened`]), in four sections:
+/// 1. the prologue, as in the plain program;
+/// 2. the table's rules of every syscall but the write calls ([`WRITE_CALLS`]), with
+///    `SECCOMP_RET_USER_NOTIF` where the plain table answers `EPERM` (a refusal capsule
+///    lists), falling through where it allows;
+/// 3. the table's rules of the write calls (set-id modes), answering plain `EPERM`
+///    (refused by the kernel, never sent to the supervisor), falling through otherwise;
+/// 4. the write calls with write intent: `SECCOMP_RET_USER_NOTIF`, which the supervisor
+///    answers "continue" (the kernel then decides, as without it); all else allowed.
+///
+/// So a notification of a write call always means "allowed by the table", and one of
+/// any other syscall always means "refused": the supervisor tells them apart by the
+/// syscall number alone and can never let through what the table refuses.
+fn listened(refusals: &[SysRule]) -> Result<Vec<sock_filter>, SeccompError> {
+    let notify = libc::SECCOMP_RET_USER_NOTIF;
+    let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
+    let writes = |nr: i64| WRITE_CALLS.iter().any(|w| w.nr == nr);
+    let mut p = prologue(refusals);
+    p.extend(
+        fall_through(table(refusals, |nr| !writes(nr))?)
+            .into_iter()
+            .map(|i| match (i.code, i.k) {
+                (BPF_RET_K, k) if k == eperm => stmt(BPF_RET_K, notify),
+                _ => i,
+            }),
+    );
+    p.extend(fall_through(table(refusals, writes)?));
+    p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
+    for w in WRITE_CALLS {
+        match w.flags {
+            Some((arg, mask)) => p.extend([
+                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
+                stmt(BPF_LD_W_ABS, arg_low(arg)),
+                jump(BPF_JMP_JSET_K_ANY, mask, 0, 1),
+                stmt(BPF_RET_K, notify),
+                stmt(BPF_RET_K, RET_ALLOW),
+            ]),
+            None => p.extend([
+                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 1),
+                stmt(BPF_RET_K, notify),
+            ]),
+        }
+    }
+    p.push(stmt(BPF_RET_K, RET_ALLOW));
+    if p.len() > 4096 {
+        return Err(SeccompError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+/// Where a write call's paths are: `(dirfd argument, path argument)`, the dirfd `None`
+/// for the calls relative to the working directory.
+pub type PathArg = (Option<u8>, u8);
+
+/// A path-taking call with write intent, observed (never decided) by the supervisor.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteCall {
+    pub name: &'static str,
+    pub nr: i64,
+    /// `(argument, mask)`: write intent only when the flags argument has one of these
+    /// bits (`openat`'s `O_WRONLY|O_RDWR|O_CREAT|O_TRUNC`); `None`: always.
+    pub flags: Option<(u8, u32)>,
+    /// The paths written (a rename writes two).
+    pub paths: &'static [PathArg],
+    /// Does it make a new name (so the grant is its folder)?
+    pub creates: bool,
+}
+
+const OPEN_WRITE: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
+
+macro_rules! write_call {
+    ($name:ident, $flags:expr, $paths:expr, $creates:expr) => {
+        WriteCall {
+            name: stringify!($name),
+            nr: libc::$name as i64,
+            flags: $flags,
+            paths: $paths,
+            creates: $creates,
+        }
+    };
+}
+
+/// The write calls the listened filter sends to the supervisor.
+#[cfg(target_arch = "x86_64")]
+pub const WRITE_CALLS: &[WriteCall] = &[
+    write_call!(SYS_openat, Some((2, OPEN_WRITE)), &[(Some(0), 1)], false),
+    write_call!(SYS_open, Some((1, OPEN_WRITE)), &[(None, 0)], false),
+    write_call!(SYS_creat, None, &[(None, 0)], true),
+    write_call!(SYS_mkdirat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_mkdir, None, &[(None, 0)], true),
+    write_call!(SYS_mknodat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_mknod, None, &[(None, 0)], true),
+    write_call!(SYS_unlinkat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_unlink, None, &[(None, 0)], false),
+    write_call!(SYS_rmdir, None, &[(None, 0)], false),
+    write_call!(SYS_renameat2, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_renameat, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_rename, None, &[(None, 0), (None, 1)], true),
+    write_call!(SYS_linkat, None, &[(Some(2), 3)], true),
+    write_call!(SYS_link, None, &[(None, 1)], true),
+    write_call!(SYS_symlinkat, None, &[(Some(1), 2)], true),
+    write_call!(SYS_symlink, None, &[(None, 1)], true),
+    write_call!(SYS_truncate, None, &[(None, 0)], false),
+    write_call!(SYS_fchmodat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_chmod, None, &[(None, 0)], false),
+    write_call!(SYS_fchownat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_chown, None, &[(None, 0)], false),
+    write_call!(SYS_lchown, None, &[(None, 0)], false),
+];
+/// The write calls the listened filter sends to the supervisor.
+#[cfg(not(target_arch = "x86_64"))]
+pub const WRITE_CALLS: &[WriteCall] = &[
+    write_call!(SYS_openat, Some((2, OPEN_WRITE)), &[(Some(0), 1)], false),
+    write_call!(SYS_mkdirat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_mknodat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_unlinkat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_renameat2, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_renameat, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_linkat, None, &[(Some(2), 3)], true),
+    write_call!(SYS_symlinkat, None, &[(Some(1), 2)], true),
+    write_call!(SYS_truncate, None, &[(None, 0)], false),
+    write_call!(SYS_fchmodat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_fchownat, None, &[(Some(0), 1)], false),
+];
+
+/// The write call of number `nr`, if it is one.
+pub fn write_call(nr: i64) -> Option<&'static WriteCall> {
+    WRITE_CALLS.iter().find(|w| w.nr == nr)
+}
+
 impl SeccompProgram {
     /// Build the filter for the native architecture. Allocates; call before forking or in
     /// a child that may still allocate.
     pub fn build() -> Result<Self, SeccompError> {
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
         let refusals = self::rules();
-        for r in refusals.iter().filter(|r| r.errno == libc::EPERM) {
-            let mut alts = Vec::new();
-            for conj in &r.when {
-                let mut conds = Vec::new();
-                for c in conj {
-                    match *c {
-                        ArgCond::MaskedEq { arg, mask, value } => {
-                            conds.push(cond(arg, SeccompCmpOp::MaskedEq(mask), value)?)
-                        }
-                        ArgCond::Eq { arg, value } => {
-                            conds.push(cond(arg, SeccompCmpOp::Eq, value)?)
-                        }
-                        ArgCond::NoneOf { arg, values } => {
-                            for v in values {
-                                conds.push(cond(arg, SeccompCmpOp::Ne, *v)?);
-                            }
-                        }
-                    }
-                }
-                alts.push(SeccompRule::new(conds)?);
-            }
-            // an empty rule list = match whatever the arguments
-            rules.insert(r.nr, alts);
-        }
-        let filter = SeccompFilter::new(
-            rules,
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EPERM as u32),
-            native_arch()?,
-        )?;
-        let table: BpfProgram = filter.try_into()?;
         let mut bpf = prologue(&refusals);
-        bpf.extend(table);
+        bpf.extend(table(&refusals, |_| true)?);
         if bpf.len() > 4096 {
             return Err(SeccompError::TooLong(bpf.len()));
         }
@@ -480,19 +646,7 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
-        let listened = bpf
-            .iter()
-            .map(|i| match (i.code, i.k) {
-                (BPF_RET_K, k) if k == eperm => stmt(BPF_RET_K, libc::SECCOMP_RET_USER_NOTIF),
-                (code, k) => sock_filter {
-                    code,
-                    jt: i.jt,
-                    jf: i.jf,
-                    k,
-                },
-            })
-            .collect();
+        let listened = listened(&refusals)?;
         Ok(Self {
             bpf,
             listened,
@@ -513,7 +667,9 @@ impl SeccompProgram {
         use std::os::fd::FromRawFd;
         match install_bpf(&self.listened, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER) {
             // SAFETY: the kernel returned a new descriptor, ours to own.
-            Ok(fd) => Ok(Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })),
+            Ok(fd) => Ok(Some(unsafe {
+                std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+            })),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
                 self.install().map(|()| None)
             }

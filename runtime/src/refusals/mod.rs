@@ -97,7 +97,11 @@ impl Refusal {
     /// The line said on stderr (escaped for a terminal), without `capsule: `.
     pub fn line(&self) -> String {
         use capsule_bundle::escape::name;
-        let mut s = format!("refused {} {}", self.kind.as_str(), name(self.target.as_bytes()));
+        let mut s = format!(
+            "refused {} {}",
+            self.kind.as_str(),
+            name(self.target.as_bytes())
+        );
         if !self.program.is_empty() {
             s.push_str(&format!(" ({})", name(self.program.as_bytes())));
         }

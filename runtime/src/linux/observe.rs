@@ -1,0 +1,267 @@
+//! Writes outside the writable paths, observed: for each write call the listened filter
+//! sends ([`super::seccomp::WRITE_CALLS`]), the supervisor ([`super::notify`]) reads the
+//! path the task named, answers "continue" and then, for the report only, judges whether
+//! the kernel refused it.
+//!
+//! What decides stays the kernel: the supervisor answers every write call with
+//! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`, and the kernel then runs the call exactly as
+//! without the supervisor, path lookup, Landlock and read-only mounts included. The path
+//! read from the task's memory (`process_vm_readv`) may differ from the one the kernel
+//! reads after (another thread can rewrite it in between): that is why it is never used
+//! to decide anything, only to name the refusal. A task that races it can at worst make
+//! its own report wrong.
+//!
+//! How the refusal is learned: the call's result is not visible to the supervisor (no
+//! ptrace), so the path is judged against the plan's writable set, the same list Landlock
+//! was given ([`WriteSet`]): the path is made absolute (against the task's working
+//! directory or the directory descriptor, read from `/proc/<pid>/cwd` and
+//! `/proc/<pid>/fd/<n>`), normalized lexically, and listed as refused when it lies
+//! outside every writable root, or on a read-only path inside one. Limits, said in
+//! `capsule isolation`: symlinks are not followed (a link inside the workspace that points
+//! out is refused by the kernel but not listed; a link outside that points into a
+//! writable root would be listed wrongly: none of the sandbox's own does); a call that
+//! fails for another reason first (a missing folder outside the writable paths) is still
+//! listed, since it would be refused; paths under `/proc` and the `/dev/fd`, `/dev/std*`
+//! links are never judged.
+
+use super::seccomp::WriteCall;
+use crate::refusals::{Event, Kind};
+use std::path::{Component, Path, PathBuf};
+
+/// Where the command may write, as it names paths.
+#[derive(Debug, Clone, Default)]
+pub struct WriteSet {
+    writable: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+}
+
+/// Paths never judged: magic links and the process's own files.
+const UNJUDGED: &[&str] = &[
+    "/proc",
+    "/dev/fd",
+    "/dev/stdin",
+    "/dev/stdout",
+    "/dev/stderr",
+];
+
+impl WriteSet {
+    /// The writable set of `plan`: its policy's writable roots (workspace, tmp, home
+    /// layer, caches, `--allow-write`), the sandbox's `/dev/shm` and devices; its
+    /// read-only paths inside them (the manifest, read-only binds such as `.git/hooks`).
+    pub fn of_plan(plan: &super::ExecPlan) -> WriteSet {
+        let mut writable: Vec<PathBuf> = plan
+            .policy
+            .writable_roots()
+            .into_iter()
+            .map(Path::to_path_buf)
+            .collect();
+        // what Landlock was given besides (the sandbox's own /dev/shm)
+        writable.extend(super::init::landlock_inputs(plan).1.extra_writable);
+        writable.extend(
+            super::landlock::DEVICES
+                .iter()
+                .map(|d| Path::new("/dev").join(d))
+                .chain(
+                    plan.policy
+                        .devices
+                        .iter()
+                        .map(|d| Path::new("/dev").join(d)),
+                ),
+        );
+        let mut read_only: Vec<PathBuf> = plan.policy.read_only.clone();
+        for m in &plan.mounts {
+            if let super::MountStep::Bind { dst, rw: false, .. } = m {
+                read_only.push(dst.clone());
+            }
+        }
+        WriteSet {
+            writable,
+            read_only,
+        }
+    }
+
+    /// Would the sandbox refuse a write to absolute, normalized `p`? `None`: not judged.
+    pub fn refuses(&self, p: &Path) -> Option<bool> {
+        if UNJUDGED.iter().any(|u| p.starts_with(u)) {
+            return None;
+        }
+        // the deepest of the writable roots and read-only paths holding `p` decides, as
+        // the deepest mount does
+        let deepest = |v: &[PathBuf]| {
+            v.iter()
+                .filter(|w| p.starts_with(w))
+                .map(|w| w.as_os_str().len())
+                .max()
+        };
+        Some(match (deepest(&self.writable), deepest(&self.read_only)) {
+            (None, _) => true,
+            (Some(w), Some(r)) => r > w,
+            (Some(_), None) => false,
+        })
+    }
+}
+
+/// `p` without `.` and `..` (lexically; `..` at the root stays at the root).
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// A C string of at most `PATH_MAX` bytes at `addr` in process `pid`'s memory.
+fn read_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
+    const PAGE: u64 = 4096;
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < libc::PATH_MAX as usize {
+        let chunk = (PAGE - at % PAGE) as usize;
+        let mut buf = vec![0u8; chunk];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: chunk,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut libc::c_void,
+            iov_len: chunk,
+        };
+        // SAFETY: one local buffer of `chunk` bytes; the remote range is only read.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return None;
+        }
+        buf.truncate(n as usize);
+        if let Some(end) = buf.iter().position(|b| *b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return Some(out);
+        }
+        out.extend_from_slice(&buf);
+        at += n as u64;
+    }
+    None
+}
+
+/// The folder a relative path of `pid` starts from: its working directory, or the
+/// directory descriptor `dirfd`.
+fn base_dir(pid: u32, dirfd: Option<i32>) -> Option<PathBuf> {
+    let link = match dirfd {
+        None | Some(libc::AT_FDCWD) => format!("/proc/{pid}/cwd"),
+        Some(fd) if fd >= 0 => format!("/proc/{pid}/fd/{fd}"),
+        Some(_) => return None,
+    };
+    let p = std::fs::read_link(link).ok()?;
+    p.is_absolute().then_some(p)
+}
+
+/// What the task named: the call's paths, made absolute. Read before the call is
+/// continued (its working directory may change after).
+pub struct Named {
+    paths: Vec<PathBuf>,
+}
+
+/// Read the paths of write call `w` of task `pid` with arguments `args`.
+pub fn named(w: &WriteCall, pid: u32, args: &[u64; 6]) -> Named {
+    use std::os::unix::ffi::OsStringExt;
+    let mut paths = Vec::new();
+    for (dirfd, arg) in w.paths {
+        let Some(raw) = read_string(pid, args[*arg as usize]) else {
+            continue;
+        };
+        let rel = PathBuf::from(std::ffi::OsString::from_vec(raw));
+        let abs = if rel.is_absolute() {
+            rel
+        } else {
+            let fd = dirfd.map(|d| args[d as usize] as u32 as i32);
+            match base_dir(pid, fd) {
+                Some(b) => b.join(rel),
+                None => continue,
+            }
+        };
+        paths.push(normalize(&abs));
+    }
+    Named { paths }
+}
+
+/// The refusal of a write call, if the sandbox refuses it (see the module's doc).
+pub fn judge(
+    w: &WriteCall,
+    named: Named,
+    set: &WriteSet,
+    program: String,
+    pid: Option<i32>,
+) -> Option<Event> {
+    let p = named
+        .paths
+        .into_iter()
+        .find(|p| set.refuses(p) == Some(true))?;
+    let grant_path = match (w.creates, p.parent()) {
+        (true, Some(parent)) => parent.to_path_buf(),
+        _ => p.clone(),
+    };
+    let target = capsule_bundle::escape::path(&p);
+    let target = match p.to_str() {
+        Some(s) => s.to_string(),
+        None => target,
+    };
+    Some(Event {
+        kind: Kind::Write,
+        grant: Some(format!(
+            "--allow-write {}",
+            grant_path
+                .to_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| capsule_bundle::escape::path(&grant_path))
+        )),
+        target,
+        program,
+        pid,
+        reason: Some(format!(
+            "{} outside the writable paths",
+            w.name.trim_start_matches("SYS_")
+        )),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_lexically() {
+        assert_eq!(normalize(Path::new("/a/./b/../c")), Path::new("/a/c"));
+        assert_eq!(normalize(Path::new("/../../etc/x")), Path::new("/etc/x"));
+    }
+
+    #[test]
+    fn judges_against_the_writable_set() {
+        let set = WriteSet {
+            writable: vec!["/ws".into(), "/tmp".into(), "/dev/null".into()],
+            read_only: vec![
+                "/".into(),
+                "/ws/capsule-manifest.json".into(),
+                "/ws/.git/hooks".into(),
+            ],
+        };
+        assert_eq!(set.refuses(Path::new("/ws/a/b")), Some(false));
+        assert_eq!(set.refuses(Path::new("/wsx")), Some(true));
+        assert_eq!(set.refuses(Path::new("/etc/x")), Some(true));
+        assert_eq!(set.refuses(Path::new("/dev/null")), Some(false));
+        assert_eq!(
+            set.refuses(Path::new("/ws/.git/hooks/pre-commit")),
+            Some(true)
+        );
+        assert_eq!(
+            set.refuses(Path::new("/ws/capsule-manifest.json")),
+            Some(true)
+        );
+        assert_eq!(set.refuses(Path::new("/proc/self/fd/1")), None);
+        assert_eq!(set.refuses(Path::new("/dev/stdout")), None);
+    }
+}
