@@ -341,4 +341,67 @@ mod tests {
             super::super::sys::close(rd);
         }
     }
+
+    /// The supervisor continues every write call, yet what the table refuses among them
+    /// (set-id modes) stays refused by the kernel: the listened filter never sends those.
+    #[test]
+    fn setid_modes_stay_refused_though_writes_continue() {
+        let prog = seccomp::SeccompProgram::build().unwrap();
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let setid =
+            std::ffi::CString::new(d.path().join("setid").into_os_string().into_encoded_bytes())
+                .unwrap();
+        let plain =
+            std::ffi::CString::new(d.path().join("plain").into_os_string().into_encoded_bytes())
+                .unwrap();
+        let (mine, theirs) = channel().unwrap();
+        let (rd, wr) = super::super::sys::pipe().unwrap();
+        // SAFETY: fork of a test process; the child only makes raw calls and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                let l = match prog.install_listened() {
+                    Ok(Some(l)) => l,
+                    _ => libc::_exit(90),
+                };
+                let _ = send_listener(theirs.as_raw_fd(), l.as_raw_fd());
+                drop(l);
+                let flags = libc::O_CREAT | libc::O_WRONLY;
+                let a = libc::openat(libc::AT_FDCWD, setid.as_ptr(), flags, 0o4755);
+                let ea = *libc::__errno_location();
+                let b = libc::openat(libc::AT_FDCWD, plain.as_ptr(), flags, 0o644);
+                let c = libc::chmod(plain.as_ptr(), 0o2755);
+                let ec = *libc::__errno_location();
+                let out = [
+                    (a == -1 && ea == libc::EPERM) as u8,
+                    (b >= 0) as u8,
+                    (c == -1 && ec == libc::EPERM) as u8,
+                ];
+                libc::write(wr, out.as_ptr().cast(), 3);
+                libc::_exit(0);
+            }
+        }
+        drop(theirs);
+        super::super::sys::close(wr);
+        let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
+        let sup = Supervisor::start(mine, c.clone(), WriteSet::default()).unwrap();
+        let mut b = [0u8; 3];
+        assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        sup.finish();
+        super::super::sys::close(rd);
+        assert_eq!(
+            b,
+            [1, 1, 1],
+            "set-id openat refused, plain openat continued, set-id chmod refused"
+        );
+        assert!(!d.path().join("setid").exists());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.path().join("plain"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o6000, 0);
+    }
 }
