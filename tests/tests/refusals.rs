@@ -196,3 +196,46 @@ fn writes_outside_the_writable_paths_are_listed() {
         );
     });
 }
+
+#[test]
+fn connects_refused_inside_are_listed() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let home = c.home.display().to_string();
+        let script = format!(
+            "import socket\n\
+             def tcp(a):\n s=socket.socket(); s.settimeout(3)\n try: s.connect(a)\n except OSError as e: print(a[1], e.errno)\n\
+             tcp(('192.0.2.1', 443)); tcp(('127.0.0.1', 9))\n\
+             u=socket.socket(socket.AF_UNIX)\n\
+             try: u.connect('{home}/.ssh/agent.sock')\nexcept OSError as e: print('unix', e.errno)\n"
+        );
+        // network: none; loopback is the sandbox's own (nothing listens: not a refusal)
+        let o = c.exec(&["python3", "-c", &script]);
+        ok(&o, "connects");
+        let rec = record(&c);
+        let list = refusals(&rec);
+        assert_eq!(list.len(), 2, "{rec}");
+        assert_eq!(list[0]["kind"], "connect");
+        assert_eq!(list[0]["target"], "192.0.2.1:443");
+        assert_eq!(list[0]["program"], "python3");
+        assert_eq!(list[0]["grant"], "--allow-host 192.0.2.1:443");
+        assert_eq!(list[1]["target"], format!("{home}/.ssh/agent.sock"));
+        assert!(list[1].get("grant").is_none(), "{rec}");
+        assert!(
+            err(&o).contains("capsule: refused connect 192.0.2.1:443 (python3): no network but the sandbox's own loopback; to allow: --allow-host 192.0.2.1:443\n"),
+            "{}",
+            err(&o)
+        );
+        // --no-network: loopback is refused too
+        let o = c.exec_with(&["--no-network"], &["python3", "-c", &script]);
+        ok(&o, "connects, no network");
+        let list = refusals(&record(&c));
+        let targets: Vec<&str> = list.iter().map(|r| r["target"].as_str().unwrap()).collect();
+        assert_eq!(
+            targets,
+            ["192.0.2.1:443", "127.0.0.1:9", &format!("{home}/.ssh/agent.sock")],
+            "{list:?}"
+        );
+        assert_eq!(list[1]["reason"], "no network at all (--no-network)");
+    });
+}

@@ -536,7 +536,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let _ = sys::write_all(sync_w, &[1]);
     drop(notify_theirs);
     let seccomp_supervisor =
-        match notify::Supervisor::start(notify_mine, refusals, observe::WriteSet::of_plan(plan)) {
+        match notify::Supervisor::start(notify_mine, refusals, observe::Allowed::of_plan(plan)) {
             Ok(s) => Some(s),
             Err(e) => {
                 // the command then gets ENOSYS for what the filter refuses: still refused

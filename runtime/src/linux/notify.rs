@@ -24,7 +24,7 @@
 //! - a storm of refusals costs the task one round trip each; the record stays bounded
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
-use super::observe::{self, WriteSet};
+use super::observe::{self, Allowed};
 use super::seccomp;
 use crate::refusals::{Collector, Event, Kind};
 use std::io;
@@ -61,7 +61,7 @@ impl Supervisor {
     pub fn start(
         sock: OwnedFd,
         refusals: Arc<Collector>,
-        writes: WriteSet,
+        allowed: Allowed,
     ) -> io::Result<Supervisor> {
         let mut p = [0 as libc::c_int; 2];
         // SAFETY: pipe2 into a valid array.
@@ -74,7 +74,7 @@ impl Supervisor {
         let thread = std::thread::Builder::new()
             .name("capsule-seccomp".into())
             .stack_size(64 * 1024)
-            .spawn(move || serve(sock, stop_r, &names, &writes, &refusals))?;
+            .spawn(move || serve(sock, stop_r, &names, &allowed, &refusals))?;
         Ok(Supervisor {
             thread: Some(thread),
             stop,
@@ -125,7 +125,7 @@ fn wait(fd: RawFd, stop: RawFd) -> bool {
     }
 }
 
-fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, writes: &WriteSet, refusals: &Collector) {
+fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, allowed: &Allowed, refusals: &Collector) {
     if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
         return;
     }
@@ -138,7 +138,7 @@ fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, writes: &WriteSet, refusal
     };
     drop(sock);
     while wait(listener.as_raw_fd(), stop.as_raw_fd()) {
-        answer_one(listener.as_raw_fd(), names, writes, refusals);
+        answer_one(listener.as_raw_fd(), names, allowed, refusals);
     }
 }
 
@@ -168,7 +168,7 @@ fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
 
 /// Receive one notification and answer it: a write call continues (observed,
 /// [`observe`]), anything else is a refusal of the table, answered `EPERM` and recorded.
-fn answer_one(listener: RawFd, names: &Names, writes: &WriteSet, refusals: &Collector) {
+fn answer_one(listener: RawFd, names: &Names, allowed: &Allowed, refusals: &Collector) {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctl fills n.
@@ -179,9 +179,18 @@ fn answer_one(listener: RawFd, names: &Names, writes: &WriteSet, refusals: &Coll
     // the listened filter sends a write call only when its table allowed it (see
     // `seccomp::listened`): continuing it gives the kernel the decision it would have
     // made without us
-    if let Some(w) = seccomp::write_call(n.data.nr as i64) {
-        let named = observe::named(w, n.pid, &n.data.args);
-        let refused = observe::judge(w, named, writes, String::new(), None);
+    let nr = n.data.nr as i64;
+    if seccomp::observed(nr) {
+        // what the task names is read before the call goes on (its working directory
+        // may change after); the judgment is for the report only
+        let refused = match seccomp::write_call(nr) {
+            Some(w) => {
+                let named = observe::named(w, n.pid, &n.data.args);
+                observe::judge(w, named, allowed, String::new(), None)
+            }
+            None => observe::connect_peer(n.pid, &n.data.args)
+                .and_then(|p| observe::judge_connect(p, allowed, String::new(), None)),
+        };
         let who = refused.as_ref().map(|_| who(n.pid));
         let valid = who.is_some() && still_valid(listener, n.id);
         respond(listener, n.id, true, 0);
@@ -321,7 +330,7 @@ mod tests {
             drop(theirs);
             super::super::sys::close(wr);
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
-            let sup = Supervisor::start(mine, c.clone(), WriteSet::default()).unwrap();
+            let sup = Supervisor::start(mine, c.clone(), Allowed::default()).unwrap();
             let mut b = [0u8; 1];
             assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
@@ -385,7 +394,7 @@ mod tests {
         drop(theirs);
         super::super::sys::close(wr);
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
-        let sup = Supervisor::start(mine, c.clone(), WriteSet::default()).unwrap();
+        let sup = Supervisor::start(mine, c.clone(), Allowed::default()).unwrap();
         let mut b = [0u8; 3];
         assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };

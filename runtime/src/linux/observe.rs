@@ -13,7 +13,7 @@
 //!
 //! How the refusal is learned: the call's result is not visible to the supervisor (no
 //! ptrace), so the path is judged against the plan's writable set, the same list Landlock
-//! was given ([`WriteSet`]): the path is made absolute (against the task's working
+//! was given ([`Allowed`]): the path is made absolute (against the task's working
 //! directory or the directory descriptor, read from `/proc/<pid>/cwd` and
 //! `/proc/<pid>/fd/<n>`), normalized lexically, and listed as refused when it lies
 //! outside every writable root, or on a read-only path inside one. Limits, said in
@@ -28,11 +28,27 @@ use super::seccomp::WriteCall;
 use crate::refusals::{Event, Kind};
 use std::path::{Component, Path, PathBuf};
 
-/// Where the command may write, as it names paths.
+/// Where the command may write and connect, as it names paths and addresses.
 #[derive(Debug, Clone, Default)]
-pub struct WriteSet {
+pub struct Allowed {
     writable: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    net: NetView,
+    hidden: Vec<PathBuf>,
+}
+
+/// What the sandbox's network refuses, as far as a `connect` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NetView {
+    /// Not judged (the host's network, or no network namespace of its own).
+    #[default]
+    Unjudged,
+    /// `--no-network`: every TCP/UDP connect is refused, loopback too.
+    Off,
+    /// Its own namespace with loopback only (`network: none`).
+    Loopback,
+    /// Its own namespace with loopback only; the way out is capsule's proxy.
+    Proxied,
 }
 
 /// Paths never judged: magic links and the process's own files.
@@ -44,11 +60,11 @@ const UNJUDGED: &[&str] = &[
     "/dev/stderr",
 ];
 
-impl WriteSet {
+impl Allowed {
     /// The writable set of `plan`: its policy's writable roots (workspace, tmp, home
     /// layer, caches, `--allow-write`), the sandbox's `/dev/shm` and devices; its
     /// read-only paths inside them (the manifest, read-only binds such as `.git/hooks`).
-    pub fn of_plan(plan: &super::ExecPlan) -> WriteSet {
+    pub fn of_plan(plan: &super::ExecPlan) -> Allowed {
         let mut writable: Vec<PathBuf> = plan
             .policy
             .writable_roots()
@@ -74,9 +90,17 @@ impl WriteSet {
                 read_only.push(dst.clone());
             }
         }
-        WriteSet {
+        let net = match (plan.new_netns, plan.network_off) {
+            (_, true) => NetView::Off,
+            (true, false) if plan.env.iter().any(|(k, _)| k == "HTTPS_PROXY") => NetView::Proxied,
+            (true, false) => NetView::Loopback,
+            (false, false) => NetView::Unjudged,
+        };
+        Allowed {
             writable,
             read_only,
+            net,
+            hidden: plan.policy.hidden.iter().map(|h| h.path.clone()).collect(),
         }
     }
 
@@ -114,6 +138,136 @@ pub fn normalize(p: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// `len` bytes at `addr` in process `pid`'s memory (all of them, or `None`).
+fn read_bytes(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: one local buffer of `len` bytes; the remote range is only read.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    (n == len as isize).then_some(buf)
+}
+
+/// The address a `connect(fd, addr, len)` of task `pid` names, read before the call is
+/// continued: `(target, is loopback)` for TCP/UDP, the path for a unix socket by path
+/// (made absolute against `pid`'s working directory).
+pub enum Peer {
+    Inet { target: String, loopback: bool },
+    Unix(PathBuf),
+}
+
+/// Read the peer of a `connect` (`None`: another family, an abstract or unnamed socket,
+/// or unreadable).
+pub fn connect_peer(pid: u32, args: &[u64; 6]) -> Option<Peer> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let len = (args[2] as u32 as usize).min(std::mem::size_of::<libc::sockaddr_un>());
+    if len < 2 {
+        return None;
+    }
+    let b = read_bytes(pid, args[1], len)?;
+    let family = u16::from_ne_bytes([b[0], b[1]]) as i32;
+    let port = |b: &[u8]| u16::from_be_bytes([b[2], b[3]]);
+    let inet = |ip: IpAddr, port: u16| {
+        let ip = ip.to_canonical();
+        Peer::Inet {
+            target: SocketAddr::new(ip, port).to_string(),
+            loopback: ip.is_loopback(),
+        }
+    };
+    match family {
+        libc::AF_INET if b.len() >= 8 => Some(inet(
+            IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
+            port(&b),
+        )),
+        libc::AF_INET6 if b.len() >= 24 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[8..24]);
+            Some(inet(IpAddr::V6(Ipv6Addr::from(a)), port(&b)))
+        }
+        libc::AF_UNIX if b.len() > 2 && b[2] != 0 => {
+            use std::os::unix::ffi::OsStrExt;
+            let raw = &b[2..];
+            let raw = &raw[..raw.iter().position(|c| *c == 0).unwrap_or(raw.len())];
+            let p = Path::new(std::ffi::OsStr::from_bytes(raw));
+            let abs = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base_dir(pid, None)?.join(p)
+            };
+            Some(Peer::Unix(normalize(&abs)))
+        }
+        _ => None,
+    }
+}
+
+/// The refusal of a `connect` to `peer`, if the sandbox's network refuses it.
+pub fn judge_connect(
+    peer: Peer,
+    allowed: &Allowed,
+    program: String,
+    pid: Option<i32>,
+) -> Option<Event> {
+    let (target, reason, grant) = match (peer, allowed.net) {
+        (_, NetView::Unjudged) => return None,
+        (Peer::Inet { target, .. }, NetView::Off) => {
+            (target, "no network at all (--no-network)".to_string(), None)
+        }
+        (
+            Peer::Inet {
+                target,
+                loopback: false,
+            },
+            NetView::Loopback,
+        ) => {
+            let grant = crate::refusals::connect_grant(&target);
+            (
+                target,
+                "no network but the sandbox's own loopback".into(),
+                Some(grant),
+            )
+        }
+        (
+            Peer::Inet {
+                target,
+                loopback: false,
+            },
+            NetView::Proxied,
+        ) => {
+            let grant = crate::refusals::connect_grant(&target);
+            (
+                target,
+                "only through capsule's proxy (HTTPS_PROXY, ALL_PROXY)".into(),
+                Some(grant),
+            )
+        }
+        (Peer::Inet { .. }, _) => return None,
+        (Peer::Unix(p), _) => {
+            if !allowed.hidden.iter().any(|h| p.starts_with(h)) {
+                return None;
+            }
+            let t = p
+                .to_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| capsule_bundle::escape::path(&p));
+            (t, "a unix socket in a hidden path".into(), None)
+        }
+    };
+    Some(Event {
+        kind: Kind::Connect,
+        target,
+        program,
+        pid,
+        grant,
+        reason: Some(reason),
+    })
 }
 
 /// A C string of at most `PATH_MAX` bytes at `addr` in process `pid`'s memory.
@@ -193,7 +347,7 @@ pub fn named(w: &WriteCall, pid: u32, args: &[u64; 6]) -> Named {
 pub fn judge(
     w: &WriteCall,
     named: Named,
-    set: &WriteSet,
+    set: &Allowed,
     program: String,
     pid: Option<i32>,
 ) -> Option<Event> {
@@ -241,7 +395,7 @@ mod tests {
 
     #[test]
     fn judges_against_the_writable_set() {
-        let set = WriteSet {
+        let set = Allowed {
             writable: vec!["/ws".into(), "/tmp".into(), "/dev/null".into()],
             read_only: vec![
                 "/".into(),

@@ -485,8 +485,9 @@ fn arg_low(i: u8) -> u32 {
 ///    lists), falling through where it allows;
 /// 3. the table's rules of the write calls (set-id modes), answering plain `EPERM`
 ///    (refused by the kernel, never sent to the supervisor), falling through otherwise;
-/// 4. the write calls with write intent: `SECCOMP_RET_USER_NOTIF`, which the supervisor
-///    answers "continue" (the kernel then decides, as without it); all else allowed.
+/// 4. the write calls with write intent and `connect`: `SECCOMP_RET_USER_NOTIF`, which
+///    the supervisor answers "continue" (the kernel then decides, as without it); all
+///    else allowed.
 ///
 /// So a notification of a write call always means "allowed by the table", and one of
 /// any other syscall always means "refused": the supervisor tells them apart by the
@@ -521,6 +522,10 @@ fn listened(refusals: &[SysRule]) -> Result<Vec<sock_filter>, SeccompError> {
             ]),
         }
     }
+    p.extend([
+        jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
+        stmt(BPF_RET_K, notify),
+    ]);
     p.push(stmt(BPF_RET_K, RET_ALLOW));
     if p.len() > 4096 {
         return Err(SeccompError::TooLong(p.len()));
@@ -602,6 +607,16 @@ pub const WRITE_CALLS: &[WriteCall] = &[
     write_call!(SYS_fchmodat, None, &[(Some(0), 1)], false),
     write_call!(SYS_fchownat, None, &[(Some(0), 1)], false),
 ];
+
+/// `connect`, observed like the write calls (the kernel decides; the supervisor names
+/// what the sandbox's network refuses).
+pub const OBSERVED_CONNECT: i64 = libc::SYS_connect as i64;
+
+/// Is `nr` a call the listened filter sends only to be observed (continued)? Never one
+/// the table refuses outright (see the tests).
+pub fn observed(nr: i64) -> bool {
+    nr == OBSERVED_CONNECT || write_call(nr).is_some()
+}
 
 /// The write call of number `nr`, if it is one.
 pub fn write_call(nr: i64) -> Option<&'static WriteCall> {
