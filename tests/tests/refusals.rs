@@ -233,9 +233,50 @@ fn connects_refused_inside_are_listed() {
         let targets: Vec<&str> = list.iter().map(|r| r["target"].as_str().unwrap()).collect();
         assert_eq!(
             targets,
-            ["192.0.2.1:443", "127.0.0.1:9", &format!("{home}/.ssh/agent.sock")],
+            [
+                "192.0.2.1:443",
+                "127.0.0.1:9",
+                &format!("{home}/.ssh/agent.sock")
+            ],
             "{list:?}"
         );
         assert_eq!(list[1]["reason"], "no network at all (--no-network)");
+    });
+}
+
+/// Weaker isolation (no namespaces): refused syscalls and writes are still listed (host
+/// paths), and the record says which kinds are not.
+#[test]
+fn weaker_isolation_lists_syscalls_and_writes() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let no_userns = |args: &[&str]| {
+            c.runner
+                .without_userns(c.capsule().args(args))
+                .output()
+                .expect("run capsule in a user namespace")
+        };
+        ok(
+            &no_userns(&["isolation", "--accept-weaker", "on"]),
+            "accept weaker",
+        );
+        let script = "import ctypes,os\nlibc=ctypes.CDLL(None,use_errno=True)\nlibc.syscall(250,0,0,0,0,0)\nprint(os.strerror(ctypes.get_errno()))\ntry: open('/etc/x','w')\nexcept OSError as e: print(e.errno)\nopen('ok.txt','w')";
+        let o = no_userns(&["exec", NAME, "--", "python3", "-c", script]);
+        ok(&o, "weaker exec");
+        assert!(
+            out(&o).starts_with("Operation not permitted\n"),
+            "{}",
+            out(&o)
+        );
+        let rec = record(&c);
+        let list = refusals(&rec);
+        let got: Vec<(&str, &str)> = list
+            .iter()
+            .map(|r| (r["kind"].as_str().unwrap(), r["target"].as_str().unwrap()))
+            .collect();
+        assert_eq!(got, [("syscall", "keyctl"), ("write", "/etc/x")], "{rec}");
+        let not_listed = rec["refusals_not_listed"].to_string();
+        assert!(not_listed.contains("connect: weaker isolation"), "{rec}");
+        assert!(not_listed.contains("read: "), "{rec}");
     });
 }

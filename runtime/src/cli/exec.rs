@@ -415,6 +415,7 @@ mod imp {
             limits_reached: Vec::new(),
             refusals: Vec::new(),
             refusals_dropped: 0,
+            refusals_not_listed: Vec::new(),
         };
 
         let mut landlock_best_effort = false;
@@ -559,6 +560,16 @@ mod imp {
         refusals.say_after();
         rec.refusals = refusals.refusals();
         rec.refusals_dropped = refusals.dropped();
+        if isolation != Isolation::None {
+            rec.refusals_not_listed = crate::refusals::listing::kinds(
+                isolation == Isolation::Full,
+                linux::seccomp::continue_supported(),
+            )
+            .into_iter()
+            .filter(|k| !k.listed)
+            .map(|k| format!("{}: {}", k.kind, k.how))
+            .collect();
+        }
         let log = cap.bundle_file(bundle_files::REFUSALS);
         if let Err(e) = refusals.append_to(&log, &rec.started_at) {
             eprintln!("capsule: cannot append to {}: {e}", log.display());

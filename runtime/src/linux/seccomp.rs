@@ -82,7 +82,31 @@ pub struct SeccompProgram {
     bpf: BpfProgram,
     /// The same program with each `EPERM` answer replaced by `SECCOMP_RET_USER_NOTIF`.
     listened: BpfProgram,
+    /// Does this kernel answer "continue" ([`continue_supported`])? Else the plain
+    /// program is installed even where the listened one is asked for.
+    listen: bool,
     report: SeccompReport,
+}
+
+/// Does the running kernel take `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (Linux 5.5)? The
+/// listened filter is installed only then: a write call it sends must be continued.
+pub fn continue_supported() -> bool {
+    // SAFETY: uname into a zeroed struct.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    let release: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    let release = String::from_utf8_lossy(&release);
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    matches!((it.next(), it.next()), (Some(major), Some(minor)) if (major, minor) >= (5, 5))
 }
 
 // classic BPF opcodes (linux/bpf_common.h)
@@ -665,6 +689,7 @@ impl SeccompProgram {
         Ok(Self {
             bpf,
             listened,
+            listen: continue_supported(),
             report,
         })
     }
@@ -680,6 +705,9 @@ impl SeccompProgram {
     /// allocation: safe between `fork` and `execve`.
     pub fn install_listened(&self) -> Result<Option<std::os::fd::OwnedFd>, SeccompError> {
         use std::os::fd::FromRawFd;
+        if !self.listen {
+            return self.install().map(|()| None);
+        }
         match install_bpf(&self.listened, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER) {
             // SAFETY: the kernel returned a new descriptor, ours to own.
             Ok(fd) => Ok(Some(unsafe {

@@ -190,6 +190,10 @@ pub struct ExecRecord {
     /// Refusals past the bound of distinct ones, counted only.
     #[serde(skip_serializing_if = "is_zero")]
     pub refusals_dropped: u64,
+    /// Kinds of refusal this exec could not list, and why
+    /// ([`crate::refusals::listing`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refusals_not_listed: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -14,6 +14,7 @@
 //! programs are the task's own text, so every human-readable line passes through
 //! [`capsule_bundle::escape`]. JSON keeps them faithful.
 
+pub mod listing;
 pub mod log;
 
 use serde::{Deserialize, Serialize};
