@@ -164,8 +164,37 @@ pub enum Peer {
     Unix(PathBuf),
 }
 
+/// The type (`SOCK_STREAM`, `SOCK_DGRAM`...) of socket `fd` of task `pid`, from a copy of
+/// it (`pidfd_getfd`, closed at once); `None` when it cannot be told.
+fn socket_type(pid: u32, fd: i32) -> Option<i32> {
+    // SAFETY: plain syscalls on descriptors we own and close.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
+        if pidfd < 0 {
+            return None;
+        }
+        let copy = libc::syscall(libc::SYS_pidfd_getfd, pidfd as i32, fd, 0);
+        libc::close(pidfd as i32);
+        if copy < 0 {
+            return None;
+        }
+        let mut ty: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let rc = libc::getsockopt(
+            copy as i32,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        );
+        libc::close(copy as i32);
+        (rc == 0).then_some(ty)
+    }
+}
+
 /// Read the peer of a `connect` (`None`: another family, an abstract or unnamed socket,
-/// or unreadable).
+/// a datagram socket off loopback (a resolver trying its name server: the proxy resolves
+/// names), or unreadable).
 pub fn connect_peer(pid: u32, args: &[u64; 6]) -> Option<Peer> {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     let len = (args[2] as u32 as usize).min(std::mem::size_of::<libc::sockaddr_un>());
@@ -182,7 +211,9 @@ pub fn connect_peer(pid: u32, args: &[u64; 6]) -> Option<Peer> {
             loopback: ip.is_loopback(),
         }
     };
+    let stream = || socket_type(pid, args[0] as u32 as i32) != Some(libc::SOCK_DGRAM);
     match family {
+        libc::AF_INET | libc::AF_INET6 if !stream() => None,
         libc::AF_INET if b.len() >= 8 => Some(inet(
             IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
             port(&b),

@@ -28,7 +28,7 @@ pub fn kinds(namespaces: bool, notify: bool) -> Vec<KindListing> {
         v.push(k("write", false, "this kernel lacks seccomp user notification with \"continue\" (Linux 5.5): refused, not listed"));
     }
     if namespaces && notify {
-        v.push(k("connect", true, "the allowlist proxy's refusals; inside: TCP/UDP connects the sandbox's network refuses (none, --no-network, direct connects in allowlist mode) and unix sockets in hidden paths"));
+        v.push(k("connect", true, "the allowlist proxy's refusals; inside: TCP connects the sandbox's network refuses (none, --no-network, direct connects in allowlist mode) and unix sockets in hidden paths (UDP is not listed: resolvers try their name server, the proxy resolves names)"));
     } else if namespaces {
         v.push(k("connect", true, "the allowlist proxy's refusals only"));
     } else {
