@@ -1,8 +1,11 @@
 //! The seccomp supervisor of one exec: it holds the listener of the filter the command
-//! runs under ([`super::seccomp::SeccompProgram::install_listened`]), and for each
-//! refused syscall records who asked (kind `syscall`, its name, the program's `comm`
-//! and pid) in the exec's [`Collector`] and answers `EPERM`, the errno the plain filter
-//! gives.
+//! runs under ([`super::seccomp::SeccompProgram::install_listened`]). For each refused
+//! syscall it records who asked (kind `syscall`, its name, the program's `comm` and pid)
+//! in the exec's [`Collector`] and answers `EPERM`, the errno the plain filter gives. For
+//! each observed call (a path call with write intent, a `connect`) it answers "continue",
+//! so the kernel decides, and lists it when the sandbox refuses it ([`observe`]). Which
+//! is which is told by the syscall number alone ([`seccomp::observed`]): the filter sends
+//! an observed call only when its table allowed it.
 //!
 //! How the listener gets here: [`channel`] makes a socketpair before the sandbox is
 //! started; its sandbox end reaches the process that installs the filter (the command's
@@ -11,8 +14,10 @@
 //! command never holds it: the end is close-on-exec and closed before `execve`.
 //!
 //! Why the task can neither hang nor crash it, nor decide anything with it:
-//! - it reads nothing of the task's memory: the syscall number, its arguments as
-//!   integers (to name an `ioctl` request, say) and the pid the kernel gives; the
+//! - for a refusal it reads nothing of the task's memory: the syscall number, its
+//!   arguments as integers (to name an `ioctl` request, say) and the pid the kernel
+//!   gives (an observed call's path or address is read with `process_vm_readv`, which
+//!   fails rather than blocks, for the report only); the
 //!   program's name comes from `/proc/<pid>/comm` and `/proc/<pid>/status` (the task's
 //!   namespace pid), checked with `SECCOMP_IOCTL_NOTIF_ID_VALID` afterwards so a
 //!   recycled pid is never named;
@@ -45,14 +50,24 @@ pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Send `listener` on the sandbox's end `sock` (from the process that installed it).
+/// Never raises `SIGPIPE` (capsule's end may be gone: then the listener closes with the
+/// sender's copy, and the kernel answers what the filter sends `ENOSYS`).
 pub fn send_listener(sock: RawFd, listener: RawFd) -> io::Result<()> {
-    super::sys::send_fds(sock, b"L", &[listener]).map(|_| ())
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [listener];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [io::IoSlice::new(b"L")];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+        .map(|_| ())
+        .map_err(io::Error::from)
 }
 
 /// A running supervisor.
 pub struct Supervisor {
     thread: Option<std::thread::JoinHandle<()>>,
-    stop: OwnedFd,
+    /// An eventfd the thread polls: written to stop it (never a pipe, whose write could
+    /// raise `SIGPIPE` once the thread is gone).
+    stop: Arc<OwnedFd>,
 }
 
 impl Supervisor {
@@ -63,13 +78,14 @@ impl Supervisor {
         refusals: Arc<Collector>,
         allowed: Allowed,
     ) -> io::Result<Supervisor> {
-        let mut p = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 into a valid array.
-        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        // SAFETY: eventfd makes a new descriptor.
+        let e = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if e < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: descriptors just made, ours to own.
-        let (stop_r, stop) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        // SAFETY: a descriptor just made, ours to own.
+        let stop = Arc::new(unsafe { OwnedFd::from_raw_fd(e) });
+        let stop_r = stop.clone();
         let names = Names::new();
         let thread = std::thread::Builder::new()
             .name("capsule-seccomp".into())
@@ -83,7 +99,7 @@ impl Supervisor {
 
     /// Stop (the sandbox has ended) and wait for the thread.
     pub fn finish(mut self) {
-        let _ = super::sys::write_all(self.stop.as_raw_fd(), &[1]);
+        let _ = super::sys::write_all(self.stop.as_raw_fd(), &1u64.to_ne_bytes());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -125,7 +141,13 @@ fn wait(fd: RawFd, stop: RawFd) -> bool {
     }
 }
 
-fn serve(sock: OwnedFd, stop: OwnedFd, names: &Names, allowed: &Allowed, refusals: &Collector) {
+fn serve(
+    sock: OwnedFd,
+    stop: Arc<OwnedFd>,
+    names: &Names,
+    allowed: &Allowed,
+    refusals: &Collector,
+) {
     if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
         return;
     }
