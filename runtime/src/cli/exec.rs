@@ -93,7 +93,8 @@ pub struct ExecArgs {
     #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
     pub cpus: Option<u64>,
     /// When to say on stderr what the sandbox refused: `after` the command (one line per
-    /// distinct refusal), or `live` as it happens (the default when stderr is a terminal).
+    /// distinct refusal), or `live` as it happens (the default when stderr is a terminal,
+    /// without `-t`).
     #[arg(long = "refusals", value_name = "WHEN", value_enum)]
     pub refusals: Option<RefusalsWhen>,
     /// Say nothing on stderr about refusals (the record and `capsule refusals` still list
@@ -124,7 +125,8 @@ impl ExecArgs {
             (true, _) => Say::Quiet,
             (_, Some(RefusalsWhen::Live)) => Say::Live,
             (_, Some(RefusalsWhen::After)) => Say::After,
-            (_, None) if std::io::stderr().is_terminal() => Say::Live,
+            // with -t the terminal is the command's (raw): the lines wait for its end
+            (_, None) if !self.tty && std::io::stderr().is_terminal() => Say::Live,
             _ => Say::After,
         }
     }
