@@ -433,6 +433,7 @@ mod tests {
                 "/ws/capsule-manifest.json".into(),
                 "/ws/.git/hooks".into(),
             ],
+            ..Allowed::default()
         };
         assert_eq!(set.refuses(Path::new("/ws/a/b")), Some(false));
         assert_eq!(set.refuses(Path::new("/wsx")), Some(true));
