@@ -634,6 +634,7 @@ pub const WRITE_CALLS: &[WriteCall] = &[
 
 /// `connect`, observed like the write calls (the kernel decides; the supervisor names
 /// what the sandbox's network refuses).
+#[allow(clippy::unnecessary_cast)] // c_long is i64 on 64-bit targets
 pub const OBSERVED_CONNECT: i64 = libc::SYS_connect as i64;
 
 /// Is `nr` a call the listened filter sends only to be observed (continued)? Never one
