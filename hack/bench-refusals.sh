@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 RUNS="${1:-300}"
 BUILDS="${2:-7}"
 FILES="${3:-60}"
-: "${BASE_BIN:?set BASE_BIN to a capsule binary without refusal listing (e.g. main's)}"
+: "${BASE_BIN:?set BASE_BIN to a capsule binary without refusal listing, e.g. one built from main}"
 BIN="${BIN:-$(hack/build-release.sh)}"
 command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
 

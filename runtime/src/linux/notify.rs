@@ -213,59 +213,72 @@ fn answer_one(listener: RawFd, names: &Names, allowed: &Allowed, refusals: &Coll
             None => observe::connect_peer(n.pid, &n.data.args)
                 .and_then(|p| observe::judge_connect(p, allowed, String::new(), None)),
         };
-        let who = refused.as_ref().map(|_| who(n.pid));
-        let valid = who.is_some() && still_valid(listener, n.id);
-        respond(listener, n.id, true, 0);
-        if let (Some(mut e), Some((program, pid))) = (refused, who) {
-            if valid {
-                e.program = program;
-                e.pid = pid;
-            }
-            refusals.add(e);
-        }
-        return;
+        return answer(listener, &n, refused, true, refusals);
     }
-    let (program, pid) = who(n.pid);
-    // is the pid still the task that asked? (else the names belong to another process)
-    let valid = still_valid(listener, n.id);
-    respond(listener, n.id, false, libc::EPERM);
-    let (program, pid) = if valid {
-        (program, pid)
-    } else {
-        (String::new(), None)
-    };
-    refusals.add(Event {
+    let refused = Event {
         kind: Kind::Syscall,
-        target: names.describe(n.data.nr as i64, &n.data.args),
-        program,
-        pid,
+        target: names.describe(nr, &n.data.args),
+        program: String::new(),
+        pid: None,
         grant: None,
         reason: None,
-    });
+    };
+    answer(listener, &n, Some(refused), false, refusals)
 }
 
-/// The `comm` of host pid `pid` and its pid in its innermost namespace.
-fn who(pid: u32) -> (String, Option<i32>) {
-    if pid == 0 {
-        return (String::new(), None);
-    }
-    let read = |what: &str, max: usize| -> Option<Vec<u8>> {
-        use std::io::Read;
-        let f = std::fs::File::open(format!("/proc/{pid}/{what}")).ok()?;
-        let mut b = Vec::with_capacity(max);
-        f.take(max as u64).read_to_end(&mut b).ok()?;
-        Some(b)
+/// Answer notification `n` (continue it, or `EPERM`) and record `refused` with the
+/// program that asked: its `comm` each time (part of what tells refusals apart), its pid
+/// the first time only (a repeat is counted, its pid not kept), both read while the
+/// task waits and dropped if it is gone meanwhile (its pid could name another process).
+fn answer(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    refused: Option<Event>,
+    continue_: bool,
+    refusals: &Collector,
+) {
+    let Some(mut e) = refused else {
+        return respond(listener, n.id, continue_, libc::EPERM);
     };
-    let comm = read("comm", 64)
+    e.program = comm(n.pid);
+    if !refusals.knows(e.kind, &e.target, &e.program) {
+        e.pid = nspid(n.pid);
+    }
+    let valid = still_valid(listener, n.id);
+    respond(listener, n.id, continue_, libc::EPERM);
+    if !valid {
+        e.program.clear();
+        e.pid = None;
+    }
+    refusals.add(e);
+}
+
+/// Up to `max` bytes of `/proc/<pid>/<what>`.
+fn proc_read(pid: u32, what: &str, max: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if pid == 0 {
+        return None;
+    }
+    let f = std::fs::File::open(format!("/proc/{pid}/{what}")).ok()?;
+    let mut b = Vec::with_capacity(max);
+    f.take(max as u64).read_to_end(&mut b).ok()?;
+    Some(b)
+}
+
+/// The `comm` of host pid `pid` (empty when unknown).
+fn comm(pid: u32) -> String {
+    proc_read(pid, "comm", 64)
         .map(|b| String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).into_owned())
-        .unwrap_or_default();
-    let nspid = read("status", 4096).and_then(|b| {
-        let s = String::from_utf8_lossy(&b).into_owned();
-        s.lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))
-            .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
-    });
-    (comm, nspid)
+        .unwrap_or_default()
+}
+
+/// The pid of host pid `pid` in its innermost pid namespace.
+fn nspid(pid: u32) -> Option<i32> {
+    let b = proc_read(pid, "status", 4096)?;
+    let s = String::from_utf8_lossy(&b);
+    s.lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
 }
 
 /// Syscall names by number, from the filter's table.

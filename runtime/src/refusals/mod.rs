@@ -212,6 +212,12 @@ impl Collector {
         st.by_key.insert(key, i);
     }
 
+    /// Is this refusal listed already (a repeat would only count)?
+    pub fn knows(&self, kind: Kind, target: &str, program: &str) -> bool {
+        let key = (kind, cut(target.to_string()), cut(program.to_string()));
+        self.lock().by_key.contains_key(&key)
+    }
+
     /// The distinct refusals so far, in the order first seen.
     pub fn refusals(&self) -> Vec<Refusal> {
         self.lock().list.iter().map(|r| r.0.clone()).collect()
