@@ -1,16 +1,14 @@
-//! `capsule exec <capsule> [options] -- CMD [ARGS…]`: the launch-policy gate, the
-//! capsule's policy from its bundle plus this exec's flags, the isolation level (never a
-//! silent fallback), the sandboxed run, and the exec record.
+//! `capsule exec <capsule> [options] -- CMD [ARGS…]`: its arguments, turned into the
+//! library's [`ExecOptions`] for [`Exec::run`] (which owns the gate, the policy, the
+//! executor and the record); the exec record printed with `--json`, and the exit status.
 
-use crate::exit::{self, CliError, CliResult};
-use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
-use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkMode, SandboxPolicy};
-use capsule_bundle::store;
+use crate::exec::{Exec, ExecOptions, NetworkRequest};
+use crate::exit::{CliError, CliResult};
 use clap::Args;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Run a command inside a capsule's sandbox.
 ///
@@ -45,7 +43,7 @@ pub struct ExecArgs {
     /// ~/.claude.json; codex: ~/.codex): read through the home layer, writes land in the
     /// layer, never in the real home. Other agents' logins stay hidden.
     #[arg(long = "agent-login", value_name = "AGENT", value_enum)]
-    pub agent_login: Option<crate::cli::gate::Backend>,
+    pub agent_login: Option<crate::agent::Backend>,
     /// No network at all: TCP refused even on the sandbox's own loopback.
     #[arg(long, conflicts_with = "open_network")]
     pub no_network: bool,
@@ -141,687 +139,56 @@ impl ExecArgs {
             cpus_milli: self.cpus,
         }
     }
-}
 
-fn fail(msg: impl Into<String>) -> CliError {
-    CliError::failure(msg)
-}
-
-/// Canonical form of a user-given path (relative to the current directory).
-fn canonical(flag: &str, p: &Path) -> Result<PathBuf, CliError> {
-    canonicalize(p).map_err(|e| fail(format!("{flag} {}: {e}", p.display())))
-}
-
-/// `std::fs::canonicalize`, in fewer system calls on Linux (many `--hide` flags).
-fn canonicalize(p: &Path) -> std::io::Result<PathBuf> {
-    #[cfg(target_os = "linux")]
-    return crate::linux::sys::canonicalize(p);
-    #[cfg(not(target_os = "linux"))]
-    return std::fs::canonicalize(p);
-}
-
-/// Apply this exec's flags to the capsule's policy. Returns the policy and the notes on
-/// what was requested.
-fn effective_policy(
-    a: &ExecArgs,
-    base: &SandboxPolicy,
-    layout: &Layout,
-    bundle_dir: &Path,
-) -> Result<SandboxPolicy, CliError> {
-    let mut p = base.clone();
-    if let Some(b) = a.agent_login {
-        crate::cli::gate::agent::unhide_login(&mut p, b);
-    }
-    let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
-    let own: Vec<PathBuf> = [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE]
-        .iter()
-        .map(|d| bundle_dir.join(d))
-        .collect();
-    for w in &a.allow_write {
-        let c = canonical("--allow-write", w)?;
-        let in_own = own.iter().any(|o| c.starts_with(o));
-        if !in_own && (c.starts_with(&root) || root.starts_with(&c)) {
-            return Err(fail(format!(
-                "--allow-write {}: overlaps capsule's own state ({}); the command could rewrite its records",
-                c.display(),
-                root.display()
-            )));
-        }
-        p.writable.push(c);
-    }
-    #[cfg(target_os = "linux")]
-    let hidden = crate::linux::sys::canonicalize_many(&a.hide);
-    #[cfg(not(target_os = "linux"))]
-    let hidden: Vec<std::io::Result<PathBuf>> = a.hide.iter().map(|h| canonicalize(h)).collect();
-    for (h, c) in a.hide.iter().zip(hidden) {
-        let path = match c {
-            Ok(c) => c,
-            Err(_) if h.is_absolute() => h.clone(),
-            Err(e) => return Err(fail(format!("--hide {}: {e}", h.display()))),
+    /// What this exec asks of the library.
+    pub fn options(&self) -> ExecOptions {
+        let network = if self.no_network {
+            NetworkRequest::Off
+        } else if self.open_network {
+            NetworkRequest::Open
+        } else if !self.allow_host.is_empty() {
+            NetworkRequest::Allow(self.allow_host.clone())
+        } else {
+            NetworkRequest::Spec
         };
-        p.hidden.push(HiddenPath {
-            path,
-            reason: HiddenReason::Requested,
-        });
-    }
-    for r in &a.reveal {
-        let c = canonical("--reveal", r)?;
-        if c.starts_with(&root) && !c.starts_with(&p.workspace) {
-            return Err(fail(format!(
-                "--reveal {}: capsule's own state stays hidden",
-                c.display()
-            )));
-        }
-        p.revealed.push(c);
-    }
-    for n in &a.pass_env {
-        if n.is_empty() || n.contains('=') {
-            return Err(fail(format!("--pass-env {n:?}: not a variable name")));
-        }
-        p.pass_env.push(n.clone());
-    }
-    if a.no_network {
-        p.network.mode = NetworkMode::Off;
-    } else if a.open_network {
-        p.network.mode = NetworkMode::Open;
-    } else if !a.allow_host.is_empty() {
-        if p.network.mode != NetworkMode::Allowlist {
-            p.network.allow.clear();
-        }
-        p.network.mode = NetworkMode::Allowlist;
-        p.network.allow.extend(a.allow_host.iter().cloned());
-    }
-    Ok(p)
-}
-
-/// `cap`'s policy with the default hidden paths resolved again now: `open` lists only
-/// the credential, personal, agent-login and sibling-project paths that existed then,
-/// and one made since (a first `~/.ssh` key, `aws configure`, a project cloned next to
-/// the source) must be hidden all the same. The base of every exec's policy and of every
-/// rendering of it (the Linux plan, `config.json`, the Seatbelt profile).
-pub fn with_current_hidden(cap: &store::OpenCapsule, layout: &Layout) -> SandboxPolicy {
-    use capsule_bundle::policy::{default_hidden, HiddenInputs};
-    let mut p = cap.policy.clone();
-    let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
-    let now = default_hidden(&HiddenInputs {
-        home: p.home.as_deref(),
-        source_dir: cap.record.source.as_deref(),
-        capsule_root: Some(&root),
-    });
-    for h in now {
-        if !p.hidden.iter().any(|x| x.path == h.path) {
-            p.hidden.push(h);
+        ExecOptions {
+            allow_write: self.allow_write.clone(),
+            hide: self.hide.clone(),
+            reveal: self.reveal.clone(),
+            pass_env: self.pass_env.clone(),
+            agent_login: self.agent_login,
+            network,
+            no_sandbox: self.no_sandbox,
+            tty: self.tty,
+            no_gpu: self.no_gpu,
+            timeout: self.timeout,
+            activity_timeout: self.activity_timeout,
+            limits: self.limits(),
+            refusals: self.say_refusals(),
         }
     }
-    p
-}
-
-/// The policy of one exec of `cap`: its stored policy with the hidden paths of now
-/// ([`with_current_hidden`]) and this exec's flags applied. The one place an exec's
-/// policy is decided, for both executors: the Linux plan and the Seatbelt profile are
-/// made from what it returns.
-pub fn resolve_policy(
-    a: &ExecArgs,
-    cap: &store::OpenCapsule,
-    layout: &Layout,
-) -> Result<SandboxPolicy, CliError> {
-    effective_policy(
-        a,
-        &with_current_hidden(cap, layout),
-        layout,
-        &cap.bundle_dir,
-    )
 }
 
 /// `capsule exec`.
 pub fn exec(a: ExecArgs) -> CliResult {
-    imp::exec(a)
-}
-
-#[cfg(target_os = "linux")]
-pub(crate) use imp::weaker_or_refuse;
-#[cfg(target_os = "linux")]
-pub use imp::{plan_now, run_probe};
-
-#[cfg(target_os = "macos")]
-mod imp {
-    use super::*;
-    /// The macOS executor (Seatbelt), in `crate::macos`.
-    pub fn exec(a: ExecArgs) -> CliResult {
-        crate::macos::exec_cli(&a, resolve_policy)
+    #[cfg(target_os = "macos")]
+    if a.json {
+        return Err(CliError::failure(
+            "--timeout and --json are not available on macOS yet",
+        ));
     }
-}
-
-// type-checks the macOS hookup on Linux test builds
-#[cfg(test)]
-const _: crate::macos::PolicyFlags = resolve_policy;
-
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
-mod imp {
-    use super::*;
-    pub fn exec(_: ExecArgs) -> CliResult {
-        Err(CliError::failure(
-            "capsule exec runs on Linux only in this build",
-        ))
-    }
-}
-
-#[cfg(target_os = "linux")]
-mod imp {
-    use super::*;
-    use crate::isolation;
-    use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
-    use crate::record::{self, ExecRecord};
-    use crate::settings::Settings;
-    use std::cell::RefCell;
-    use std::rc::Rc;
-
-    /// The operator's default limits ([`Settings::limits`]) for the flags `a` does not give.
-    fn with_default_limits(a: &mut ExecArgs, settings: &Settings) -> Result<(), CliError> {
-        use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
-        let d = &settings.limits;
-        let bad = |e: String| fail(e);
-        if a.memory.is_none() {
-            a.memory = d.read("memory", parse_size).map_err(bad)?;
-        }
-        if a.pids.is_none() {
-            a.pids = d.read("pids", parse_count).map_err(bad)?;
-        }
-        if a.cpus.is_none() {
-            a.cpus = d.read("cpus", parse_cpus).map_err(bad)?;
-        }
-        if a.fds.is_none() {
-            a.fds = d.read("fds", parse_count).map_err(bad)?;
-        }
-        if a.file_size.is_none() {
-            a.file_size = d.read("file_size", parse_size).map_err(bad)?;
-        }
-        if a.activity_timeout.is_none() {
-            a.activity_timeout = d.read("activity_timeout", parse_duration).map_err(bad)?;
-        }
-        Ok(())
-    }
-
-    pub fn exec(mut a: ExecArgs) -> CliResult {
-        let started = Instant::now();
-        let started_at = record::now_rfc3339();
-        let root =
-            capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME"))?;
-        let layout = Layout::new(root);
-        let cap = store::resolve(&layout, &a.capsule).map_err(|e| fail(e.to_string()))?;
-        tracing::debug!("resolved capsule: {:?}", started.elapsed());
-        let caller_cwd = std::env::current_dir().ok();
-        let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
-
-        // the launch-policy gate first: a denial starts nothing
-        crate::cli::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
-        tracing::debug!("gate decided: {:?}", started.elapsed());
-
-        let policy = resolve_policy(&a, &cap, &layout)?;
-        // what the sandbox refuses this exec, listed (see `crate::refusals`)
-        let refusals = std::sync::Arc::new(crate::refusals::Collector::new(a.say_refusals()));
-        // the network of this exec: refuses replay, binds the allowlist proxy
-        let net =
-            crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir, refusals.clone())
-                .map_err(|e| {
-                    if e.is_usage() {
-                        fail(e.to_string())
-                    } else {
-                        CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
-                    }
-                })?;
-        let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-        with_default_limits(&mut a, &settings)?;
-        let events = cap.bundle_file(bundle_files::EVENTS);
-        let argv: Vec<String> = a
-            .command
-            .iter()
-            .map(|s| s.to_string_lossy().into_owned())
-            .collect();
-        let mut degradation = Vec::new();
-        let requested = serde_json::json!({
-            // the digest `store::load` checked cap.policy against
-            "policy_digest": cap.record.policy_digest,
-            "effective_policy_digest": policy.digest(),
-            "network": policy.network.mode.as_str(),
-            "net": net.record(),
-            "allow_write": policy.writable,
-            "hide": a.hide,
-            "reveal": a.reveal,
-            "pass_env": policy.pass_env,
-            "agent_login": a.agent_login.map(|b| b.name()),
-            "no_sandbox": a.no_sandbox,
-            "tty": a.tty,
-            "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
-            "activity_timeout_ms": a.activity_timeout.map(|t| t.as_millis() as u64),
-            "limits": a.limits(),
-        });
-        let mut rec = ExecRecord {
-            event: "exec",
-            version: 1,
-            capsule: cap.name.clone(),
-            argv,
-            cwd: cwd.clone(),
-            started_at,
-            requested,
-            applied: None,
-            degradation: Vec::new(),
-            exit_status: exit::SANDBOX_FAILED,
-            termination: None,
-            error: None,
-            duration_ms: 0.0,
-            changes: None,
-            changes_error: None,
-            git_guard: None,
-            limits: None,
-            limits_reached: Vec::new(),
-            refusals: Vec::new(),
-            refusals_dropped: 0,
-            refusals_not_listed: Vec::new(),
-        };
-
-        let mut landlock_best_effort = false;
-        let mut isolation = if a.no_sandbox {
-            eprintln!(
-                "capsule: WARNING: --no-sandbox: running \"{}\" WITHOUT ANY ISOLATION: it can read, write and reach everything you can",
-                capsule_bundle::escape::name(rec.argv.join(" ").as_bytes())
-            );
-            degradation.push("no sandbox at all (--no-sandbox)".to_string());
-            Isolation::None
-        } else if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
-            let (i, best_effort) = weaker_or_refuse(&settings, &mut degradation, true)?;
-            landlock_best_effort = best_effort;
-            i
-        } else {
-            Isolation::Full
-        };
-
-        // the workspace snapshot the record compares against: taken when the command is
-        // released (`before_release`, while init builds the sandbox), on this thread (it
-        // reads nothing that can block and starts no thread; see `record`). Taken on a
-        // thread started here instead, overlapping the gate and the plan, exec was no
-        // faster (median 5.70 vs 5.64 ms, one-file workspace, warm spare)
-        let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
-        // the stderr relay's pipe is in place before the clone, its thread starts after it
-        // (in `before_release`): the executor must clone while single-threaded
-        let watch = Rc::new(RefCell::new(crate::home::display::Watch::start(!a.tty)));
-        let snapshot_hooks = || {
-            let slot = before.clone();
-            let ws = cap.workspace.clone();
-            let watch = watch.clone();
-            Hooks {
-                refusals: Some(refusals.clone()),
-                before_release: Some(Box::new(move || {
-                    watch.borrow_mut().spawn_relay();
-                    let t = Instant::now();
-                    *slot.borrow_mut() = Some(record::snapshot(&ws));
-                    tracing::debug!("snapshot before: took {:?}", t.elapsed());
-                })),
-                ..Hooks::default()
-            }
-        };
-        // the task's own environment: home layer, caches, revealed projects,
-        // devices, no display
-        let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
-            use crate::home::sandbox::{extend, EnvError};
-            extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
-                .map(|_| ())
-                .map_err(|e| match e {
-                    EnvError::Device(_) => fail(e.to_string()),
-                    _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
-                })
-        };
-        // memory and processes: this exec's cgroups, made now; one that cannot be made
-        // refuses the exec unless weaker isolation was accepted (then it is recorded)
-        let mut limits = a.limits();
-        let t_cg = Instant::now();
-        let cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
-            Ok(c) => c,
-            Err(e) if settings.accept_weaker => {
-                eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
-                degradation.push(format!("{e}; not enforced"));
-                match e.flag {
-                    "--memory" => limits.memory = None,
-                    "--cpus" => limits.cpus_milli = None,
-                    _ => limits.pids = None,
-                }
-                // the other one may still be enforceable
-                linux::cgroup::ExecCgroups::create(&limits).unwrap_or_else(|e| {
-                    degradation.push(format!("{e}; not enforced"));
-                    limits.memory = None;
-                    limits.pids = None;
-                    limits.cpus_milli = None;
-                    linux::cgroup::ExecCgroups::default()
-                })
-            }
-            Err(e) => {
-                return Err(CliError::new(
-                    exit::SANDBOX_FAILED,
-                    format!("{e}; nothing ran. To run without the limits it cannot enforce, accept weaker isolation knowingly: `capsule isolation --accept-weaker on`"),
-                ))
-            }
-        };
-        tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
-        if !limits.is_empty() || a.limits().needs_cgroup() {
-            rec.limits = Some(serde_json::json!({
-                "in_force": limits,
-                "rlimits": limits.rlimits().map(|(_, f, v)| (f, v)).collect::<Vec<_>>(),
-                "cgroups": cgroups.record(),
-            }));
-        }
-        let mut plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
-        plan.landlock_best_effort = landlock_best_effort;
-        plan.cgroup_procs = cgroups.procs_files();
-        task_env(&mut plan)?;
-        net.apply(&mut plan);
-        tracing::debug!("plan ready: {:?}", started.elapsed());
-        // held while the command runs: `home apply|discard` refuse meanwhile
-        let _exec_lock = crate::home::lock::exec_shared(&cap.bundle_dir);
-        let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
-        tracing::debug!("command ended: {:?}", started.elapsed());
-        if let Err(ExecError::Namespaces(msg)) = &result {
-            // full isolation is refused here: only what the operator accepted may follow
-            tracing::info!("namespaces refused: {msg}");
-            (isolation, landlock_best_effort) =
-                weaker_or_refuse(&settings, &mut degradation, false)?;
-            plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
-            plan.landlock_best_effort = landlock_best_effort;
-            plan.cgroup_procs = cgroups.procs_files();
-            task_env(&mut plan)?;
-            net.apply(&mut plan);
-            result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
-        }
-        // the snapshot after the command
-        let after = {
-            let before = before.borrow();
-            let before = before.as_ref().and_then(|b| b.as_ref().ok());
-            record::snapshot_after(before, &cap.workspace)
-        };
-        tracing::debug!("snapshot after: {:?}", started.elapsed());
-        // the operator's own git in the workspace must not run what the command planted
-        rec.git_guard = guard_git(&cap, after.as_ref().ok());
-        tracing::debug!("git guard: {:?}", started.elapsed());
-        let needs_display = match Rc::try_unwrap(watch) {
-            Ok(w) => w.into_inner().finish(),
-            Err(_) => false,
-        };
-        tracing::debug!("stderr relay finished: {:?}", started.elapsed());
-        if isolation == Isolation::Weaker {
-            eprintln!(
-                "capsule: warning: weaker isolation (Landlock + seccomp, no namespaces): {}",
-                degradation.join("; ")
-            );
-        } else if landlock_best_effort {
-            eprintln!(
-                "capsule: warning: weaker isolation (namespaces + seccomp, Landlock only as far as this kernel allows): {}",
-                degradation.join("; ")
-            );
-        }
-        net.finish();
-        degradation.extend(net.degradation());
-        refusals.say_after();
-        rec.refusals = refusals.refusals();
-        rec.refusals_dropped = refusals.dropped();
-        if isolation != Isolation::None {
-            rec.refusals_not_listed = crate::refusals::listing::kinds(
-                isolation == Isolation::Full,
-                linux::seccomp::continue_supported(),
-            )
-            .into_iter()
-            .filter(|k| !k.listed)
-            .map(|k| format!("{}: {}", k.kind, k.how))
-            .collect();
-        }
-        let log = cap.bundle_file(bundle_files::REFUSALS);
-        if let Err(e) = refusals.append_to(&log, &rec.started_at) {
-            eprintln!("capsule: cannot append to {}: {e}", log.display());
-        }
-        rec.degradation = degradation;
-
-        let code = match &result {
-            Ok(o) => {
-                rec.applied = serde_json::to_value(&o.applied).ok();
-                rec.termination = serde_json::to_value(o.termination).ok();
-                let killed = match (o.termination, a.activity_timeout) {
-                    (linux::Termination::ActivityTimeout, Some(d)) => {
-                        Some(crate::limits::silent_for(d))
-                    }
-                    (linux::Termination::Signaled(s), _) => crate::limits::killed_by(&limits, s),
-                    _ => None,
-                };
-                rec.limits_reached.extend(killed);
-                rec.limits_reached.extend(cgroups.reached());
-                for m in &rec.limits_reached {
-                    eprintln!("capsule: {m}");
-                }
-                o.termination.exit_status()
-            }
-            Err(e) => {
-                rec.error = Some(e.to_string());
-                match e {
-                    ExecError::NotFound { .. } => exit::NOT_FOUND,
-                    ExecError::NotExecutable { .. } => exit::NOT_EXECUTABLE,
-                    ExecError::Setup(_) | ExecError::Namespaces(_) => exit::SANDBOX_FAILED,
-                }
-            }
-        };
-        rec.exit_status = code;
-        if needs_display && code != 0 {
-            use crate::home::display;
-            let what = rec
-                .argv
-                .first()
-                .map(String::as_str)
-                .unwrap_or("the command");
-            let what = capsule_bundle::escape::name(what.as_bytes());
-            eprintln!("capsule: {what} {}", display::NEEDS_DISPLAY);
-            if let Err(e) = display::record(&events, &cap.name, &rec.argv, code) {
-                tracing::warn!(
-                    "cannot record the display event in {}: {e}",
-                    events.display()
-                );
-            }
-        }
-        tracing::debug!("record prepared: {:?}", started.elapsed());
-        let before = before
-            .borrow_mut()
-            .take()
-            .unwrap_or_else(|| Err("the command did not start".into()));
-        match (before, after) {
-            (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
-            (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
-        }
-        tracing::debug!("changes computed: {:?}", started.elapsed());
-        rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if let Err(e) = rec.append(&events) {
-            eprintln!(
-                "capsule: cannot append the exec record to {}: {e}",
-                events.display()
-            );
-        }
-        if a.json {
-            crate::cli::print_json(&serde_json::to_value(&rec).unwrap_or_default());
-        }
-        // the next exec's cgroups, made now that this one is done (none without limits)
-        cgroups.make_spares();
-        drop(cgroups);
-        match result {
-            Ok(_) => Ok(ExitCode::from(code)),
-            Err(e) => Err(CliError::new(code, e.to_string())),
+    let options = a.options();
+    let done = Exec::new(a.capsule)
+        .command(a.command)
+        .options(options)
+        .run()?;
+    if a.json {
+        if let Some(rec) = &done.record {
+            super::print_json(&serde_json::to_value(rec).unwrap_or_default());
         }
     }
-
-    /// Check the workspace's git dirs for the operator's host git
-    /// ([`capsule_bundle::hostgit::guard_workspace`]) with the gitlinks of the snapshot
-    /// after the command; say on stderr what was quarantined. Returns the record's
-    /// `git_guard` (only when something was found or could not be checked).
-    fn guard_git(
-        cap: &store::OpenCapsule,
-        after: Option<&record::Snapshot>,
-    ) -> Option<serde_json::Value> {
-        let t = Instant::now();
-        let links = after.and_then(|s| s.gitlinks());
-        let report = capsule_bundle::hostgit::guard_workspace(
-            &cap.workspace,
-            &cap.bundle_dir,
-            links.as_deref(),
-        );
-        tracing::debug!(
-            "git guard: took {:?} (full check: {})",
-            t.elapsed(),
-            report.checked
-        );
-        let line = report.summary_line()?;
-        eprintln!("{line}");
-        serde_json::to_value(&report).ok()
-    }
-
-    /// Run a probe script (`sh -c script`) of `cap` in its sandbox, with the capsule's own
-    /// policy (the spec's network mode) and exactly `env`; stdin is `/dev/null`, stdout and
-    /// stderr go to `out`. Isolation as for `exec` (never a silent fallback). Returns the
-    /// exit status (the command's own, 128+N, 124 on timeout, 126/127) or why nothing ran.
-    pub fn run_probe(
-        cap: &store::OpenCapsule,
-        script: &str,
-        cwd: &Path,
-        env: Vec<(OsString, OsString)>,
-        timeout: Duration,
-        out: std::os::fd::RawFd,
-    ) -> Result<Option<i32>, String> {
-        let settings = capsule_root()
-            .map(|r| Layout::new(r).settings_file())
-            .and_then(|f| Settings::load(&f).ok())
-            .unwrap_or_default();
-        let current = capsule_root()
-            .map(|r| with_current_hidden(cap, &Layout::new(r)))
-            .unwrap_or_else(|| cap.policy.clone());
-        let policy = &current;
-        let mut degradation = Vec::new();
-        let (mut isolation, mut best_effort) =
-            if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
-                weaker_or_refuse(&settings, &mut degradation, true).map_err(|e| e.message)?
-            } else {
-                (Isolation::Full, false)
-            };
-        // an empty HOME of the probe's own, in the capsule's tmp (its /tmp inside)
-        let home = tempfile::Builder::new()
-            .prefix("probe-home-")
-            .tempdir_in(&policy.tmp_dir)
-            .map_err(|e| {
-                format!(
-                    "cannot make a probe HOME in {}: {e}",
-                    policy.tmp_dir.display()
-                )
-            })?;
-        let make = |iso: Isolation, landlock_best_effort: bool| {
-            let full = iso == Isolation::Full;
-            let home_inside = match (full, home.path().file_name()) {
-                (true, Some(n)) => Path::new("/tmp").join(n),
-                _ => home.path().to_path_buf(),
-            };
-            let mut env: Vec<(OsString, OsString)> =
-                env.iter().filter(|(k, _)| k != "HOME").cloned().collect();
-            env.push(("HOME".into(), home_inside.into_os_string()));
-            ExecPlan {
-                stdio: Stdio::Redirect {
-                    stdout: out,
-                    stderr: out,
-                },
-                timeout: Some(timeout),
-                landlock_best_effort,
-                ..ExecPlan::for_policy(
-                    policy,
-                    iso,
-                    vec!["sh".into(), "-c".into(), script.into()],
-                    env,
-                    cwd.to_path_buf(),
-                )
-            }
-        };
-        let mut result = linux::run(&make(isolation, best_effort), Hooks::default());
-        if let Err(ExecError::Namespaces(_)) = &result {
-            (isolation, best_effort) =
-                weaker_or_refuse(&settings, &mut degradation, false).map_err(|e| e.message)?;
-            result = linux::run(&make(isolation, best_effort), Hooks::default());
-        }
-        // a probe is the spec's code: the operator's git is guarded after it as after exec
-        guard_git(cap, None);
-        match result {
-            Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
-            Ok(o) => Ok(Some(o.termination.exit_status() as i32)),
-            Err(ExecError::NotFound { .. }) => Ok(Some(exit::NOT_FOUND as i32)),
-            Err(ExecError::NotExecutable { .. }) => Ok(Some(exit::NOT_EXECUTABLE as i32)),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// The plan an exec of `argv` in `cap` would run now at full isolation, with no flags:
-    /// the policy with the hidden paths of now, the clean environment, the home layer,
-    /// caches, revealed projects and devices ([`crate::home::sandbox::extend`], which
-    /// prepares the home layer as an exec does), and the spec's network mode (the
-    /// allowlist proxy is the executor's: without it, loopback only). For renderings
-    /// (`capsule export`, `capsule inspect`), never on the exec path.
-    pub fn plan_now(
-        cap: &store::OpenCapsule,
-        layout: &Layout,
-        argv: Vec<OsString>,
-    ) -> Result<ExecPlan, CliError> {
-        let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-        let policy = with_current_hidden(cap, layout);
-        let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
-        let mut plan =
-            ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
-        crate::home::sandbox::extend(&mut plan, cap, &settings, true, &layout.root)
-            .map_err(|e| fail(e.to_string()))?;
-        Ok(plan)
-    }
-
-    /// Weaker isolation if the operator accepted it and the machine allows it (keeping the
-    /// namespaces when they work and `namespaces_ok`: then only Landlock is weaker; see
-    /// [`plan::isolation_for`]); else the refusal that says what is missing and how to
-    /// accept. Returns the isolation and whether Landlock is best effort.
-    pub(crate) fn weaker_or_refuse(
-        settings: &Settings,
-        degradation: &mut Vec<String>,
-        namespaces_ok: bool,
-    ) -> Result<(Isolation, bool), CliError> {
-        let report = isolation::probe();
-        match isolation::decide(&report, settings) {
-            Ok(level) => {
-                if let isolation::IsolationLevel::Weaker(d) = &level {
-                    degradation.extend(d.missing.iter().cloned());
-                }
-                Ok(plan::isolation_for(&level, namespaces_ok))
-            }
-            Err(m) => Err(CliError::new(exit::SANDBOX_FAILED, m.message)),
-        }
-    }
-
-    fn build_plan(
-        a: &ExecArgs,
-        policy: &SandboxPolicy,
-        cwd: &Path,
-        isolation: Isolation,
-        bundle_dir: &Path,
-    ) -> ExecPlan {
-        let full = isolation == Isolation::Full;
-        let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
-        if !full {
-            // no mount namespace: the capsule's tmp is where it is
-            for (k, v) in env.iter_mut() {
-                if k == "TMPDIR" {
-                    *v = policy.tmp_dir.clone().into_os_string();
-                }
-            }
-        }
-        ExecPlan {
-            stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
-            timeout: a.timeout,
-            activity_timeout: a.activity_timeout,
-            limits: a.limits(),
-            // the root is prepared once per capsule and policy, and joined by each exec
-            prepared: Some(crate::linux::prepared::dir(bundle_dir)),
-            ..ExecPlan::for_policy(policy, isolation, a.command.clone(), env, cwd.to_path_buf())
-        }
+    match done.error {
+        None => Ok(ExitCode::from(done.exit_status)),
+        Some(e) => Err(CliError::new(done.exit_status, e)),
     }
 }

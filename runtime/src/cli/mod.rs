@@ -12,9 +12,10 @@ pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
+pub mod materialize;
+pub mod proxy;
 pub mod refusals;
 pub mod seatbelt;
-pub mod steps;
 
 /// capsule: a sandbox runtime for coding agents and CI.
 ///
@@ -70,10 +71,10 @@ pub enum Command {
     Seatbelt(seatbelt::SeatbeltArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
-    Proxy(crate::net::cmd::ProxyArgs),
-    /// Internal: apply a spec's steps inside the build sandbox (see `cli::steps`).
+    Proxy(proxy::ProxyArgs),
+    /// Internal: apply a spec's steps inside the build sandbox (see `crate::exec::build`).
     #[command(name = "__materialize", hide = true)]
-    Materialize(steps::MaterializeArgs),
+    Materialize(materialize::MaterializeArgs),
 }
 
 /// Entry point of the binary.
@@ -153,8 +154,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Reveal(c) => home::reveal(c),
         Command::Refusals(a) => refusals::refusals(a),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
-        Command::Proxy(a) => crate::net::cmd::run(a),
-        Command::Materialize(a) => steps::materialize_entry(a),
+        Command::Proxy(a) => proxy::run(a),
+        Command::Materialize(a) => materialize::materialize_entry(a),
     }
 }
 

@@ -12,6 +12,9 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Mounts each exec makes for itself: their Landlock rules are added by the exec.
+pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
+
 /// A failed setup step: what was being done, and the system error.
 #[derive(Debug)]
 pub struct StepError {

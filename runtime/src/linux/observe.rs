@@ -64,15 +64,16 @@ impl Allowed {
     /// The writable set of `plan`: its policy's writable roots (workspace, tmp, home
     /// layer, caches, `--allow-write`), the sandbox's `/dev/shm` and devices; its
     /// read-only paths inside them (the manifest, read-only binds such as `.git/hooks`).
-    pub fn of_plan(plan: &super::ExecPlan) -> Allowed {
+    /// `extra_writable`: what Landlock was given besides (the sandbox's own `/dev/shm`,
+    /// `init::landlock_inputs`).
+    pub fn of_plan(plan: &super::ExecPlan, extra_writable: Vec<PathBuf>) -> Allowed {
         let mut writable: Vec<PathBuf> = plan
             .policy
             .writable_roots()
             .into_iter()
             .map(Path::to_path_buf)
             .collect();
-        // what Landlock was given besides (the sandbox's own /dev/shm)
-        writable.extend(super::init::landlock_inputs(plan).1.extra_writable);
+        writable.extend(extra_writable);
         writable.extend(
             super::landlock::DEVICES
                 .iter()

@@ -399,7 +399,7 @@ pub fn seccomp_syscalls() -> Result<Vec<LinuxSyscall>, OciError> {
 
 fn rlimit_types() -> [PosixRlimitType; 16] {
     use oci_spec::runtime::PosixRlimitType::*;
-    // the order of `warm::rlimits`
+    // the order of `sys::rlimits`
     [
         RlimitCpu,
         RlimitFsize,
@@ -457,7 +457,7 @@ pub fn render(
         .ambient(none)
         .build()
         .map_err(build_err("capabilities"))?;
-    let rlimits = super::warm::rlimits()
+    let rlimits = super::sys::rlimits()
         .into_iter()
         .zip(rlimit_types())
         .map(|((soft, hard), typ)| {
