@@ -280,3 +280,31 @@ fn weaker_isolation_lists_syscalls_and_writes() {
         assert!(not_listed.contains("read: "), "{rec}");
     });
 }
+
+/// `capsule isolation` says which kinds are listed and which are not.
+#[test]
+fn isolation_says_which_kinds_are_listed() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let o = c.capsule().arg("isolation").output().unwrap();
+        ok(&o, "capsule isolation");
+        let s = out(&o);
+        for kind in [
+            "syscall  listed",
+            "write    listed",
+            "connect  listed",
+            "read     NOT listed",
+        ] {
+            assert!(s.contains(kind), "{kind}: {s}");
+        }
+        let o = c.capsule().args(["isolation", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+        let weaker = v["refusals"]["weaker"].as_array().unwrap();
+        assert!(
+            weaker
+                .iter()
+                .any(|k| k["kind"] == "connect" && k["listed"] == false),
+            "{v}"
+        );
+    });
+}

@@ -34,7 +34,11 @@ pub fn kinds(namespaces: bool, notify: bool) -> Vec<KindListing> {
     } else {
         v.push(k("connect", false, "weaker isolation: no network namespace (allowlist mode gets no TCP at all; Landlock's refusals are not seen)"));
     }
-    v.push(k("read", false, "hidden paths are masks that serve nothing, and nothing sees a lookup in them: not listed yet (a FUSE-backed mask would; /dev/fuse is often root-only)"));
+    v.push(k("read", false, if fuse_usable() {
+        "hidden paths are masks that serve nothing, and nothing sees a lookup in them: not listed yet (a FUSE-backed mask would; /dev/fuse is usable by this user here)"
+    } else {
+        "hidden paths are masks that serve nothing, and nothing sees a lookup in them: not listed yet (a FUSE-backed mask would, but /dev/fuse is not usable by this user here)"
+    }));
     v.push(k("exec", false, "nothing to list: the policy blocks no program by name (running one from a hidden path is a read)"));
     v.push(k(
         "socket",
@@ -42,6 +46,12 @@ pub fn kinds(namespaces: bool, notify: bool) -> Vec<KindListing> {
         "nothing to list: the sandbox refuses no socket family; what it refuses is the connect",
     ));
     v
+}
+
+/// Could this user open `/dev/fuse` (what a FUSE-backed mask needs)?
+fn fuse_usable() -> bool {
+    // SAFETY: access(2) of a constant path.
+    unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) == 0 }
 }
 
 /// Plain words for `capsule isolation`.
