@@ -277,7 +277,7 @@ fn weaker_isolation_lists_syscalls_and_writes() {
         assert_eq!(got, [("syscall", "keyctl"), ("write", "/etc/x")], "{rec}");
         let not_listed = rec["refusals_not_listed"].to_string();
         assert!(not_listed.contains("connect: weaker isolation"), "{rec}");
-        assert!(not_listed.contains("read: "), "{rec}");
+        assert!(!not_listed.contains("read: "), "{rec}");
     });
 }
 
@@ -305,6 +305,67 @@ fn isolation_says_which_kinds_are_listed() {
                 .iter()
                 .any(|k| k["kind"] == "connect" && k["listed"] == false),
             "{v}"
+        );
+    });
+}
+
+#[test]
+fn reads_of_hidden_paths_are_listed() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        std::fs::write(c.home.join(".ssh/id_ed25519"), SECRET).unwrap();
+        std::fs::create_dir_all(c.home.join(".aws")).unwrap();
+        std::fs::write(c.home.join(".aws/credentials"), SECRET).unwrap();
+        c.runner.own(&c.home);
+        let home = c.home.display().to_string();
+        let o = c.sh(&format!(
+            "cat {home}/.ssh/id_ed25519; ls {home}/.aws; cat README.md {home}/notes.txt >/dev/null; true"
+        ));
+        assert!(!out(&o).contains(SECRET), "{}", out(&o));
+        let rec = record(&c);
+        let list = refusals(&rec);
+        let got: Vec<(&str, String, &str, &str)> = list
+            .iter()
+            .map(|r| {
+                (
+                    r["kind"].as_str().unwrap(),
+                    r["target"].as_str().unwrap().replace(&home, "~"),
+                    r["program"].as_str().unwrap(),
+                    r["grant"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "read",
+                    "~/.ssh/id_ed25519".into(),
+                    "cat",
+                    &*format!("--reveal {home}/.ssh")
+                ),
+                (
+                    "read",
+                    "~/.aws".into(),
+                    "ls",
+                    &*format!("--reveal {home}/.aws")
+                ),
+            ],
+            "{rec}"
+        );
+        assert!(
+            err(&o).contains(&format!(
+                "capsule: refused read {home}/.ssh/id_ed25519 (cat): a hidden path; to allow: --reveal {home}/.ssh\n"
+            )),
+            "{}",
+            err(&o)
+        );
+        assert!(
+            err(&o).contains(&format!(
+                "capsule: refused read {home}/.aws (ls): listing a hidden folder; to allow: --reveal {home}/.aws\n"
+            )),
+            "{}",
+            err(&o)
         );
     });
 }

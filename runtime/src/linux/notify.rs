@@ -208,7 +208,12 @@ fn answer_one(listener: RawFd, names: &Names, allowed: &Allowed, refusals: &Coll
         let refused = match seccomp::write_call(nr) {
             Some(w) => {
                 let named = observe::named(w, n.pid, &n.data.args);
-                observe::judge(w, named, allowed, String::new(), None)
+                if observe::is_read(w, &n.data.args) {
+                    let listing = observe::is_listing(w, &n.data.args);
+                    observe::judge_read(named, allowed, listing)
+                } else {
+                    observe::judge(w, named, allowed, String::new(), None)
+                }
             }
             None => observe::connect_peer(n.pid, &n.data.args)
                 .and_then(|p| observe::judge_connect(p, allowed, String::new(), None)),

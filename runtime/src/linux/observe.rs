@@ -1,7 +1,11 @@
-//! Writes outside the writable paths, observed: for each write call the listened filter
-//! sends ([`super::seccomp::WRITE_CALLS`]), the supervisor ([`super::notify`]) reads the
-//! path the task named, answers "continue" and then, for the report only, judges whether
-//! the kernel refused it.
+//! Writes outside the writable paths and reads of hidden paths, observed: for each path
+//! call the listened filter sends ([`super::seccomp::WRITE_CALLS`]: the write calls, and
+//! every open whatever its flags) and each `connect`, the supervisor ([`super::notify`])
+//! reads the path or address the task named, answers "continue" and then, for the report
+//! only, judges whether the kernel refused it. A read is an open without write intent in
+//! its flags; it is refused when the deepest of the hidden paths (masks) and of what is
+//! shown again inside them (binds, writable roots, reveals) that holds the path is a
+//! hidden one, as the deepest mount decides.
 //!
 //! What decides stays the kernel: the supervisor answers every write call with
 //! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`, and the kernel then runs the call exactly as
@@ -34,7 +38,10 @@ pub struct Allowed {
     writable: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
     net: NetView,
+    /// Hidden paths (masks), and what is shown again inside them (binds, writable roots,
+    /// reveals): the deepest of the two holding a path decides, as the deepest mount does.
     hidden: Vec<PathBuf>,
+    shown: Vec<PathBuf>,
 }
 
 /// What the sandbox's network refuses, as far as a `connect` shows it.
@@ -86,9 +93,22 @@ impl Allowed {
                 ),
         );
         let mut read_only: Vec<PathBuf> = plan.policy.read_only.clone();
+        let mut hidden: Vec<PathBuf> = plan.policy.hidden.iter().map(|h| h.path.clone()).collect();
+        let mut shown: Vec<PathBuf> = plan.policy.revealed.clone();
+        shown.extend(writable.iter().cloned());
         for m in &plan.mounts {
-            if let super::MountStep::Bind { dst, rw: false, .. } = m {
-                read_only.push(dst.clone());
+            match m {
+                super::MountStep::Bind { dst, rw, .. } => {
+                    if !rw {
+                        read_only.push(dst.clone());
+                    }
+                    shown.push(dst.clone());
+                }
+                super::MountStep::Overlay { dst, .. } | super::MountStep::Tmpfs { dst, .. } => {
+                    shown.push(dst.clone())
+                }
+                super::MountStep::Mask { dst, .. } => hidden.push(dst.clone()),
+                _ => {}
             }
         }
         let net = match (plan.new_netns, plan.network_off) {
@@ -101,7 +121,31 @@ impl Allowed {
             writable,
             read_only,
             net,
-            hidden: plan.policy.hidden.iter().map(|h| h.path.clone()).collect(),
+            hidden,
+            shown,
+        }
+    }
+
+    /// The hidden path that hides absolute, normalized `p`, if one does (and nothing
+    /// deeper shows it again).
+    pub fn hiding(&self, p: &Path) -> Option<&Path> {
+        if UNJUDGED.iter().any(|u| p.starts_with(u)) {
+            return None;
+        }
+        let h = self
+            .hidden
+            .iter()
+            .filter(|h| p.starts_with(h))
+            .max_by_key(|h| h.as_os_str().len())?;
+        let shown = self
+            .shown
+            .iter()
+            .filter(|s| p.starts_with(s))
+            .map(|s| s.as_os_str().len())
+            .max();
+        match shown {
+            Some(s) if s >= h.as_os_str().len() => None,
+            _ => Some(h),
         }
     }
 
@@ -282,9 +326,7 @@ pub fn judge_connect(
         }
         (Peer::Inet { .. }, _) => return None,
         (Peer::Unix(p), _) => {
-            if !allowed.hidden.iter().any(|h| p.starts_with(h)) {
-                return None;
-            }
+            allowed.hiding(&p)?;
             let t = p
                 .to_str()
                 .map(str::to_string)
@@ -373,6 +415,44 @@ pub fn named(w: &WriteCall, pid: u32, args: &[u64; 6]) -> Named {
         paths.push(normalize(&abs));
     }
     Named { paths }
+}
+
+/// Is this open a read (no write intent in its flags)?
+pub fn is_read(w: &WriteCall, args: &[u64; 6]) -> bool {
+    w.flags
+        .is_some_and(|(arg, mask)| (args[arg as usize] as u32) & mask == 0)
+}
+
+/// Is this open of a folder (`O_DIRECTORY`: a listing)?
+pub fn is_listing(w: &WriteCall, args: &[u64; 6]) -> bool {
+    w.flags
+        .is_some_and(|(arg, _)| (args[arg as usize] as u32) & libc::O_DIRECTORY as u32 != 0)
+}
+
+/// The refusal of a read (an open without write intent) of a hidden path: named as the
+/// task named it, with the hidden path that hides it as the grant.
+pub fn judge_read(named: Named, allowed: &Allowed, listing: bool) -> Option<Event> {
+    let (p, h) = named
+        .paths
+        .iter()
+        .find_map(|p| allowed.hiding(p).map(|h| (p.clone(), h.to_path_buf())))?;
+    let show = |p: &Path| {
+        p.to_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| capsule_bundle::escape::path(p))
+    };
+    Some(Event {
+        kind: Kind::Read,
+        target: show(&p),
+        program: String::new(),
+        pid: None,
+        grant: Some(format!("--reveal {}", show(&h))),
+        reason: Some(if listing {
+            "listing a hidden folder".into()
+        } else {
+            "a hidden path".into()
+        }),
+    })
 }
 
 /// The refusal of a write call, if the sandbox refuses it (see the module's doc).

@@ -114,7 +114,6 @@ const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 #[cfg(target_arch = "x86_64")]
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
-const BPF_JMP_JSET_K_ANY: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
@@ -492,16 +491,6 @@ fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
         .collect()
 }
 
-/// Offset of the low 32 bits of argument `i` in `seccomp_data`.
-fn arg_low(i: u8) -> u32 {
-    let base = 16 + 8 * i as u32;
-    if cfg!(target_endian = "little") {
-        base
-    } else {
-        base + 4
-    }
-}
-
 /// The listened program ([`SeccompProgram::install_listened`]), in four sections:
 /// 1. the prologue, as in the plain program;
 /// 2. the table's rules of every syscall but the write calls ([`WRITE_CALLS`]), with
@@ -509,9 +498,9 @@ fn arg_low(i: u8) -> u32 {
 ///    lists), falling through where it allows;
 /// 3. the table's rules of the write calls (set-id modes), answering plain `EPERM`
 ///    (refused by the kernel, never sent to the supervisor), falling through otherwise;
-/// 4. the write calls with write intent and `connect`: `SECCOMP_RET_USER_NOTIF`, which
-///    the supervisor answers "continue" (the kernel then decides, as without it); all
-///    else allowed.
+/// 4. the write calls (opens whatever their flags) and `connect`:
+///    `SECCOMP_RET_USER_NOTIF`, which the supervisor answers "continue" (the kernel then
+///    decides, as without it); all else allowed.
 ///
 /// So a notification of a write call always means "allowed by the table", and one of
 /// any other syscall always means "refused": the supervisor tells them apart by the
@@ -531,20 +520,13 @@ fn listened(refusals: &[SysRule]) -> Result<Vec<sock_filter>, SeccompError> {
     );
     p.extend(fall_through(table(refusals, writes)?));
     p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
+    // every open is sent (reads of hidden paths are listed too); the supervisor tells a
+    // write from a read by the flags, which the kernel copied for it
     for w in WRITE_CALLS {
-        match w.flags {
-            Some((arg, mask)) => p.extend([
-                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
-                stmt(BPF_LD_W_ABS, arg_low(arg)),
-                jump(BPF_JMP_JSET_K_ANY, mask, 0, 1),
-                stmt(BPF_RET_K, notify),
-                stmt(BPF_RET_K, RET_ALLOW),
-            ]),
-            None => p.extend([
-                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 1),
-                stmt(BPF_RET_K, notify),
-            ]),
-        }
+        p.extend([
+            jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 1),
+            stmt(BPF_RET_K, notify),
+        ]);
     }
     p.extend([
         jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
@@ -567,7 +549,8 @@ pub struct WriteCall {
     pub name: &'static str,
     pub nr: i64,
     /// `(argument, mask)`: write intent only when the flags argument has one of these
-    /// bits (`openat`'s `O_WRONLY|O_RDWR|O_CREAT|O_TRUNC`); `None`: always.
+    /// bits (`openat`'s `O_WRONLY|O_RDWR|O_CREAT|O_TRUNC`), a read otherwise; `None`:
+    /// always a write.
     pub flags: Option<(u8, u32)>,
     /// The paths written (a rename writes two).
     pub paths: &'static [PathArg],

@@ -34,11 +34,11 @@ pub fn kinds(namespaces: bool, notify: bool) -> Vec<KindListing> {
     } else {
         v.push(k("connect", false, "weaker isolation: no network namespace (allowlist mode gets no TCP at all; Landlock's refusals are not seen)"));
     }
-    v.push(k("read", false, if fuse_usable() {
-        "hidden paths are masks that serve nothing, and nothing sees a lookup in them: not listed yet (a FUSE-backed mask would; /dev/fuse is usable by this user here)"
+    if notify {
+        v.push(k("read", true, "seccomp user notification on every open, answered \"continue\" (the masks and Landlock decide); the path is judged against the hidden paths and what is shown again inside them; stat, access and readlink of hidden paths are not seen"));
     } else {
-        "hidden paths are masks that serve nothing, and nothing sees a lookup in them: not listed yet (a FUSE-backed mask would, but /dev/fuse is not usable by this user here)"
-    }));
+        v.push(k("read", false, "this kernel lacks seccomp user notification with \"continue\" (Linux 5.5): refused, not listed"));
+    }
     v.push(k("exec", false, "nothing to list: the policy blocks no program by name (running one from a hidden path is a read)"));
     v.push(k(
         "socket",
@@ -46,12 +46,6 @@ pub fn kinds(namespaces: bool, notify: bool) -> Vec<KindListing> {
         "nothing to list: the sandbox refuses no socket family; what it refuses is the connect",
     ));
     v
-}
-
-/// Could this user open `/dev/fuse` (what a FUSE-backed mask needs)?
-fn fuse_usable() -> bool {
-    // SAFETY: access(2) of a constant path.
-    unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) == 0 }
 }
 
 /// Plain words for `capsule isolation`.
