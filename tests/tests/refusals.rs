@@ -293,7 +293,8 @@ fn isolation_says_which_kinds_are_listed() {
             "syscall  listed",
             "write    listed",
             "connect  listed",
-            "read     NOT listed",
+            "read     listed",
+            "exec     NOT listed",
         ] {
             assert!(s.contains(kind), "{kind}: {s}");
         }
