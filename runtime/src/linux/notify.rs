@@ -2,7 +2,8 @@
 //! runs under ([`super::seccomp::SeccompProgram::install_listened`]). For each refused
 //! syscall it records who asked (kind `syscall`, its name, the program's `comm` and pid)
 //! in the exec's [`Collector`] and answers `EPERM`, the errno the plain filter gives. For
-//! each observed call (a path call with write intent, a `connect`) it answers "continue",
+//! each observed call (an open, a path call with write intent, a `connect`) it answers
+//! "continue",
 //! so the kernel decides, and lists it when the sandbox refuses it ([`observe`]). Which
 //! is which is told by the syscall number alone ([`seccomp::observed`]): the filter sends
 //! an observed call only when its table allowed it.
