@@ -124,10 +124,15 @@ fn proxy_refusal_is_listed_with_its_grant() {
 fn ordinary_work_has_no_refusals() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        let o = c.sh(
-            "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m wip && \
+        let o = c.exec_with(
+            &["--list-reads"],
+            &[
+                "sh",
+                "-c",
+                "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m wip && \
              python3 -m venv --without-pip /tmp/venv && /tmp/venv/bin/python -c 'print(1)' && \
              cc -o /tmp/a src/main.c 2>/dev/null; ls -la ~ >/dev/null; true",
+            ],
         );
         ok(&o, "git commit, venv");
         let rec = record(&c);
@@ -277,7 +282,7 @@ fn weaker_isolation_lists_syscalls_and_writes() {
         assert_eq!(got, [("syscall", "keyctl"), ("write", "/etc/x")], "{rec}");
         let not_listed = rec["refusals_not_listed"].to_string();
         assert!(not_listed.contains("connect: weaker isolation"), "{rec}");
-        assert!(!not_listed.contains("read: "), "{rec}");
+        assert!(not_listed.contains("read: only with"), "{rec}");
     });
 }
 
@@ -293,7 +298,7 @@ fn isolation_says_which_kinds_are_listed() {
             "syscall  listed",
             "write    listed",
             "connect  listed",
-            "read     listed",
+            "read     NOT listed: only with `exec --list-reads`",
             "exec     NOT listed",
         ] {
             assert!(s.contains(kind), "{kind}: {s}");
@@ -319,9 +324,13 @@ fn reads_of_hidden_paths_are_listed() {
         std::fs::write(c.home.join(".aws/credentials"), SECRET).unwrap();
         c.runner.own(&c.home);
         let home = c.home.display().to_string();
-        let o = c.sh(&format!(
+        let script = format!(
             "cat {home}/.ssh/id_ed25519; ls {home}/.aws; cat README.md {home}/notes.txt >/dev/null; true"
-        ));
+        );
+        // not listed unless asked (every open then goes through capsule)
+        let o = c.sh(&script);
+        assert!(refusals(&record(&c)).is_empty(), "{}", err(&o));
+        let o = c.exec_with(&["--list-reads"], &["sh", "-c", &script]);
         assert!(!out(&o).contains(SECRET), "{}", out(&o));
         let rec = record(&c);
         let list = refusals(&rec);

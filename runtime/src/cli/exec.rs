@@ -99,6 +99,10 @@ pub struct ExecArgs {
     /// them).
     #[arg(long)]
     pub quiet_refusals: bool,
+    /// List reads and listings of hidden paths too. Every open of the command then goes
+    /// through capsule (a round trip each): slower for builds.
+    #[arg(long)]
+    pub list_reads: bool,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -165,6 +169,7 @@ impl ExecArgs {
             activity_timeout: self.activity_timeout,
             limits: self.limits(),
             refusals: self.say_refusals(),
+            list_reads: self.list_reads,
         }
     }
 }

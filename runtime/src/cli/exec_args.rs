@@ -38,6 +38,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         cpus: None,
         refusals: None,
         quiet_refusals: false,
+        list_reads: false,
         json: false,
         command: Vec::new(),
     };
@@ -68,6 +69,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"--no-gpu" => Some(&mut a.no_gpu),
             b"--json" => Some(&mut a.json),
             b"--quiet-refusals" => Some(&mut a.quiet_refusals),
+            b"--list-reads" => Some(&mut a.list_reads),
             _ => None,
         };
         if let Some(s) = switch {

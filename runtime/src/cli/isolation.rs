@@ -70,8 +70,9 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             "exec_refused": error,
             "limits": limits_json(&limits),
             "refusals": {
-                "full": crate::refusals::listing::kinds(true, notify),
-                "weaker": crate::refusals::listing::kinds(false, notify),
+                "full": crate::refusals::listing::kinds(true, notify, false),
+                "weaker": crate::refusals::listing::kinds(false, notify, false),
+                "full_with_list_reads": crate::refusals::listing::kinds(true, notify, true),
             },
         }));
     } else {

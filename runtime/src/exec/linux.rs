@@ -272,6 +272,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         rec.refusals_not_listed = crate::refusals::listing::kinds(
             isolation == Isolation::Full,
             linux::seccomp::continue_supported(),
+            a.list_reads,
         )
         .into_iter()
         .filter(|k| !k.listed)
@@ -561,6 +562,7 @@ fn build_plan(
         timeout: a.timeout,
         activity_timeout: a.activity_timeout,
         limits: a.limits,
+        list_reads: a.list_reads,
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(bundle_dir)),
         ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())

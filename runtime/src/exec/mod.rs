@@ -102,6 +102,8 @@ pub struct ExecOptions {
     /// When refusals are said on stderr ([`crate::refusals::Say`]; they are in the record
     /// whatever this says).
     pub refusals: crate::refusals::Say,
+    /// List reads of hidden paths too (every open goes through capsule: slower).
+    pub list_reads: bool,
 }
 
 /// One exec, built up and then [run](Exec::run).

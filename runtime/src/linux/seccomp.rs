@@ -115,6 +115,7 @@ const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 #[cfg(target_arch = "x86_64")]
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
+const BPF_JMP_JSET_K_ANY: u16 = 0x05 | 0x40;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
 
@@ -473,6 +474,16 @@ fn table(refusals: &[SysRule], keep: impl Fn(i64) -> bool) -> Result<BpfProgram,
 }
 
 const BPF_JMP_JA: u16 = 0x05;
+
+/// Offset of the low 32 bits of argument `i` in `seccomp_data`.
+fn arg_low(i: u8) -> u32 {
+    let base = 16 + 8 * i as u32;
+    if cfg!(target_endian = "little") {
+        base
+    } else {
+        base + 4
+    }
+}
 const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 
 /// `section` with each "allow" replaced by a jump to the instruction right after it.
@@ -505,7 +516,7 @@ fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
 /// So a notification of a write call always means "allowed by the table", and one of
 /// any other syscall always means "refused": the supervisor tells them apart by the
 /// syscall number alone and can never let through what the table refuses.
-fn listened(refusals: &[SysRule]) -> Result<Vec<sock_filter>, SeccompError> {
+fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, SeccompError> {
     let notify = libc::SECCOMP_RET_USER_NOTIF;
     let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
     let writes = |nr: i64| WRITE_CALLS.iter().any(|w| w.nr == nr);
@@ -520,13 +531,23 @@ fn listened(refusals: &[SysRule]) -> Result<Vec<sock_filter>, SeccompError> {
     );
     p.extend(fall_through(table(refusals, writes)?));
     p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
-    // every open is sent (reads of hidden paths are listed too); the supervisor tells a
-    // write from a read by the flags, which the kernel copied for it
+    // with `list_reads` every open is sent (reads of hidden paths are listed too), else
+    // only those with write intent; the supervisor tells a write from a read by the
+    // flags, which the kernel copied for it
     for w in WRITE_CALLS {
-        p.extend([
-            jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 1),
-            stmt(BPF_RET_K, notify),
-        ]);
+        match w.flags {
+            Some((arg, mask)) if !list_reads => p.extend([
+                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
+                stmt(BPF_LD_W_ABS, arg_low(arg)),
+                jump(BPF_JMP_JSET_K_ANY, mask, 0, 1),
+                stmt(BPF_RET_K, notify),
+                stmt(BPF_RET_K, RET_ALLOW),
+            ]),
+            _ => p.extend([
+                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 1),
+                stmt(BPF_RET_K, notify),
+            ]),
+        }
     }
     p.extend([
         jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
@@ -635,6 +656,12 @@ impl SeccompProgram {
     /// Build the filter for the native architecture. Allocates; call before forking or in
     /// a child that may still allocate.
     pub fn build() -> Result<Self, SeccompError> {
+        Self::build_for(false)
+    }
+
+    /// [`SeccompProgram::build`], with a listened program that sends every open to the
+    /// supervisor (`list_reads`), or only the opens with write intent.
+    pub fn build_for(list_reads: bool) -> Result<Self, SeccompError> {
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
         let refusals = self::rules();
         let mut bpf = prologue(&refusals);
@@ -669,7 +696,7 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        let listened = listened(&refusals)?;
+        let listened = listened(&refusals, list_reads)?;
         Ok(Self {
             bpf,
             listened,

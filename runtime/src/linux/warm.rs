@@ -231,7 +231,7 @@ fn spare_main(
             quit()
         }
     }
-    let Ok(seccomp) = SeccompProgram::build() else {
+    let Ok(seccomp) = SeccompProgram::build_for(plan.list_reads) else {
         quit()
     };
     // every layer now, before the request: caps, no_new_privs, Landlock, seccomp; the
