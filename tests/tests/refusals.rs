@@ -379,3 +379,66 @@ fn reads_of_hidden_paths_are_listed() {
         );
     });
 }
+
+/// The issue's command: each refused thing once, exactly those refusals, in the record
+/// and on stderr.
+#[test]
+fn each_refused_thing_once_gets_exactly_those_refusals() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        std::fs::write(c.home.join(".ssh/id_ed25519"), SECRET).unwrap();
+        std::fs::create_dir_all(c.home.join(".aws")).unwrap();
+        c.runner.own(&c.home);
+        let home = c.home.display().to_string();
+        let script = format!(
+            "cat {home}/.ssh/id_ed25519 2>/dev/null; ls {home}/.aws; \
+             python3 -c \"\nimport ctypes, os\ntry: open('/etc/x', 'w')\nexcept OSError: pass\ntry: os.rename('README.md', '/usr/stolen')\nexcept OSError: pass\nctypes.CDLL(None).syscall(250, 0, 0, 0, 0, 0)\n\"; \
+             env NO_PROXY= no_proxy= curl -s -o /dev/null --max-time 20 http://127.0.0.1:9/; true"
+        );
+        let mut cmd = c.capsule();
+        cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
+        cmd.args([
+            "exec",
+            NAME,
+            "--list-reads",
+            "--allow-host",
+            "listed.test:443",
+            "--",
+        ]);
+        cmd.args(["sh", "-c", &script]);
+        cmd.stdin(std::process::Stdio::null());
+        let o = cmd.output().unwrap();
+        ok(&o, "each refused thing");
+        let rec = record(&c);
+        let mut got: Vec<String> = refusals(&rec)
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} ({}) {}",
+                    r["kind"].as_str().unwrap(),
+                    r["target"].as_str().unwrap().replace(&home, "~"),
+                    r["program"].as_str().unwrap(),
+                    r["grant"].as_str().unwrap_or("-").replace(&home, "~"),
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "connect 127.0.0.1:9 () --allow-host 127.0.0.1:9",
+                "read ~/.aws (ls) --reveal ~/.aws",
+                "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh",
+                "syscall keyctl (python3) -",
+                "write /etc/x (python3) --allow-write /etc/x",
+                "write /usr/stolen (python3) --allow-write /usr",
+            ],
+            "{rec}"
+        );
+        let lines = err(&o)
+            .lines()
+            .filter(|l| l.starts_with("capsule: refused "))
+            .count();
+        assert_eq!(lines, 6, "{}", err(&o));
+    });
+}
