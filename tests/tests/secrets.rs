@@ -239,13 +239,13 @@ if command -v node >/dev/null; then node client.js {pa}; else echo "node: skippe
         assert!(
             leaks
                 .iter()
-                .any(|v| v["port"] == pq && v["header"] == "Authorization"),
+                .any(|v| v["target"] == format!("127.0.0.1:{pq}") && v["header"] == "Authorization"),
             "{refusals}"
         );
         assert!(
             leaks
                 .iter()
-                .any(|v| v["port"] == pa && v["header"] == "Host"),
+                .any(|v| v["target"] == format!("127.0.0.1:{pa}") && v["header"] == "Host"),
             "{refusals}"
         );
         let rec = c.records().pop().expect("record");

@@ -123,6 +123,19 @@ pub struct ExecArgs {
     /// it starts (a cgroup's CFS quota); past it they wait.
     #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
     pub cpus: Option<u64>,
+    /// When to say on stderr what the sandbox refused: `after` the command (one line per
+    /// distinct refusal), or `live` as it happens (the default when stderr is a terminal,
+    /// without `-t`).
+    #[arg(long = "refusals", value_name = "WHEN", value_enum)]
+    pub refusals: Option<RefusalsWhen>,
+    /// Say nothing on stderr about refusals (the record and `capsule refusals` still list
+    /// them).
+    #[arg(long)]
+    pub quiet_refusals: bool,
+    /// List reads and listings of hidden paths too. Every open of the command then goes
+    /// through capsule (a round trip each): slower for builds.
+    #[arg(long)]
+    pub list_reads: bool,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -131,7 +144,28 @@ pub struct ExecArgs {
     pub command: Vec<OsString>,
 }
 
+/// `--refusals WHEN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefusalsWhen {
+    After,
+    Live,
+}
+
 impl ExecArgs {
+    /// How this exec says its refusals on stderr.
+    pub fn say_refusals(&self) -> crate::refusals::Say {
+        use crate::refusals::Say;
+        use std::io::IsTerminal;
+        match (self.quiet_refusals, self.refusals) {
+            (true, _) => Say::Quiet,
+            (_, Some(RefusalsWhen::Live)) => Say::Live,
+            (_, Some(RefusalsWhen::After)) => Say::After,
+            // with -t the terminal is the command's (raw): the lines wait for its end
+            (_, None) if !self.tty && std::io::stderr().is_terminal() => Say::Live,
+            _ => Say::After,
+        }
+    }
+
     /// The resource limits asked for on the command line.
     pub fn limits(&self) -> crate::limits::Limits {
         crate::limits::Limits {
@@ -176,6 +210,8 @@ impl ExecArgs {
             secrets: self.secret.clone(),
             secret_files: self.secret_file.clone(),
             publish: self.publish.clone(),
+            refusals: self.say_refusals(),
+            list_reads: self.list_reads,
         })
     }
 }

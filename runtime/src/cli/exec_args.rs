@@ -43,6 +43,9 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         memory: None,
         pids: None,
         cpus: None,
+        refusals: None,
+        quiet_refusals: false,
+        list_reads: false,
         json: false,
         command: Vec::new(),
     };
@@ -72,6 +75,8 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"-t" | b"--tty" => Some(&mut a.tty),
             b"--no-gpu" => Some(&mut a.no_gpu),
             b"--json" => Some(&mut a.json),
+            b"--quiet-refusals" => Some(&mut a.quiet_refusals),
+            b"--list-reads" => Some(&mut a.list_reads),
             _ => None,
         };
         if let Some(s) = switch {
@@ -93,6 +98,14 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"--reveal" => a.reveal.push(v.into()),
             b"--pass-env" => a.pass_env.push(v.to_str()?.to_owned()),
             b"--allow-host" => a.allow_host.push(v.to_str()?.to_owned()),
+            b"--refusals" if a.refusals.is_none() => {
+                use super::exec::RefusalsWhen;
+                a.refusals = Some(match vb {
+                    b"live" => RefusalsWhen::Live,
+                    b"after" => RefusalsWhen::After,
+                    _ => return None,
+                })
+            }
             // limits: read by the functions clap uses; clap words a refusal, and a limit
             // given twice
             b"--fds" if a.fds.is_none() => a.fds = Some(limits::parse_count(v.to_str()?).ok()?),

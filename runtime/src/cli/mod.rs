@@ -15,6 +15,7 @@ pub mod home;
 pub mod isolation;
 pub mod materialize;
 pub mod proxy;
+pub mod refusals;
 pub mod seatbelt;
 
 /// capsule: a sandbox runtime for coding agents and CI.
@@ -67,6 +68,8 @@ pub enum Command {
     /// Projects next to the source that a workspace builds from.
     #[command(subcommand)]
     Reveal(home::RevealCommand),
+    /// List what the sandbox refused a capsule's commands, and the grant for each.
+    Refusals(refusals::RefusalsArgs),
     /// Print the macOS Seatbelt profile for a capsule.
     Seatbelt(seatbelt::SeatbeltArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
@@ -152,6 +155,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Agent(c) => gate::agent(c),
         Command::Home(c) => home::home(c),
         Command::Reveal(c) => home::reveal(c),
+        Command::Refusals(a) => refusals::refusals(a),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
         Command::Proxy(a) => proxy::run(a),
         Command::Materialize(a) => materialize::materialize_entry(a),

@@ -100,6 +100,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         allowlist,
         resolver,
         refusal_log,
+        refusals: None,
         limits: Default::default(),
         secrets,
     });

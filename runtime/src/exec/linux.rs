@@ -66,15 +66,22 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     tracing::debug!("gate decided: {:?}", started.elapsed());
 
     let policy = resolve_policy(&a, &cap, &layout)?;
+    // what the sandbox refuses this exec, listed (see `crate::refusals`)
+    let refusals = std::sync::Arc::new(crate::refusals::Collector::new(a.refusals));
     // the network of this exec: refuses replay, binds the allowlist proxy
-    let net = crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir, &a.secret_files)
-        .map_err(|e| {
-            if e.is_usage() {
-                fail(e.to_string())
-            } else {
-                CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
-            }
-        })?;
+    let net = crate::net::exec::ExecNet::prepare(
+        &policy.network,
+        &cap.bundle_dir,
+        &a.secret_files,
+        refusals.clone(),
+    )
+    .map_err(|e| {
+        if e.is_usage() {
+            fail(e.to_string())
+        } else {
+            CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
+        }
+    })?;
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
     with_default_limits(&mut a, &settings)?;
     let events = cap.bundle_file(bundle_files::EVENTS);
@@ -121,6 +128,9 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         git_guard: None,
         limits: None,
         limits_reached: Vec::new(),
+        refusals: Vec::new(),
+        refusals_dropped: 0,
+        refusals_not_listed: Vec::new(),
     };
 
     let mut landlock_best_effort = false;
@@ -153,6 +163,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         let ws = cap.workspace.clone();
         let watch = watch.clone();
         Hooks {
+            refusals: Some(refusals.clone()),
             before_release: Some(Box::new(move || {
                 watch.borrow_mut().spawn_relay();
                 let t = Instant::now();
@@ -265,6 +276,24 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     net.finish();
     degradation.extend(net.degradation());
+    refusals.say_after();
+    rec.refusals = refusals.refusals();
+    rec.refusals_dropped = refusals.dropped();
+    if isolation != Isolation::None {
+        rec.refusals_not_listed = crate::refusals::listing::kinds(
+            isolation == Isolation::Full,
+            linux::seccomp::continue_supported(),
+            a.list_reads,
+        )
+        .into_iter()
+        .filter(|k| !k.listed)
+        .map(|k| format!("{}: {}", k.kind, k.how))
+        .collect();
+    }
+    let log = cap.bundle_file(bundle_files::REFUSALS);
+    if let Err(e) = refusals.append_to(&log, &rec.started_at) {
+        eprintln!("capsule: cannot append to {}: {e}", log.display());
+    }
     rec.degradation = degradation;
 
     let code = match &result {
@@ -547,6 +576,7 @@ fn build_plan(
         timeout: a.timeout,
         activity_timeout: a.activity_timeout,
         limits: a.limits,
+        list_reads: a.list_reads,
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(bundle_dir)),
         ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())

@@ -112,6 +112,11 @@ pub struct ExecOptions {
     pub secret_files: Vec<String>,
     /// Ports published on the host's loopback: `[HOST_PORT:]PORT` each.
     pub publish: Vec<String>,
+    /// When refusals are said on stderr ([`crate::refusals::Say`]; they are in the record
+    /// whatever this says).
+    pub refusals: crate::refusals::Say,
+    /// List reads of hidden paths too (every open goes through capsule: slower).
+    pub list_reads: bool,
 }
 
 /// One exec, built up and then [run](Exec::run).

@@ -137,6 +137,9 @@ pub struct ExecPlan {
     /// Where this capsule's prepared roots live (see [`super::prepared`]): a directory of
     /// the bundle, outside every sandbox. `None`: the root is built for this exec alone.
     pub prepared: Option<PathBuf>,
+    /// List reads of hidden paths too: every open is sent to capsule's seccomp supervisor
+    /// ([`super::notify`]), which costs a round trip per open.
+    pub list_reads: bool,
 }
 
 /// The parts of an [`ExecPlan`] that decide policy, as [`ExecPlan::digest`] hashes them.
@@ -149,6 +152,9 @@ struct Decided<'a> {
     hostname: &'a str,
     mounts: &'a [MountStep],
     policy: &'a SandboxPolicy,
+    /// The filter a warm spare installs ahead of time depends on it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    list_reads: bool,
 }
 
 impl ExecPlan {
@@ -169,6 +175,7 @@ impl ExecPlan {
             hostname: &self.hostname,
             mounts: &self.mounts,
             policy: &self.policy,
+            list_reads: self.list_reads,
         };
         // a plan of paths and flags always serializes
         let json = serde_json::to_vec(&decided).unwrap_or_default();
@@ -215,6 +222,7 @@ impl ExecPlan {
             limits: crate::limits::Limits::default(),
             cgroup_procs: Vec::new(),
             landlock_best_effort: false,
+            list_reads: false,
             prepared: None,
         }
     }

@@ -4,7 +4,8 @@
 //!
 //! 1. [`ExecNet::prepare`] (host, before `linux::run`, single-threaded): makes the proxy's
 //!    [handoff channel](super::handoff) (a socketpair: nothing in the file system, nothing
-//!    to mount) and opens `refusals.jsonl`;
+//!    to mount); the proxy reports its refusals to the exec's
+//!    [`Collector`](crate::refusals::Collector), which writes `refusals.jsonl` at the end;
 //! 2. [`ExecNet::apply`] adds to the [`ExecPlan`]: the proxy environment and the network
 //!    namespace flags;
 //! 3. [`ExecNet::hooks`] adds the init hook that starts the relay on [`RELAY_ADDR`] inside
@@ -23,7 +24,6 @@ use super::allowlist::Allowlist;
 use super::host::{HostProxy, RunningProxy};
 use super::proxy::{ProxyConfig, SecretsConfig};
 use super::publish::ExecPublish;
-use super::refusal::RefusalLog;
 use super::resolve::Resolver;
 use super::secrets::Secrets;
 use super::tls::Ca;
@@ -100,6 +100,7 @@ impl ExecNet {
         network: &NetworkPolicy,
         bundle_dir: &Path,
         secret_files: &[String],
+        refusals: Arc<crate::refusals::Collector>,
     ) -> Result<ExecNet, NetError> {
         let plan = plan(network, &NetFlags::default())?;
         let files = secret_files
@@ -142,13 +143,8 @@ impl ExecNet {
                 let cfg = ProxyConfig {
                     allowlist: list.clone(),
                     resolver: Resolver::from_env().map_err(NetError::Resolver)?,
-                    refusal_log: Some(RefusalLog::open(&net.refusal_log).map_err(|err| {
-                        NetError::Io {
-                            what: "cannot open the refusal log",
-                            path: net.refusal_log.clone(),
-                            err,
-                        }
-                    })?),
+                    refusal_log: None,
+                    refusals: Some(refusals),
                     limits: Default::default(),
                     secrets: None,
                 };

@@ -26,6 +26,8 @@ pub struct Site<'a> {
     pub port: u16,
     pub secrets: &'a Secrets,
     pub log: Option<&'a RefusalLog>,
+    /// The exec's list of refusals (under `capsule exec`).
+    pub refusals: Option<&'a std::sync::Arc<crate::refusals::Collector>>,
     pub max_head: usize,
     pub idle: Option<Duration>,
 }
@@ -264,9 +266,7 @@ where
         };
         if let Some(leak) = leak {
             let host = site.host.to_string();
-            if let Some(log) = site.log {
-                log.record_leak(&host, site.port, &leak);
-            }
+            super::refusal::report_leak(site.log, site.refusals, &host, site.port, &leak);
             tracing::info!(%host, port = site.port, secret = %leak.secret, header = %leak.header, "proxy: placeholder refused");
             return End::Refused(format!("capsule: refused: {leak}\n"));
         }

@@ -110,6 +110,8 @@ pub struct ProxyConfig {
     pub allowlist: Allowlist,
     pub resolver: Resolver,
     pub refusal_log: Option<RefusalLog>,
+    /// The exec's list of refusals (under `capsule exec`).
+    pub refusals: Option<std::sync::Arc<crate::refusals::Collector>>,
     pub limits: Limits,
     /// This exec's secrets and the TLS to read their hosts' requests (`None`: none).
     pub secrets: Option<Arc<SecretsConfig>>,
@@ -259,13 +261,30 @@ impl Proxy {
         if let Some(log) = &self.inner.cfg.refusal_log {
             log.record(&host.to_string(), port, reason);
         }
+        if let Some(c) = &self.inner.cfg.refusals {
+            let target = super::refusal::target(&host.to_string(), port);
+            c.add(crate::refusals::Event {
+                header: None,
+                kind: crate::refusals::Kind::Connect,
+                grant: Some(crate::refusals::connect_grant(&target)),
+                target,
+                program: String::new(),
+                pid: None,
+                reason: Some(reason.to_string()),
+            });
+        }
     }
 
     fn leak_log(&self, host: &Host, port: u16, leak: &Leak) {
         tracing::info!(%host, port, secret = %leak.secret, header = %leak.header, "proxy refused a placeholder");
-        if let Some(log) = &self.inner.cfg.refusal_log {
-            log.record_leak(&host.to_string(), port, leak);
-        }
+        let cfg = &self.inner.cfg;
+        super::refusal::report_leak(
+            cfg.refusal_log.as_ref(),
+            cfg.refusals.as_ref(),
+            &host.to_string(),
+            port,
+            leak,
+        );
     }
 
     /// The secrets config if some secret is for `host:port`.
@@ -305,6 +324,7 @@ impl Proxy {
             port,
             secrets: &sc.secrets,
             log: self.inner.cfg.refusal_log.as_ref(),
+            refusals: self.inner.cfg.refusals.as_ref(),
             max_head: limits.max_head,
             idle: limits.idle_timeout,
         };
