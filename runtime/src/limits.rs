@@ -1,6 +1,6 @@
 //! Resource limits of one exec as the operator asked for them (`capsule exec --fds N
-//! --file-size SIZE --memory SIZE --pids N --activity-timeout DURATION`): their parsing (shared by clap and the
-//! fast hand parser of `cli::exec_args`, so both read a value the same way), their
+//! --file-size SIZE --memory SIZE --pids N --cpus N --tmp-size SIZE --activity-timeout
+//! DURATION`, spec `sandbox.limits`, the operator's settings): their parsing (shared by clap and the fast hand parser of `cli::exec_args`, so both read a value the same way), their
 //! record entry, and the one-line message of a command a limit ended. The executor
 //! enforces them ([`crate::linux`]: rlimits set in the command's process just before
 //! `execve`, a cgroup per exec for memory and processes, the activity watch in the
@@ -28,6 +28,10 @@ pub struct Limits {
     /// CFS quota per 100 ms period).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_milli: Option<u64>,
+    /// The capsule's `/tmp` and `/var/tmp` together, in bytes (one tmpfs of the exec's own
+    /// instead of the bundle's tmp folder; see [`crate::linux::plan::with_tmp_size`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_size: Option<u64>,
 }
 
 impl Limits {

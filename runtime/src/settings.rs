@@ -18,7 +18,7 @@ pub struct Settings {
     pub reveals: BTreeMap<PathBuf, Vec<PathBuf>>,
     /// The operator's default resource limits of `capsule exec`, for the flags an exec
     /// does not give (`{"memory": "8G", "pids": 4096, "cpus": 1.5, "fds": 4096,
-    /// "file_size": "20G", "activity_timeout": "10m"}`): enforced as if given, so one that
+    /// "file_size": "20G", "tmp_size": "4G", "activity_timeout": "10m"}`): enforced as if given, so one that
     /// cannot be enforced refuses the exec as a flag would.
     #[serde(default, skip_serializing_if = "DefaultLimits::is_empty")]
     pub limits: DefaultLimits,
@@ -40,6 +40,8 @@ pub struct DefaultLimits {
     pub file_size: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activity_timeout: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_size: Option<serde_json::Value>,
 }
 
 impl DefaultLimits {
@@ -59,6 +61,7 @@ impl DefaultLimits {
             "cpus" => &self.cpus,
             "fds" => &self.fds,
             "file_size" => &self.file_size,
+            "tmp_size" => &self.tmp_size,
             _ => &self.activity_timeout,
         };
         let text = match v {

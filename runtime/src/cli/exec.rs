@@ -92,6 +92,11 @@ pub struct ExecArgs {
     /// it starts (a cgroup's CFS quota); past it they wait.
     #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
     pub cpus: Option<u64>,
+    /// At most SIZE (e.g. 1G) in the capsule's /tmp and /var/tmp together: they become one
+    /// fresh in-memory tmpfs of the exec's own (not the bundle's tmp, kept between execs);
+    /// past it writes fail (ENOSPC).
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub tmp_size: Option<u64>,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -109,6 +114,7 @@ impl ExecArgs {
             memory: self.memory,
             pids: self.pids,
             cpus_milli: self.cpus,
+            tmp_size: self.tmp_size,
         }
     }
 }
@@ -300,6 +306,9 @@ mod imp {
         if a.cpus.is_none() {
             a.cpus = d.read("cpus", parse_cpus).map_err(bad)?;
         }
+        if a.tmp_size.is_none() {
+            a.tmp_size = d.read("tmp_size", parse_size).map_err(bad)?;
+        }
         if a.fds.is_none() {
             a.fds = d.read("fds", parse_count).map_err(bad)?;
         }
@@ -473,6 +482,7 @@ mod imp {
             }));
         }
         let mut plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
+        tmp_size_degraded(&a, isolation, &mut degradation);
         plan.landlock_best_effort = landlock_best_effort;
         plan.cgroup_procs = cgroups.procs_files();
         task_env(&mut plan)?;
@@ -488,6 +498,7 @@ mod imp {
             (isolation, landlock_best_effort) =
                 weaker_or_refuse(&settings, &mut degradation, false)?;
             plan = build_plan(&a, &policy, &cwd, isolation, &cap.bundle_dir);
+            tmp_size_degraded(&a, isolation, &mut degradation);
             plan.landlock_best_effort = landlock_best_effort;
             plan.cgroup_procs = cgroups.procs_files();
             task_env(&mut plan)?;
@@ -743,6 +754,17 @@ mod imp {
         }
     }
 
+    /// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
+    /// accepted) the capsule's tmp stays the bundle's folder, unbounded; said on stderr
+    /// and in the record.
+    fn tmp_size_degraded(a: &ExecArgs, isolation: Isolation, degradation: &mut Vec<String>) {
+        if a.tmp_size.is_some() && isolation != Isolation::Full {
+            let m = "--tmp-size cannot be enforced without a mount namespace; not enforced";
+            eprintln!("capsule: warning: {m} (weaker isolation accepted)");
+            degradation.push(m.to_string());
+        }
+    }
+
     fn build_plan(
         a: &ExecArgs,
         policy: &SandboxPolicy,
@@ -760,7 +782,7 @@ mod imp {
                 }
             }
         }
-        ExecPlan {
+        let mut plan = ExecPlan {
             stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
             timeout: a.timeout,
             activity_timeout: a.activity_timeout,
@@ -768,6 +790,10 @@ mod imp {
             // the root is prepared once per capsule and policy, and joined by each exec
             prepared: Some(crate::linux::prepared::dir(bundle_dir)),
             ..ExecPlan::for_policy(policy, isolation, a.command.clone(), env, cwd.to_path_buf())
+        };
+        if let Some(size) = a.tmp_size {
+            plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
         }
+        plan
     }
 }

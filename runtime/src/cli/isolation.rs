@@ -92,6 +92,10 @@ fn limits_json(cg: &[(&str, Result<String, String>)]) -> serde_json::Value {
         ("fds", "rlimit RLIMIT_NOFILE"),
         ("file_size", "rlimit RLIMIT_FSIZE"),
         ("activity_timeout", "capsule's supervisor"),
+        (
+            "tmp_size",
+            "a tmpfs of the exec's own at /tmp and /var/tmp (mount namespace)",
+        ),
     ] {
         if cfg!(target_os = "linux") {
             m.insert(flag.into(), serde_json::json!({"enforced": true, "by": by}));
@@ -105,7 +109,7 @@ fn limits_human(cg: &[(&str, Result<String, String>)]) -> String {
         return String::new();
     }
     let mut o = String::from(
-        "\nResource limits of capsule exec:\n  --fds, --file-size: rlimits (always)\n  --activity-timeout: capsule's supervisor (always)\n",
+        "\nResource limits of capsule exec:\n  --fds, --file-size: rlimits (always)\n  --activity-timeout: capsule's supervisor (always)\n  --tmp-size: a tmpfs of the exec's own at /tmp and /var/tmp (with namespaces)\n",
     );
     for (flag, r) in cg {
         match r {

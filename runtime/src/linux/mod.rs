@@ -73,6 +73,7 @@ pub mod plan;
 pub mod prepared;
 pub mod pty;
 pub mod seccomp;
+pub mod sockets;
 pub mod sys;
 pub mod warm;
 

@@ -152,6 +152,19 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                     &["nosuid", "nodev", &mode],
                 )?);
             }
+            // an OCI bind names a host source, so each path gets a tmpfs of that size of
+            // its own (`capsule exec`: one for both)
+            MountStep::TaskTmp { size, dsts } => {
+                let size = format!("size={size}");
+                for dst in dsts {
+                    m.mounts.push(mount(
+                        "tmpfs",
+                        Path::new("tmpfs"),
+                        dst,
+                        &["nosuid", "nodev", "mode=1777", &size],
+                    )?);
+                }
+            }
             MountStep::Overlay {
                 lower,
                 upper,

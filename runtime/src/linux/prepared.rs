@@ -81,6 +81,18 @@ const MAX_HOLDERS: usize = 4;
 /// Mounts each exec makes for itself: their Landlock rules are added by the exec.
 pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
 
+/// [`PER_EXEC_ROOTS`] and the exec's own tmp of a plan with a tmp size
+/// ([`MountStep::TaskTmp`]).
+pub(crate) fn per_exec_roots(plan: &ExecPlan) -> Vec<&Path> {
+    let mut v: Vec<&Path> = PER_EXEC_ROOTS.iter().map(Path::new).collect();
+    for s in &plan.mounts {
+        if let MountStep::TaskTmp { dsts, .. } = s {
+            v.extend(dsts.iter().map(PathBuf::as_path));
+        }
+    }
+    v
+}
+
 /// What a join hands over: the holder's namespaces and this exec's own Landlock ruleset.
 #[derive(Debug)]
 pub struct Joined {
@@ -269,6 +281,20 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
             MountStep::Dev { extra, .. } => {
                 for e in extra {
                     ids.add(&Path::new("/dev").join(e), true);
+                }
+            }
+            MountStep::TaskTmp { dsts, .. } => {
+                // the exec's own tmpfs goes over the prepared one: nothing may be mounted
+                // below it in the prepared root
+                if plan
+                    .mounts
+                    .iter()
+                    .any(|o| dsts.iter().any(|d| o.dst() != d && o.dst().starts_with(d)))
+                {
+                    return Ok(None);
+                }
+                for d in dsts {
+                    ids.add(d, false);
                 }
             }
             MountStep::Proc { .. } => {}
@@ -860,7 +886,7 @@ impl Holder<'_> {
             match line.first() {
                 Some(b'J') if ours => {
                     last = Instant::now();
-                    let _ = answer(&mut conn, userns, mntns, rules, landlock);
+                    let _ = answer(&mut conn, userns, mntns, rules, landlock, self.plan);
                 }
                 Some(b'X') if ours => {
                     last = Instant::now();
@@ -1040,15 +1066,10 @@ fn answer(
     mntns: &OwnedFd,
     rules: &LandlockRules,
     landlock: &serde_json::Value,
+    plan: &ExecPlan,
 ) -> io::Result<()> {
     let (created, again) = rules
-        .create(
-            PER_EXEC_ROOTS
-                .iter()
-                .map(Path::new)
-                .collect::<Vec<_>>()
-                .as_slice(),
-        )
+        .create(&per_exec_roots(plan))
         .map_err(io::Error::other)?;
     let ruleset: Option<OwnedFd> = created.and_then(|c| c.into());
     let reply = serde_json::to_vec(&JoinReply {

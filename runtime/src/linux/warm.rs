@@ -30,7 +30,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// One exec's part of the plan, sent by capsule to a spare.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -252,10 +252,7 @@ fn spare_main(
     if plan.new_netns && !plan.network_off && sys::loopback_up().is_err() {
         quit()
     }
-    let per_exec: Vec<&Path> = super::prepared::PER_EXEC_ROOTS
-        .iter()
-        .map(Path::new)
-        .collect();
+    let per_exec = super::prepared::per_exec_roots(plan);
     let Ok((created, again)) = rules.create(&per_exec) else {
         quit()
     };

@@ -1,0 +1,104 @@
+//! The host's unix sockets by path, kept out of the sandbox. A pathname socket is reached
+//! by `connect(2)` whatever the mount's flags (read-only does not stop it) and Landlock
+//! has no right for it before ABI 9, so every socket of the host that the sandbox would
+//! see is masked like a hidden path ([`super::plan::mount_plan`] adds one hide rule each).
+//!
+//! Which sockets: every pathname socket bound in the host's network namespace, as the
+//! kernel lists them in `/proc/net/unix` (one read of one small file per exec, whatever
+//! the size of the visible tree: a walk of `/usr` alone takes a second). Because the list
+//! is read for every plan, it is part of the plan's digest and so of the prepared root's
+//! fingerprint: a socket a host service binds after a holder or spare was prepared gives
+//! another fingerprint, hence a root with that socket masked too; a socket removed and
+//! bound again at the same path is another inode, which the fingerprint sees as well.
+//!
+//! Kept: sockets in the task's own places (the capsule's `/tmp` and `/var/tmp` are not the
+//! host's and are never masked), and a socket the task binds inside the sandbox (its
+//! network namespace is its own, so its sockets are never in the host's list). Abstract
+//! sockets need nothing here: they belong to a network namespace, and the sandbox has its
+//! own (unless the network is `open`).
+//!
+//! Not seen: a socket bound in another network namespace (a container's) onto a host path
+//! the sandbox shows, or bound by a relative path; the list names neither usefully.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+/// The pathname sockets listed in `text` (the format of `/proc/net/unix`): absolute
+/// paths only (abstract sockets start with `@`; relative paths name nothing we can find),
+/// sorted, without duplicates.
+pub fn parse_proc_net_unix(text: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            // Num RefCount Protocol Flags Type St Inode Path: the path is the 8th field,
+            // and may contain spaces
+            let mut rest = l.trim_start();
+            for _ in 0..7 {
+                let (_, r) = rest.split_once(' ')?;
+                rest = r.trim_start();
+            }
+            rest.starts_with('/').then(|| PathBuf::from(rest))
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The host's pathname sockets for which `shown` is true (a path the sandbox would show),
+/// each as the canonical path of a socket file that exists now (a listed path whose file
+/// was removed or replaced by something else is left out). `shown` is asked first, so
+/// only candidates are resolved.
+pub fn host_sockets(shown: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let mut v: Vec<PathBuf> = parse_proc_net_unix(&text)
+        .into_iter()
+        .filter(|p| shown(p))
+        .filter_map(|p| std::fs::canonicalize(&p).ok())
+        .filter(|p| {
+            shown(p) && std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pathname_sockets_are_read_from_the_kernels_list() {
+        let text = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 20001 /run/dbus/system_bus_socket\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 20002 @/tmp/.X11-unix/X0\n\
+            0000000000000000: 00000003 00000000 00000000 0001 03 20003\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 20004 /var/lib/x/a b.sock\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 20005 relative.sock\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 20006 /run/dbus/system_bus_socket\n";
+        assert_eq!(
+            parse_proc_net_unix(text),
+            [
+                PathBuf::from("/run/dbus/system_bus_socket"),
+                PathBuf::from("/var/lib/x/a b.sock"),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_existing_socket_files_that_would_be_shown_are_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let s = root.join("live.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&s).unwrap();
+        let shown_all = host_sockets(|p| p.starts_with(&root));
+        assert_eq!(shown_all, [s.clone()]);
+        assert!(host_sockets(|p| p.starts_with("/nowhere")).is_empty());
+        // replaced by a regular file: nothing to mask
+        std::fs::remove_file(&s).unwrap();
+        std::fs::write(&s, "").unwrap();
+        assert!(host_sockets(|p| p.starts_with(&root)).is_empty());
+    }
+}
