@@ -492,3 +492,36 @@ fn settings_give_default_limits_that_flags_override() {
         assert!(!c.ws.join("ran").exists());
     });
 }
+
+#[test]
+fn tmp_size_bounds_tmp_and_var_tmp_together_per_exec() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // 8 MiB in /tmp and 8 in /var/tmp fill 16 MiB; the 17th MiB is refused (ENOSPC)
+        let fill = "[ -e /tmp/a ] && exit 7; dd if=/dev/zero of=/tmp/a bs=1M count=8 2>/dev/null || exit 3; \
+            dd if=/dev/zero of=/var/tmp/b bs=1M count=8 2>/dev/null || exit 4; \
+            e=$(dd if=/dev/zero of=/tmp/c bs=1M count=1 2>&1) && exit 5; \
+            echo \"$e\" | grep -q 'No space left' || { echo \"$e\"; exit 6; }";
+        // built, then the prepared root's first exec and its warm spares after it
+        for built in [true, false, false] {
+            let o = exec(&c, built, &["--tmp-size", "16M"], &["sh", "-c", fill], 30);
+            ok(&o, &format!("built={built}: filling /tmp and /var/tmp"));
+            // each exec's own: the last one's files are gone, nothing in the bundle
+            assert!(
+                !c.bundle.join("tmp/a").exists(),
+                "built={built}: landed in the bundle"
+            );
+            assert_eq!(
+                last_record(&c)["requested"]["limits"]["tmp_size"],
+                16 << 20,
+                "built={built}"
+            );
+        }
+        // without it: the bundle's tmp, at /tmp and /var/tmp alike, kept between execs
+        let o = exec(&c, false, &[], &["sh", "-c", "echo kept > /var/tmp/k"], 30);
+        ok(&o, "writing /var/tmp");
+        let o = exec(&c, false, &[], &["cat", "/tmp/k"], 30);
+        ok(&o, "reading it back in the next exec");
+        assert_eq!(out(&o), "kept\n");
+    });
+}
