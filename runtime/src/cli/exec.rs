@@ -601,7 +601,6 @@ mod imp {
         }
         // the next exec's cgroups, made now that this one is done (none without limits)
         cgroups.make_spares();
-        drop(cgroups);
         match result {
             Ok(_) => Ok(ExitCode::from(code)),
             Err(e) => Err(CliError::new(code, e.to_string())),

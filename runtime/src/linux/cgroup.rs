@@ -49,6 +49,32 @@ pub struct Group {
     /// Controllers this group enforces here (`memory`, `pids`).
     pub controllers: Vec<&'static str>,
     pub dir: PathBuf,
+    /// The group's event counters when this exec claimed it (`oom_kill`, pids' `max`):
+    /// a group is used again by later execs, and what this one reached is the difference.
+    #[serde(skip)]
+    pub before: Vec<(&'static str, u64)>,
+}
+
+impl Group {
+    /// [`Group::before`] of `c` (0: none).
+    fn seen(&self, c: &str) -> u64 {
+        self.before
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// The event counter of controller `c` in group `dir`: OOM kills for `memory`, refused
+/// forks for `pids` (`None` for others, or unreadable).
+fn event_count(version: Version, dir: &Path, c: &str) -> Option<u64> {
+    let (file, key) = match (version, c) {
+        (Version::V1, "memory") => ("memory.oom_control", "oom_kill"),
+        (Version::V2, "memory") => ("memory.events", "oom_kill"),
+        (_, "pids") => ("pids.events", "max"),
+        _ => return None,
+    };
+    Some(counter(&dir.join(file), key))
 }
 
 /// The cgroups of one exec (one per v1 hierarchy, or one v2 group); removed on drop.
@@ -226,6 +252,7 @@ impl ExecCgroups {
                             version: Version::V1,
                             controllers: vec![c],
                             dir,
+                            before: Vec::new(),
                         }),
                         Err(e) => {
                             return Err(CgroupError {
@@ -245,6 +272,25 @@ impl ExecCgroups {
             for c in &g.controllers {
                 me.set(g, c)?;
             }
+            if g.version == Version::V2 {
+                // a group used before may hold another exec's limits of the others
+                for (c, file) in [
+                    ("memory", "memory.max"),
+                    ("pids", "pids.max"),
+                    ("cpu", "cpu.max"),
+                ] {
+                    if !g.controllers.contains(&c) {
+                        let _ = std::fs::write(g.dir.join(file), "max");
+                    }
+                }
+            }
+        }
+        for g in &mut me.groups {
+            g.before = g
+                .controllers
+                .iter()
+                .filter_map(|c| Some((*c, event_count(g.version, &g.dir, c)?)))
+                .collect();
         }
         Ok(me)
     }
@@ -321,6 +367,7 @@ impl ExecCgroups {
                     version: Version::V2,
                     controllers: wanted.to_vec(),
                     dir,
+                    before: Vec::new(),
                 });
                 Ok(())
             }
@@ -365,6 +412,14 @@ impl ExecCgroups {
                 },
             )?;
         }
+        if (g.version, c) == (Version::V1, "memory") {
+            // a group used before has its last exec's memory+swap limit, and v1 refuses a
+            // memory limit above it: unlimited first
+            let sw = g.dir.join("memory.memsw.limit_in_bytes");
+            if sw.exists() {
+                let _ = std::fs::write(&sw, "-1");
+            }
+        }
         let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
             // no swap beyond the limit either (the file exists only with swap accounting)
             match (g.version, c) {
@@ -390,47 +445,86 @@ impl ExecCgroups {
         })
     }
 
-    /// Make one spare group next to each of this exec's, for the next exec to claim
-    /// ([`claim`]), and remove this exec's groups once they are empty (a warm spare's init
-    /// lingers until capsule has exited), in a child process of its own so that nobody
-    /// waits for either: call when this exec is done, just before capsule exits. Nothing
-    /// when this exec used no cgroup.
-    pub fn make_spares(&self) {
+    /// Leave this exec's groups for the next exec to claim ([`claim`]): once a group is
+    /// empty (a warm spare's init lingers until capsule has exited), its memory charges
+    /// are dropped (v1 `memory.force_empty`) and it is renamed `spare-<pid>`. Making and
+    /// removing a memory cgroup costs the kernel ~1-2 ms of CPU each; a rename costs
+    /// nothing, so an exec with limits makes no cgroup while spares are left. Done in a
+    /// child process of its own so that nobody waits for it: call when this exec is done,
+    /// just before capsule exits. Nothing when this exec used no cgroup.
+    pub fn make_spares(mut self) {
+        use std::ffi::CString;
         use std::os::unix::ffi::OsStrExt;
-        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
-        let spares: Vec<std::ffi::CString> = self
+        let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).ok();
+        struct Leave {
+            dir: CString,
+            procs: CString,
+            force_empty: Option<CString>,
+            spare: CString,
+        }
+        let leave: Vec<Leave> = self
             .groups
             .iter()
             .filter_map(|g| {
-                c(&g.dir
-                    .with_file_name(format!("spare-{}", std::process::id())))
+                let v1_memory = g.version == Version::V1 && g.controllers.contains(&"memory");
+                Some(Leave {
+                    dir: c(&g.dir)?,
+                    procs: c(&g.dir.join("cgroup.procs"))?,
+                    force_empty: if v1_memory {
+                        Some(c(&g.dir.join("memory.force_empty"))?)
+                    } else {
+                        None
+                    },
+                    spare: c(&g
+                        .dir
+                        .with_file_name(format!("spare-{}", std::process::id())))?,
+                })
             })
             .collect();
-        let own: Vec<std::ffi::CString> = self.groups.iter().filter_map(|g| c(&g.dir)).collect();
-        if spares.is_empty() {
+        // what this exec used is the child's to leave now, not `Drop`'s to remove
+        self.groups.clear();
+        const MOST: usize = 8;
+        if leave.is_empty() || leave.len() > MOST {
             return;
         }
-        // SAFETY: the child makes only close_range, setsid, mkdir, rmdir, usleep and _exit
-        // calls on memory
-        // prepared before the fork (async-signal-safe, whatever other threads held).
+        // SAFETY: the child makes only close_range, setsid, open, read, write, close,
+        // rename, rmdir, usleep and _exit calls on memory prepared before the fork
+        // (async-signal-safe, whatever other threads held).
         unsafe {
             if libc::fork() == 0 {
                 // nothing of capsule's stays open in it (its output, the exec lock)
                 libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
                 libc::setsid();
-                for p in &spares {
-                    libc::mkdir(p.as_ptr(), 0o755);
-                }
-                // for at most ~2 s; what is left then is removed by a later exec
-                for _ in 0..200 {
-                    let mut left = false;
-                    for p in &own {
-                        if libc::rmdir(p.as_ptr()) != 0 && *libc::__errno_location() != libc::ENOENT
-                        {
-                            left = true;
-                        }
+                let empty = |procs: &CString| {
+                    let fd = libc::open(procs.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return false;
                     }
-                    if !left {
+                    let mut b = [0u8; 16];
+                    let n = libc::read(fd, b.as_mut_ptr().cast(), b.len());
+                    libc::close(fd);
+                    n == 0
+                };
+                let mut done = [false; MOST];
+                // for at most ~2 s; a group left then is removed by a later exec's sweep
+                for _ in 0..200 {
+                    for (i, l) in leave.iter().enumerate() {
+                        if done[i] || !empty(&l.procs) {
+                            continue;
+                        }
+                        if let Some(f) = &l.force_empty {
+                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                            if fd >= 0 {
+                                libc::write(fd, b"0".as_ptr().cast(), 1);
+                                libc::close(fd);
+                            }
+                        }
+                        if libc::rename(l.dir.as_ptr(), l.spare.as_ptr()) != 0 {
+                            libc::rmdir(l.dir.as_ptr());
+                        }
+                        done[i] = true;
+                    }
+                    if done[..leave.len()].iter().all(|d| *d) {
                         break;
                     }
                     libc::usleep(10_000);
@@ -456,11 +550,9 @@ impl ExecCgroups {
             for c in &g.controllers {
                 match *c {
                     "memory" => {
-                        let file = match g.version {
-                            Version::V1 => "memory.oom_control",
-                            Version::V2 => "memory.events",
-                        };
-                        let kills = counter(&g.dir.join(file), "oom_kill");
+                        let kills = event_count(g.version, &g.dir, c)
+                            .unwrap_or(0)
+                            .saturating_sub(g.seen(c));
                         if kills > 0 {
                             if let Some(m) = self.limits.memory {
                                 v.push(format!("killed: memory limit {} reached", show_size(m)));
@@ -468,7 +560,9 @@ impl ExecCgroups {
                         }
                     }
                     _ => {
-                        let refused = counter(&g.dir.join("pids.events"), "max");
+                        let refused = event_count(g.version, &g.dir, "pids")
+                            .unwrap_or(0)
+                            .saturating_sub(g.seen("pids"));
                         if refused > 0 {
                             if let Some(n) = self.limits.pids {
                                 v.push(format!(
