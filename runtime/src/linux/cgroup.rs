@@ -177,7 +177,7 @@ fn mkdir(dir: &Path) -> io::Result<()> {
 /// rename is one system call and atomic, so two execs never take the same spare), else a
 /// new one. On the way, removes the `exec-<pid>` groups whose capsule is gone (empty ones
 /// only: the kernel refuses to remove a group with processes).
-fn claim(base: &Path, name: &str) -> io::Result<PathBuf> {
+fn claim(base: &Path, name: &str, sweep: bool) -> io::Result<PathBuf> {
     let dir = base.join(name);
     let mut spares = Vec::new();
     if let Ok(d) = std::fs::read_dir(base) {
@@ -186,6 +186,11 @@ fn claim(base: &Path, name: &str) -> io::Result<PathBuf> {
             let Some(n) = n.to_str() else { continue };
             if n.starts_with("spare-") {
                 spares.push(e.path());
+            } else if !sweep {
+                continue;
+            } else if n.starts_with("warm-") {
+                // a spare's, of a holder that ended without removing it: removed when empty
+                let _ = std::fs::remove_dir(e.path());
             } else if let Some(pid) = n.strip_prefix("exec-").and_then(|p| p.parse::<i32>().ok()) {
                 // SAFETY: signal 0 only checks for existence.
                 if unsafe { libc::kill(pid, 0) } != 0 {
@@ -211,8 +216,221 @@ fn flag_of(controller: &str) -> &'static str {
     }
 }
 
+/// Write `c`'s limit into `g`.
+fn set(limits: &Limits, g: &Group, c: &str) -> Result<(), CgroupError> {
+    let quota = |m: u64| (m * CPU_PERIOD_US / 1000).max(1000);
+    let (file, value) = match (g.version, c) {
+        (Version::V1, "memory") => (
+            "memory.limit_in_bytes",
+            limits.memory.map(|v| v.to_string()),
+        ),
+        (Version::V2, "memory") => ("memory.max", limits.memory.map(|v| v.to_string())),
+        (Version::V1, "cpu") => (
+            "cpu.cfs_quota_us",
+            limits.cpus_milli.map(|m| quota(m).to_string()),
+        ),
+        (Version::V2, "cpu") => (
+            "cpu.max",
+            limits
+                .cpus_milli
+                .map(|m| format!("{} {CPU_PERIOD_US}", quota(m))),
+        ),
+        (_, _) => ("pids.max", limits.pids.map(|v| v.to_string())),
+    };
+    let Some(v) = value else { return Ok(()) };
+    if (g.version, c) == (Version::V1, "cpu") {
+        // the period first: the quota is a share of it
+        std::fs::write(g.dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()).map_err(
+            |e| CgroupError {
+                flag: "--cpus",
+                why: format!(
+                    "cannot set {} ({e})",
+                    g.dir.join("cpu.cfs_period_us").display()
+                ),
+            },
+        )?;
+    }
+    if (g.version, c) == (Version::V1, "memory") {
+        // a group used before has its last exec's memory+swap limit, and v1 refuses a
+        // memory limit above it: unlimited first
+        let sw = g.dir.join("memory.memsw.limit_in_bytes");
+        if sw.exists() {
+            let _ = std::fs::write(&sw, "-1");
+        }
+    }
+    let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
+        // no swap beyond the limit either (the file exists only with swap accounting)
+        match (g.version, c) {
+            (Version::V1, "memory") => {
+                let sw = g.dir.join("memory.memsw.limit_in_bytes");
+                if sw.exists() {
+                    std::fs::write(sw, &v)?;
+                }
+            }
+            (Version::V2, "memory") => {
+                let sw = g.dir.join("memory.swap.max");
+                if sw.exists() {
+                    std::fs::write(sw, "0")?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    });
+    r.map_err(|e| CgroupError {
+        flag: flag_of(c),
+        why: format!("cannot set {} ({e})", g.dir.join(file).display()),
+    })
+}
+/// Write `limits` into `g`: each of its controllers' limit, and (v2, one group for all)
+/// no limit for the others, which a group used before may hold.
+fn apply(limits: &Limits, g: &Group) -> Result<(), CgroupError> {
+    for c in &g.controllers {
+        set(limits, g, c)?;
+    }
+    if g.version == Version::V2 {
+        for (c, file) in [
+            ("memory", "memory.max"),
+            ("pids", "pids.max"),
+            ("cpu", "cpu.max"),
+        ] {
+            if !g.controllers.contains(&c) {
+                let _ = std::fs::write(g.dir.join(file), "max");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The CFS period the `--cpus` quota is a share of (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
+
+/// Where the groups of one exec are claimed: a `capsule/` folder of one hierarchy and
+/// the controllers it gives.
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub version: Version,
+    pub controllers: Vec<&'static str>,
+    pub dir: PathBuf,
+}
+
+/// The `capsule/` folders enforcing `limits`' cgroup limits (none asked: none, nothing
+/// read), made if missing; an error when one cannot be.
+pub fn bases(limits: &Limits) -> Result<Vec<Base>, CgroupError> {
+    let wanted: Vec<&'static str> = [
+        ("memory", limits.memory),
+        ("pids", limits.pids),
+        ("cpu", limits.cpus_milli),
+    ]
+    .into_iter()
+    .filter(|(_, v)| v.is_some())
+    .map(|(c, _)| c)
+    .collect();
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mounts = mounts();
+    let own = own_paths();
+    let mut v = Vec::new();
+    let mut missing = Vec::new();
+    // v1 first: a controller bound to a v1 hierarchy is not available in v2
+    for c in &wanted {
+        let m = mounts.iter().find(|(k, _)| k == c);
+        let p = own.iter().find(|(k, _)| k == c);
+        match (m, p) {
+            (Some((_, mount)), Some((_, path))) => {
+                let base = under(mount, path).join("capsule");
+                mkdir(&base).map_err(|e| CgroupError {
+                    flag: flag_of(c),
+                    why: format!("cannot make a cgroup in {} ({e})", base.display()),
+                })?;
+                v.push(Base {
+                    version: Version::V1,
+                    controllers: vec![c],
+                    dir: base,
+                });
+            }
+            _ => missing.push(*c),
+        }
+    }
+    if !missing.is_empty() {
+        v.push(v2_base(&mounts, &own, &missing)?);
+    }
+    Ok(v)
+}
+
+/// The v2 folder of the controllers `wanted` (see the module docs for where), made.
+fn v2_base(
+    mounts: &[(String, PathBuf)],
+    own: &[(String, String)],
+    wanted: &[&'static str],
+) -> Result<Base, CgroupError> {
+    let refuse = |why: String| CgroupError {
+        flag: flag_of(wanted[0]),
+        why,
+    };
+    let mount = mounts
+        .iter()
+        .find(|(k, _)| k.is_empty())
+        .map(|(_, m)| m)
+        .ok_or_else(|| refuse("no cgroup hierarchy has its controller".into()))?;
+    let path = own
+        .iter()
+        .find(|(k, _)| k.is_empty())
+        .map(|(_, p)| p.as_str())
+        .unwrap_or("/");
+    let mine = under(mount, path);
+    // a process sits in a leaf: the group goes next to ours, or in the root
+    let parent = if path == "/" {
+        mine.clone()
+    } else {
+        mine.parent().map(Path::to_path_buf).unwrap_or(mine.clone())
+    };
+    let ctrls = std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+    let lacking: Vec<&str> = wanted
+        .iter()
+        .filter(|c| !ctrls.split_whitespace().any(|x| x == **c))
+        .copied()
+        .collect();
+    if !lacking.is_empty() {
+        let avail = std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
+        let why = if lacking
+            .iter()
+            .all(|c| avail.split_whitespace().any(|x| x == *c))
+        {
+            format!(
+                "the {} controller is not delegated to {} (cgroup v2; it is not enabled for its children)",
+                lacking.join(" and "),
+                parent.display()
+            )
+        } else {
+            format!(
+                "no cgroup hierarchy of this machine gives this process the {} controller",
+                lacking.join(" and ")
+            )
+        };
+        return Err(CgroupError {
+            flag: flag_of(lacking[0]),
+            why,
+        });
+    }
+    let base = parent.join("capsule");
+    let made = mkdir(&base).and_then(|_| {
+        let on: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+        std::fs::write(base.join("cgroup.subtree_control"), on.join(" "))
+    });
+    match made {
+        Ok(()) => Ok(Base {
+            version: Version::V2,
+            controllers: wanted.to_vec(),
+            dir: base,
+        }),
+        Err(e) => Err(refuse(format!(
+            "cannot make a cgroup in {} ({e})",
+            base.display()
+        ))),
+    }
+}
 
 impl ExecCgroups {
     /// The cgroups enforcing `limits`' `memory` and `pids` for this exec (none asked: no
@@ -223,67 +441,25 @@ impl ExecCgroups {
             groups: Vec::new(),
             limits: *limits,
         };
-        let wanted: Vec<&'static str> = [
-            ("memory", limits.memory),
-            ("pids", limits.pids),
-            ("cpu", limits.cpus_milli),
-        ]
-        .into_iter()
-        .filter(|(_, v)| v.is_some())
-        .map(|(c, _)| c)
-        .collect();
-        if wanted.is_empty() {
-            return Ok(me);
-        }
-        let mounts = mounts();
-        let own = own_paths();
         let name = format!("exec-{}", std::process::id());
-        let mut missing = Vec::new();
-        // v1 first: a controller bound to a v1 hierarchy is not available in v2
-        for c in &wanted {
-            let m = mounts.iter().find(|(k, _)| k == c);
-            let p = own.iter().find(|(k, _)| k == c);
-            match (m, p) {
-                (Some((_, mount)), Some((_, path))) => {
-                    let base = under(mount, path).join("capsule");
-                    let made = mkdir(&base).and_then(|_| claim(&base, &name));
-                    match made {
-                        Ok(dir) => me.groups.push(Group {
-                            version: Version::V1,
-                            controllers: vec![c],
-                            dir,
-                            before: Vec::new(),
-                        }),
-                        Err(e) => {
-                            return Err(CgroupError {
-                                flag: flag_of(c),
-                                why: format!("cannot make a cgroup in {} ({e})", base.display()),
-                            })
-                        }
-                    }
+        for base in bases(limits)? {
+            match claim(&base.dir, &name, true) {
+                Ok(dir) => me.groups.push(Group {
+                    version: base.version,
+                    controllers: base.controllers,
+                    dir,
+                    before: Vec::new(),
+                }),
+                Err(e) => {
+                    return Err(CgroupError {
+                        flag: flag_of(base.controllers[0]),
+                        why: format!("cannot make a cgroup in {} ({e})", base.dir.display()),
+                    })
                 }
-                _ => missing.push(*c),
             }
-        }
-        if !missing.is_empty() {
-            me.v2(&mounts, &own, &missing, &name)?;
         }
         for g in &me.groups {
-            for c in &g.controllers {
-                me.set(g, c)?;
-            }
-            if g.version == Version::V2 {
-                // a group used before may hold another exec's limits of the others
-                for (c, file) in [
-                    ("memory", "memory.max"),
-                    ("pids", "pids.max"),
-                    ("cpu", "cpu.max"),
-                ] {
-                    if !g.controllers.contains(&c) {
-                        let _ = std::fs::write(g.dir.join(file), "max");
-                    }
-                }
-            }
+            apply(&me.limits, g)?;
         }
         for g in &mut me.groups {
             g.before = g
@@ -295,159 +471,10 @@ impl ExecCgroups {
         Ok(me)
     }
 
-    /// The v2 group of the controllers `wanted` (see the module docs for where).
-    fn v2(
-        &mut self,
-        mounts: &[(String, PathBuf)],
-        own: &[(String, String)],
-        wanted: &[&'static str],
-        name: &str,
-    ) -> Result<(), CgroupError> {
-        let refuse = |why: String| CgroupError {
-            flag: flag_of(wanted[0]),
-            why,
-        };
-        let mount = mounts
-            .iter()
-            .find(|(k, _)| k.is_empty())
-            .map(|(_, m)| m)
-            .ok_or_else(|| refuse("no cgroup hierarchy has its controller".into()))?;
-        let path = own
-            .iter()
-            .find(|(k, _)| k.is_empty())
-            .map(|(_, p)| p.as_str())
-            .unwrap_or("/");
-        let mine = under(mount, path);
-        // a process sits in a leaf: the group goes next to ours, or in the root
-        let parent = if path == "/" {
-            mine.clone()
-        } else {
-            mine.parent().map(Path::to_path_buf).unwrap_or(mine.clone())
-        };
-        let ctrls =
-            std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
-        let lacking: Vec<&str> = wanted
-            .iter()
-            .filter(|c| !ctrls.split_whitespace().any(|x| x == **c))
-            .copied()
-            .collect();
-        if !lacking.is_empty() {
-            let avail =
-                std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
-            let why = if lacking
-                .iter()
-                .all(|c| avail.split_whitespace().any(|x| x == *c))
-            {
-                format!(
-                    "the {} controller is not delegated to {} (cgroup v2; it is not enabled for its children)",
-                    lacking.join(" and "),
-                    parent.display()
-                )
-            } else {
-                format!(
-                    "no cgroup hierarchy of this machine gives this process the {} controller",
-                    lacking.join(" and ")
-                )
-            };
-            return Err(CgroupError {
-                flag: flag_of(lacking[0]),
-                why,
-            });
-        }
-        let base = parent.join("capsule");
-        let made = mkdir(&base)
-            .and_then(|_| {
-                let on: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
-                std::fs::write(base.join("cgroup.subtree_control"), on.join(" "))
-            })
-            .and_then(|_| claim(&base, name));
-        match made {
-            Ok(dir) => {
-                self.groups.push(Group {
-                    version: Version::V2,
-                    controllers: wanted.to_vec(),
-                    dir,
-                    before: Vec::new(),
-                });
-                Ok(())
-            }
-            Err(e) => Err(refuse(format!(
-                "cannot make a cgroup in {} ({e})",
-                base.display()
-            ))),
-        }
-    }
-
-    /// Write `c`'s limit into `g`.
-    fn set(&self, g: &Group, c: &str) -> Result<(), CgroupError> {
-        let quota = |m: u64| (m * CPU_PERIOD_US / 1000).max(1000);
-        let (file, value) = match (g.version, c) {
-            (Version::V1, "memory") => (
-                "memory.limit_in_bytes",
-                self.limits.memory.map(|v| v.to_string()),
-            ),
-            (Version::V2, "memory") => ("memory.max", self.limits.memory.map(|v| v.to_string())),
-            (Version::V1, "cpu") => (
-                "cpu.cfs_quota_us",
-                self.limits.cpus_milli.map(|m| quota(m).to_string()),
-            ),
-            (Version::V2, "cpu") => (
-                "cpu.max",
-                self.limits
-                    .cpus_milli
-                    .map(|m| format!("{} {CPU_PERIOD_US}", quota(m))),
-            ),
-            (_, _) => ("pids.max", self.limits.pids.map(|v| v.to_string())),
-        };
-        let Some(v) = value else { return Ok(()) };
-        if (g.version, c) == (Version::V1, "cpu") {
-            // the period first: the quota is a share of it
-            std::fs::write(g.dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()).map_err(
-                |e| CgroupError {
-                    flag: "--cpus",
-                    why: format!(
-                        "cannot set {} ({e})",
-                        g.dir.join("cpu.cfs_period_us").display()
-                    ),
-                },
-            )?;
-        }
-        if (g.version, c) == (Version::V1, "memory") {
-            // a group used before has its last exec's memory+swap limit, and v1 refuses a
-            // memory limit above it: unlimited first
-            let sw = g.dir.join("memory.memsw.limit_in_bytes");
-            if sw.exists() {
-                let _ = std::fs::write(&sw, "-1");
-            }
-        }
-        let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
-            // no swap beyond the limit either (the file exists only with swap accounting)
-            match (g.version, c) {
-                (Version::V1, "memory") => {
-                    let sw = g.dir.join("memory.memsw.limit_in_bytes");
-                    if sw.exists() {
-                        std::fs::write(sw, &v)?;
-                    }
-                }
-                (Version::V2, "memory") => {
-                    let sw = g.dir.join("memory.swap.max");
-                    if sw.exists() {
-                        std::fs::write(sw, "0")?;
-                    }
-                }
-                _ => {}
-            }
-            Ok(())
-        });
-        r.map_err(|e| CgroupError {
-            flag: flag_of(c),
-            why: format!("cannot set {} ({e})", g.dir.join(file).display()),
-        })
-    }
-
     /// Leave this exec's groups for the next exec to claim ([`claim`]): once a group is
     /// empty (a warm spare's init lingers until capsule has exited), its memory charges
-    /// are dropped (v1 `memory.force_empty`) and it is renamed `spare-<pid>`. Making and
+    /// are dropped (v1 `memory.force_empty`) and it is renamed `spare-<pid>`; one where a
+    /// limit was reached is removed instead (a spare's counters are those of a new group). Making and
     /// removing a memory cgroup costs the kernel ~1-2 ms of CPU each; a rename costs
     /// nothing, so an exec with limits makes no cgroup while spares are left. Done in a
     /// child process of its own so that nobody waits for it: call when this exec is done,
@@ -461,6 +488,8 @@ impl ExecCgroups {
             procs: CString,
             force_empty: Option<CString>,
             spare: CString,
+            /// No limit was reached in it: its counters are still those of a new group.
+            reuse: bool,
         }
         let leave: Vec<Leave> = self
             .groups
@@ -478,6 +507,10 @@ impl ExecCgroups {
                     spare: c(&g
                         .dir
                         .with_file_name(format!("spare-{}", std::process::id())))?,
+                    reuse: g
+                        .controllers
+                        .iter()
+                        .all(|k| event_count(g.version, &g.dir, k).unwrap_or(0) <= g.seen(k)),
                 })
             })
             .collect();
@@ -519,7 +552,7 @@ impl ExecCgroups {
                                 libc::close(fd);
                             }
                         }
-                        if libc::rename(l.dir.as_ptr(), l.spare.as_ptr()) != 0 {
+                        if !l.reuse || libc::rename(l.dir.as_ptr(), l.spare.as_ptr()) != 0 {
                             libc::rmdir(l.dir.as_ptr());
                         }
                         done[i] = true;
@@ -649,6 +682,153 @@ impl Drop for ExecCgroups {
             let _ = std::fs::remove_dir(&g.dir);
         }
     }
+}
+
+/// The groups a prepared root's warm spares wait in, so that an exec with limits finds its
+/// init in a group already and only writes its limits there: moving a process into a
+/// cgroup waits for an RCU grace period (~8-12 ms measured here, cgroup v1), which is
+/// done by the holder when it makes a spare, not by the exec. The folders are opened
+/// before the holder enters its own root (where the host's cgroup folders are not) and
+/// used through `/proc/self/fd`.
+pub struct SpareCgroups {
+    dirs: Vec<std::os::fd::OwnedFd>,
+}
+
+/// A spare's group name in every folder: `warm-<random>`.
+fn warm_name() -> String {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom into a buffer of ours.
+    unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    format!("warm-{}", hex::encode(b))
+}
+
+impl SpareCgroups {
+    /// The folders of `limits`' cgroups, opened; `None` when there are none or one cannot
+    /// be made (the exec then makes its own groups, or is refused, as without spares).
+    pub fn open(limits: &Limits) -> Option<SpareCgroups> {
+        let bases = bases(limits).ok()?;
+        if bases.is_empty() {
+            return None;
+        }
+        let dirs = bases
+            .iter()
+            .map(|b| {
+                nix::fcntl::open(
+                    &b.dir,
+                    nix::fcntl::OFlag::O_PATH
+                        | nix::fcntl::OFlag::O_DIRECTORY
+                        | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .ok()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(SpareCgroups { dirs })
+    }
+
+    /// The descriptors to keep open.
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.dirs.iter().map(|d| d.as_raw_fd()).collect()
+    }
+
+    fn paths(&self, name: &str) -> Vec<PathBuf> {
+        self.fds()
+            .iter()
+            .map(|fd| Path::new("/proc/self/fd").join(fd.to_string()).join(name))
+            .collect()
+    }
+
+    /// Move process `pid` (of the caller's pid namespace) into a group of its own in
+    /// every folder (a spare group reused, or a new one); its name, or `None` when that
+    /// failed (what was made is removed).
+    pub fn place(&self, pid: libc::pid_t) -> Option<String> {
+        let name = warm_name();
+        let mut made = Vec::new();
+        for base in self.paths("") {
+            let ok = claim(&base, &name, false)
+                .and_then(|dir| {
+                    made.push(dir.clone());
+                    std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+                })
+                .is_ok();
+            if !ok {
+                self.remove(&name);
+                return None;
+            }
+        }
+        Some(name)
+    }
+
+    /// Remove the (empty) groups `name`; one that holds a process stays.
+    pub fn remove(&self, name: &str) {
+        for d in self.paths(name) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// This exec's groups (`files`: their `cgroup.procs`) for the warm spare `pid`: when the
+/// spare waits in a group of its own next to one of them ([`SpareCgroups`]), that group
+/// becomes this exec's (the two are swapped by rename: this exec's, still empty, goes
+/// back to the spares) and gets this exec's `limits`; otherwise the spare is moved into
+/// this exec's group.
+pub fn enter_warm(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::Result<()> {
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let warm: Vec<&str> = theirs
+        .lines()
+        .filter_map(|l| l.rsplit('/').next())
+        .filter(|n| n.starts_with("warm-"))
+        .collect();
+    for f in files {
+        let Some(dir) = f.parent() else { continue };
+        let adopted = warm.iter().find_map(|n| {
+            let w = dir.with_file_name(n);
+            if !w.is_dir() {
+                return None;
+            }
+            let aside = dir.with_file_name(format!("spare-{}-{n}", std::process::id()));
+            std::fs::rename(dir, &aside).ok()?;
+            if std::fs::rename(&w, dir).is_err() {
+                let _ = std::fs::rename(&aside, dir);
+                return None;
+            }
+            Some(())
+        });
+        if adopted.is_none() {
+            enter(std::slice::from_ref(f), pid)?;
+            continue;
+        }
+        let version = if dir.join("cgroup.controllers").exists() {
+            Version::V2
+        } else {
+            Version::V1
+        };
+        // the controllers of this group that this exec limits
+        let has = |f: &str| dir.join(f).exists();
+        let controllers: Vec<&'static str> = [
+            (
+                "memory",
+                limits.memory.is_some() && (has("memory.max") || has("memory.limit_in_bytes")),
+            ),
+            ("pids", limits.pids.is_some() && has("pids.max")),
+            (
+                "cpu",
+                limits.cpus_milli.is_some() && (has("cpu.max") || has("cpu.cfs_quota_us")),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(c, on)| on.then_some(c))
+        .collect();
+        let g = Group {
+            version,
+            controllers,
+            dir: dir.to_path_buf(),
+            before: Vec::new(),
+        };
+        apply(limits, &g).map_err(|e| io::Error::other(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Move process `pid` into every group of `files` (`cgroup.procs`).

@@ -399,7 +399,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         use std::os::fd::AsRawFd;
         if !plan.cgroup_procs.is_empty() {
             let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
-                .and_then(|p| cgroup::enter(&plan.cgroup_procs, p));
+                .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits));
             if let Err(e) = moved {
                 drop(child.take());
                 restore(&old_mask);

@@ -228,6 +228,14 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
     for (_, hard) in super::warm::rlimits() {
         h.update(hard.to_le_bytes());
     }
+    // which cgroup controllers the exec limits: the holder's spares wait in groups of
+    // those (see `cgroup::SpareCgroups`), and only execs limiting the same take them
+    let l = &plan.limits;
+    h.update([
+        l.memory.is_some() as u8,
+        l.pids.is_some() as u8,
+        l.cpus_milli.is_some() as u8,
+    ]);
     // the holder's diagnostics follow the RUST_LOG of the exec that spawned it
     h.update(std::env::var_os("RUST_LOG").unwrap_or_default().as_bytes());
     // a caller in another user namespace never meets this one's holders
@@ -726,6 +734,8 @@ impl Holder<'_> {
         // (SIGTERM ends it like any process)
         let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
         set_title();
+        // the folders its spares' cgroups go in, while the host's are still in view
+        let cgroups = super::cgroup::SpareCgroups::open(&self.plan.limits);
         if let Err(e) = mounts::build_root(&self.plan.mounts) {
             self.fail(format!("preparing the sandbox's root: {e}"));
         }
@@ -770,6 +780,7 @@ impl Holder<'_> {
             mntns.as_raw_fd(),
         ];
         keep.extend(rules.fds());
+        keep.extend(cgroups.iter().flat_map(|c| c.fds()));
         close_all_but(&keep);
         // 0, 1 and 2 point at /dev/null: a descriptor received later never takes their
         // numbers (a spare dup2s the exec's stdio there)
@@ -788,7 +799,7 @@ impl Holder<'_> {
         let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
         let _ = sys::write_all(self.report, b"R\n");
         sys::close(self.report);
-        self.serve(&userns, &mntns, &rules, &landlock)
+        self.serve(&userns, &mntns, &rules, &landlock, cgroups.as_ref())
     }
 
     fn serve(
@@ -797,6 +808,7 @@ impl Holder<'_> {
         mntns: &OwnedFd,
         rules: &LandlockRules,
         landlock: &serde_json::Value,
+        cgroups: Option<&super::cgroup::SpareCgroups>,
     ) -> ! {
         let idle = idle();
         let mut last = Instant::now();
@@ -807,16 +819,23 @@ impl Holder<'_> {
         // lost a mount is never served again, whatever the fingerprint says (inode numbers
         // can be reused)
         let Ok(mut watch) = MountWatch::new() else {
-            self.end(Vec::new(), Vec::new())
+            self.end(Vec::new(), Vec::new(), cgroups)
         };
-        let own = [
+        let mut own = vec![
             self.listener.as_raw_fd(),
             self.dirfd,
             userns.as_raw_fd(),
             mntns.as_raw_fd(),
             watch.fd.as_raw_fd(),
         ];
-        let make = || warm::make(self.plan, rules, landlock, &own).ok();
+        own.extend(cgroups.iter().flat_map(|c| c.fds()));
+        // each spare waits in cgroups of its own when the execs limit resources: moved
+        // there now, so that the exec does not wait for the move
+        let make = || {
+            let mut s = warm::make(self.plan, rules, landlock, &own).ok()?;
+            s.cgroup = cgroups.and_then(|c| c.place(s.pid));
+            Some(s)
+        };
         // spares ready (up to SPARES); the first one at once, for the exec that spawned us
         let mut spares: Vec<warm::Spare> = make().into_iter().collect();
         // spares handed out and still running (they live in our pid namespace), with our
@@ -835,7 +854,7 @@ impl Holder<'_> {
             }
             let left = idle.saturating_sub(last.elapsed());
             if (left.is_zero() && served.is_empty()) || self.bundle_gone() {
-                self.end(spares, served);
+                self.end(spares, served, cgroups);
             }
             let mut pfds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
                 .chain(served.iter().map(|(_, fd)| fd.as_raw_fd()))
@@ -881,7 +900,7 @@ impl Holder<'_> {
             let ours = line.len() > 1 && line[1..] == *format!("{}\n", self.fp).as_bytes();
             if ours && !watch.unchanged() {
                 drop(conn);
-                self.end(spares, served)
+                self.end(spares, served, cgroups)
             }
             match line.first() {
                 Some(b'J') if ours => {
@@ -916,7 +935,7 @@ impl Holder<'_> {
                 Some(b'Q') => {
                     let _ = conn.write_all(b"q");
                     drop(conn);
-                    self.end(spares, served)
+                    self.end(spares, served, cgroups)
                 }
                 _ => {}
             }
@@ -934,7 +953,12 @@ impl Holder<'_> {
 
     /// Remove our socket (only if it is still ours), stop the spare, wait for the execs
     /// still running in spares we handed out (our exit would kill them), and exit.
-    fn end(&self, spares: Vec<warm::Spare>, served: Vec<(libc::pid_t, OwnedFd)>) -> ! {
+    fn end(
+        &self,
+        spares: Vec<warm::Spare>,
+        served: Vec<(libc::pid_t, OwnedFd)>,
+        cgroups: Option<&super::cgroup::SpareCgroups>,
+    ) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
             // SAFETY: fstatat/unlinkat relative to our directory descriptor.
             unsafe {
@@ -948,13 +972,19 @@ impl Holder<'_> {
         }
         // SAFETY: closing our listening socket: no new joins.
         unsafe { libc::close(self.listener.as_raw_fd()) };
-        for s in spares {
+        for s in &spares {
             // SAFETY: killing our own child.
             unsafe { libc::kill(s.pid, libc::SIGKILL) };
         }
         let _ = served;
         // SAFETY: reaping every child (the spare, the served ones) until none is left.
         while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
+        // the cgroups of spares nobody took (a served one's are its exec's)
+        if let Some(c) = cgroups {
+            for name in spares.iter().filter_map(|s| s.cgroup.as_deref()) {
+                c.remove(name);
+            }
+        }
         // SAFETY: _exit in the holder.
         unsafe { libc::_exit(0) }
     }

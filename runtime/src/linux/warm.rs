@@ -158,6 +158,8 @@ pub(crate) struct Spare {
     pub pidfd: OwnedFd,
     /// The holder's end of the channel that passes the spare its connection.
     chan: OwnedFd,
+    /// The name of the cgroups it waits in (`cgroup::SpareCgroups`), if any.
+    pub cgroup: Option<String>,
 }
 
 impl Spare {
@@ -227,6 +229,7 @@ pub(crate) fn make(
         // SAFETY: a descriptor just opened.
         pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
         chan: h,
+        cgroup: None,
     })
 }
 
