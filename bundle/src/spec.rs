@@ -211,6 +211,11 @@ pub struct SandboxSpec {
     pub devices: Vec<String>,
     #[serde(default)]
     pub network: SandboxNetwork,
+    /// Resource limits of every exec (`memory`, `pids`, `cpus`, `fds`, `file_size`,
+    /// `tmp_size`, `activity_timeout`): not grants; they only ever lower the operator's
+    /// own defaults (see [`crate::limits`]).
+    #[serde(default, skip_serializing_if = "crate::limits::LimitValues::is_empty")]
+    pub limits: crate::limits::LimitValues,
 }
 
 /// `sandbox.network`.
@@ -754,6 +759,7 @@ pub fn valid_ref_name(n: &str) -> bool {
 }
 
 fn check_sandbox(s: &SandboxSpec) -> std::result::Result<(), String> {
+    s.limits.check()?;
     for (what, list) in [("writable", &s.writable), ("hidden", &s.hidden)] {
         for (i, p) in list.iter().enumerate() {
             if !(p.starts_with('/') || p.starts_with("~/")) {

@@ -289,35 +289,64 @@ mod imp {
     use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
     use crate::record::{self, ExecRecord};
     use crate::settings::Settings;
+    use capsule_bundle::limits::LimitValues;
     use std::cell::RefCell;
     use std::rc::Rc;
 
-    /// The operator's default limits ([`Settings::limits`]) for the flags `a` does not give.
-    fn with_default_limits(a: &mut ExecArgs, settings: &Settings) -> Result<(), CliError> {
+    /// The limits of an exec for the flags `a` does not give: the operator's defaults
+    /// ([`Settings::limits`]) and the spec's `sandbox.limits` (`spec`), the lower of the two
+    /// where both give one: a spec may lower a limit (or set one the operator left open),
+    /// never raise one; the operator's flags decide over both.
+    pub(crate) fn limits_now(
+        settings: &Settings,
+        spec: &LimitValues,
+    ) -> Result<(crate::limits::Limits, Option<Duration>), CliError> {
         use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
+        fn pick<T: PartialOrd>(
+            settings: &LimitValues,
+            spec: &LimitValues,
+            name: &str,
+            parse: fn(&str) -> Result<T, String>,
+        ) -> Result<Option<T>, CliError> {
+            let mine = settings
+                .read(name, parse)
+                .map_err(|e| fail(format!("settings {e}")))?;
+            let theirs = spec
+                .read(name, parse)
+                .map_err(|e| fail(format!("the spec's sandbox.{e}")))?;
+            Ok(match (mine, theirs) {
+                (Some(m), Some(t)) => Some(if t < m { t } else { m }),
+                (m, None) => m,
+                (None, t) => t,
+            })
+        }
         let d = &settings.limits;
-        let bad = |e: String| fail(e);
-        if a.memory.is_none() {
-            a.memory = d.read("memory", parse_size).map_err(bad)?;
-        }
-        if a.pids.is_none() {
-            a.pids = d.read("pids", parse_count).map_err(bad)?;
-        }
-        if a.cpus.is_none() {
-            a.cpus = d.read("cpus", parse_cpus).map_err(bad)?;
-        }
-        if a.tmp_size.is_none() {
-            a.tmp_size = d.read("tmp_size", parse_size).map_err(bad)?;
-        }
-        if a.fds.is_none() {
-            a.fds = d.read("fds", parse_count).map_err(bad)?;
-        }
-        if a.file_size.is_none() {
-            a.file_size = d.read("file_size", parse_size).map_err(bad)?;
-        }
-        if a.activity_timeout.is_none() {
-            a.activity_timeout = d.read("activity_timeout", parse_duration).map_err(bad)?;
-        }
+        let l = crate::limits::Limits {
+            memory: pick(d, spec, "memory", parse_size)?,
+            pids: pick(d, spec, "pids", parse_count)?,
+            cpus_milli: pick(d, spec, "cpus", parse_cpus)?,
+            tmp_size: pick(d, spec, "tmp_size", parse_size)?,
+            fds: pick(d, spec, "fds", parse_count)?,
+            file_size: pick(d, spec, "file_size", parse_size)?,
+        };
+        let activity = pick(d, spec, "activity_timeout", parse_duration)?;
+        Ok((l, activity))
+    }
+
+    /// [`limits_now`] for the flags `a` does not give.
+    fn with_default_limits(
+        a: &mut ExecArgs,
+        settings: &Settings,
+        spec: &LimitValues,
+    ) -> Result<(), CliError> {
+        let (d, activity) = limits_now(settings, spec)?;
+        a.memory = a.memory.or(d.memory);
+        a.pids = a.pids.or(d.pids);
+        a.cpus = a.cpus.or(d.cpus_milli);
+        a.tmp_size = a.tmp_size.or(d.tmp_size);
+        a.fds = a.fds.or(d.fds);
+        a.file_size = a.file_size.or(d.file_size);
+        a.activity_timeout = a.activity_timeout.or(activity);
         Ok(())
     }
 
@@ -347,7 +376,7 @@ mod imp {
                 }
             })?;
         let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-        with_default_limits(&mut a, &settings)?;
+        with_default_limits(&mut a, &settings, &cap.record.limits)?;
         let events = cap.bundle_file(bundle_files::EVENTS);
         let argv: Vec<String> = a
             .command
@@ -727,6 +756,13 @@ mod imp {
         let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
         let mut plan =
             ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
+        // the limits of an exec with no flags: the operator's defaults and the spec's
+        let (limits, activity) = limits_now(&settings, &cap.record.limits)?;
+        plan.limits = limits;
+        plan.activity_timeout = activity;
+        if let Some(size) = limits.tmp_size {
+            plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
+        }
         crate::home::sandbox::extend(&mut plan, cap, &settings, true, &layout.root)
             .map_err(|e| fail(e.to_string()))?;
         Ok(plan)
