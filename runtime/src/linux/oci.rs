@@ -433,17 +433,17 @@ fn rlimit_types() -> [PosixRlimitType; 16] {
     ]
 }
 
-/// `linux.resources` of the exec's `--memory` (swap included, as in the executor), `--pids`
-/// and `--cpus` (a CFS quota per 100 ms); `None` without any: the runtime then needs no
-/// cgroup it may write, as rootless runc without a delegated one.
+/// `r` with the exec's `--memory` (swap included, as in the executor), `--pids` and
+/// `--cpus` (a CFS quota per 100 ms); `None` without any (nothing to change: the runtime
+/// then needs no cgroup it may write, as rootless runc without a delegated one).
 fn resources(
+    mut r: oci_spec::runtime::LinuxResources,
     l: &crate::limits::Limits,
 ) -> Result<Option<oci_spec::runtime::LinuxResources>, OciError> {
-    use oci_spec::runtime::{LinuxCpu, LinuxMemory, LinuxPidsBuilder, LinuxResources};
+    use oci_spec::runtime::{LinuxCpu, LinuxMemory, LinuxPidsBuilder};
     if !l.needs_cgroup() {
         return Ok(None);
     }
-    let mut r = LinuxResources::default();
     if let Some(m) = l.memory {
         let mut mem = LinuxMemory::default();
         let m = i64::try_from(m).unwrap_or(i64::MAX);
@@ -607,7 +607,7 @@ pub fn render(
         .seccomp(seccomp)
         .build()
         .map_err(build_err("linux"))?;
-    if let Some(r) = resources(&plan.limits)? {
+    if let Some(r) = resources(linux.resources().clone().unwrap_or_default(), &plan.limits)? {
         linux.set_resources(Some(r));
     }
     spec.set_linux(Some(linux));
