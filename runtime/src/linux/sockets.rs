@@ -94,7 +94,7 @@ mod tests {
         let s = root.join("live.sock");
         let _l = std::os::unix::net::UnixListener::bind(&s).unwrap();
         let shown_all = host_sockets(|p| p.starts_with(&root));
-        assert_eq!(shown_all, [s.clone()]);
+        assert_eq!(shown_all, std::slice::from_ref(&s));
         assert!(host_sockets(|p| p.starts_with("/nowhere")).is_empty());
         // replaced by a regular file: nothing to mask
         std::fs::remove_file(&s).unwrap();
