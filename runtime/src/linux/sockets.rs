@@ -51,7 +51,11 @@ pub fn parse_proc_net_unix(text: &str) -> Vec<PathBuf> {
 /// was removed or replaced by something else is left out). `shown` is asked first, so
 /// only candidates are resolved.
 pub fn host_sockets(shown: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    // in a few large reads (the kernel makes the list as it is read)
+    let mut buf = Vec::with_capacity(64 << 10);
+    let _ = std::fs::File::open("/proc/net/unix")
+        .and_then(|mut f| std::io::Read::read_to_end(&mut f, &mut buf));
+    let text = String::from_utf8_lossy(&buf);
     let mut v: Vec<PathBuf> = parse_proc_net_unix(&text)
         .into_iter()
         .filter(|p| shown(p))
