@@ -160,6 +160,15 @@ fn human(
     for l in &r.landlock.lacking {
         o += &format!("                  lacking {l}\n");
     }
+    o += "Host sockets:     masked by path where the sandbox would show them (the kernel's list of the host network namespace's, read per exec; with namespaces)\n";
+    o += &format!(
+        "                  Landlock's rule for them (ABI 9): {}\n",
+        if r.landlock.abi >= 9 {
+            "on this kernel, not used yet"
+        } else {
+            "not on this kernel"
+        }
+    );
     o += &format!("Seccomp:          {}", yes_no(r.seccomp.available));
     if let Some(e) = &r.seccomp.error {
         o += &format!(" ({e})");
