@@ -44,6 +44,43 @@ fn serve(path: &Path) {
     });
 }
 
+/// A host service in a network namespace of its own (`unshare --net`, root only).
+struct OtherNetns(std::process::Child);
+
+impl OtherNetns {
+    fn serve(path: &Path) -> Option<OtherNetns> {
+        let script = format!(
+            "import socket, os\nl = socket.socket(socket.AF_UNIX); l.bind({p:?}); os.chmod({p:?}, 0o777); l.listen(8)\nwhile True:\n    c, _ = l.accept(); c.send(b{HOST_REPLY:?}); c.close()\n",
+            p = path.display().to_string()
+        );
+        let child = std::process::Command::new("unshare")
+            .args(["--net", "/usr/bin/python3", "-c", &script])
+            .spawn()
+            .ok()?;
+        let me = OtherNetns(child);
+        // listening (and answering from there) before the capsule's root is prepared
+        capsule_e2e::procs::wait_until(
+            || {
+                std::os::unix::net::UnixStream::connect(path)
+                    .and_then(|mut s| {
+                        let mut b = String::new();
+                        std::io::Read::read_to_string(&mut s, &mut b).map(|_| b)
+                    })
+                    .is_ok_and(|b| b == HOST_REPLY)
+            },
+            5,
+        )
+        .then_some(me)
+    }
+}
+
+impl Drop for OtherNetns {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A shell script for the sandbox: for each path, print `<path>: ` and what connecting
 /// to it gave (the service's reply, or the error).
 const CONNECT: &str = r#"
@@ -97,6 +134,13 @@ fn host_sockets_are_unreachable_wherever_they_are_visible() {
         });
     }
     early.push(PathBuf::from(&abs));
+    // a service in a network namespace of its own (a container's): not in the host's
+    // list of sockets, found by the holder's walk of the service folders
+    let other = dirs[2].0.join("other-netns.sock");
+    let _other = OtherNetns::serve(&other);
+    if _other.is_some() {
+        early.push(other.clone());
+    }
     each_runner(|r| {
         let c = Capsule::new(r);
         // the host can reach them (the test's services work)

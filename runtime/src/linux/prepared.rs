@@ -523,6 +523,39 @@ fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Entry>> {
     })))
 }
 
+/// `plan` with a mask on each socket file the walk of the service folders finds
+/// ([`super::sockets::scan`]) where the plan shows them and does not mask them already
+/// (the kernel's list of the host's sockets is in the plan itself).
+fn with_scanned_sockets(plan: &ExecPlan) -> ExecPlan {
+    use super::plan::VAR_TMP;
+    let masked: Vec<&Path> = plan
+        .mounts
+        .iter()
+        .filter_map(|s| match s {
+            MountStep::Mask { dst, .. } => Some(dst.as_path()),
+            _ => None,
+        })
+        .collect();
+    let roots: Vec<&Path> = super::sockets::SCANNED
+        .iter()
+        .map(Path::new)
+        .filter(|r| {
+            plan.mounts
+                .iter()
+                .any(|s| matches!(s, MountStep::Bind { src, dst, .. } if src == r && dst == r))
+        })
+        .collect();
+    let skip = |p: &Path| p == Path::new(VAR_TMP) || masked.iter().any(|m| p.starts_with(m));
+    let mut held = plan.clone();
+    for s in super::sockets::scan(&roots, &skip, 4096) {
+        held.mounts.push(MountStep::Mask {
+            dst: s,
+            carve_outs: false,
+        });
+    }
+    held
+}
+
 /// Start a holder for `plan` with socket `<dir>/<fp>.sock`: the socket is bound under a
 /// temporary name and renamed into place once the root is built, so a join never meets a
 /// half-made holder. The holder is a grandchild (its parent exits at once), so nobody
@@ -553,8 +586,10 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
         }
         let _ = std::fs::remove_file(&tmp);
     };
+    // sockets of other network namespaces in the service folders: masked in this root
+    let held = with_scanned_sockets(plan);
     let holder = Holder {
-        plan,
+        plan: &held,
         listener: &listener,
         dirfd: dirfd.as_raw_fd(),
         name: &name,

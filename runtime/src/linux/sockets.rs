@@ -17,8 +17,12 @@
 //! sockets need nothing here: they belong to a network namespace, and the sandbox has its
 //! own (unless the network is `open`).
 //!
-//! Not seen: a socket bound in another network namespace (a container's) onto a host path
-//! the sandbox shows, or bound by a relative path; the list names neither usefully.
+//! A socket bound in another network namespace (a container's) onto a host path the
+//! sandbox shows, or bound by a relative path, is not in that list: a prepared root's
+//! holder also walks the service folders (`/var`, `/opt`, `/srv`, `/etc`: [`scan`]) when
+//! it is made and masks the sockets it finds there. That walk is not repeated per exec
+//! (one of `/usr` alone takes a second), so such a socket bound after the holder was made
+//! stays reachable until the next holder.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -69,6 +73,41 @@ pub fn host_sockets(shown: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     v
 }
 
+/// The service folders [`scan`] walks (where services keep their sockets; `/usr` and the
+/// home are left to the kernel's list).
+pub const SCANNED: &[&str] = &["/var", "/opt", "/srv", "/etc"];
+
+/// Socket files below `roots`, found by walking them without following a symlink or
+/// crossing into a folder for which `skip` is true, looking at at most `budget` folders.
+pub fn scan(roots: &[&Path], skip: &dyn Fn(&Path) -> bool, budget: usize) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo: Vec<PathBuf> = roots.iter().map(|r| r.to_path_buf()).collect();
+    let mut seen = 0;
+    while let Some(d) = todo.pop() {
+        if seen == budget {
+            break;
+        }
+        seen += 1;
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(t) = e.file_type() else { continue };
+            let p = e.path();
+            if skip(&p) {
+                continue;
+            }
+            if t.is_socket() {
+                found.push(p);
+            } else if t.is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +128,21 @@ mod tests {
                 PathBuf::from("/var/lib/x/a b.sock"),
             ]
         );
+    }
+
+    #[test]
+    fn the_walk_finds_sockets_and_skips_what_it_is_told() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("hidden")).unwrap();
+        let _a = std::os::unix::net::UnixListener::bind(root.join("a/b/s.sock")).unwrap();
+        let _h = std::os::unix::net::UnixListener::bind(root.join("hidden/h.sock")).unwrap();
+        std::os::unix::fs::symlink("/run", root.join("a/run")).unwrap();
+        let hidden = root.join("hidden");
+        let got = scan(&[root], &|p| p == hidden, 100);
+        assert_eq!(got, [root.join("a/b/s.sock")]);
+        assert!(scan(&[root], &|_| false, 1).is_empty());
     }
 
     #[test]
