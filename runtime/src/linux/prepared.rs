@@ -547,7 +547,10 @@ fn with_scanned_sockets(plan: &ExecPlan) -> ExecPlan {
         .collect();
     let skip = |p: &Path| p == Path::new(VAR_TMP) || masked.iter().any(|m| p.starts_with(m));
     let mut held = plan.clone();
-    for s in super::sockets::scan(&roots, &skip, 4096) {
+    let t = Instant::now();
+    let found = super::sockets::scan(&roots, &skip, 4096);
+    tracing::debug!("sockets walk: {} found, took {:?}", found.len(), t.elapsed());
+    for s in found {
         held.mounts.push(MountStep::Mask {
             dst: s,
             carve_outs: false,
