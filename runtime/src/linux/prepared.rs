@@ -549,7 +549,11 @@ fn with_scanned_sockets(plan: &ExecPlan) -> ExecPlan {
     let mut held = plan.clone();
     let t = Instant::now();
     let found = super::sockets::scan(&roots, &skip, 4096);
-    tracing::debug!("sockets walk: {} found, took {:?}", found.len(), t.elapsed());
+    tracing::debug!(
+        "sockets walk: {} found, took {:?}",
+        found.len(),
+        t.elapsed()
+    );
     for s in found {
         held.mounts.push(MountStep::Mask {
             dst: s,

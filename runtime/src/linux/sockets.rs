@@ -92,7 +92,11 @@ pub fn scan(roots: &[&Path], skip: &dyn Fn(&Path) -> bool, budget: usize) -> Vec
             continue;
         };
         for e in rd.flatten() {
+            // the type from the listing (no stat); most entries are plain files
             let Ok(t) = e.file_type() else { continue };
+            if !(t.is_socket() || t.is_dir()) {
+                continue;
+            }
             let p = e.path();
             if skip(&p) {
                 continue;
