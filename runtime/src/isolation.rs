@@ -1,5 +1,5 @@
 //! What isolation this machine gives (user namespaces, Landlock ABI, seccomp), and the
-//! operator's knowing acceptance of weaker isolation. (Issue 4.)
+//! operator's knowing acceptance of weaker isolation.
 //!
 //! [`probe`] looks at the running kernel (it forks a child to try `unshare(CLONE_NEWUSER)`
 //! and the other namespaces, asks Landlock for its ABI and seccomp which actions it has);

@@ -1,8 +1,45 @@
-//! `capsule-runtime` owns executing capsules: the Linux executor (namespaces, mounts,
-//! Landlock, seccomp, init), the macOS executor, supervision and exec records. The
-//! `capsule` binary (`src/main.rs`) is its command-line front end, in [`cli`].
+//! `capsule-runtime` executes capsules: it runs a command in a capsule's sandbox, keeps
+//! the exec record, and serves the `capsule` command line. Its dependencies point one
+//! way, in three layers:
+//!
+//! ```text
+//! cli          the `capsule` command line (src/main.rs): parses arguments, calls the
+//!   │          library, prints, turns results into exit statuses
+//!   ▼
+//! library      exec      one exec, request to record: gate → policy → plan → executor → record;
+//!   │                    also probes, plan renderings and the build sandbox of a spec's steps
+//!   │          net       the network of an exec (allowlist proxy, relay, refusal log)
+//!   │          home      the task's home layer, caches, reveals, devices; their review
+//!   │          record    exec records and workspace snapshots
+//!   │          agent     coding-agent backends (their logins, hosts, environment)
+//!   │          isolation what this machine gives, and the operator's acceptance of less
+//!   │          settings  the operator's tool settings
+//!   ▼
+//! executors    linux     namespaces, mounts, Landlock, seccomp, init; prepared roots
+//!              macos     Seatbelt through `sandbox-exec`
+//!
+//! shared by all: exit (statuses and the error type), limits (resource limits)
+//! ```
+//!
+//! A layer uses only the layers below it (the architecture tests in the crate check the
+//! sources): the executors get everything they need in the description they are handed
+//! (the Linux [`linux::ExecPlan`] and [`linux::Hooks`], the macOS `macos::MacExec`) and
+//! never call back up.
+//!
+//! The public API for front ends is [`exec`]:
+//!
+//! - [`exec::Exec`]`::new(capsule).command(argv).options(`[`exec::ExecOptions`]`).run()`
+//!   runs one command and returns [`exec::Finished`] (the [`record::ExecRecord`] and the
+//!   exit status), or the [`exit::CliError`] that says why nothing ran;
+//! - [`exec::resolve_policy`] and [`exec::with_current_hidden`]: the policy an exec runs
+//!   under, for renderings (`capsule seatbelt`, `inspect`);
+//! - on Linux, [`exec::run_probe`] (a spec's probe in the sandbox), [`exec::plan_now`]
+//!   and [`exec::plan_preview`] (the plan an exec would run, for `export` and for
+//!   `inspect`, the latter without creating anything).
 
+pub mod agent;
 pub mod cli;
+pub mod exec;
 pub mod exit;
 pub mod home;
 pub mod isolation;
@@ -15,3 +52,6 @@ pub mod macos;
 pub mod net;
 pub mod record;
 pub mod settings;
+
+#[cfg(test)]
+mod architecture_tests;

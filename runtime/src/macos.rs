@@ -1,7 +1,7 @@
 //! The macOS executor: runs a command under `/usr/bin/sandbox-exec` with the Seatbelt
 //! profile that `capsule-seatbelt` generates from the exec's policy.
 //!
-//! That policy is resolved where the Linux executor's is (`crate::cli::exec::resolve_policy`:
+//! That policy is resolved where the Linux executor's is (`crate::exec::resolve_policy`:
 //! the stored policy, the hidden paths of now, the exec's flags), and `capsule seatbelt`
 //! renders the same resolution: what is hidden, writable, read-only and the network mode
 //! are decided there, never here. The generator only translates it (and hides the default
@@ -18,11 +18,9 @@
 //! Linux. This file uses only `std`, so it is also compiled (and its control flow tested
 //! with a stand-in `sandbox-exec`) in Linux test builds; it has never run on a Mac.
 
-use crate::cli::exec::ExecArgs;
-use crate::exit::{self, CliError, CliResult};
-use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
-use capsule_bundle::policy::{is_default_env, NetworkMode, SandboxPolicy};
-use capsule_bundle::store;
+use crate::exit;
+use capsule_bundle::layout::bundle_files;
+use capsule_bundle::policy::{is_default_env, SandboxPolicy};
 use capsule_seatbelt::refusal::{parse_log_line, refusal_predicate};
 use capsule_seatbelt::{
     env::task_env, generate_checked, HostResolver, Nonce, ProfileInputs, Resolver,
@@ -31,7 +29,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 /// The system's `sandbox-exec`, always by absolute path.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
@@ -251,81 +249,12 @@ pub fn clean_env(
 }
 
 /// The exit code for a finished command: its own status, or 128+N for signal N.
-fn exit_code(st: ExitStatus) -> ExitCode {
+pub fn exit_status(st: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (st.code(), st.signal()) {
-        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
-        (None, Some(s)) => ExitCode::from((128 + s).clamp(0, 255) as u8),
-        _ => ExitCode::from(exit::SANDBOX_FAILED),
-    }
-}
-
-/// Resolves an exec's policy: the capsule's stored policy, the hidden paths of now and
-/// the exec's flags (`crate::cli::exec::resolve_policy`, shared by both executors).
-pub type PolicyFlags =
-    fn(&ExecArgs, &store::OpenCapsule, &Layout) -> Result<SandboxPolicy, CliError>;
-
-/// `capsule exec` on macOS: resolve the capsule, the launch-policy gate, this exec's
-/// flags, then [`run`]. Options the macOS executor does not have yet are refused, never
-/// ignored.
-pub fn exec_cli(a: &ExecArgs, flags: PolicyFlags) -> CliResult {
-    let fail = |m: String| CliError::failure(m);
-    if a.no_sandbox {
-        return Err(fail("--no-sandbox is not available on macOS".into()));
-    }
-    if a.timeout.is_some() || a.json {
-        return Err(fail(
-            "--timeout and --json are not available on macOS yet".into(),
-        ));
-    }
-    if a.activity_timeout.is_some() || !a.limits().is_empty() {
-        // a limit asked for and not enforced: nothing runs
-        return Err(CliError::new(
-            exit::SANDBOX_FAILED,
-            "--activity-timeout, --fds, --file-size, --memory, --pids and --cpus are not enforced on macOS yet; nothing ran",
-        ));
-    }
-    let root =
-        capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME".into()))?;
-    let layout = Layout::new(root);
-    let cap = store::resolve(&layout, &a.capsule).map_err(|e| fail(e.to_string()))?;
-    let caller = std::env::current_dir().ok();
-    let cwd = match &caller {
-        Some(c) if c.starts_with(&cap.workspace) => c.clone(),
-        _ => cap.workspace.clone(),
-    };
-    crate::cli::gate::exec_gate(caller.as_deref(), &cap.workspace, &cwd)?;
-    let policy = flags(a, &cap, &layout)?;
-    if policy.network.mode == NetworkMode::Allowlist {
-        return Err(CliError::new(
-            exit::SANDBOX_FAILED,
-            "network allowlist on macOS needs capsule's proxy, which the macOS executor does not start yet; nothing ran (use --no-network or --open-network)",
-        ));
-    }
-    let sandbox_exec = Path::new(SANDBOX_EXEC);
-    let x = MacExec {
-        policy: &policy,
-        bundle_dir: &cap.bundle_dir,
-        proxy_port: None,
-        allow_keychain: false,
-        env: clean_env(std::env::vars_os(), &policy.pass_env),
-        cwd: &cwd,
-        command: &a.command,
-        sandbox_exec,
-        log: Some(Path::new(LOG)),
-    };
-    let result = run(&x);
-    // the operator's own git in the workspace must not run what the command planted
-    let guard = capsule_bundle::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, None);
-    if let Some(line) = guard.summary_line() {
-        eprintln!("{line}");
-    }
-    match result {
-        Ok(st) => Ok(exit_code(st)),
-        Err(e) => Err(CliError::new(
-            exit::SANDBOX_FAILED,
-            format!("{e}; nothing ran"),
-        )),
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        _ => exit::SANDBOX_FAILED,
     }
 }
 

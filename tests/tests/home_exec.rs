@@ -442,3 +442,64 @@ fn default_layout_with_the_capsule_root_inside_home() {
         );
     }
 }
+
+/// Every path under `root` with its kind, mode, size and mtime (nanoseconds), and a
+/// digest of each file's content.
+fn listing(root: &std::path::Path) -> BTreeSet<String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let content = if md.is_file() {
+                hex::encode(Sha256::digest(std::fs::read(&p).unwrap()))
+            } else {
+                String::new()
+            };
+            out.insert(format!(
+                "{} {:o} {} {}.{} {content}",
+                p.strip_prefix(root).unwrap().display(),
+                md.mode(),
+                md.len(),
+                md.mtime(),
+                md.mtime_nsec()
+            ));
+            if md.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// `capsule inspect` shows what an exec would enforce (the home layer and the caches
+/// included) without making any of it: the capsule's bundle (where an exec makes them)
+/// is the same, byte for byte and mtime for mtime, before and after.
+#[test]
+fn inspect_makes_nothing() {
+    for r in runners() {
+        let e = Env::new(&r);
+        e.open("i1");
+        let bundles = e.root.join("bundles");
+        let before = listing(&bundles);
+        let o = e.capsule(&["inspect", "i1", "--json"]);
+        assert_ok(&o, "inspect --json");
+        let shown = stdout(&o);
+        assert!(
+            shown.contains("home/upper") && shown.contains("npmrc.filtered"),
+            "the home layer and the filtered .npmrc are in the plan: {shown}"
+        );
+        assert_ok(&e.capsule(&["inspect", "i1"]), "inspect");
+        let after = listing(&bundles);
+        assert!(
+            before == after,
+            "{}: inspect changed the bundle:\n gone: {:#?}\n new: {:#?}",
+            r.label(),
+            before.difference(&after).collect::<Vec<_>>(),
+            after.difference(&before).collect::<Vec<_>>()
+        );
+    }
+}

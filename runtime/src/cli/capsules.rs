@@ -232,13 +232,13 @@ fn grants_in_words(c: &OpenCapsule) -> Vec<String> {
 // ------------------------------------------------------------------ open
 
 /// THE way the command line opens a capsule: a synthetic spec's steps run in the build
-/// sandbox ([`crate::cli::steps::SandboxedSteps`]), never on the host. Exit status 125
+/// sandbox ([`crate::exec::build::SandboxedSteps`]), never on the host. Exit status 125
 /// when that sandbox could not be set up (nothing ran, nothing is left behind).
 pub fn open_sandboxed(
     layout: &Layout,
     req: &OpenRequest,
 ) -> Result<capsule_bundle::open::Opened, CliError> {
-    let steps = crate::cli::steps::SandboxedSteps::new(layout);
+    let steps = crate::exec::build::SandboxedSteps::new(layout);
     capsule_bundle::open::open(layout, req, &steps).map_err(|e| {
         if steps.setup_failed() {
             CliError::new(crate::exit::SANDBOX_FAILED, e.to_string())
@@ -418,7 +418,7 @@ pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
             .get_envs()
             .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
             .collect();
-        match crate::cli::exec::run_probe(
+        match crate::exec::run_probe(
             cap,
             &probe.run,
             &cwd,
@@ -777,7 +777,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         .unwrap_or(serde_json::Value::Null);
     // in words: the policy an exec with no flags resolves now (the plan's), not only the
     // stored one
-    let words = policy_in_words(&crate::cli::exec::with_current_hidden(&cap, &layout));
+    let words = policy_in_words(&crate::exec::with_current_hidden(&cap, &layout));
     let now = enforced_now(&cap, &layout);
     if a.json {
         print_json(&json!({
@@ -896,7 +896,7 @@ struct EnforcedNow {
 fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, String> {
     use crate::linux::{oci, seccomp};
     let shell = std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into());
-    let mut plan = crate::cli::exec::plan_now(cap, layout, vec![shell]).map_err(|e| e.message)?;
+    let mut plan = crate::exec::plan_preview(cap, layout, vec![shell]).map_err(|e| e.message)?;
     // values passed through by name (tokens, keys) stay out of what inspect prints
     for (k, v) in plan.env.iter_mut() {
         let shown = k.to_str().is_some_and(|k| {

@@ -111,7 +111,7 @@ mod imp {
         } else {
             a.command.clone()
         };
-        let plan = crate::cli::exec::plan_now(&cap, &layout, argv)?;
+        let plan = crate::exec::plan_now(&cap, &layout, argv)?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let rendered = oci::render(

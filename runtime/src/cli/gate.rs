@@ -14,22 +14,23 @@
 //! | claude | `claude -p ARGS` | `claude ARGS` | `--model M` | refused: the claude CLI has no effort flag |
 //!
 //! `--raw` passes the arguments after `--` unchanged (`codex ARGS`), and refuses `--model` /
-//! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox by
-//! re-invoking this executable as `capsule exec <capsule> [-t] --agent-login B [--hide
-//! OTHER_LOGIN]… [--reveal PACKAGE]… [--allow-host HOST]… [--pass-env NAME]… -- BINARY
-//! ARGS…` in the resolved working directory (entered through the gate's open handle), with
-//! the terminal passed through, and `agent launch` exits with its status. What those flags
+//! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox through
+//! the library's exec pipeline ([`crate::exec::Exec`]), exactly as `capsule exec
+//! <capsule> [-t] --agent-login B [--hide OTHER_LOGIN]… [--reveal PACKAGE]… [--allow-host
+//! HOST]… [--pass-env NAME]… -- BINARY ARGS…` (the `runner` of `--dry-run`) would run it,
+//! in the resolved working directory (entered through the gate's open handle), with the
+//! terminal passed through, and `agent launch` exits with its status. What those flags
 //! carry (own login through the home layer, binary resolved once, API hosts) is decided in
-//! [`agent`]. The child gets `CAPSULE_POLICY_CONFIG` (the configuration this gate used) so
-//! `capsule exec`'s own gate decides under the same file, and `CAPSULE_TRACE` when
-//! `--trace` was given.
+//! [`agent`]. `CAPSULE_POLICY_CONFIG` is set to the configuration this gate used, so the
+//! exec's own gate decides under the same file, and `CAPSULE_TRACE` when `--trace` was
+//! given.
 
 pub mod agent;
 
 use crate::cli::print_json;
 use crate::exit::{self, CliError, CliResult};
 use capsule_policy::{append_trace, trace_path, Decision, Gate};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -98,19 +99,9 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Backend {
-    Codex,
-    Claude,
-}
+pub use crate::agent::Backend;
 
 impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Codex => "codex",
-            Backend::Claude => "claude",
-        }
-    }
     /// Environment variables the backend needs, passed into the sandbox by name.
     fn env_names(self) -> &'static [&'static str] {
         match self {
@@ -546,94 +537,55 @@ fn launch(a: LaunchArgs) -> CliResult {
         eprintln!("capsule: note: {n}");
     }
 
-    let me = std::env::current_exe().map_err(|e| {
-        CliError::failure(format!("cannot find the capsule executable itself: {e}"))
-    })?;
-    let mut cmd = std::process::Command::new(&me);
-    cmd.args(&exec_args);
+    // the backend runs through the exec pipeline in this process, exactly as
+    // `capsule exec` with `exec_args` runs it (the dry run shows that command line)
     for (n, v) in &defaults {
-        cmd.env(n, v);
+        // SAFETY: single-threaded here; the pipeline reads the environment after this.
+        unsafe { std::env::set_var(n, v) };
     }
     if let Some(t) = trace_path(a.gate.trace.as_deref()) {
-        cmd.env(capsule_policy::TRACE_ENV, t);
+        // SAFETY: as above.
+        unsafe { std::env::set_var(capsule_policy::TRACE_ENV, t) };
     }
-    // `capsule exec` runs the gate again (verb capsule.exec): same configuration
+    // the exec's own gate (verb capsule.exec) decides under the same configuration
     if let Some(cfg) = d.config_files.first() {
-        cmd.env(capsule_policy::CONFIG_ENV, cfg);
+        // SAFETY: as above.
+        unsafe { std::env::set_var(capsule_policy::CONFIG_ENV, cfg) };
     }
     // start in the directory the gate resolved, through its open handle (no second lookup)
     if let Some(dir) = d.working_dir_handle() {
         use std::os::fd::AsRawFd;
-        use std::os::unix::process::CommandExt;
-        let fd = dir.as_raw_fd();
-        // SAFETY: fchdir is async-signal-safe; `fd` stays open in the parent until spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::fchdir(fd) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        // SAFETY: fchdir on a directory descriptor we hold open.
+        if unsafe { libc::fchdir(dir.as_raw_fd()) } != 0 {
+            return Err(CliError::new(
+                exit::SANDBOX_FAILED,
+                format!(
+                    "cannot enter {}: {}",
+                    wd.display(),
+                    std::io::Error::last_os_error()
+                ),
+            ));
         }
     }
-    let status = cmd.status().map_err(|e| {
-        CliError::new(
-            exit::SANDBOX_FAILED,
-            format!("cannot start `{} exec`: {e}", me.display()),
-        )
-    })?;
-    use std::os::unix::process::ExitStatusExt;
-    let code = match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        _ => exit::FAILURE as i32,
+    let options = crate::exec::ExecOptions {
+        tty: a.interactive,
+        agent_login: Some(a.backend),
+        hide,
+        reveal: resolved.reveal.clone(),
+        network: if allow_hosts.is_empty() {
+            crate::exec::NetworkRequest::Spec
+        } else {
+            crate::exec::NetworkRequest::Allow(allow_hosts)
+        },
+        pass_env: env_names,
+        ..Default::default()
     };
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE)))
-}
-
-/// The launch-policy gate in front of `capsule exec` (every executor): load the operator's
-/// configuration (see below), decide for `cwd` with verb `capsule.exec`, append
-/// the decision to the trace sink if one is set (a trace that cannot be written is a
-/// warning, not a reason to refuse), and turn a denial into exit status 3.
-///
-/// The configuration is looked up from the caller's directory, but never from inside the
-/// workspace: its files are the sandboxed command's to write, and a planted `.kitsoki.yaml`
-/// (with the sentinel deleted, under weaker isolation) must not replace the operator's
-/// policy. A caller inside the workspace, or without a current directory, searches from
-/// the workspace's parent.
-pub fn exec_gate(
-    caller: Option<&std::path::Path>,
-    workspace: &std::path::Path,
-    cwd: &std::path::Path,
-) -> Result<capsule_policy::Decision, crate::exit::CliError> {
-    let from = match caller {
-        Some(c) if !c.starts_with(workspace) => c,
-        _ => workspace.parent().unwrap_or(workspace),
-    };
-    let gate = capsule_policy::Gate::load(from, None)
-        .map_err(|e| crate::exit::CliError::failure(format!("launch policy: {e}")))?;
-    let trace = capsule_policy::trace_path(None);
-    // without a trace nobody sees the facts of an allowed decision: an off gate skips them
-    let decision = match &trace {
-        Some(_) => gate.decide("capsule.exec", None, cwd),
-        None => gate.decide_unrecorded("capsule.exec", None, cwd),
-    };
-    if let Some(trace) = trace {
-        if let Err(e) = capsule_policy::append_trace(&trace, &decision) {
-            tracing::warn!(
-                "cannot append to the launch-policy trace {}: {e}",
-                trace.display()
-            );
-        }
+    let done = crate::exec::Exec::new(target.display().to_string())
+        .command(argv.into_iter().map(Into::into).collect())
+        .options(options)
+        .run()?;
+    match done.error {
+        None => Ok(ExitCode::from(done.exit_status)),
+        Some(e) => Err(CliError::new(done.exit_status, e)),
     }
-    if !decision.allowed {
-        return Err(crate::exit::CliError::new(
-            crate::exit::DENIED,
-            format!(
-                "denied by the launch policy: {}; nothing ran",
-                decision.reason
-            ),
-        ));
-    }
-    Ok(decision)
 }

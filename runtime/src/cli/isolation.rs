@@ -1,6 +1,6 @@
 //! `capsule isolation [--json] [--accept-weaker on|off]`: what isolation this machine gives
 //! and what is missing, in plain words; and the persisted, knowing acceptance of weaker
-//! isolation (tool settings, `$CAPSULE_ROOT/settings.json`). (Issue 4.)
+//! isolation (tool settings, `$CAPSULE_ROOT/settings.json`).
 
 use crate::cli::print_json;
 use crate::exit::{CliError, CliResult};

@@ -12,8 +12,9 @@ pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
+pub mod materialize;
+pub mod proxy;
 pub mod seatbelt;
-pub mod steps;
 
 /// capsule: a sandbox runtime for coding agents and CI.
 ///
@@ -67,10 +68,10 @@ pub enum Command {
     Seatbelt(seatbelt::SeatbeltArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
-    Proxy(crate::net::cmd::ProxyArgs),
-    /// Internal: apply a spec's steps inside the build sandbox (see `cli::steps`).
+    Proxy(proxy::ProxyArgs),
+    /// Internal: apply a spec's steps inside the build sandbox (see `crate::exec::build`).
     #[command(name = "__materialize", hide = true)]
-    Materialize(steps::MaterializeArgs),
+    Materialize(materialize::MaterializeArgs),
 }
 
 /// Entry point of the binary.
@@ -149,8 +150,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Home(c) => home::home(c),
         Command::Reveal(c) => home::reveal(c),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
-        Command::Proxy(a) => crate::net::cmd::run(a),
-        Command::Materialize(a) => steps::materialize_entry(a),
+        Command::Proxy(a) => proxy::run(a),
+        Command::Materialize(a) => materialize::materialize_entry(a),
     }
 }
 

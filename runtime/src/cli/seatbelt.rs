@@ -85,7 +85,7 @@ fn load_policy(a: &SeatbeltArgs) -> Result<SandboxPolicy, CliError> {
     let cap = store::resolve(&layout, reference)
         .map_err(|e| fail(format!("capsule {reference:?}: {e}")))?;
     // the policy an exec with no flags resolves (the hidden paths of now), as on Linux
-    Ok(crate::cli::exec::with_current_hidden(&cap, &layout))
+    Ok(crate::exec::with_current_hidden(&cap, &layout))
 }
 
 /// Quote for a POSIX shell.

@@ -119,6 +119,17 @@ pub struct CacheLayer {
 
 /// Make the cache directories of a bundle (0700) and describe the overlays.
 pub fn prepare(bundle_dir: &Path, caches: &[CacheDir]) -> std::io::Result<Vec<CacheLayer>> {
+    layers(bundle_dir, caches, true)
+}
+
+/// The overlays [`prepare`] would describe, without making any folder.
+pub fn describe(bundle_dir: &Path, caches: &[CacheDir]) -> Vec<CacheLayer> {
+    // nothing is created, so nothing can fail
+    layers(bundle_dir, caches, false).unwrap_or_default()
+}
+
+/// [`prepare`] (`make`) or [`describe`].
+fn layers(bundle_dir: &Path, caches: &[CacheDir], make: bool) -> std::io::Result<Vec<CacheLayer>> {
     use std::os::unix::fs::DirBuilderExt;
     let base = bundle_dir.join(capsule_bundle::layout::bundle_files::CACHE);
     // the folders made by an earlier exec, read once (two mkdir/stat per folder otherwise)
@@ -138,7 +149,7 @@ pub fn prepare(bundle_dir: &Path, caches: &[CacheDir]) -> std::io::Result<Vec<Ca
         let upper = base.join(c.tool);
         let work = base.join(".work").join(c.tool);
         for (d, made) in [(&upper, &made_upper), (&work, &made_work)] {
-            if made.iter().any(|m| m == c.tool) {
+            if !make || made.iter().any(|m| m == c.tool) {
                 continue;
             }
             std::fs::DirBuilder::new()

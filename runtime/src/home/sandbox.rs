@@ -94,13 +94,40 @@ pub struct EnvReport {
     pub devices: Vec<String>,
 }
 
-/// Add the task's environment to `plan` (see the module docs).
+/// Add the task's environment to `plan` (see the module docs), making what it needs in
+/// the bundle: the home layer's folders and baseline, the cache folders, the filtered
+/// `~/.npmrc`.
 pub fn extend(
     plan: &mut ExecPlan,
     cap: &OpenCapsule,
     settings: &Settings,
     gpu: bool,
     capsule_root: &Path,
+) -> Result<EnvReport, EnvError> {
+    wire(plan, cap, settings, gpu, capsule_root, true)
+}
+
+/// The same plan as [`extend`] gives, but nothing is created or written: for showing
+/// what an exec would enforce (`capsule inspect`). The home layer and cache folders are
+/// named where an exec would make them.
+pub fn describe(
+    plan: &mut ExecPlan,
+    cap: &OpenCapsule,
+    settings: &Settings,
+    gpu: bool,
+    capsule_root: &Path,
+) -> Result<EnvReport, EnvError> {
+    wire(plan, cap, settings, gpu, capsule_root, false)
+}
+
+/// [`extend`] (`make`) or [`describe`].
+fn wire(
+    plan: &mut ExecPlan,
+    cap: &OpenCapsule,
+    settings: &Settings,
+    gpu: bool,
+    capsule_root: &Path,
+    make: bool,
 ) -> Result<EnvReport, EnvError> {
     let mut report = EnvReport::default();
     plan.env
@@ -139,8 +166,11 @@ pub fn extend(
                 .map(|lay| lay.excluded.into_iter().chain(lay.hidden).collect())
                 .unwrap_or_default()
         };
-        let paths =
-            layer::prepare_with(&cap.bundle_dir, &home, skip).map_err(|e| setup(e.to_string()))?;
+        let paths = if make {
+            layer::prepare_with(&cap.bundle_dir, &home, skip).map_err(|e| setup(e.to_string()))?
+        } else {
+            layer::layer_paths(&cap.bundle_dir)
+        };
         for p in [&home, &paths.upper, &paths.work] {
             safe(p)?;
         }
@@ -158,7 +188,12 @@ pub fn extend(
         plan.policy.writable.push(home.clone());
         report.home_layer = Some(paths.upper);
 
-        let layers = caches::prepare(&cap.bundle_dir, &cache_dirs).map_err(|e| {
+        let layers = if make {
+            caches::prepare(&cap.bundle_dir, &cache_dirs)
+        } else {
+            Ok(caches::describe(&cap.bundle_dir, &cache_dirs))
+        };
+        let layers = layers.map_err(|e| {
             setup(format!(
                 "package caches in {}: {e}",
                 cap.bundle_dir.display()
@@ -196,8 +231,10 @@ pub fn extend(
         let npmrc = home.join(".npmrc");
         if let Ok(text) = std::fs::read_to_string(&npmrc) {
             let copy = cap.bundle_dir.join("npmrc.filtered");
-            std::fs::write(&copy, caches::filtered_npmrc(&text))
-                .map_err(|e| setup(format!("{}: {e}", copy.display())))?;
+            if make {
+                std::fs::write(&copy, caches::filtered_npmrc(&text))
+                    .map_err(|e| setup(format!("{}: {e}", copy.display())))?;
+            }
             let at = before_seals(&plan.mounts);
             plan.mounts.insert(
                 at,

@@ -11,8 +11,10 @@
 //! Everything here runs between `clone` and `execve` of a single-threaded process; errors
 //! go to the report pipe as one JSON line and the process `_exit`s.
 
+use super::hooks::Hooks;
+use super::report::{Applied, Report};
 use super::{landlock as ll, seccomp::SeccompProgram};
-use super::{mounts, plan::Isolation, plan::Stdio, sys, Applied, ExecPlan, Hooks, Report};
+use super::{mounts, plan::Isolation, plan::Stdio, sys, ExecPlan};
 use nix::sys::signal::SigSet;
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -41,10 +43,23 @@ pub enum Root<'a> {
     Build,
     /// In a copy of a prepared root's mount namespace ([`super::prepared`]): only the
     /// per-exec mounts are made; Landlock comes as a ruleset.
-    Joined(&'a super::prepared::Joined),
+    Joined(&'a Joined),
     /// A warm spare of a prepared root: namespaces, root, hostname and loopback are in
     /// place; capsule is not our parent and is watched through its pidfd instead.
     Warm(&'a Warm),
+}
+
+/// What a join hands over: the holder's namespaces and this exec's own Landlock ruleset.
+#[derive(Debug)]
+pub struct Joined {
+    pub userns: std::os::fd::OwnedFd,
+    pub mntns: std::os::fd::OwnedFd,
+    /// A fresh ruleset with the rules collected in the prepared root (`None`: no Landlock).
+    pub ruleset: Option<std::os::fd::OwnedFd>,
+    /// The Landlock report of those rules (JSON of [`ll::LandlockReport`]).
+    pub landlock: serde_json::Value,
+    /// Rules left out because their paths are this exec's own mounts: add them again.
+    pub again: Vec<ll::PathRule>,
 }
 
 /// What a warm spare holds for the exec it will serve.
@@ -111,6 +126,11 @@ impl Root<'_> {
     }
 }
 
+/// The signal the host sends init under weaker isolation to end everything (timeout).
+pub(crate) fn kill_all_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 2
+}
+
 fn exit(code: i32) -> ! {
     // SAFETY: _exit never returns and skips the parent's atexit handlers and buffers.
     unsafe { libc::_exit(code) }
@@ -138,7 +158,7 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     let deathsig = if full {
         libc::SIGKILL
     } else {
-        super::kill_all_signal()
+        kill_all_signal()
     };
     if !matches!(cx.root, Root::Warm(_)) {
         let _ = sys::prctl(libc::PR_SET_PDEATHSIG, deathsig as libc::c_ulong, 0);
@@ -299,7 +319,7 @@ fn init_signals() -> libc::sigset_t {
             libc::SIGUSR1,
             libc::SIGUSR2,
             libc::SIGWINCH,
-            super::kill_all_signal(),
+            kill_all_signal(),
         ] {
             libc::sigaddset(&mut set, s);
         }
@@ -361,7 +381,7 @@ fn supervise(cx: &Ctx<'_>, child: libc::pid_t, full: bool) -> ! {
                 break;
             }
             let sig = info.ssi_signo as libc::c_int;
-            if sig == super::kill_all_signal() {
+            if sig == kill_all_signal() {
                 // SAFETY: killing our own child.
                 unsafe { libc::kill(child, libc::SIGKILL) };
             } else if sig != libc::SIGWINCH && sig != libc::SIGCHLD {

@@ -1,5 +1,5 @@
 //! Landlock rules derived from the sandbox policy (second wall; the only filesystem wall
-//! under weaker isolation). (Issue 4.)
+//! under weaker isolation).
 //!
 //! Landlock only *grants*: once a right is handled, it is refused everywhere except beneath
 //! the paths a rule names, and a rule cannot take back what a rule higher up granted. So

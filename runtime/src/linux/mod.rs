@@ -1,6 +1,6 @@
 //! The Linux executor: user, mount, pid, network, ipc and uts namespaces, a fresh root
 //! built from read-only binds, Landlock and seccomp, and an init (pid 1) that reaps and
-//! forwards signals. (Issue 4.)
+//! forwards signals.
 //!
 //! One code path for root and for an unprivileged user, the way bubblewrap works:
 //!
@@ -65,6 +65,7 @@
 
 mod activity;
 pub mod cgroup;
+pub mod hooks;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
@@ -72,128 +73,24 @@ pub mod oci;
 pub mod plan;
 pub mod prepared;
 pub mod pty;
+pub mod report;
 pub mod seccomp;
 pub mod sockets;
+mod spawn;
 pub mod sys;
 pub mod warm;
 
+pub use hooks::{Hooks, InitHook};
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
+use report::Report;
+pub use report::{Applied, ExecError, ExecOutcome, Termination};
+use spawn::{single_threaded, write_id_maps};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::time::{Duration, Instant};
-
-/// Why a command could not be run (the sandbox was not set up, or `execve` failed).
-#[derive(Debug, thiserror::Error)]
-pub enum ExecError {
-    #[error("sandbox setup failed: {0}; nothing ran")]
-    Setup(String),
-    /// The kernel refused to create the namespaces (e.g. unprivileged user namespaces off).
-    #[error("cannot create the sandbox's namespaces: {0}; nothing ran")]
-    Namespaces(String),
-    #[error("{command}: command not found in the sandbox")]
-    NotFound { command: String },
-    #[error("{command}: cannot execute: {error}")]
-    NotExecutable { command: String, error: String },
-}
-
-/// How the command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
-pub enum Termination {
-    Exited(i32),
-    Signaled(i32),
-    TimedOut,
-    /// Killed by `--activity-timeout`: no output for that long.
-    ActivityTimeout,
-}
-
-impl Termination {
-    /// The exit status `capsule exec` reports: the command's own, 128+N for signal N,
-    /// 124 for a timeout.
-    pub fn exit_status(self) -> u8 {
-        match self {
-            Termination::Exited(c) => (c & 0xff) as u8,
-            Termination::Signaled(n) => (128 + n).clamp(0, 255) as u8,
-            Termination::TimedOut | Termination::ActivityTimeout => crate::exit::TIMEOUT,
-        }
-    }
-}
-
-/// What was applied, per layer, for the exec record.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Applied {
-    pub isolation: String,
-    pub namespaces: Vec<String>,
-    pub landlock: serde_json::Value,
-    pub seccomp: serde_json::Value,
-    pub capabilities: String,
-    pub no_new_privs: bool,
-    /// How the root came to be: `prepared` (joined, [`prepared`]), `built` (for this exec
-    /// alone), `host` (no mount namespace).
-    #[serde(default)]
-    pub root: String,
-    /// The digest of the plan that ran ([`ExecPlan::digest`]), as `capsule inspect`
-    /// shows it for an exec with no flags.
-    #[serde(default)]
-    pub plan_digest: String,
-}
-
-/// The result of a command that ran.
-#[derive(Debug, Clone)]
-pub struct ExecOutcome {
-    pub termination: Termination,
-    pub duration: Duration,
-    pub applied: Applied,
-}
-
-/// A hook run by init inside the sandbox (its namespaces, its root) after the command is
-/// forked and before it is released to `execve`; e.g. the allowlist relay listening on
-/// the sandbox's loopback. It must not block: start a thread or process and return.
-pub type InitHook = Box<dyn FnOnce() -> Result<(), String> + Send>;
-
-/// Hooks of one exec.
-#[derive(Default)]
-pub struct Hooks {
-    /// Run by init inside the sandbox, in order.
-    pub inside: Vec<InitHook>,
-    /// Run by the caller before it clones or forks anything (the process must be
-    /// single-threaded then): e.g. joining a reading thread started early. Not run when
-    /// nothing is cloned (a warm spare); `before_release` runs in any case.
-    pub before_clone: Option<Box<dyn FnOnce()>>,
-    /// Run by the caller while init builds the sandbox, before the command is released
-    /// (e.g. the workspace snapshot the exec record compares against). Runs with the
-    /// executor's signals blocked; threads it starts inherit that mask.
-    pub before_release: Option<Box<dyn FnOnce()>>,
-}
-
-/// Messages on the report pipe, one JSON line each.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "msg", rename_all = "snake_case")]
-pub(crate) enum Report {
-    SetupFailed {
-        step: String,
-    },
-    Layers {
-        applied: Applied,
-    },
-    ExecFailed {
-        errno: i32,
-        command: String,
-    },
-    Signaled {
-        signal: i32,
-    },
-    /// Init's last word: the command ended with `code` (init's exit status to come) and
-    /// every other process of the sandbox is dead and reaped. Init then exits; the
-    /// teardown of its namespaces need not be waited for.
-    Ended {
-        code: i32,
-    },
-}
+use std::time::Instant;
 
 /// Inits that reported [`Report::Ended`] and were not reaped yet (reaped by later runs).
 static UNREAPED: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
@@ -227,11 +124,6 @@ const FORWARDED: &[Signal] = &[
     Signal::SIGUSR1,
     Signal::SIGUSR2,
 ];
-
-/// The signal the host sends init under weaker isolation to end everything (timeout).
-pub(crate) fn kill_all_signal() -> libc::c_int {
-    libc::SIGRTMIN() + 2
-}
 
 /// Run `plan`'s command in the sandbox and wait for it.
 pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> {
@@ -596,17 +488,6 @@ fn cstrings(items: impl Iterator<Item = Vec<u8>>) -> Result<Vec<CString>, ExecEr
         .collect()
 }
 
-/// Map our own uid and gid to the same ids inside (root stays root, a user stays itself).
-fn write_id_maps(pid: libc::pid_t) -> std::io::Result<()> {
-    // SAFETY: getters cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let base = format!("/proc/{pid}");
-    std::fs::write(format!("{base}/setgroups"), "deny")?;
-    std::fs::write(format!("{base}/uid_map"), format!("{uid} {uid} 1\n"))?;
-    std::fs::write(format!("{base}/gid_map"), format!("{gid} {gid} 1\n"))?;
-    Ok(())
-}
-
 /// Wait for init: forward signals, relay the pty, enforce the timeout, read the report
 /// pipe. Returns init's wait status, whether the timeout fired, and the report bytes.
 /// The init `supervise` watches.
@@ -755,7 +636,7 @@ fn supervise(
             let sig = if plan.isolation == Isolation::Full {
                 libc::SIGKILL
             } else {
-                kill_all_signal()
+                init::kill_all_signal()
             };
             init.signal(sig);
             continue;
@@ -859,76 +740,4 @@ fn supervise(
             }
         }
     }
-}
-
-/// Other threads of this process, by id.
-fn other_threads() -> Vec<String> {
-    // SAFETY: gettid cannot fail.
-    let me = unsafe { libc::syscall(libc::SYS_gettid) }.to_string();
-    std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|t| *t != me)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Is thread `tid` a git read `gitguard` gave up on (named `capsule-git-read`), parked in
-/// the kernel on a FIFO, pipe or terminal? Blocked in open(2) or read(2) on a file planted
-/// in the workspace's git directory, it holds no allocator lock. Any other thread counts
-/// as running, parked or not.
-fn parked(tid: &str) -> bool {
-    let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
-    // comm holds 15 bytes of the name
-    if !"capsule-git-read".starts_with(comm.trim()) || comm.trim().len() < 15 {
-        return false;
-    }
-    let w = std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan")).unwrap_or_default();
-    w == "wait_for_partner" || w.contains("pipe") || w.contains("fifo") || w.contains("tty")
-}
-
-/// Refuse to clone while another thread of ours could be running: the executor's children
-/// allocate between `clone` and `execve`, and a lock held by a thread that does not exist
-/// in the child is never released there. Threads that are just ending get a few
-/// milliseconds to go; given-up git reads parked on a FIFO, pipe or terminal
-/// ([`parked`]) are tolerated. Host-side helpers (the stderr relay, the network proxy) start in
-/// `Hooks::before_release`, after the clone.
-pub(crate) fn single_threaded() -> Result<(), ExecError> {
-    let mut others = other_threads();
-    // a thread that just handed over its result (gitguard's reads) is usually gone within
-    // tens of microseconds: look again often, for at most ~20 ms
-    for i in 0..400 {
-        if others.iter().all(|t| parked(t)) {
-            break;
-        }
-        if i < 50 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        others = other_threads();
-    }
-    let running: Vec<String> = others.iter().filter(|t| !parked(t)).cloned().collect();
-    if !running.is_empty() {
-        let names: Vec<String> = running
-            .iter()
-            .map(|t| {
-                let comm = std::fs::read_to_string(format!("/proc/self/task/{t}/comm"))
-                    .unwrap_or_default();
-                format!("{t} ({})", comm.trim())
-            })
-            .collect();
-        return Err(ExecError::Setup(format!(
-            "internal error: other threads of capsule are running when the sandbox would start: {} (the sandbox must be started single-threaded)",
-            names.join(", ")
-        )));
-    }
-    if !others.is_empty() {
-        tracing::debug!(
-            "{} parked threads alive when starting the sandbox",
-            others.len()
-        );
-    }
-    Ok(())
 }

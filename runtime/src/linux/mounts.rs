@@ -12,6 +12,21 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// Mounts each exec makes for itself: their Landlock rules are added by the exec.
+pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
+
+/// [`PER_EXEC_ROOTS`] and the exec's own tmp of a plan with a tmp size
+/// ([`MountStep::TaskTmp`]).
+pub(crate) fn per_exec_roots(steps: &[MountStep]) -> Vec<&Path> {
+    let mut v: Vec<&Path> = PER_EXEC_ROOTS.iter().map(Path::new).collect();
+    for s in steps {
+        if let MountStep::TaskTmp { dsts, .. } = s {
+            v.extend(dsts.iter().map(std::path::PathBuf::as_path));
+        }
+    }
+    v
+}
+
 /// A failed setup step: what was being done, and the system error.
 #[derive(Debug)]
 pub struct StepError {

@@ -412,7 +412,7 @@ pub fn seccomp_syscalls() -> Result<Vec<LinuxSyscall>, OciError> {
 
 fn rlimit_types() -> [PosixRlimitType; 16] {
     use oci_spec::runtime::PosixRlimitType::*;
-    // the order of `warm::rlimits`
+    // the order of `sys::rlimits`
     [
         RlimitCpu,
         RlimitFsize,
@@ -513,7 +513,7 @@ pub fn render(
         PosixRlimitType::RlimitFsize => plan.limits.file_size,
         _ => None,
     };
-    let rlimits = super::warm::rlimits()
+    let rlimits = super::sys::rlimits()
         .into_iter()
         .zip(rlimit_types())
         .map(|((soft, hard), typ)| {

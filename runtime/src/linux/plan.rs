@@ -130,7 +130,7 @@ pub struct ExecPlan {
     pub cgroup_procs: Vec<PathBuf>,
     /// Landlock as far as the kernel's ABI allows, its lack recorded instead of refused:
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
-    /// old or absent ([`isolation_for`]). False: every right the policy needs is required.
+    /// old or absent (`crate::exec::isolation_for`). False: every right the policy needs is required.
     pub landlock_best_effort: bool,
     /// Where this capsule's prepared roots live (see [`super::prepared`]): a directory of
     /// the bundle, outside every sandbox. `None`: the root is built for this exec alone.
@@ -215,22 +215,6 @@ impl ExecPlan {
             landlock_best_effort: false,
             prepared: None,
         }
-    }
-}
-
-/// What the executor runs at for an isolation decision: `(isolation, landlock_best_effort)`.
-/// Weaker isolation keeps the namespaces whenever they are available (`namespaces_ok`:
-/// false once the kernel refused them), so "weaker" then means only the Landlock layer is
-/// missing or partial; without namespaces it is Landlock + seccomp.
-pub fn isolation_for(
-    level: &crate::isolation::IsolationLevel,
-    namespaces_ok: bool,
-) -> (Isolation, bool) {
-    use crate::isolation::IsolationLevel;
-    match level {
-        IsolationLevel::Full => (Isolation::Full, false),
-        IsolationLevel::Weaker(d) if d.namespaces && namespaces_ok => (Isolation::Full, true),
-        IsolationLevel::Weaker(_) => (Isolation::Weaker, false),
     }
 }
 
@@ -581,58 +565,6 @@ mod tests {
         }
     }
     use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
-
-    /// `decide` on a machine with these walls, weaker accepted, then the executor mapping.
-    fn mapped(ns: bool, abi: u32, namespaces_ok: bool) -> (Isolation, bool) {
-        use crate::isolation::*;
-        let mut missing = vec![];
-        if !ns {
-            missing.push("no user namespaces".to_string());
-        }
-        if abi < FULL_LANDLOCK_ABI {
-            missing.push("old Landlock".to_string());
-        }
-        let report = IsolationReport {
-            os: "linux",
-            user_namespaces: UserNamespaces {
-                available: ns,
-                error: None,
-                max_user_namespaces: None,
-                restrictions: vec![],
-            },
-            landlock: LandlockInfo {
-                abi,
-                lacking: vec![],
-            },
-            seccomp: SeccompInfo {
-                available: true,
-                own_mode: None,
-                error: None,
-            },
-            missing,
-        };
-        let settings = crate::settings::Settings {
-            accept_weaker: true,
-            ..Default::default()
-        };
-        let level = decide(&report, &settings).expect("weaker accepted");
-        isolation_for(&level, namespaces_ok)
-    }
-
-    #[test]
-    fn weaker_keeps_namespaces_when_only_landlock_is_missing() {
-        // everything there: full, Landlock required
-        assert_eq!(mapped(true, 7, true), (Isolation::Full, false));
-        // namespaces but Landlock too old (ABI 2) or absent: namespaces kept, Landlock
-        // best effort
-        assert_eq!(mapped(true, 2, true), (Isolation::Full, true));
-        assert_eq!(mapped(true, 0, true), (Isolation::Full, true));
-        // no namespaces: Landlock + seccomp, Landlock required
-        assert_eq!(mapped(false, 7, true), (Isolation::Weaker, false));
-        assert_eq!(mapped(false, 2, true), (Isolation::Weaker, false));
-        // namespaces reported available but refused when cloning: no namespaces
-        assert_eq!(mapped(true, 2, false), (Isolation::Weaker, false));
-    }
 
     fn pol() -> SandboxPolicy {
         SandboxPolicy {

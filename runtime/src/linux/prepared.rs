@@ -1,6 +1,6 @@
 //! Prepared roots: a capsule's sandbox root built once and joined by each exec, so that
 //! starting a command costs a `setns` and a copy of the mount table instead of ~60 mount
-//! calls plus one per hidden path, and the Landlock walk is done once too. (Issue 4.)
+//! calls plus one per hidden path, and the Landlock walk is done once too.
 //!
 //! Two ways in: `X` takes one of the holder's two *warm spares* (inits made ahead of
 //! time, see [`super::warm`]; new ones are made when no exec runs in a spare any more,
@@ -48,8 +48,10 @@
 //! the holder's mounts nor another exec's. `CAPSULE_PREPARED_IDLE=0` turns prepared roots
 //! off (every exec builds its root).
 
+use super::init::Joined;
 use super::landlock::{LandlockRules, PathRule};
-use super::{mounts, sys, warm, ExecError, ExecPlan, Isolation, MountStep};
+use super::report::ExecError;
+use super::{mounts, sys, warm, ExecPlan, Isolation, MountStep};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
@@ -77,34 +79,6 @@ pub fn idle() -> Duration {
 
 /// At most this many holders per capsule; the oldest are told to stop beyond it.
 const MAX_HOLDERS: usize = 4;
-
-/// Mounts each exec makes for itself: their Landlock rules are added by the exec.
-pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
-
-/// [`PER_EXEC_ROOTS`] and the exec's own tmp of a plan with a tmp size
-/// ([`MountStep::TaskTmp`]).
-pub(crate) fn per_exec_roots(plan: &ExecPlan) -> Vec<&Path> {
-    let mut v: Vec<&Path> = PER_EXEC_ROOTS.iter().map(Path::new).collect();
-    for s in &plan.mounts {
-        if let MountStep::TaskTmp { dsts, .. } = s {
-            v.extend(dsts.iter().map(PathBuf::as_path));
-        }
-    }
-    v
-}
-
-/// What a join hands over: the holder's namespaces and this exec's own Landlock ruleset.
-#[derive(Debug)]
-pub struct Joined {
-    pub userns: OwnedFd,
-    pub mntns: OwnedFd,
-    /// A fresh ruleset with the rules collected in the prepared root (`None`: no Landlock).
-    pub ruleset: Option<OwnedFd>,
-    /// The Landlock report of those rules (JSON of [`super::landlock::LandlockReport`]).
-    pub landlock: serde_json::Value,
-    /// Rules left out because their paths are this exec's own mounts: add them again.
-    pub again: Vec<PathRule>,
-}
 
 /// The way into a prepared root.
 #[derive(Debug)]
@@ -225,7 +199,7 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
     // the caller that spawned it: only callers of that cgroup may use it, so that a CI
     // job's limits and accounting hold for its commands; likewise the hard resource limits
     h.update(std::fs::read("/proc/self/cgroup").unwrap_or_default());
-    for (_, hard) in super::warm::rlimits() {
+    for (_, hard) in sys::rlimits() {
         h.update(hard.to_le_bytes());
     }
     // which cgroup controllers the exec limits: the holder's spares wait in groups of
@@ -605,7 +579,7 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
         report: rep_w,
         go: go_r,
     };
-    if let Err(e) = super::single_threaded() {
+    if let Err(e) = super::spawn::single_threaded() {
         cleanup(&[rep_r, rep_w, go_r, go_w]);
         return Err(e);
     }
@@ -633,7 +607,7 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
             // SAFETY: _exit in a forked child.
             unsafe { libc::_exit(1) }
         }
-        if let Err(e) = super::write_id_maps(pid as libc::pid_t) {
+        if let Err(e) = super::spawn::write_id_maps(pid as libc::pid_t) {
             let _ = sys::write_all(rep_w, format!("Ewriting the id maps: {e}\n").as_bytes());
             // SAFETY: killing our own child, then _exit.
             unsafe {
@@ -1141,7 +1115,7 @@ fn answer(
     plan: &ExecPlan,
 ) -> io::Result<()> {
     let (created, again) = rules
-        .create(&per_exec_roots(plan))
+        .create(&mounts::per_exec_roots(&plan.mounts))
         .map_err(io::Error::other)?;
     let ruleset: Option<OwnedFd> = created.and_then(|c| c.into());
     let reply = serde_json::to_vec(&JoinReply {

@@ -1,4 +1,4 @@
-//! The seccomp filter: refused syscalls, ioctl masks, foreign ABIs. (Issue 4.)
+//! The seccomp filter: refused syscalls, ioctl masks, foreign ABIs.
 //!
 //! One filter for every sandboxed command, built once ([`SeccompProgram::build`], may
 //! allocate) and installed in the child as the very last step before `execve`

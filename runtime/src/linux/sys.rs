@@ -579,6 +579,42 @@ fn list(dir: &std::path::Path) -> Option<Listing> {
     Some((st.st_dev as u64, entries))
 }
 
+/// Resource limits the command inherits, in this order.
+pub(crate) const RLIMITS: [libc::__rlimit_resource_t; 16] = [
+    libc::RLIMIT_CPU,
+    libc::RLIMIT_FSIZE,
+    libc::RLIMIT_DATA,
+    libc::RLIMIT_STACK,
+    libc::RLIMIT_CORE,
+    libc::RLIMIT_RSS,
+    libc::RLIMIT_NPROC,
+    libc::RLIMIT_NOFILE,
+    libc::RLIMIT_MEMLOCK,
+    libc::RLIMIT_AS,
+    libc::RLIMIT_LOCKS,
+    libc::RLIMIT_SIGPENDING,
+    libc::RLIMIT_MSGQUEUE,
+    libc::RLIMIT_NICE,
+    libc::RLIMIT_RTPRIO,
+    libc::RLIMIT_RTTIME,
+];
+
+/// This process's (soft, hard) resource limits, in [`RLIMITS`] order.
+pub(crate) fn rlimits() -> Vec<(u64, u64)> {
+    RLIMITS
+        .iter()
+        .map(|r| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: getrlimit into a valid struct.
+            unsafe { libc::getrlimit(*r, &mut l) };
+            (l.rlim_cur, l.rlim_max)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod canonicalize_tests {
     #[test]

@@ -2,7 +2,7 @@
 //! ([`super::prepared`]), with its namespaces (mount copy, pid, ipc, uts, network with
 //! loopback up), its own `/proc`, devpts and `/dev/shm`, its hostname, and every layer
 //! already enforced on itself (no capabilities, `no_new_privs`, Landlock, seccomp; the
-//! command it forks inherits them), waiting for one exec. (Issue 4.)
+//! command it forks inherits them), waiting for one exec.
 //!
 //! ```text
 //! capsule exec (P)            holder (H)                      spare (S, pid 1 of its own)
@@ -21,10 +21,11 @@
 //! reads its end from the report pipe. The holder waits for the spares it handed out
 //! before it exits (they live in its pid namespace).
 
+use super::hooks::Hooks;
 use super::init::{self, Root};
 use super::landlock::LandlockRules;
 use super::seccomp::SeccompProgram;
-use super::{mounts, sys, ExecPlan, Hooks, Stdio};
+use super::{mounts, sys, ExecPlan, Stdio};
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -94,7 +95,7 @@ pub(crate) fn send(
             .collect(),
         cwd: plan.cwd.clone(),
         umask: umask(),
-        soft_limits: rlimits().into_iter().map(|(soft, _)| soft).collect(),
+        soft_limits: sys::rlimits().into_iter().map(|(soft, _)| soft).collect(),
         limits: plan.limits,
         stdio,
     };
@@ -102,42 +103,6 @@ pub(crate) fn send(
     let first = sys::send_fds(conn.as_raw_fd(), &bytes[..bytes.len().min(4096)], &fds)?;
     conn.write_all(&bytes[first..])?;
     conn.shutdown(std::net::Shutdown::Write)
-}
-
-/// Resource limits the command inherits, in this order.
-const RLIMITS: [libc::__rlimit_resource_t; 16] = [
-    libc::RLIMIT_CPU,
-    libc::RLIMIT_FSIZE,
-    libc::RLIMIT_DATA,
-    libc::RLIMIT_STACK,
-    libc::RLIMIT_CORE,
-    libc::RLIMIT_RSS,
-    libc::RLIMIT_NPROC,
-    libc::RLIMIT_NOFILE,
-    libc::RLIMIT_MEMLOCK,
-    libc::RLIMIT_AS,
-    libc::RLIMIT_LOCKS,
-    libc::RLIMIT_SIGPENDING,
-    libc::RLIMIT_MSGQUEUE,
-    libc::RLIMIT_NICE,
-    libc::RLIMIT_RTPRIO,
-    libc::RLIMIT_RTTIME,
-];
-
-/// This process's (soft, hard) resource limits, in [`RLIMITS`] order.
-pub(crate) fn rlimits() -> Vec<(u64, u64)> {
-    RLIMITS
-        .iter()
-        .map(|r| {
-            let mut l = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit into a valid struct.
-            unsafe { libc::getrlimit(*r, &mut l) };
-            (l.rlim_cur, l.rlim_max)
-        })
-        .collect()
 }
 
 /// This process's umask (read without changing it, from /proc).
@@ -255,7 +220,7 @@ fn spare_main(
     if plan.new_netns && !plan.network_off && sys::loopback_up().is_err() {
         quit()
     }
-    let per_exec = super::prepared::per_exec_roots(plan);
+    let per_exec = mounts::per_exec_roots(&plan.mounts);
     let Ok((created, again)) = rules.create(&per_exec) else {
         quit()
     };
@@ -321,7 +286,11 @@ fn spare_main(
     // the caller's umask and soft limits (within the hard ones, which are the same)
     // SAFETY: umask and setrlimit of our own process.
     unsafe { libc::umask(req.umask & 0o777) };
-    for ((r, soft), (_, hard)) in RLIMITS.iter().zip(&req.soft_limits).zip(rlimits()) {
+    for ((r, soft), (_, hard)) in sys::RLIMITS
+        .iter()
+        .zip(&req.soft_limits)
+        .zip(sys::rlimits())
+    {
         let l = libc::rlimit {
             rlim_cur: (*soft).min(hard) as libc::rlim_t,
             rlim_max: hard as libc::rlim_t,

@@ -1,6 +1,6 @@
 //! Network modes: choosing a capsule's network for one exec ([`plan`]), the allowlist proxy
 //! on the host side ([`proxy`], [`host`]), the relay inside the sandbox ([`relay`]) that
-//! hands each client socket to it ([`handoff`]), and the refusal log ([`refusal`]). (Issue 6.)
+//! hands each client socket to it ([`handoff`]), and the refusal log ([`refusal`]).
 //!
 //! | mode | how | the task sees |
 //! |---|---|---|
@@ -12,7 +12,6 @@
 
 pub mod addr;
 pub mod allowlist;
-pub mod cmd;
 #[cfg(target_os = "linux")]
 pub mod exec;
 #[cfg(target_os = "linux")]

@@ -2,8 +2,8 @@
 //! sandbox without weakening it for anything else:
 //!
 //! - **its own login, and only its own.** Every agent's login, configuration and
-//!   transcripts are hidden by default ([`HOME_AGENT_LOGINS`]). The launched backend's own
-//!   paths ([`Backend::login_paths`]) are un-hidden with `capsule exec --agent-login B`
+//!   transcripts are hidden by default ([`HOME_AGENT_LOGINS`](capsule_bundle::policy::HOME_AGENT_LOGINS)). The launched backend's own
+//!   paths ([`Backend::login_paths`](crate::agent::Backend::login_paths)) are un-hidden with `capsule exec --agent-login B`
 //!   ([`unhide_login`]): they then read through the home layer from the real home, and the
 //!   CLI's writes (refreshed tokens, settings, transcripts) land in the capsule's layer,
 //!   never in the real home (`capsule home diff` lists them, as refused: they are never
@@ -19,85 +19,14 @@
 //!   spec hid on purpose it is refused. A binary whose path the capsule's home layer
 //!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`.
 //!   A `#!` line is only followed for files the sandbox cannot write.
-//! - **its API hosts** ([`Backend::default_hosts`]), passed as `--allow-host` when this
+//! - **its API hosts** ([`Backend::default_hosts`](crate::agent::Backend::default_hosts)), passed as `--allow-host` when this
 //!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
-use super::Backend;
-use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS};
+use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-impl Backend {
-    /// The backend's own login, configuration and transcripts, relative to home.
-    pub fn login_paths(self) -> &'static [&'static str] {
-        match self {
-            // auth.json, config.toml, sessions/, log/, history.jsonl
-            Backend::Codex => &[".codex"],
-            // .claude/ (.credentials.json, settings, projects/ transcripts), .claude.json
-            // (account, per-project state) and its backup, XDG config
-            Backend::Claude => &[
-                ".claude",
-                ".claude.json",
-                ".claude.json.backup",
-                ".config/claude",
-            ],
-        }
-    }
-
-    /// The hosts the backend needs (HTTPS only), allowed by default.
-    ///
-    /// - claude: `api.anthropic.com` (the model API), `console.anthropic.com` (OAuth token
-    ///   refresh of a Claude account login). Telemetry and error reporting (statsig,
-    ///   sentry) are left out, and `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` is set so
-    ///   the CLI does not try.
-    /// - codex: `api.openai.com` (API key), `chatgpt.com` (the backend of a ChatGPT
-    ///   login), `auth.openai.com` (its token refresh).
-    pub fn default_hosts(self) -> &'static [&'static str] {
-        match self {
-            Backend::Claude => &["api.anthropic.com:443", "console.anthropic.com:443"],
-            Backend::Codex => &[
-                "api.openai.com:443",
-                "chatgpt.com:443",
-                "auth.openai.com:443",
-            ],
-        }
-    }
-
-    /// Environment set for the backend when the operator has not set it (name, value).
-    pub fn default_env(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Backend::Claude => &[("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")],
-            Backend::Codex => &[],
-        }
-    }
-}
-
-const ALL: [Backend; 2] = [Backend::Codex, Backend::Claude];
-
-/// Every agent login path (relative to home) that is not `b`'s own.
-pub fn other_logins(b: Backend) -> Vec<&'static str> {
-    let own = b.login_paths();
-    let mut v: Vec<&'static str> = HOME_AGENT_LOGINS
-        .iter()
-        .copied()
-        .chain(ALL.iter().flat_map(|o| o.login_paths().iter().copied()))
-        .filter(|p| !own.contains(p))
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// Un-hide `b`'s own login paths in `p` (only those hidden as agent logins; a path the
-/// spec or `--hide` hid stays hidden), and drop read-only reveals below them (they are
-/// seen through the home layer instead, writable into the layer).
-pub fn unhide_login(p: &mut SandboxPolicy, b: Backend) {
-    let Some(home) = p.home.clone() else { return };
-    let own: Vec<PathBuf> = b.login_paths().iter().map(|r| home.join(r)).collect();
-    p.hidden
-        .retain(|h| !(h.reason == HiddenReason::AgentLogins && own.contains(&h.path)));
-    p.revealed.retain(|r| !own.iter().any(|o| r.starts_with(o)));
-}
+pub use crate::agent::{other_logins, unhide_login};
 
 /// Does this build's `capsule exec` take `--allow-host` (the network allowlist)?
 pub fn exec_has_allow_host() -> bool {
@@ -340,6 +269,7 @@ pub fn resolve_binary(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::Backend;
     use capsule_bundle::policy::{HiddenPath, NetworkPolicy};
 
     fn pol(home: &Path, hidden: Vec<HiddenPath>) -> SandboxPolicy {

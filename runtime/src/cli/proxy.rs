@@ -2,11 +2,11 @@
 //! TCP port and/or a unix socket. For diagnostics and `hack/bench-proxy.sh`; `capsule exec`
 //! runs the same proxy itself in allowlist mode.
 
-use super::allowlist::Allowlist;
-use super::proxy::{Proxy, ProxyConfig};
-use super::refusal::RefusalLog;
-use super::resolve::Resolver;
 use crate::exit::{CliError, CliResult};
+use crate::net::allowlist::Allowlist;
+use crate::net::proxy::{Proxy, ProxyConfig};
+use crate::net::refusal::RefusalLog;
+use crate::net::resolve::Resolver;
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -68,7 +68,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         ),
         None => None,
     };
-    super::proxy::ensure_fd_budget(&Default::default());
+    crate::net::proxy::ensure_fd_budget(&Default::default());
     let proxy = Proxy::new(ProxyConfig {
         allowlist,
         resolver,
@@ -97,7 +97,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         }
         let mut cleanup = None;
         if let Some(path) = &a.unix {
-            let std_l = super::host::bind_socket(path).map_err(|e| {
+            let std_l = crate::net::host::bind_socket(path).map_err(|e| {
                 CliError::failure(format!("cannot listen on {}: {e}", path.display()))
             })?;
             let l = tokio::net::UnixListener::from_std(std_l)
@@ -111,9 +111,9 @@ pub fn run(a: ProxyArgs) -> CliResult {
         }
         #[cfg(target_os = "linux")]
         if let Some(r) = a.relay {
-            let (proxy_end, relay_end) = super::handoff::channel()
+            let (proxy_end, relay_end) = crate::net::handoff::channel()
                 .map_err(|e| CliError::failure(format!("cannot make the relay's channel: {e}")))?;
-            let bound = super::relay::spawn(r, relay_end)
+            let bound = crate::net::relay::spawn(r, relay_end)
                 .map_err(|e| CliError::failure(format!("cannot listen on {r}: {e}")))?;
             announce(a.json, "relay", &bound.to_string());
             let p = proxy.clone();
@@ -140,7 +140,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
 fn announce(json: bool, kind: &str, addr: &str) {
     use std::io::Write;
     if json {
-        crate::cli::print_json(&serde_json::json!({"listening": kind, "address": addr}));
+        super::print_json(&serde_json::json!({"listening": kind, "address": addr}));
     } else {
         println!("listening on {kind} {addr}");
     }

@@ -4,7 +4,7 @@
 //! the files it writes into `.git/` (filters, hooks, `core.worktree`) are the spec
 //! author's code. [`SandboxedSteps`] is the only [`StepRunner`] the command line uses: it
 //! runs `git init` and all steps in ONE sandboxed process of this binary (the hidden
-//! `capsule __materialize` entry, [`materialize_entry`]), under the executor of
+//! `capsule __materialize` entry, in `crate::cli::materialize`), under the executor of
 //! `capsule exec` with a one-off policy:
 //!
 //! - writable: only the staging workspace (bound at its own path, so the paths git records
@@ -24,24 +24,19 @@
 //! host. Elsewhere than Linux synthetic steps are refused (the macOS executor has no build
 //! sandbox yet).
 
-use crate::exit::{CliError, CliResult};
 use capsule_bundle::layout::Layout;
 use capsule_bundle::materialize::{StepFailure, StepRunner, Steps};
-use clap::Args;
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 /// The hidden subcommand the sandbox runs.
 pub const ENTRY: &str = "__materialize";
-/// Set by [`SandboxedSteps`] in the sandbox's environment; [`materialize_entry`] refuses
+/// Set by [`SandboxedSteps`] in the sandbox's environment; the entry refuses
 /// to run without it (a guard against running the steps on the host by accident).
 pub const ENTRY_GUARD: &str = "CAPSULE_BUILD_SANDBOX";
 /// How long all the steps of one spec may take before they are killed.
 pub const STEPS_TIMEOUT: Duration = Duration::from_secs(600);
-/// Largest steps file the entry reads (a spec is at most 4 MiB).
-const MAX_JOB: u64 = 64 << 20;
 
 /// Runs a spec's steps in the build sandbox (see the module documentation).
 pub struct SandboxedSteps {
@@ -87,62 +82,6 @@ enum Refused {
     Step(StepFailure),
     /// Nothing ran.
     Setup(String),
-}
-
-/// `capsule __materialize` (internal; run inside the build sandbox only).
-#[derive(Debug, Args)]
-pub struct MaterializeArgs {
-    /// The steps as JSON ([`Steps`]).
-    #[arg(long)]
-    pub steps: PathBuf,
-    /// The workspace to build (an existing empty folder).
-    #[arg(long)]
-    pub workspace: PathBuf,
-}
-
-/// The entry inside the build sandbox: apply the steps, print the outcome as one JSON line
-/// (`null` on success); exit 0 when they all applied, 1 otherwise.
-pub fn materialize_entry(a: MaterializeArgs) -> CliResult {
-    if std::env::var_os(ENTRY_GUARD).as_deref() != Some(std::ffi::OsStr::new("1")) {
-        return Err(CliError::new(
-            crate::exit::USAGE,
-            format!("capsule {ENTRY} is internal: it runs a spec's steps inside capsule's build sandbox only (use `capsule open`)"),
-        ));
-    }
-    let t0 = std::time::Instant::now();
-    let outcome = read_steps(&a.steps).and_then(|job| {
-        capsule_bundle::materialize::apply_steps_inside_sandbox(&job, &a.workspace)
-    });
-    tracing::debug!("steps applied in {:?}", t0.elapsed());
-    let outcome = outcome.map_err(|mut f| {
-        if let StepFailure::Init { msg } | StepFailure::Step { msg, .. } = &mut f {
-            if msg.starts_with("cannot run git") {
-                msg.push_str(" (in the build sandbox, which hides your home: install git in a system folder such as /usr/bin)");
-            }
-        }
-        f
-    });
-    let line = match &outcome {
-        Ok(()) => "null".to_string(),
-        Err(f) => serde_json::to_string(f).unwrap_or_else(|_| "null".into()),
-    };
-    println!("{line}");
-    Ok(if outcome.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(crate::exit::FAILURE)
-    })
-}
-
-fn read_steps(p: &Path) -> Result<Steps, StepFailure> {
-    use std::io::Read;
-    let runner = |msg: String| StepFailure::Runner { msg };
-    let f = std::fs::File::open(p).map_err(|e| runner(format!("{}: {e}", p.display())))?;
-    let mut text = Vec::new();
-    f.take(MAX_JOB)
-        .read_to_end(&mut text)
-        .map_err(|e| runner(format!("{}: {e}", p.display())))?;
-    serde_json::from_slice(&text).map_err(|e| runner(format!("{}: {e}", p.display())))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -276,7 +215,7 @@ mod imp {
 
         let mut degradation = Vec::new();
         let weaker = |degradation: &mut Vec<String>, namespaces_ok| {
-            crate::cli::exec::weaker_or_refuse(&settings, degradation, namespaces_ok)
+            crate::exec::weaker_or_refuse(&settings, degradation, namespaces_ok)
                 .map_err(|e| Refused::Setup(e.message))
         };
         let (mut iso, mut best_effort) =
@@ -414,19 +353,5 @@ mod tests {
                 h.path
             );
         }
-    }
-
-    #[test]
-    fn the_entry_refuses_to_run_outside_the_sandbox() {
-        // the guard variable is only set in the build sandbox's environment
-        if std::env::var_os(ENTRY_GUARD).is_some() {
-            return;
-        }
-        let e = materialize_entry(MaterializeArgs {
-            steps: "/nonexistent".into(),
-            workspace: "/nonexistent".into(),
-        })
-        .unwrap_err();
-        assert!(e.message.contains("internal"), "{}", e.message);
     }
 }

@@ -1,0 +1,657 @@
+//! The exec pipeline on Linux ([`run`]): gate, policy, network, isolation level, cgroups,
+//! the task's environment, the plan, [`crate::linux::run`] with the record's hooks, the
+//! workspace snapshots, the git guard and the exec record. Also the other entries into
+//! the Linux executor: probes ([`run_probe`]) and the plan renderings take
+//! ([`plan_now`], [`plan_preview`]).
+
+use super::{fail, resolve_policy, with_current_hidden, Exec, ExecOptions, Finished};
+use crate::exit::{self, CliError};
+use crate::isolation;
+use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
+use crate::record::{self, ExecRecord};
+use crate::settings::Settings;
+use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
+use capsule_bundle::limits::LimitValues;
+use capsule_bundle::policy::SandboxPolicy;
+use capsule_bundle::store;
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// The limits of an exec for the flags it does not give: the operator's defaults
+/// ([`Settings::limits`]) and the spec's `sandbox.limits` (`spec`), the lower of the two
+/// where both give one: a spec may lower a limit (or set one the operator left open),
+/// never raise one; the operator's flags decide over both.
+fn limits_now(
+    settings: &Settings,
+    spec: &LimitValues,
+) -> Result<(crate::limits::Limits, Option<Duration>), CliError> {
+    use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
+    fn pick<T: PartialOrd>(
+        settings: &LimitValues,
+        spec: &LimitValues,
+        name: &str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, CliError> {
+        let mine = settings
+            .read(name, parse)
+            .map_err(|e| fail(format!("settings {e}")))?;
+        let theirs = spec
+            .read(name, parse)
+            .map_err(|e| fail(format!("the spec's sandbox.{e}")))?;
+        Ok(match (mine, theirs) {
+            (Some(m), Some(t)) => Some(if t < m { t } else { m }),
+            (m, None) => m,
+            (None, t) => t,
+        })
+    }
+    let d = &settings.limits;
+    let l = crate::limits::Limits {
+        memory: pick(d, spec, "memory", parse_size)?,
+        pids: pick(d, spec, "pids", parse_count)?,
+        cpus_milli: pick(d, spec, "cpus", parse_cpus)?,
+        tmp_size: pick(d, spec, "tmp_size", parse_size)?,
+        fds: pick(d, spec, "fds", parse_count)?,
+        file_size: pick(d, spec, "file_size", parse_size)?,
+    };
+    let activity = pick(d, spec, "activity_timeout", parse_duration)?;
+    Ok((l, activity))
+}
+
+/// [`limits_now`] for the flags `a` does not give.
+fn with_default_limits(
+    a: &mut ExecOptions,
+    settings: &Settings,
+    spec: &LimitValues,
+) -> Result<(), CliError> {
+    let (d, activity) = limits_now(settings, spec)?;
+    let l = &mut a.limits;
+    l.memory = l.memory.or(d.memory);
+    l.pids = l.pids.or(d.pids);
+    l.cpus_milli = l.cpus_milli.or(d.cpus_milli);
+    l.tmp_size = l.tmp_size.or(d.tmp_size);
+    l.fds = l.fds.or(d.fds);
+    l.file_size = l.file_size.or(d.file_size);
+    a.activity_timeout = a.activity_timeout.or(activity);
+    Ok(())
+}
+
+/// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
+/// accepted) the capsule's tmp stays the bundle's folder, unbounded; said on stderr and
+/// in the record.
+fn tmp_size_degraded(a: &ExecOptions, isolation: Isolation, degradation: &mut Vec<String>) {
+    if a.limits.tmp_size.is_some() && isolation != Isolation::Full {
+        let m = "--tmp-size cannot be enforced without a mount namespace; not enforced";
+        eprintln!("capsule: warning: {m} (weaker isolation accepted)");
+        degradation.push(m.to_string());
+    }
+}
+
+/// [`Exec::run`] on Linux.
+pub fn run(x: Exec) -> Result<Finished, CliError> {
+    let Exec {
+        capsule,
+        command,
+        options: mut a,
+    } = x;
+    let started = Instant::now();
+    let started_at = record::now_rfc3339();
+    let root = capsule_root().ok_or_else(|| fail("no capsule root: set CAPSULE_ROOT or HOME"))?;
+    let layout = Layout::new(root);
+    let cap = store::resolve(&layout, &capsule).map_err(|e| fail(e.to_string()))?;
+    tracing::debug!("resolved capsule: {:?}", started.elapsed());
+    let caller_cwd = std::env::current_dir().ok();
+    let cwd = plan::sandbox_cwd(&cap.workspace, caller_cwd.as_deref());
+
+    // the launch-policy gate first: a denial starts nothing
+    super::gate::exec_gate(caller_cwd.as_deref(), &cap.workspace, &cwd)?;
+    tracing::debug!("gate decided: {:?}", started.elapsed());
+
+    let policy = resolve_policy(&a, &cap, &layout)?;
+    // the network of this exec: refuses replay, binds the allowlist proxy
+    let net =
+        crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
+            if e.is_usage() {
+                fail(e.to_string())
+            } else {
+                CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
+            }
+        })?;
+    let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
+    with_default_limits(&mut a, &settings, &cap.record.limits)?;
+    let events = cap.bundle_file(bundle_files::EVENTS);
+    let argv: Vec<String> = command
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    let mut degradation = Vec::new();
+    let requested = serde_json::json!({
+        // the digest `store::load` checked cap.policy against
+        "policy_digest": cap.record.policy_digest,
+        "effective_policy_digest": policy.digest(),
+        "network": policy.network.mode.as_str(),
+        "net": net.record(),
+        "allow_write": policy.writable,
+        "hide": a.hide,
+        "reveal": a.reveal,
+        "pass_env": policy.pass_env,
+        "agent_login": a.agent_login.map(|b| b.name()),
+        "no_sandbox": a.no_sandbox,
+        "tty": a.tty,
+        "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
+        "activity_timeout_ms": a.activity_timeout.map(|t| t.as_millis() as u64),
+        "limits": a.limits,
+    });
+    let mut rec = ExecRecord {
+        event: "exec",
+        version: 1,
+        capsule: cap.name.clone(),
+        argv,
+        cwd: cwd.clone(),
+        started_at,
+        requested,
+        applied: None,
+        degradation: Vec::new(),
+        exit_status: exit::SANDBOX_FAILED,
+        termination: None,
+        error: None,
+        duration_ms: 0.0,
+        changes: None,
+        changes_error: None,
+        git_guard: None,
+        limits: None,
+        limits_reached: Vec::new(),
+    };
+
+    let mut landlock_best_effort = false;
+    let mut isolation = if a.no_sandbox {
+        eprintln!(
+            "capsule: WARNING: --no-sandbox: running \"{}\" WITHOUT ANY ISOLATION: it can read, write and reach everything you can",
+            capsule_bundle::escape::name(rec.argv.join(" ").as_bytes())
+        );
+        degradation.push("no sandbox at all (--no-sandbox)".to_string());
+        Isolation::None
+    } else if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+        let (i, best_effort) = weaker_or_refuse(&settings, &mut degradation, true)?;
+        landlock_best_effort = best_effort;
+        i
+    } else {
+        Isolation::Full
+    };
+
+    // the workspace snapshot the record compares against: taken when the command is
+    // released (`before_release`, while init builds the sandbox), on this thread (it
+    // reads nothing that can block and starts no thread; see `record`). Taken on a
+    // thread started here instead, overlapping the gate and the plan, exec was no
+    // faster (median 5.70 vs 5.64 ms, one-file workspace, warm spare)
+    let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
+    // the stderr relay's pipe is in place before the clone, its thread starts after it
+    // (in `before_release`): the executor must clone while single-threaded
+    let watch = Rc::new(RefCell::new(crate::home::display::Watch::start(!a.tty)));
+    let snapshot_hooks = || {
+        let slot = before.clone();
+        let ws = cap.workspace.clone();
+        let watch = watch.clone();
+        Hooks {
+            before_release: Some(Box::new(move || {
+                watch.borrow_mut().spawn_relay();
+                let t = Instant::now();
+                *slot.borrow_mut() = Some(record::snapshot(&ws));
+                tracing::debug!("snapshot before: took {:?}", t.elapsed());
+            })),
+            ..Hooks::default()
+        }
+    };
+    // the task's own environment: home layer, caches, revealed projects,
+    // devices, no display
+    let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
+        use crate::home::sandbox::{extend, EnvError};
+        extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
+            .map(|_| ())
+            .map_err(|e| match e {
+                EnvError::Device(_) => fail(e.to_string()),
+                _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
+            })
+    };
+    // memory and processes: this exec's cgroups, made now; one that cannot be made
+    // refuses the exec unless weaker isolation was accepted (then it is recorded)
+    let mut limits = a.limits;
+    let t_cg = Instant::now();
+    let cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
+        Ok(c) => c,
+        Err(e) if settings.accept_weaker => {
+            eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
+            degradation.push(format!("{e}; not enforced"));
+            match e.flag {
+                "--memory" => limits.memory = None,
+                "--cpus" => limits.cpus_milli = None,
+                _ => limits.pids = None,
+            }
+            // the other one may still be enforceable
+            linux::cgroup::ExecCgroups::create(&limits).unwrap_or_else(|e| {
+                degradation.push(format!("{e}; not enforced"));
+                limits.memory = None;
+                limits.pids = None;
+                limits.cpus_milli = None;
+                linux::cgroup::ExecCgroups::default()
+            })
+        }
+        Err(e) => {
+            return Err(CliError::new(
+                exit::SANDBOX_FAILED,
+                format!("{e}; nothing ran. To run without the limits it cannot enforce, accept weaker isolation knowingly: `capsule isolation --accept-weaker on`"),
+            ))
+        }
+    };
+    tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
+    if !limits.is_empty() || a.limits.needs_cgroup() {
+        rec.limits = Some(serde_json::json!({
+            "in_force": limits,
+            "rlimits": limits.rlimits().map(|(_, f, v)| (f, v)).collect::<Vec<_>>(),
+            "cgroups": cgroups.record(),
+        }));
+    }
+    let mut plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
+    tmp_size_degraded(&a, isolation, &mut degradation);
+    plan.landlock_best_effort = landlock_best_effort;
+    plan.cgroup_procs = cgroups.procs_files();
+    task_env(&mut plan)?;
+    net.apply(&mut plan);
+    tracing::debug!("plan ready: {:?}", started.elapsed());
+    // held while the command runs: `home apply|discard` refuse meanwhile
+    let _exec_lock = crate::home::lock::exec_shared(&cap.bundle_dir);
+    let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
+    tracing::debug!("command ended: {:?}", started.elapsed());
+    if let Err(ExecError::Namespaces(msg)) = &result {
+        // full isolation is refused here: only what the operator accepted may follow
+        tracing::info!("namespaces refused: {msg}");
+        (isolation, landlock_best_effort) = weaker_or_refuse(&settings, &mut degradation, false)?;
+        plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
+        tmp_size_degraded(&a, isolation, &mut degradation);
+        plan.landlock_best_effort = landlock_best_effort;
+        plan.cgroup_procs = cgroups.procs_files();
+        task_env(&mut plan)?;
+        net.apply(&mut plan);
+        result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
+    }
+    // the snapshot after the command
+    let after = {
+        let before = before.borrow();
+        let before = before.as_ref().and_then(|b| b.as_ref().ok());
+        record::snapshot_after(before, &cap.workspace)
+    };
+    tracing::debug!("snapshot after: {:?}", started.elapsed());
+    // the operator's own git in the workspace must not run what the command planted
+    rec.git_guard = guard_git(&cap, after.as_ref().ok());
+    tracing::debug!("git guard: {:?}", started.elapsed());
+    let needs_display = match Rc::try_unwrap(watch) {
+        Ok(w) => w.into_inner().finish(),
+        Err(_) => false,
+    };
+    tracing::debug!("stderr relay finished: {:?}", started.elapsed());
+    if isolation == Isolation::Weaker {
+        eprintln!(
+            "capsule: warning: weaker isolation (Landlock + seccomp, no namespaces): {}",
+            degradation.join("; ")
+        );
+    } else if landlock_best_effort {
+        eprintln!(
+            "capsule: warning: weaker isolation (namespaces + seccomp, Landlock only as far as this kernel allows): {}",
+            degradation.join("; ")
+        );
+    }
+    net.finish();
+    degradation.extend(net.degradation());
+    rec.degradation = degradation;
+
+    let code = match &result {
+        Ok(o) => {
+            rec.applied = serde_json::to_value(&o.applied).ok();
+            rec.termination = serde_json::to_value(o.termination).ok();
+            let killed = match (o.termination, a.activity_timeout) {
+                (linux::Termination::ActivityTimeout, Some(d)) => {
+                    Some(crate::limits::silent_for(d))
+                }
+                (linux::Termination::Signaled(s), _) => crate::limits::killed_by(&limits, s),
+                _ => None,
+            };
+            rec.limits_reached.extend(killed);
+            rec.limits_reached.extend(cgroups.reached());
+            for m in &rec.limits_reached {
+                eprintln!("capsule: {m}");
+            }
+            o.termination.exit_status()
+        }
+        Err(e) => {
+            rec.error = Some(e.to_string());
+            match e {
+                ExecError::NotFound { .. } => exit::NOT_FOUND,
+                ExecError::NotExecutable { .. } => exit::NOT_EXECUTABLE,
+                ExecError::Setup(_) | ExecError::Namespaces(_) => exit::SANDBOX_FAILED,
+            }
+        }
+    };
+    rec.exit_status = code;
+    if needs_display && code != 0 {
+        use crate::home::display;
+        let what = rec
+            .argv
+            .first()
+            .map(String::as_str)
+            .unwrap_or("the command");
+        let what = capsule_bundle::escape::name(what.as_bytes());
+        eprintln!("capsule: {what} {}", display::NEEDS_DISPLAY);
+        if let Err(e) = display::record(&events, &cap.name, &rec.argv, code) {
+            tracing::warn!(
+                "cannot record the display event in {}: {e}",
+                events.display()
+            );
+        }
+    }
+    tracing::debug!("record prepared: {:?}", started.elapsed());
+    let before = before
+        .borrow_mut()
+        .take()
+        .unwrap_or_else(|| Err("the command did not start".into()));
+    match (before, after) {
+        (Ok(b), Ok(after)) => rec.changes = Some(record::diff(&b, &after, &cap.workspace)),
+        (Err(e), _) | (_, Err(e)) => rec.changes_error = Some(e),
+    }
+    tracing::debug!("changes computed: {:?}", started.elapsed());
+    rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if let Err(e) = rec.append(&events) {
+        eprintln!(
+            "capsule: cannot append the exec record to {}: {e}",
+            events.display()
+        );
+    }
+    // the next exec's cgroups, made now that this one is done (none without limits)
+    cgroups.make_spares();
+    Ok(Finished {
+        record: Some(rec),
+        exit_status: code,
+        error: result.err().map(|e| e.to_string()),
+    })
+}
+
+/// Check the workspace's git dirs for the operator's host git
+/// ([`capsule_bundle::hostgit::guard_workspace`]) with the gitlinks of the snapshot
+/// after the command; say on stderr what was quarantined. Returns the record's
+/// `git_guard` (only when something was found or could not be checked).
+fn guard_git(
+    cap: &store::OpenCapsule,
+    after: Option<&record::Snapshot>,
+) -> Option<serde_json::Value> {
+    let t = Instant::now();
+    let links = after.and_then(|s| s.gitlinks());
+    let report =
+        capsule_bundle::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, links.as_deref());
+    tracing::debug!(
+        "git guard: took {:?} (full check: {})",
+        t.elapsed(),
+        report.checked
+    );
+    let line = report.summary_line()?;
+    eprintln!("{line}");
+    serde_json::to_value(&report).ok()
+}
+
+/// Run a probe script (`sh -c script`) of `cap` in its sandbox, with the capsule's own
+/// policy (the spec's network mode) and exactly `env`; stdin is `/dev/null`, stdout and
+/// stderr go to `out`. Isolation as for `exec` (never a silent fallback). Returns the
+/// exit status (the command's own, 128+N, 124 on timeout, 126/127) or why nothing ran.
+pub fn run_probe(
+    cap: &store::OpenCapsule,
+    script: &str,
+    cwd: &Path,
+    env: Vec<(OsString, OsString)>,
+    timeout: Duration,
+    out: std::os::fd::RawFd,
+) -> Result<Option<i32>, String> {
+    let settings = capsule_root()
+        .map(|r| Layout::new(r).settings_file())
+        .and_then(|f| Settings::load(&f).ok())
+        .unwrap_or_default();
+    let current = capsule_root()
+        .map(|r| with_current_hidden(cap, &Layout::new(r)))
+        .unwrap_or_else(|| cap.policy.clone());
+    let policy = &current;
+    let mut degradation = Vec::new();
+    let (mut isolation, mut best_effort) =
+        if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+            weaker_or_refuse(&settings, &mut degradation, true).map_err(|e| e.message)?
+        } else {
+            (Isolation::Full, false)
+        };
+    // an empty HOME of the probe's own, in the capsule's tmp (its /tmp inside)
+    let home = tempfile::Builder::new()
+        .prefix("probe-home-")
+        .tempdir_in(&policy.tmp_dir)
+        .map_err(|e| {
+            format!(
+                "cannot make a probe HOME in {}: {e}",
+                policy.tmp_dir.display()
+            )
+        })?;
+    let make = |iso: Isolation, landlock_best_effort: bool| {
+        let full = iso == Isolation::Full;
+        let home_inside = match (full, home.path().file_name()) {
+            (true, Some(n)) => Path::new("/tmp").join(n),
+            _ => home.path().to_path_buf(),
+        };
+        let mut env: Vec<(OsString, OsString)> =
+            env.iter().filter(|(k, _)| k != "HOME").cloned().collect();
+        env.push(("HOME".into(), home_inside.into_os_string()));
+        ExecPlan {
+            stdio: Stdio::Redirect {
+                stdout: out,
+                stderr: out,
+            },
+            timeout: Some(timeout),
+            landlock_best_effort,
+            ..ExecPlan::for_policy(
+                policy,
+                iso,
+                vec!["sh".into(), "-c".into(), script.into()],
+                env,
+                cwd.to_path_buf(),
+            )
+        }
+    };
+    let mut result = linux::run(&make(isolation, best_effort), Hooks::default());
+    if let Err(ExecError::Namespaces(_)) = &result {
+        (isolation, best_effort) =
+            weaker_or_refuse(&settings, &mut degradation, false).map_err(|e| e.message)?;
+        result = linux::run(&make(isolation, best_effort), Hooks::default());
+    }
+    // a probe is the spec's code: the operator's git is guarded after it as after exec
+    guard_git(cap, None);
+    match result {
+        Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
+        Ok(o) => Ok(Some(o.termination.exit_status() as i32)),
+        Err(ExecError::NotFound { .. }) => Ok(Some(exit::NOT_FOUND as i32)),
+        Err(ExecError::NotExecutable { .. }) => Ok(Some(exit::NOT_EXECUTABLE as i32)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The plan an exec of `argv` in `cap` would run now at full isolation, with no flags:
+/// the policy with the hidden paths of now, the clean environment, the home layer,
+/// caches, revealed projects and devices ([`crate::home::sandbox::extend`], which
+/// prepares the home layer as an exec does), and the spec's network mode (the
+/// allowlist proxy is the executor's: without it, loopback only). For `capsule export`
+/// (whose bundle mounts the home layer), never on the exec path.
+pub fn plan_now(
+    cap: &store::OpenCapsule,
+    layout: &Layout,
+    argv: Vec<OsString>,
+) -> Result<ExecPlan, CliError> {
+    plan_for_rendering(cap, layout, argv, crate::home::sandbox::extend)
+}
+
+/// [`plan_now`] without its side effects: nothing is created or written (the home
+/// layer and cache folders are named where an exec would make them;
+/// [`crate::home::sandbox::describe`]). For showing what an exec enforces
+/// (`capsule inspect`).
+pub fn plan_preview(
+    cap: &store::OpenCapsule,
+    layout: &Layout,
+    argv: Vec<OsString>,
+) -> Result<ExecPlan, CliError> {
+    plan_for_rendering(cap, layout, argv, crate::home::sandbox::describe)
+}
+
+type Wire = fn(
+    &mut ExecPlan,
+    &store::OpenCapsule,
+    &Settings,
+    bool,
+    &Path,
+) -> Result<crate::home::sandbox::EnvReport, crate::home::sandbox::EnvError>;
+
+fn plan_for_rendering(
+    cap: &store::OpenCapsule,
+    layout: &Layout,
+    argv: Vec<OsString>,
+    wire: Wire,
+) -> Result<ExecPlan, CliError> {
+    let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
+    let policy = with_current_hidden(cap, layout);
+    let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+    let mut plan = ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
+    // the limits of an exec with no flags: the operator's defaults and the spec's
+    let (limits, activity) = limits_now(&settings, &cap.record.limits)?;
+    plan.limits = limits;
+    plan.activity_timeout = activity;
+    if let Some(size) = limits.tmp_size {
+        plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
+    }
+    wire(&mut plan, cap, &settings, true, &layout.root).map_err(|e| fail(e.to_string()))?;
+    Ok(plan)
+}
+
+/// What the executor runs at for an isolation decision: `(isolation, landlock_best_effort)`.
+/// Weaker isolation keeps the namespaces whenever they are available (`namespaces_ok`:
+/// false once the kernel refused them), so "weaker" then means only the Landlock layer is
+/// missing or partial; without namespaces it is Landlock + seccomp.
+pub fn isolation_for(level: &isolation::IsolationLevel, namespaces_ok: bool) -> (Isolation, bool) {
+    use isolation::IsolationLevel;
+    match level {
+        IsolationLevel::Full => (Isolation::Full, false),
+        IsolationLevel::Weaker(d) if d.namespaces && namespaces_ok => (Isolation::Full, true),
+        IsolationLevel::Weaker(_) => (Isolation::Weaker, false),
+    }
+}
+
+/// Weaker isolation if the operator accepted it and the machine allows it (keeping the
+/// namespaces when they work and `namespaces_ok`: then only Landlock is weaker; see
+/// [`isolation_for`]); else the refusal that says what is missing and how to
+/// accept. Returns the isolation and whether Landlock is best effort.
+pub fn weaker_or_refuse(
+    settings: &Settings,
+    degradation: &mut Vec<String>,
+    namespaces_ok: bool,
+) -> Result<(Isolation, bool), CliError> {
+    let report = isolation::probe();
+    match isolation::decide(&report, settings) {
+        Ok(level) => {
+            if let isolation::IsolationLevel::Weaker(d) = &level {
+                degradation.extend(d.missing.iter().cloned());
+            }
+            Ok(isolation_for(&level, namespaces_ok))
+        }
+        Err(m) => Err(CliError::new(exit::SANDBOX_FAILED, m.message)),
+    }
+}
+
+fn build_plan(
+    a: &ExecOptions,
+    command: &[OsString],
+    policy: &SandboxPolicy,
+    cwd: &Path,
+    isolation: Isolation,
+    bundle_dir: &Path,
+) -> ExecPlan {
+    let full = isolation == Isolation::Full;
+    let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+    if !full {
+        // no mount namespace: the capsule's tmp is where it is
+        for (k, v) in env.iter_mut() {
+            if k == "TMPDIR" {
+                *v = policy.tmp_dir.clone().into_os_string();
+            }
+        }
+    }
+    let mut plan = ExecPlan {
+        stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
+        timeout: a.timeout,
+        activity_timeout: a.activity_timeout,
+        limits: a.limits,
+        // the root is prepared once per capsule and policy, and joined by each exec
+        prepared: Some(crate::linux::prepared::dir(bundle_dir)),
+        ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())
+    };
+    if let Some(size) = a.limits.tmp_size {
+        plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `decide` on a machine with these walls, weaker accepted, then the executor mapping.
+    fn mapped(ns: bool, abi: u32, namespaces_ok: bool) -> (Isolation, bool) {
+        use crate::isolation::*;
+        let mut missing = vec![];
+        if !ns {
+            missing.push("no user namespaces".to_string());
+        }
+        if abi < FULL_LANDLOCK_ABI {
+            missing.push("old Landlock".to_string());
+        }
+        let report = IsolationReport {
+            os: "linux",
+            user_namespaces: UserNamespaces {
+                available: ns,
+                error: None,
+                max_user_namespaces: None,
+                restrictions: vec![],
+            },
+            landlock: LandlockInfo {
+                abi,
+                lacking: vec![],
+            },
+            seccomp: SeccompInfo {
+                available: true,
+                own_mode: None,
+                error: None,
+            },
+            missing,
+        };
+        let settings = crate::settings::Settings {
+            accept_weaker: true,
+            ..Default::default()
+        };
+        let level = decide(&report, &settings).expect("weaker accepted");
+        isolation_for(&level, namespaces_ok)
+    }
+
+    #[test]
+    fn weaker_keeps_namespaces_when_only_landlock_is_missing() {
+        // everything there: full, Landlock required
+        assert_eq!(mapped(true, 7, true), (Isolation::Full, false));
+        // namespaces but Landlock too old (ABI 2) or absent: namespaces kept, Landlock
+        // best effort
+        assert_eq!(mapped(true, 2, true), (Isolation::Full, true));
+        assert_eq!(mapped(true, 0, true), (Isolation::Full, true));
+        // no namespaces: Landlock + seccomp, Landlock required
+        assert_eq!(mapped(false, 7, true), (Isolation::Weaker, false));
+        assert_eq!(mapped(false, 2, true), (Isolation::Weaker, false));
+        // namespaces reported available but refused when cloning: no namespaces
+        assert_eq!(mapped(true, 2, false), (Isolation::Weaker, false));
+    }
+}
