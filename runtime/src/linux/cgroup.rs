@@ -502,6 +502,9 @@ impl ExecCgroups {
             dir: CString,
             procs: CString,
             force_empty: Option<CString>,
+            /// Files written once it is empty, in order, so that a spare group holds no
+            /// limit of this exec's (as a new group; memory+swap before memory in v1).
+            reset: Vec<(CString, &'static [u8])>,
             spare: CString,
             /// No limit was reached in it: its counters are still those of a new group.
             reuse: bool,
@@ -514,6 +517,27 @@ impl ExecCgroups {
                 Some(Leave {
                     dir: c(&g.dir)?,
                     procs: c(&g.dir.join("cgroup.procs"))?,
+                    reset: {
+                        let files: &[(&str, &'static [u8])] = match g.version {
+                            Version::V1 => &[
+                                ("memory.memsw.limit_in_bytes", b"-1"),
+                                ("memory.limit_in_bytes", b"-1"),
+                                ("pids.max", b"max"),
+                                ("cpu.cfs_quota_us", b"-1"),
+                            ],
+                            Version::V2 => &[
+                                ("memory.max", b"max"),
+                                ("memory.swap.max", b"max"),
+                                ("pids.max", b"max"),
+                                ("cpu.max", b"max"),
+                            ],
+                        };
+                        files
+                            .iter()
+                            .filter(|(f, _)| g.dir.join(f).exists())
+                            .filter_map(|(f, v)| Some((c(&g.dir.join(f))?, *v)))
+                            .collect()
+                    },
                     force_empty: if v1_memory {
                         Some(c(&g.dir.join("memory.force_empty"))?)
                     } else {
@@ -559,6 +583,13 @@ impl ExecCgroups {
                     for (i, l) in leave.iter().enumerate() {
                         if done[i] || !empty(&l.procs) {
                             continue;
+                        }
+                        for (f, v) in &l.reset {
+                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                            if fd >= 0 {
+                                libc::write(fd, v.as_ptr().cast(), v.len());
+                                libc::close(fd);
+                            }
                         }
                         if let Some(f) = &l.force_empty {
                             let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
