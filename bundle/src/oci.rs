@@ -299,7 +299,7 @@ mod tests {
             devices: vec![],
             network: NetworkPolicy {
                 mode,
-                allow: vec![],
+                ..Default::default()
             },
         }
     }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 pub mod capsules;
 pub mod exec;
 mod exec_args;
+mod exec_env;
 pub mod export;
 pub mod gate;
 pub mod home;
@@ -32,6 +33,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// parsed once per process: the size of the exec variant costs nothing worth a box
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Open a capsule from a spec or a local checkout.

@@ -111,8 +111,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
 
     let policy = resolve_policy(&a, &cap, &layout)?;
     // the network of this exec: refuses replay, binds the allowlist proxy
-    let net =
-        crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
+    let net = crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir, &a.secret_files)
+        .map_err(|e| {
             if e.is_usage() {
                 fail(e.to_string())
             } else {
@@ -137,7 +137,9 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         "hide": a.hide,
         "reveal": a.reveal,
         "pass_env": policy.pass_env,
-        "agent_login": a.agent_login.map(|b| b.name()),
+        "agent_login": a.agent_login.as_ref().map(|b| b.name.as_str()),
+        "env": a.env.iter().map(|(k, _)| k.to_string_lossy()).collect::<Vec<_>>(),
+        "read_only_workspace": a.read_only_workspace,
         "no_sandbox": a.no_sandbox,
         "tty": a.tty,
         "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
@@ -208,7 +210,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     // devices, no display
     let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
         use crate::home::sandbox::{extend, EnvError};
-        extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
+        let login: Vec<&str> = a
+            .agent_login
+            .iter()
+            .flat_map(|b| b.login_paths.iter().map(String::as_str))
+            .collect();
+        extend(plan, &cap, &settings, !a.no_gpu, &layout.root, &login)
             .map(|_| ())
             .map_err(|e| match e {
                 EnvError::Device(_) => fail(e.to_string()),
@@ -488,7 +495,9 @@ pub fn plan_now(
     layout: &Layout,
     argv: Vec<OsString>,
 ) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, crate::home::sandbox::extend)
+    plan_for_rendering(cap, layout, argv, |p, c, s, g, r| {
+        crate::home::sandbox::extend(p, c, s, g, r, &[])
+    })
 }
 
 /// [`plan_now`] without its side effects: nothing is created or written (the home
@@ -576,6 +585,7 @@ fn build_plan(
 ) -> ExecPlan {
     let full = isolation == Isolation::Full;
     let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+    super::set_env(&mut env, &a.env);
     if !full {
         // no mount namespace: the capsule's tmp is where it is
         for (k, v) in env.iter_mut() {

@@ -7,6 +7,8 @@
 //! after the host root is reachable under `/oldroot` and before the final `pivot_root`.
 //! Every `dst` is a path as the command will see it; every `src` is a host path.
 
+pub mod view;
+
 use capsule_bundle::policy::{is_default_env, SandboxPolicy};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -54,6 +56,10 @@ pub enum MountStep {
     /// `/var/tmp` under `--tmp-size`: their bytes count together), made anew for each exec
     /// (see [`with_tmp_size`]).
     TaskTmp { size: u64, dsts: Vec<PathBuf> },
+    /// The home as a view of only its `entries` over host `src` (everything else of it
+    /// is absent), written through the home layer (`upper`, `work`); see
+    /// [`crate::home::view`].
+    HomeView(view::HomeView),
 }
 
 impl MountStep {
@@ -70,6 +76,7 @@ impl MountStep {
             | MountStep::Symlink { dst, .. }
             | MountStep::Dir { dst } => dst,
             MountStep::TaskTmp { dsts, .. } => dsts.first().map_or(Path::new("/tmp"), |d| d),
+            MountStep::HomeView(v) => &v.dst,
         }
     }
 }

@@ -78,6 +78,7 @@ fn config(allow: &[&str], resolve: &str, log: Option<&Path>) -> ProxyConfig {
         resolver: Resolver::parse_table(resolve).unwrap(),
         refusal_log: log.map(|p| RefusalLog::open(p).unwrap()),
         limits: Limits::default(),
+        secrets: None,
     }
 }
 

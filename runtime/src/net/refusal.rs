@@ -29,6 +29,10 @@ pub struct Refusal {
     pub host: String,
     pub port: u16,
     pub reason: String,
+    /// For a secret's placeholder sent to a host it is not for: the header (or `request
+    /// target`) it was in. Never the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
 }
 
 impl RefusalLog {
@@ -53,12 +57,27 @@ impl RefusalLog {
     /// Append one refusal. Failures are reported through `tracing` and otherwise ignored:
     /// the request is refused either way.
     pub fn record(&self, host: &str, port: u16, reason: &str) {
-        let r = Refusal {
+        self.append(Refusal {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             host: host.to_string(),
             port,
             reason: reason.to_string(),
-        };
+            header: None,
+        })
+    }
+
+    /// Append a refused placeholder: the host, the header's name, the secret's name.
+    pub fn record_leak(&self, host: &str, port: u16, leak: &super::secrets::Leak) {
+        self.append(Refusal {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            host: host.to_string(),
+            port,
+            reason: leak.to_string(),
+            header: Some(leak.header.clone()),
+        })
+    }
+
+    fn append(&self, r: Refusal) {
         let mut line = match serde_json::to_vec(&r) {
             Ok(l) => l,
             Err(e) => {
