@@ -357,3 +357,30 @@ fn a_layer_symlink_where_a_shown_folder_appears_later_is_never_followed() {
         assert_eq!(std::fs::read_dir(&ssh).unwrap().count(), 1);
     });
 }
+
+/// Execs of different plans (here: one more hidden path) mount their own overlays of the
+/// one home layer; a folder of the view that one of them copies up into the layer must
+/// stay writable for the others (it was ENOENT for them, and an agent CLI retrying its
+/// `mkdir -p ~/.cache/x` spun forever).
+#[test]
+fn writes_below_the_views_folders_work_across_plans() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let other = c.dir.path().join("other-plan");
+        std::fs::create_dir_all(&other).unwrap();
+        c.runner.own(c.dir.path());
+        let hide = other.display().to_string();
+        // the second plan's root is prepared (its overlay mounted) first
+        ok(
+            &c.exec_with(&["--hide", &hide], &["true"]),
+            "prepare plan 2",
+        );
+        let a = c.home.join(".cache/from-plan-1").display().to_string();
+        ok(&c.exec(&["mkdir", &a]), "mkdir under ~/.cache, plan 1");
+        let b = c.home.join(".cache/from-plan-2").display().to_string();
+        ok(
+            &c.exec_with(&["--hide", &hide], &["mkdir", &b]),
+            "mkdir under ~/.cache, plan 2",
+        );
+    });
+}

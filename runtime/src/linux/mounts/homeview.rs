@@ -87,6 +87,21 @@ pub(super) fn apply(v: &HomeView) -> R<()> {
             }
         }
     }
+    // the folders on the way to every entry and point exist in the layer too, so that no
+    // write below them has to copy a folder up: execs of other plans mount other
+    // overlays of the same upper dir at the same time, and a folder copied up by one of
+    // them stays unwritable (ENOENT) for the others
+    let parents = v
+        .entries
+        .iter()
+        .map(|e| e.rel.parent())
+        .chain(v.points.iter().map(|p| p.rel.parent()));
+    for rel in parents.flatten().filter(|r| !r.as_os_str().is_empty()) {
+        ctx(
+            walk(&upper, rel, true),
+            what(&format!("layer folder {}", rel.display())),
+        )?;
+    }
     // 3. the home
     let home = ctx(under(NEW, &v.dst), what("home"))?;
     ctx(mount_point(&home, true), what("home"))?;
