@@ -35,6 +35,7 @@ pub mod reachcopy;
 pub mod rmtree;
 pub mod source;
 pub mod spec;
+pub mod staging;
 pub mod store;
 
 pub use error::{Error, Result};
