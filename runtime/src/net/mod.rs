@@ -28,6 +28,8 @@ pub mod socks;
 pub mod splice;
 
 #[cfg(test)]
+mod allowlist_props;
+#[cfg(test)]
 mod proxy_tests;
 
 use allowlist::Allowlist;
