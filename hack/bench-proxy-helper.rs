@@ -12,6 +12,11 @@
 //!                                             (absolute-form via PROXY); prints the median
 //!                                             and p99 in microseconds
 //!
+//!   bench-proxy-helper splice-relay           print port; a minimal CONNECT relay that moves
+//!                                             bytes with splice(2) through a pipe each way:
+//!                                             the kernel's floor for a second connection
+//!                                             (no policy, no parsing beyond CONNECT)
+//!
 //! Every address is a loopback address given by the script.
 
 use std::io::{Read, Write};
@@ -26,6 +31,7 @@ fn main() {
     match a.as_slice() {
         ["data-server"] => data_server(),
         ["http-server"] => http_server(),
+        ["splice-relay"] => splice_relay(),
         ["throughput", addr, bytes, dir, rest @ ..] => {
             let n: u64 = bytes.parse().expect("BYTES");
             throughput(addr, n, *dir == "up", rest.first().copied())
@@ -185,4 +191,76 @@ fn latency(addr: &str, n: usize, proxy: Option<&str>) {
     let med = times[n / 2];
     let p99 = times[(n * 99 / 100).min(n - 1)];
     println!("{med:.0} {p99:.0}");
+}
+
+extern "C" {
+    fn splice(fd_in: i32, off_in: *mut i64, fd_out: i32, off_out: *mut i64, len: usize, flags: u32) -> isize;
+    fn pipe2(fds: *mut i32, flags: i32) -> i32;
+    fn close(fd: i32) -> i32;
+}
+
+/// Move bytes from `a` to `b` with splice(2) until EOF, then shut `b`'s write side.
+fn pump(a: &TcpStream, b: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `p`.
+    if unsafe { pipe2(p.as_mut_ptr(), 0o2000000) } != 0 {
+        return;
+    }
+    const MOVE: u32 = 1;
+    loop {
+        // SAFETY: plain splice calls on descriptors we own.
+        let n = unsafe { splice(a.as_raw_fd(), std::ptr::null_mut(), p[1], std::ptr::null_mut(), 1 << 20, MOVE) };
+        if n <= 0 {
+            break;
+        }
+        let mut left = n;
+        while left > 0 {
+            // SAFETY: as above.
+            let m = unsafe { splice(p[0], std::ptr::null_mut(), b.as_raw_fd(), std::ptr::null_mut(), left as usize, MOVE) };
+            if m <= 0 {
+                left = -1;
+                break;
+            }
+            left -= m;
+        }
+        if left < 0 {
+            break;
+        }
+    }
+    let _ = b.shutdown(Shutdown::Write);
+    // SAFETY: closing the pipe we made.
+    unsafe {
+        close(p[0]);
+        close(p[1]);
+    }
+}
+
+fn splice_relay() {
+    let l = listen();
+    for s in l.incoming() {
+        let Ok(mut c) = s else { continue };
+        std::thread::spawn(move || {
+            let _ = c.set_nodelay(true);
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match c.read(&mut b) {
+                    Ok(1) => head.push(b[0]),
+                    _ => return,
+                }
+            }
+            let line = String::from_utf8_lossy(&head);
+            let Some(target) = line.split_whitespace().nth(1) else { return };
+            let Ok(u) = TcpStream::connect(target) else { return };
+            let _ = u.set_nodelay(true);
+            if c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").is_err() {
+                return;
+            }
+            let (c2, u2) = (c.try_clone().expect("dup"), u.try_clone().expect("dup"));
+            let t = std::thread::spawn(move || pump(&c2, &u2));
+            pump(&u, &c);
+            let _ = t.join();
+        });
+    }
 }

@@ -38,6 +38,11 @@ pub enum Grant {
     NetworkOpen,
     /// One allowlisted destination (`network: live` with `sandbox.network.allow`).
     NetworkAllow(String),
+    /// A secret (`sandbox.secrets`): `NAME -> host, host`; the value, taken from your
+    /// environment at exec, goes to those hosts.
+    Secret(String),
+    /// A port of the sandbox published on the host's loopback (`sandbox.publish`).
+    Publish(String),
 }
 
 impl std::fmt::Display for Grant {
@@ -51,6 +56,16 @@ impl std::fmt::Display for Grant {
             Grant::Device(d) => write!(f, "device {}", escape(d)),
             Grant::NetworkOpen => f.write_str("network open (the host's network, unrestricted)"),
             Grant::NetworkAllow(h) => write!(f, "network to {} (allowlist)", escape(h)),
+            Grant::Publish(p) => write!(
+                f,
+                "publish {} (a server inside, on this computer's loopback)",
+                escape(p)
+            ),
+            Grant::Secret(s) => write!(
+                f,
+                "secret {} (its value from your environment goes to those hosts)",
+                escape(s)
+            ),
         }
     }
 }
@@ -86,6 +101,12 @@ pub fn of_policy(policy: &SandboxPolicy, tool_reveals: &[PathBuf]) -> Vec<Grant>
             }
         }
         NetworkMode::None | NetworkMode::Off | NetworkMode::Replay => {}
+    }
+    for p in &policy.network.publish {
+        v.push(Grant::Publish(p.clone()));
+    }
+    for (name, hosts) in &policy.network.secrets {
+        v.push(Grant::Secret(format!("{name} -> {}", hosts.join(", "))));
     }
     v.sort();
     v.dedup();

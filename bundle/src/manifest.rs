@@ -30,6 +30,8 @@ pub struct ManifestSource {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ManifestProbe {
     pub name: String,
+    /// `run` as opened; `command` once `verify` wrote its results (Kitsoki's shape).
+    #[serde(alias = "command")]
     pub run: String,
     #[serde(default = "default_expect")]
     pub expect: String,
@@ -83,6 +85,62 @@ impl Manifest {
     /// is writable): a symlink is not followed (it could point at a file the sandbox cannot
     /// read), a FIFO or device is not opened blocking or read, and at most 1 MiB is read.
     pub fn read(path: &Path) -> Result<Self, String> {
+        let text = read_text(path)?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{}:{}:{}: {}", path.display(), e.line(), e.column(), e))
+    }
+}
+
+/// What `capsule verify` measured, written back into the workspace's manifest as
+/// `kitsoki capsule verify` does: `tree_digest` (hex) and `probes` (each `{name, command,
+/// expect, exit_code, ok, output}`). The other fields are kept as they are.
+///
+/// The old manifest is read without following a symlink or blocking; the new one is
+/// written to a fresh file in the workspace (`O_EXCL | O_NOFOLLOW`) and renamed over it,
+/// so a symlink or hard link a task left there is replaced, never written through.
+pub fn write_verified(
+    workspace: &Path,
+    tree_digest_hex: &str,
+    probes: serde_json::Value,
+) -> Result<(), String> {
+    use crate::fsat;
+    use std::ffi::OsStr;
+    use std::io::Write;
+    let path = workspace.join(MANIFEST);
+    let shown = path.display();
+    let mut v: serde_json::Value = serde_json::from_str(&read_text(&path)?)
+        .map_err(|e| format!("{shown}:{}:{}: {e}", e.line(), e.column()))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(format!("{shown}: not a JSON object"));
+    };
+    obj.insert("tree_digest".into(), tree_digest_hex.into());
+    obj.insert("probes".into(), probes);
+    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n";
+    let dir = fsat::open_dir(workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
+    let tmp = format!(".{MANIFEST}.verify-{}", std::process::id());
+    let tmp = OsStr::new(&tmp);
+    let unlink = |d: &std::os::fd::OwnedFd| {
+        use std::os::fd::AsRawFd;
+        if let Ok(c) = fsat::cstr(tmp) {
+            let _ = fsat::unlink_at_c(d.as_raw_fd(), &c, 0);
+        }
+    };
+    unlink(&dir);
+    let written = fsat::create_file_at(&dir, tmp, 0o644).and_then(|mut f| {
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    });
+    let renamed = written.and_then(|_| fsat::rename_at(&dir, tmp, OsStr::new(MANIFEST)));
+    if let Err(e) = renamed {
+        unlink(&dir);
+        return Err(format!("writing {shown}: {e}"));
+    }
+    Ok(())
+}
+
+/// The manifest's text (see [`Manifest::read`] for what is refused).
+fn read_text(path: &Path) -> Result<String, String> {
+    {
         use std::io::Read;
         use std::os::unix::fs::OpenOptionsExt;
         const MAX_BYTES: u64 = 1 << 20;
@@ -106,7 +164,6 @@ impl Manifest {
         if text.len() as u64 > MAX_BYTES {
             return Err(format!("{shown}: larger than {MAX_BYTES} bytes (not read)"));
         }
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{}:{}:{}: {}", path.display(), e.line(), e.column(), e))
+        Ok(text)
     }
 }

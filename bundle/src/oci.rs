@@ -297,7 +297,7 @@ mod tests {
             devices: vec![],
             network: NetworkPolicy {
                 mode,
-                allow: vec![],
+                ..Default::default()
             },
         }
     }

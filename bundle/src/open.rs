@@ -55,6 +55,8 @@ pub struct Opened {
     /// pinned repository may have left what would run in the operator's own git): offenders
     /// are quarantined in the bundle, as after an exec ([`crate::hostgit`]).
     pub git_guard: crate::hostgit::GuardReport,
+    /// The manifest written into the workspace (Kitsoki's `Manifest`).
+    pub manifest: Manifest,
 }
 
 fn now_rfc3339() -> String {
@@ -432,6 +434,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         spec,
         read_source,
         git_guard,
+        manifest,
     })
 }
 
@@ -591,19 +594,38 @@ fn network_policy(spec: Option<&Spec>) -> NetworkPolicy {
     let Some(s) = spec else {
         return NetworkPolicy::default();
     };
+    let mut p = network_mode(s);
+    p.publish = s.sandbox.publish.clone();
+    p
+}
+
+fn network_mode(s: &Spec) -> NetworkPolicy {
     match s.network {
         SpecNetwork::None => NetworkPolicy::default(),
         SpecNetwork::Replay => NetworkPolicy {
             mode: NetworkMode::Replay,
-            allow: Vec::new(),
+            ..Default::default()
         },
-        SpecNetwork::Live if !s.sandbox.network.allow.is_empty() => NetworkPolicy {
-            mode: NetworkMode::Allowlist,
-            allow: s.sandbox.network.allow.clone(),
-        },
+        SpecNetwork::Live
+            if !s.sandbox.network.allow.is_empty() || !s.sandbox.secrets.is_empty() =>
+        {
+            // a secret's hosts are reached through the allowlist
+            let mut allow = s.sandbox.network.allow.clone();
+            for h in s.sandbox.secrets.values().flatten() {
+                if !allow.contains(h) {
+                    allow.push(h.clone());
+                }
+            }
+            NetworkPolicy {
+                mode: NetworkMode::Allowlist,
+                allow,
+                secrets: s.sandbox.secrets.clone(),
+                ..Default::default()
+            }
+        }
         SpecNetwork::Live => NetworkPolicy {
             mode: NetworkMode::Open,
-            allow: Vec::new(),
+            ..Default::default()
         },
     }
 }

@@ -57,6 +57,15 @@ pub struct NetworkPolicy {
     /// meaningful in [`NetworkMode::Allowlist`].
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Secrets kept outside the sandbox: name -> the allowlist entries of the hosts its
+    /// value goes to (the command sees a placeholder; the proxy puts the value in for
+    /// those hosts only). Names and hosts only, never a value.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// Ports of the sandbox's loopback published on the host's loopback
+    /// (`[HOST_PORT:]PORT`), while an exec runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<String>,
 }
 
 /// What a path may be used for.
@@ -78,6 +87,8 @@ pub enum HiddenReason {
     ToolState,
     AgentLogins,
     Requested,
+    /// In the home, on no list of what development tools need ([`HOME_VISIBLE`]).
+    NotListed,
 }
 
 /// One hidden path and why.
@@ -255,6 +266,7 @@ pub const HOME_AGENT_LOGINS: &[&str] = &[
     ".gemini",
     ".cursor",
     ".config/github-copilot",
+    ".copilot",
     ".aider",
     ".continue",
     ".codeium",
@@ -262,6 +274,94 @@ pub const HOME_AGENT_LOGINS: &[&str] = &[
     ".config/opencode",
     ".kitsoki",
 ];
+
+/// What of the home a command sees, relative to home: everything else of it is absent
+/// (default deny), unless revealed. Toolchains and their bins, git's configuration,
+/// shells' startup files and tool configuration that holds no credentials. Credential
+/// paths inside them ([`HOME_CREDENTIALS`], e.g. `.cargo/credentials.toml`) stay hidden.
+/// The package caches, the PATH and SDK folders, an agent's own login and revealed paths
+/// are added by the runtime. Why each entry is safe: the README's "What a command in the
+/// command sees".
+pub const HOME_VISIBLE: &[&str] = &[
+    // toolchains and their bins
+    ".cargo",
+    ".rustup",
+    ".nvm",
+    ".pyenv",
+    ".rbenv",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".sdkman",
+    ".ghcup",
+    ".elan",
+    ".dotnet",
+    ".asdf",
+    "go",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/pnpm",
+    ".local/share/fnm",
+    ".npm-global",
+    ".npm-packages",
+    // git's configuration (`.config/git/credentials` stays hidden)
+    ".gitconfig",
+    ".gitignore_global",
+    ".config/git",
+    // shells' startup files
+    ".profile",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".zshenv",
+    ".zshrc",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".inputrc",
+    ".config/fish/config.fish",
+    ".config/fish/conf.d",
+    ".config/fish/functions",
+    // editor and tool configuration without credentials
+    ".editorconfig",
+    ".vimrc",
+    ".vim",
+    ".config/nvim",
+    ".nanorc",
+    ".tmux.conf",
+    ".config/tmux",
+    ".config/starship.toml",
+    ".ripgreprc",
+    ".config/ripgrep",
+    ".config/bat",
+    ".clang-format",
+    ".config/clangd",
+];
+
+/// Is `p` (below `home`) on the home's visible list ([`HOME_VISIBLE`])? The home itself
+/// and paths outside it are not.
+pub fn on_home_list(home: &Path, p: &Path) -> bool {
+    p.strip_prefix(home)
+        .is_ok_and(|rel| HOME_VISIBLE.iter().any(|v| rel.starts_with(v)))
+}
+
+/// The folders an environment names for tools: each `PATH` entry and each [`SDK_ENV`]
+/// variable's value (absolute paths only). Below the home they are shown in it.
+pub fn env_dirs<'a>(
+    env: impl IntoIterator<Item = (&'a std::ffi::OsStr, &'a std::ffi::OsStr)>,
+) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (k, v) in env {
+        if k == "PATH" {
+            out.extend(std::env::split_paths(v));
+        } else if SDK_ENV.iter().any(|s| k == *s) {
+            out.push(PathBuf::from(v));
+        }
+    }
+    out.retain(|p| p.is_absolute());
+    out
+}
 
 /// Inputs for computing the default hidden set of a capsule.
 #[derive(Debug, Clone, Default)]
@@ -389,9 +489,14 @@ impl SandboxPolicy {
         best.2
     }
 
-    /// All paths the command may write (workspace, tmp, extra writable), in that order.
+    /// All paths the command may write (workspace, tmp, extra writable), in that order;
+    /// the workspace not when it is itself read-only (`exec --read-only-workspace`).
     pub fn writable_roots(&self) -> Vec<&Path> {
-        let mut v = vec![self.workspace.as_path(), self.tmp_dir.as_path()];
+        let mut v = Vec::with_capacity(2 + self.writable.len());
+        if !self.read_only.contains(&self.workspace) {
+            v.push(self.workspace.as_path());
+        }
+        v.push(self.tmp_dir.as_path());
         v.extend(self.writable.iter().map(|p| p.as_path()));
         v
     }
@@ -440,6 +545,18 @@ mod tests {
             devices: vec![],
             network: NetworkPolicy::default(),
         }
+    }
+
+    #[test]
+    fn a_read_only_workspace_is_no_writable_root() {
+        let mut p = pol();
+        let ws = p.workspace.clone();
+        assert_eq!(p.writable_roots()[0], ws.as_path());
+        p.read_only.push(ws.clone());
+        p.writable.push(ws.join("out"));
+        assert!(!p.writable_roots().contains(&ws.as_path()));
+        assert_eq!(p.access(&ws.join("a.txt")), Access::ReadOnly);
+        assert_eq!(p.access(&ws.join("out/x")), Access::ReadWrite);
     }
 
     #[test]

@@ -211,6 +211,14 @@ pub struct SandboxSpec {
     pub devices: Vec<String>,
     #[serde(default)]
     pub network: SandboxNetwork,
+    /// Secrets kept outside the sandbox: variable name -> the hosts (allowlist entries)
+    /// its value goes to. Needs `network: live`; each is a grant.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// Ports of the sandbox's loopback published on the host's loopback while an exec
+    /// runs (`[HOST_PORT:]PORT`); each is a grant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<String>,
 }
 
 /// `sandbox.network`.
@@ -588,6 +596,10 @@ pub fn parse(text: &str, file: &Path) -> Result<Spec> {
         Some(s) => {
             check_sandbox(&s.value)
                 .map_err(|m| at(file, &s.referenced, format!("sandbox: {m}")))?;
+            if !s.value.secrets.is_empty() && network != SpecNetwork::Live {
+                let m = "sandbox: secrets need `network: live` (their hosts are reached through the allowlist proxy)";
+                return Err(at(file, &s.referenced, m.to_string()));
+            }
             s.value
         }
         None => SandboxSpec::default(),
@@ -754,6 +766,42 @@ pub fn valid_ref_name(n: &str) -> bool {
 }
 
 fn check_sandbox(s: &SandboxSpec) -> std::result::Result<(), String> {
+    for (i, p) in s.publish.iter().enumerate() {
+        let port = |x: &str| {
+            !x.is_empty()
+                && x.len() <= 5
+                && x.bytes().all(|b| b.is_ascii_digit())
+                && x.parse::<u16>().is_ok()
+        };
+        let ok = match p.split_once(':') {
+            Some((h, q)) => port(h) && port(q) && q != "0",
+            None => port(p) && p != "0",
+        };
+        if !ok {
+            return Err(format!("publish[{i}] {p:?}: want [HOST_PORT:]PORT"));
+        }
+    }
+    for (n, hosts) in &s.secrets {
+        let name_ok = !n.is_empty()
+            && !n.as_bytes()[0].is_ascii_digit()
+            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !name_ok {
+            return Err(format!(
+                "secrets: {n:?} is not an environment variable name"
+            ));
+        }
+        if hosts.is_empty() {
+            return Err(format!("secrets.{n}: list the hosts its value goes to"));
+        }
+        if let Some(h) = hosts
+            .iter()
+            .find(|h| h.trim().is_empty() || h.contains('/') || h.contains(','))
+        {
+            return Err(format!(
+                "secrets.{n}: {h:?} is not a host (HOST or HOST:PORT, no scheme or path)"
+            ));
+        }
+    }
     for (what, list) in [("writable", &s.writable), ("hidden", &s.hidden)] {
         for (i, p) in list.iter().enumerate() {
             if !(p.starts_with('/') || p.starts_with("~/")) {
@@ -883,6 +931,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("/x/capsule.yaml:6:"), "{e}");
+        // secrets: names, hosts, and only with a live network
+        let base = "name: t\nsource:\n  synthetic: true\n  steps: [{action: commit}]\n";
+        let sp = p(&format!(
+            "{base}network: live\nsandbox:\n  secrets: {{TOKEN: [api.test]}}\n"
+        ))
+        .unwrap();
+        assert_eq!(sp.sandbox.secrets["TOKEN"], vec!["api.test".to_string()]);
+        for (bad, why) in [
+            (
+                "network: none\nsandbox:\n  secrets: {TOKEN: [api.test]}\n",
+                "network: live",
+            ),
+            (
+                "network: live\nsandbox:\n  secrets: {1X: [api.test]}\n",
+                "not an environment variable",
+            ),
+            (
+                "network: live\nsandbox:\n  secrets: {T: []}\n",
+                "list the hosts",
+            ),
+            (
+                "network: live\nsandbox:\n  secrets: {T: [\"https://a/\"]}\n",
+                "not a host",
+            ),
+        ] {
+            let e = p(&format!("{base}{bad}")).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
         // unknown top-level keys are accepted (Kitsoki ignores them too)
         p("name: t\nsource:\n  synthetic: true\n  steps: [{action: commit}]\nextra: 1\n").unwrap();
     }

@@ -188,7 +188,7 @@ fn accepted_only(
             Grant::Writable(p) => policy.writable.retain(|w| w != p),
             Grant::PassEnv(n) => policy.pass_env.retain(|x| x != n),
             Grant::Device(d) => policy.devices.retain(|x| x != d),
-            Grant::NetworkOpen | Grant::NetworkAllow(_) => {
+            Grant::NetworkOpen | Grant::NetworkAllow(_) | Grant::Secret(_) | Grant::Publish(_) => {
                 policy.network = crate::policy::NetworkPolicy::default()
             }
         }

@@ -35,7 +35,7 @@ fn policy(hidden: usize) -> SandboxPolicy {
         devices: vec![],
         network: NetworkPolicy {
             mode: NetworkMode::None,
-            allow: vec![],
+            ..Default::default()
         },
     }
 }

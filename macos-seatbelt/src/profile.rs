@@ -21,14 +21,16 @@
 //! The generator decides no policy: hidden, revealed, writable and read-only paths and the
 //! network mode come from the [`SandboxPolicy`] the runtime resolved for the exec (the
 //! same resolution the Linux plan is made from). It only adds what this backend needs:
-//! the task's TMPDIR, home layer and caches writable, and the default home credential,
-//! personal and agent-login paths hidden whether or not they exist yet.
+//! the task's TMPDIR, home layer and caches writable, the default home credential,
+//! personal and agent-login paths hidden whether or not they exist yet, and the home
+//! default deny: the home hidden, with only its visible list and the PATH and SDK
+//! folders in it readable (read-only).
 
 use crate::canon::{canonicalize, CanonError, Resolver};
 use crate::sbpl::{self, Action, Filter, Item, Modifier, Profile, Rule, Str};
 use capsule_bundle::policy::{
     Access, HiddenPath, HiddenReason, NetworkMode, SandboxPolicy, HOME_AGENT_LOGINS,
-    HOME_CREDENTIALS, HOME_PERSONAL,
+    HOME_CREDENTIALS, HOME_PERSONAL, HOME_VISIBLE,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +117,9 @@ pub struct ProfileInputs<'a> {
     pub proxy_port: Option<u16>,
     /// Allow `com.apple.SecurityServer` (the spec asked for the keychain).
     pub allow_keychain: bool,
+    /// The PATH and SDK folders of the task's environment: shown where they lie in the
+    /// home (see [`capsule_bundle::policy::env_dirs`]).
+    pub env_dirs: Vec<PathBuf>,
 }
 
 impl<'a> ProfileInputs<'a> {
@@ -126,6 +131,7 @@ impl<'a> ProfileInputs<'a> {
             network: None,
             proxy_port: None,
             allow_keychain: false,
+            env_dirs: Vec::new(),
         }
     }
     fn task_tmpdir(&self) -> &Path {
@@ -238,6 +244,32 @@ pub fn effective_policy(
             }
         }
     }
+    // The home is default deny: only what development tools need is readable there
+    // ([`HOME_VISIBLE`] and the PATH and SDK folders), never a path the policy hides.
+    if let Some(home) = e.home.clone() {
+        let mut shown: Vec<PathBuf> = Vec::new();
+        for rel in HOME_VISIBLE {
+            shown.push(canon(&home.join(rel), "revealed", r)?);
+        }
+        for d in &inp.env_dirs {
+            let c = canon(d, "revealed", r)?;
+            if c.starts_with(&home) && c != home {
+                shown.push(c);
+            }
+        }
+        shown.retain(|s| !e.hidden.iter().any(|h| s.starts_with(&h.path)));
+        for s in shown {
+            if !e.revealed.contains(&s) {
+                e.revealed.push(s);
+            }
+        }
+        if !e.hidden.iter().any(|h| h.path == home) {
+            e.hidden.push(HiddenPath {
+                path: home,
+                reason: HiddenReason::NotListed,
+            });
+        }
+    }
     let extra = [
         Some(inp.task_tmpdir()),
         p.home_layer.as_deref(),
@@ -318,8 +350,9 @@ fn entries(orig: &SandboxPolicy, e: &SandboxPolicy, task_tmp: &Path) -> Vec<Entr
         let original = orig.hidden.get(i).map(|o| o.path.as_path());
         add(&h.path, original, 1, Access::Hidden, "HIDDEN", true);
     }
-    for (p, o) in e.revealed.iter().zip(&orig.revealed) {
-        add(p, Some(o), 2, Access::ReadOnly, "REVEALED", true);
+    for (i, p) in e.revealed.iter().enumerate() {
+        let original = orig.revealed.get(i).map(PathBuf::as_path);
+        add(p, original, 2, Access::ReadOnly, "REVEALED", true);
     }
     add(&e.workspace, None, 3, Access::ReadWrite, "WORKSPACE", false);
     let tmp_role = if e.tmp_dir == task_tmp {

@@ -45,7 +45,46 @@ fn common_cases() -> Vec<(&'static str, Target, bool)> {
     vec![
         ("file-read-data", p("/Users/u/.ssh/id_rsa"), false),
         ("file-read-metadata", p("/Users/u/.ssh"), false),
-        ("file-read-data", p("/Users/u/.sshx"), true),
+        // the home is default deny: a name on no list is hidden, listed tool config is not
+        ("file-read-data", p("/Users/u/.sshx"), false),
+        ("file-read-data", p("/Users/u/.bash_history"), false),
+        (
+            "file-read-data",
+            p("/Users/u/.config/rclone/rclone.conf"),
+            false,
+        ),
+        (
+            "file-read-data",
+            p("/Users/u/.pulumi/credentials.json"),
+            false,
+        ),
+        (
+            "file-read-data",
+            p("/Users/u/.cache/huggingface/token"),
+            false,
+        ),
+        (
+            "file-read-data",
+            p("/Users/u/src/later-project/.env"),
+            false,
+        ),
+        ("file-read-data", p("/Users/u/.gitconfig"), true),
+        ("file-read-data", p("/Users/u/.config/git/config"), true),
+        ("file-read-data", p("/Users/u/.zshrc"), true),
+        ("file-write-data", p("/Users/u/.zshrc"), false),
+        (
+            "file-read-data",
+            p("/Users/u/.rustup/toolchains/x/bin/rustc"),
+            true,
+        ),
+        // listed, but its credentials stay hidden; and a listed folder the spec hid too
+        (
+            "file-read-data",
+            p("/Users/u/.config/git/credentials"),
+            false,
+        ),
+        ("file-read-data", p("/Users/u/.cargo/config.toml"), false),
+        ("file-read-data", p("/Users/u/.cargo/bin/cargo"), true),
         ("file-read-data", p("/Users/u/.aws/credentials"), false),
         // default hidden paths absent from the policy (they did not exist at open)
         ("file-read-data", p("/Users/u/.netrc"), false),
@@ -55,7 +94,7 @@ fn common_cases() -> Vec<(&'static str, Target, bool)> {
             p("/Users/u/Library/Keychains/login.keychain-db"),
             false,
         ),
-        ("file-read-data", p("/Users/u/.config/other/x"), true),
+        ("file-read-data", p("/Users/u/.config/other/x"), false),
         ("file-read-data", p("/Users/u/Documents/taxes.pdf"), false),
         (
             "file-read-data",

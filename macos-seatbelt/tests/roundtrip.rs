@@ -122,7 +122,8 @@ proptest! {
         let mut p = common::policy(mode);
         let ws: PathBuf = PathBuf::from("/Users/u/ws").join(ws.iter().collect::<PathBuf>());
         p.workspace = ws.clone();
-        let secret_path = PathBuf::from("/Users/u").join(&secret);
+        // in a folder the home shows (default deny hides the rest of it anyway)
+        let secret_path = PathBuf::from("/Users/u/.config/git").join(&secret);
         p.hidden.push(HiddenPath { path: secret_path.clone(), reason: HiddenReason::Requested });
         let g = generate_checked(&common::inputs(&p), &ModelResolver::macos()).unwrap();
         // the text holds no path: the nasty names never appear in it

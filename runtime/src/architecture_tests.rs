@@ -118,12 +118,13 @@ fn only_the_command_line_uses_the_command_line() {
     );
 }
 
-/// The executors use the building blocks every layer shares (exit statuses, limits) and
+/// The executors use the building blocks every layer shares (exit statuses, limits, the
+/// refusal model they report into) and
 /// nothing of the library above them: whatever they need is handed down in the plan and
 /// the hooks.
 #[test]
 fn executors_never_reach_up() {
-    const SHARED: &[&str] = &["exit", "limits"];
+    const SHARED: &[&str] = &["exit", "limits", "refusals"];
     let mut bad = Vec::new();
     for (file, code) in all_sources() {
         let own = if under(&file, "linux") {
@@ -177,8 +178,8 @@ fn linux_layers_point_down() {
             "prepared" => 6,
             "warm" => 5,
             "init" => 4,
-            "oci" => 3,
-            "mounts" => 2,
+            "oci" | "notify" => 3,
+            "mounts" | "observe" => 2,
             "plan" | "landlock" | "seccomp" | "cgroup" | "pty" | "activity" | "spawn" => 1,
             "sys" | "report" | "hooks" => 0,
             _ => return None,

@@ -18,7 +18,8 @@
 //! executors    linux     namespaces, mounts, Landlock, seccomp, init; prepared roots
 //!              macos     Seatbelt through `sandbox-exec`
 //!
-//! shared by all: exit (statuses and the error type), limits (resource limits)
+//! shared by all: exit (statuses and the error type), limits (resource limits), refusals
+//!                (what the sandbox refused: the model, its list per exec, the log)
 //! ```
 //!
 //! A layer uses only the layers below it (the architecture tests in the crate check the
@@ -51,6 +52,7 @@ pub mod linux;
 pub mod macos;
 pub mod net;
 pub mod record;
+pub mod refusals;
 pub mod settings;
 
 #[cfg(test)]

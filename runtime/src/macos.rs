@@ -113,6 +113,8 @@ pub fn run(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
     inp.tmpdir = Some(tmp);
     inp.proxy_port = x.proxy_port;
     inp.allow_keychain = x.allow_keychain;
+    inp.env_dirs =
+        capsule_bundle::policy::env_dirs(x.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
     let resolver: &dyn Resolver = &HostResolver;
     let g = generate_checked(&inp, resolver)?;
     let mut env = x.env.clone();
@@ -284,7 +286,7 @@ mod tests {
             devices: vec![],
             network: NetworkPolicy {
                 mode: NetworkMode::None,
-                allow: vec![],
+                ..Default::default()
             },
         }
     }

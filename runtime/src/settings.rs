@@ -22,6 +22,10 @@ pub struct Settings {
     /// cannot be enforced refuses the exec as a flag would.
     #[serde(default, skip_serializing_if = "DefaultLimits::is_empty")]
     pub limits: DefaultLimits,
+    /// The operator's own agent profiles (`capsule agent profile add`), beside the
+    /// built-in ones ([`crate::agent`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_profiles: Vec<crate::agent::Profile>,
 }
 
 /// [`Settings::limits`]: each a number or a string, read as the flag's value is.

@@ -185,7 +185,15 @@ impl Runner {
     /// A `Command` for the capsule binary run as this runner, with a clean environment
     /// (PATH, HOME, LANG) plus `CAPSULE_ROOT=root`.
     pub fn capsule(&self, capsule_root: &Path) -> Command {
-        let mut c = Command::new(self.bin());
+        self.command(&self.bin(), capsule_root)
+    }
+    /// The path of the capsule binary this runner can execute.
+    pub fn capsule_path(&self) -> PathBuf {
+        self.bin()
+    }
+    /// `program` run as this runner, with the environment of [`Runner::capsule`].
+    pub fn command(&self, program: &Path, capsule_root: &Path) -> Command {
+        let mut c = Command::new(program);
         c.env_clear();
         c.env(
             "PATH",

@@ -48,7 +48,7 @@ impl Capsule {
         }
         std::fs::write(home.join(".ssh/id_rsa"), SECRET).unwrap();
         std::fs::write(home.join("Documents/diary.txt"), SECRET).unwrap();
-        std::fs::write(home.join("notes.txt"), "readable\n").unwrap();
+        std::fs::write(home.join(".profile"), "readable\n").unwrap();
         // the workspace: a git repository with one commit
         git_repo(
             &ws,

@@ -260,7 +260,11 @@ fn own_login_only_and_writes_stay_in_the_layer() {
                 ),
             ));
         assert_ok(&o, &format!("{who}: launch codex"));
-        expect(&o, &who, "argv:exec fix it");
+        expect(
+            &o,
+            &who,
+            "argv:-c sandbox_mode=\"danger-full-access\" exec fix it",
+        );
         expect(
             &o,
             &who,
@@ -370,7 +374,11 @@ fn binary_and_interpreter_resolved_and_revealed() {
             h.join("runtime/private.txt").display().to_string(),
         ));
         assert_ok(&o, &format!("{who}: codex with a hidden interpreter"));
-        expect(&o, &who, "argv:exec y");
+        expect(
+            &o,
+            &who,
+            "argv:-c sandbox_mode=\"danger-full-access\" exec y",
+        );
         expect(&o, &who, &denied_line(&h.join("runtime/private.txt")));
         let o = run(&mut e.launch_with(&tools_path, "codex", &["--dry-run"], &["y"]));
         let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
@@ -409,8 +417,9 @@ fn binary_and_interpreter_resolved_and_revealed() {
     }
 }
 
-/// Secrets reach the backend by name only: the key is set inside, and its value is in
-/// no plan, record, trace or message; unrelated variables stay out.
+/// Secrets reach the backend by name only: the key is set inside to a placeholder (a
+/// `--secret` for the API hosts, and the base URL's host, which is allow-listed), and
+/// its value is in no plan, record, trace or message; unrelated variables stay out.
 #[test]
 fn secrets_by_name_only() {
     for r in runners() {
@@ -426,13 +435,16 @@ fn secrets_by_name_only() {
             c.env("ANTHROPIC_API_KEY", secret)
                 .env("CLAUDE_CODE_EXTRA_FLAG", "1")
                 .env("UNRELATED_TOKEN", "tok-unrelated-999")
-                .env("OPENAI_API_KEY", "sk-openai-not-for-claude");
+                .env("OPENAI_API_KEY", "sk-openai-not-for-claude")
+                .env("ANTHROPIC_BASE_URL", "https://gw.example.test/v1");
             c
         };
         let o = run(&mut launch(&[]));
         assert_ok(&o, &format!("{who}: launch"));
-        expect(&o, &who, &format!("keylen:{}", secret.len()));
+        // the placeholder, not the key
+        expect(&o, &who, "keylen:55");
         expect(&o, &who, "env:ANTHROPIC_API_KEY");
+        expect(&o, &who, "env:ANTHROPIC_BASE_URL");
         expect(&o, &who, "env:CLAUDE_CODE_EXTRA_FLAG");
         expect(&o, &who, "env:CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC");
         assert!(!has(&o, "env:UNRELATED_TOKEN"), "{who}: {}", stdout(&o));
@@ -441,6 +453,25 @@ fn secrets_by_name_only() {
         assert_ok(&dry, &format!("{who}: dry-run"));
         let v: serde_json::Value = serde_json::from_str(&stdout(&dry)).expect("json");
         assert_eq!(v["environment"]["ANTHROPIC_API_KEY"], "<redacted>");
+        let runner: Vec<String> = serde_json::from_value(v["runner"].clone()).expect("argv");
+        let secret_flag =
+            "ANTHROPIC_API_KEY=api.anthropic.com:443,console.anthropic.com:443,gw.example.test:443";
+        assert!(
+            runner
+                .windows(2)
+                .any(|w| w[0] == "--secret" && w[1] == secret_flag),
+            "{who}: {runner:?}"
+        );
+        assert!(
+            runner
+                .windows(2)
+                .any(|w| w[0] == "--allow-host" && w[1] == "gw.example.test:443"),
+            "{who}: {runner:?}"
+        );
+        assert!(
+            !runner.iter().any(|a| a == "ANTHROPIC_API_KEY"),
+            "{who}: passed by value: {runner:?}"
+        );
 
         let events = e.root.join("bundles/c/events.jsonl");
         let rec = std::fs::read_to_string(&events).expect("events");
@@ -451,7 +482,13 @@ fn secrets_by_name_only() {
             .expect("an exec record");
         assert_eq!(last["requested"]["agent_login"], "claude", "{who}: {last}");
         let names = last["requested"]["pass_env"].to_string();
-        assert!(names.contains("ANTHROPIC_API_KEY"), "{who}: {names}");
+        assert!(!names.contains("ANTHROPIC_API_KEY"), "{who}: {names}");
+        assert!(names.contains("ANTHROPIC_BASE_URL"), "{who}: {names}");
+        assert_eq!(
+            last["requested"]["net"]["secrets"],
+            serde_json::json!(["ANTHROPIC_API_KEY"]),
+            "{who}: {last}"
+        );
         let trace_text = std::fs::read_to_string(&trace).unwrap_or_default();
         for (what, text) in [
             ("stdout", stdout(&o)),
@@ -478,11 +515,15 @@ fn interactive_runs_on_a_terminal() {
         let o = run(&mut e.launch("codex", &["--interactive"], &["task"]));
         assert_ok(&o, &format!("{who}: --interactive"));
         expect(&o, &who, "tty:yes");
-        expect(&o, &who, "argv:task");
+        expect(&o, &who, "argv:-c sandbox_mode=\"danger-full-access\" task");
         let o = run(&mut e.launch("codex", &[], &["task"]));
         assert_ok(&o, &format!("{who}: batch"));
         expect(&o, &who, "tty:no");
-        expect(&o, &who, "argv:exec task");
+        expect(
+            &o,
+            &who,
+            "argv:-c sandbox_mode=\"danger-full-access\" exec task",
+        );
     }
 }
 

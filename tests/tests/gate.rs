@@ -292,6 +292,8 @@ fn agent_launch_dry_run_plan_is_redacted() {
             v["argv"],
             serde_json::json!([
                 codex,
+                "-c",
+                "sandbox_mode=\"danger-full-access\"",
                 "exec",
                 "-m",
                 "gpt-x",
@@ -300,6 +302,7 @@ fn agent_launch_dry_run_plan_is_redacted() {
                 "fix the tests"
             ])
         );
+        assert_eq!(v["own_sandbox"]["off"], true);
         assert_eq!(v["working_dir"], cap.as_str());
         assert_eq!(v["environment"]["OPENAI_API_KEY"], "<redacted>");
         assert!(v["environment"].get("UNRELATED_TOKEN").is_none());
@@ -456,7 +459,7 @@ fn agent_launch_runs_the_backend_through_capsule_exec() {
         let out = stdout(&o);
         assert!(
             out.contains(&format!(
-                "ran in {} args: exec -m m1 do it",
+                "ran in {} args: -c sandbox_mode=\"danger-full-access\" exec -m m1 do it",
                 ws.join("sub").display()
             )),
             "{who}: {out} {}",

@@ -279,16 +279,18 @@ fn allowlist_refusals_are_403_and_logged() {
             "{}",
             err(&o)
         );
+        // one line per distinct refusal of the exec, repeats counted (plain, CONNECT,
+        // SOCKS5 to the same target)
         let log = refusals(&c);
-        assert_eq!(log.len(), 4, "{log:?}");
+        assert_eq!(log.len(), 2, "{log:?}");
         assert!(log
             .iter()
-            .all(|e| e["time"].is_string() && e["reason"].is_string()));
-        assert_eq!(log[0]["host"], "127.0.0.1");
-        assert_eq!(log[0]["port"], q);
-        assert_eq!(log[2]["host"], "meta.test");
-        assert_eq!(log[3]["host"], "127.0.0.1");
-        assert_eq!(log[3]["port"], q);
+            .all(|e| e["time"].is_string() && e["reason"].is_string() && e["kind"] == "connect"));
+        assert_eq!(log[0]["target"], format!("127.0.0.1:{q}"));
+        assert_eq!(log[0]["count"], 3);
+        assert_eq!(log[0]["grant"], format!("--allow-host 127.0.0.1:{q}"));
+        assert_eq!(log[1]["target"], format!("meta.test:{p}"));
+        assert_eq!(log[1]["count"], 1);
 
         // a name resolving to loopback: refused unless the literal address is listed
         let script = curl(&format!("http://loop.test:{p}/hello.txt"));
@@ -322,7 +324,7 @@ fn allowlist_refusals_are_403_and_logged() {
             .filter(|l| l.len() == 3 && l.chars().all(|c| c.is_ascii_digit()))
             .collect();
         assert_eq!(codes, ["200", "403", "403"], "{}", out(&o));
-        assert_eq!(refusals(&c).len(), 4 + 1 + 2);
+        assert_eq!(refusals(&c).len(), 2 + 1 + 2);
     });
 }
 

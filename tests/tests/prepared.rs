@@ -47,7 +47,7 @@ fn execs_join_one_prepared_root_that_hides_the_same() {
         ok(&c.exec(&["true"]), "first exec");
         assert_eq!(last_root(&c), "prepared");
         assert_eq!(sockets(&c).len(), 1, "{:?}", sockets(&c));
-        let o = c.sh("cat ~/.ssh/id_rsa; cat ~/Documents/diary.txt; cat ~/notes.txt");
+        let o = c.sh("cat ~/.ssh/id_rsa; cat ~/Documents/diary.txt; cat ~/.profile");
         assert_eq!(last_root(&c), "prepared");
         assert!(!out(&o).contains(SECRET), "secret readable: {}", out(&o));
         assert!(out(&o).contains("readable"), "{}", err(&o));

@@ -39,7 +39,7 @@ fn fixture(r: &capsule_e2e::Runner, mode: NetworkMode) -> Capsule {
         p.writable.push(home.join("out"));
         p.network = NetworkPolicy {
             mode,
-            allow: vec![],
+            ..Default::default()
         };
     });
     // opened from a checkout: its sibling projects are hidden, those made later too
@@ -266,7 +266,7 @@ fn check(r: &capsule_e2e::Runner, mode: NetworkMode) {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|m| m["kind"] == "overlay")
+        .filter(|m| m["kind"] == "overlay" || m["kind"] == "home_view")
         .filter_map(|m| m["dst"].as_str().map(PathBuf::from))
         .collect();
     for p in listed {

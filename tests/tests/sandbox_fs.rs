@@ -9,8 +9,8 @@ use capsule_e2e::sandbox::*;
 fn secrets_are_hidden_directly() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        // the home is visible (so the hiding below is the masks' doing)
-        let o = c.sh("cat \"$HOME/notes.txt\"");
+        // what the home shows is visible (so the hiding below is the sandbox's doing)
+        let o = c.sh("cat \"$HOME/.profile\"");
         ok(&o, "reading a plain file in home");
         assert_eq!(out(&o), "readable\n");
         for p in [".ssh/id_rsa", "Documents/diary.txt"] {
@@ -63,17 +63,17 @@ fn secrets_stay_hidden_through_symlinks_hardlinks_and_proc_root() {
 fn nothing_outside_the_writable_roots_can_be_written() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        let before = std::fs::read_to_string(c.home.join("notes.txt")).unwrap();
+        let before = std::fs::read_to_string(c.home.join(".profile")).unwrap();
         let script = r#"
             for f in /etc/capsule-test /usr/capsule-test /capsule-test /var/capsule-test "$HOME/.local/share/capsule/x"; do
               if (echo pwned > "$f") 2>/dev/null; then echo "WROTE $f"; fi
             done
             # the home directory is the capsule's home layer: these land there,
             # never in the real home (checked below)
-            (echo pwned > "$HOME/new"; echo pwned > "$HOME/notes.txt") 2>/dev/null
-            (: > "$HOME/notes.txt"; truncate -s 0 "$HOME/notes.txt") 2>/dev/null
+            (echo pwned > "$HOME/new"; echo pwned > "$HOME/.profile") 2>/dev/null
+            (: > "$HOME/.profile"; truncate -s 0 "$HOME/.profile") 2>/dev/null
             cp README.md "$HOME/README.md" 2>/dev/null
-            (mkdir "$HOME/newdir"; rm "$HOME/notes.txt") 2>/dev/null
+            (mkdir "$HOME/newdir"; rm "$HOME/.profile") 2>/dev/null
             # allowed: the workspace, /tmp, $TMPDIR
             echo ok > ws-file && echo ok > /tmp/t && echo ok > "$TMPDIR/t2" && echo ALLOWED
         "#;
@@ -91,7 +91,7 @@ fn nothing_outside_the_writable_roots_can_be_written() {
             err(&o)
         );
         assert_eq!(
-            std::fs::read_to_string(c.home.join("notes.txt")).unwrap(),
+            std::fs::read_to_string(c.home.join(".profile")).unwrap(),
             before
         );
         assert!(c.ws.join("README.md").exists() && !c.home.join("README.md").exists());
@@ -180,7 +180,7 @@ fn allow_write_hide_and_reveal() {
         ok(&o, "--allow-write");
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "x\n");
 
-        let notes = c.home.join("notes.txt");
+        let notes = c.home.join(".profile");
         let o = c.exec_with(
             &["--hide", notes.to_str().unwrap()],
             &["cat", notes.to_str().unwrap()],

@@ -16,7 +16,12 @@ fn options_at(c: &Capsule, path: &str) -> String {
 fn hidden_path_masks_are_read_only_and_nosuid() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        let ssh = c.home.join(".ssh");
+        // a credential folder inside a folder the home shows (the rest of the home is
+        // not there at all: nothing to mask)
+        let ssh = c.home.join(".config/git/credentials");
+        std::fs::create_dir_all(&ssh).unwrap();
+        std::fs::write(ssh.join("store"), SECRET).unwrap();
+        r.own(c.dir.path());
         let opts = options_at(&c, &ssh.display().to_string());
         assert!(!opts.is_empty(), "{}: no mask mounted there", r.label());
         let opts: Vec<&str> = opts.split(',').collect();
@@ -43,7 +48,8 @@ fn hidden_path_masks_are_read_only_and_nosuid() {
 fn many_hidden_paths_are_all_masked() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        let base = c.home.join("many");
+        // in a folder the home shows
+        let base = c.home.join(".local/bin/many");
         let mut flags = Vec::new();
         for i in 0..50 {
             let d = base.join(format!("d{i}"));
@@ -53,7 +59,7 @@ fn many_hidden_paths_are_all_masked() {
             flags.push(d.display().to_string());
         }
         std::fs::write(base.join("visible"), "shown").unwrap();
-        r.own(&base);
+        r.own(c.dir.path());
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let o = c.exec_with(
             &flags,

@@ -84,7 +84,7 @@ fn secrets_and_writes_stay_out() {
         let o = sh(
             &c,
             &format!(
-                "cat {home}/notes.txt && echo new > {}/new.txt && echo t > \"${{TMPDIR:-/tmp}}/t\"",
+                "cat {home}/.profile && echo new > {}/new.txt && echo t > \"${{TMPDIR:-/tmp}}/t\"",
                 c.ws.display()
             ),
         );
@@ -113,10 +113,10 @@ fn secrets_and_writes_stay_out() {
         );
         assert!(!out(&o).contains(SECRET), "secret leaked through a symlink");
         // writes outside the workspace
-        let o = sh(&c, &format!("echo x > {home}/notes.txt"));
+        let o = sh(&c, &format!("echo x > {home}/.profile"));
         assert_ne!(code(&o), 0);
         assert_eq!(
-            std::fs::read_to_string(c.home.join("notes.txt")).unwrap(),
+            std::fs::read_to_string(c.home.join(".profile")).unwrap(),
             "readable\n"
         );
         let o = sh(&c, &format!("echo x > {home}/dropped"));
@@ -202,5 +202,46 @@ fn host_processes_sockets_and_network_stay_out() {
         );
         ok(&o, "python3 keyctl probe");
         assert_eq!(out(&o).trim(), "-1 1", "keyctl not refused with EPERM");
+    });
+}
+
+/// `--read-only-workspace` under weaker isolation: no mounts, so Landlock alone keeps the
+/// workspace read-only (it is no writable root), still readable, and an `--allow-write`
+/// folder in it writable.
+#[test]
+fn read_only_workspace_by_landlock_alone() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        accept(&c);
+        let out_dir = c.ws.join("out");
+        std::fs::create_dir_all(&out_dir).expect("mkdir");
+        std::fs::write(c.ws.join("in.txt"), "readable\n").expect("write");
+        c.runner.own(&c.ws);
+        let o = capsule_no_userns(
+            &c,
+            &[
+                "exec",
+                NAME,
+                "--read-only-workspace",
+                "--allow-write",
+                out_dir.to_str().expect("utf-8"),
+                "--",
+                "sh",
+                "-c",
+                "cat in.txt; echo x > in.txt && echo wrote-ws; echo y > out/o && echo wrote-out",
+            ],
+        );
+        let so = out(&o);
+        assert!(so.contains("readable"), "{}: {so} {}", r.label(), err(&o));
+        assert!(
+            !so.contains("wrote-ws"),
+            "{}: the workspace was writable: {so}",
+            r.label()
+        );
+        assert!(so.contains("wrote-out"), "{}: {so} {}", r.label(), err(&o));
+        assert_eq!(
+            std::fs::read_to_string(c.ws.join("in.txt")).unwrap(),
+            "readable\n"
+        );
     });
 }

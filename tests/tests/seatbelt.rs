@@ -41,7 +41,7 @@ fn root_with_capsule(dir: &Path) -> SandboxPolicy {
         devices: vec![],
         network: NetworkPolicy {
             mode: NetworkMode::None,
-            allow: vec![],
+            ..Default::default()
         },
     };
     sandbox::write_bundle(&bundle, &policy);

@@ -107,6 +107,16 @@ fn grant_kinds(e: &Env) -> Vec<(&'static str, String, &'static str)> {
             "network: live\nsandbox:\n  network: {allow: [example.org]}\n".into(),
             "network to example.org",
         ),
+        (
+            "secret",
+            "network: live\nsandbox:\n  secrets: {GRANT_TOKEN: [api.example.org]}\n".into(),
+            "secret GRANT_TOKEN -> api.example.org",
+        ),
+        (
+            "publish",
+            "sandbox:\n  publish: [\"8000\"]\n".into(),
+            "publish 8000",
+        ),
     ]
 }
 
@@ -192,7 +202,9 @@ fn accepted_grants_are_applied_recorded_and_shown() {
         let j = json_of(&o);
         assert_eq!(j["grants"]["by"], "all", "{name}: {j}");
         let accepted = j["grants"]["accepted"].as_array().unwrap();
-        assert_eq!(accepted.len(), 1, "{name}: {j}");
+        // a secret's host is an allowlist grant of its own
+        let want = if name == "secret" { 2 } else { 1 };
+        assert_eq!(accepted.len(), want, "{name}: {j}");
         assert!(j["grants"]["digest"]
             .as_str()
             .unwrap()
@@ -229,6 +241,13 @@ fn accepted_grants_are_applied_recorded_and_shown() {
                 p["network"]["mode"] == "allowlist"
                     && p["network"]["allow"] == serde_json::json!(["example.org"])
             }
+            "secret" => {
+                p["network"]["mode"] == "allowlist"
+                    && p["network"]["allow"] == serde_json::json!(["api.example.org"])
+                    && p["network"]["secrets"]
+                        == serde_json::json!({"GRANT_TOKEN": ["api.example.org"]})
+            }
+            "publish" => p["network"]["publish"] == serde_json::json!(["8000"]),
             _ => unreachable!(),
         };
         assert!(applied, "{name}: {p}");

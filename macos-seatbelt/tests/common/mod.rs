@@ -50,7 +50,7 @@ pub fn policy(mode: NetworkMode) -> SandboxPolicy {
         devices: vec![],
         network: NetworkPolicy {
             mode,
-            allow: vec![],
+            ..Default::default()
         },
     }
 }

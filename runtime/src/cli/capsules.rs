@@ -162,6 +162,22 @@ fn capsule_json(c: &OpenCapsule) -> serde_json::Value {
     })
 }
 
+/// `open --json`: Kitsoki's `Manifest` fields (`capsule_name`, `spec_path`, `workspace`,
+/// `opened_at`, `source{synthetic, repo, commit, head, branch}`, `network`, `tree_digest`,
+/// `environment`, `probes`) as `kitsoki capsule open --json` prints them, and ours. Where
+/// both name a field, Kitsoki's shape wins (`source` is the object; the checkout we
+/// opened from is `source_dir`), except `tree_digest`, ours as in `list` and `verify`
+/// (`sha256:<hex>` of the same digest; Kitsoki's specs accept that form).
+fn kitsoki_open_json(c: &OpenCapsule, m: &capsule_bundle::manifest::Manifest) -> serde_json::Value {
+    let mut v = capsule_json(c);
+    v["source_dir"] = json!(c.record.source);
+    v["capsule_name"] = json!(m.capsule_name);
+    v["source"] = json!(m.source);
+    v["environment"] = json!(m.environment);
+    v["probes"] = json!(m.probes);
+    v
+}
+
 /// The grants a capsule's policy gives and how they were accepted.
 fn grants_json(c: &OpenCapsule) -> serde_json::Value {
     match &c.record.grants {
@@ -242,7 +258,7 @@ pub fn open(a: OpenArgs) -> CliResult {
         eprintln!("{line}");
     }
     if a.json {
-        let mut v = capsule_json(c);
+        let mut v = kitsoki_open_json(c, &opened.manifest);
         if let Some(r) = opened.read_source {
             v["read_source"] = json!(r);
         }
@@ -539,7 +555,16 @@ pub fn verify(a: VerifyArgs) -> CliResult {
     let layout = layout()?;
     let accept = acceptance(&a.accept_grants)?;
     let v = match store::resolve(&layout, &a.target) {
-        Ok(cap) => verify_capsule(&cap)?,
+        Ok(cap) => {
+            let v = verify_capsule(&cap)?;
+            // the results go into the manifest, as `kitsoki capsule verify` does (read-only
+            // inside the sandbox: the probes cannot forge them)
+            let probes = serde_json::to_value(&v.probes).unwrap_or_default();
+            let hex = v.actual_tree_digest.trim_start_matches("sha256:");
+            capsule_bundle::manifest::write_verified(&cap.workspace, hex, probes)
+                .map_err(|e| fail(format!("verify {}: {e}", cap.name)))?;
+            v
+        }
         Err(capsule_bundle::Error::NotFound(_)) => {
             // not an open capsule: a spec, opened in a temporary capsule root
             let spec_path = capsule_bundle::spec::find_spec(&a.target).map_err(|e| {
@@ -670,6 +695,7 @@ pub fn list(a: ListArgs) -> CliResult {
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",
+        HiddenReason::NotListed => "not among what development tools need in the home",
         HiddenReason::PersonalFiles => "personal files",
         HiddenReason::SiblingProject => "a project next to the source",
         HiddenReason::ToolState => "capsule's own state and other capsules",
@@ -708,6 +734,12 @@ pub fn policy_in_words(p: &SandboxPolicy) -> Vec<String> {
         v.push(format!("read-only inside the workspace: {}", r.display()));
     }
     v.push("read-only: everything else on the system".into());
+    if let Some(home) = &p.home {
+        v.push(format!(
+            "home {}: only what development tools need is there (toolchains, git's and shells' configuration, tool settings, PATH folders); the rest of it does not exist inside (full isolation)",
+            home.display()
+        ));
+    }
     for h in &p.hidden {
         v.push(format!(
             "hidden: {} ({})",
@@ -733,6 +765,17 @@ pub fn policy_in_words(p: &SandboxPolicy) -> Vec<String> {
         v.push(format!("devices: {}", p.devices.join(", ")));
     }
     v.push(format!("network: {}", network_words(p)));
+    for (name, hosts) in &p.network.secrets {
+        v.push(format!(
+            "secret: {name} is a placeholder inside; its value (from the exec's environment) goes to {} only",
+            hosts.join(", ")
+        ));
+    }
+    for port in &p.network.publish {
+        v.push(format!(
+            "published while an exec runs: {port} (HOST_PORT:PORT) on this computer's 127.0.0.1 and [::1] only"
+        ));
+    }
     v
 }
 
@@ -912,6 +955,8 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         "seccomp": seccomp,
         "network": plan.policy.network.mode.as_str(),
         "network_allow": plan.policy.network.allow,
+        "network_secrets": plan.policy.network.secrets,
+        "network_publish": plan.policy.network.publish,
         "landlock": {
             "workspace": plan.policy.workspace,
             "writable": plan.policy.writable,

@@ -39,11 +39,28 @@ pub struct ExecArgs {
     /// Pass the host's environment variable NAME through (repeatable).
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
-    /// Un-hide this coding agent's own login and configuration (claude: ~/.claude,
-    /// ~/.claude.json; codex: ~/.codex): read through the home layer, writes land in the
-    /// layer, never in the real home. Other agents' logins stay hidden.
-    #[arg(long = "agent-login", value_name = "AGENT", value_enum)]
-    pub agent_login: Option<crate::agent::Backend>,
+    /// Set NAME=VALUE in the command's environment (repeatable; over the clean
+    /// environment; the allowlist proxy's variables still win). The value is visible in
+    /// `ps`: pass secrets with --env-file.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// Read NAME=VALUE entries, each ended by a NUL byte, from FILE (`/dev/fd/N` for a
+    /// pipe) and set them as --env does.
+    #[arg(long = "env-file", value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+    /// The workspace is read-only for this command, its .git too; --allow-write paths in it
+    /// stay writable.
+    #[arg(long)]
+    pub read_only_workspace: bool,
+    /// Also write the exec record (one JSON line) to FILE (`/dev/fd/N` for a pipe).
+    #[arg(long = "record-to", value_name = "FILE")]
+    pub record_to: Option<PathBuf>,
+    /// Un-hide this coding agent's own login and configuration (its profile's login
+    /// paths; claude: ~/.claude, ~/.claude.json; codex: ~/.codex): read through the home
+    /// layer, writes land in the layer, never in the real home. Other agents' logins stay
+    /// hidden.
+    #[arg(long = "agent-login", value_name = "AGENT")]
+    pub agent_login: Option<String>,
     /// No network at all: TCP refused even on the sandbox's own loopback.
     #[arg(long, conflicts_with = "open_network")]
     pub no_network: bool,
@@ -55,6 +72,22 @@ pub struct ExecArgs {
     /// capsule's own list). Everything else is refused with 403 and logged.
     #[arg(long = "allow-host", value_name = "HOST[:PORT]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
     pub allow_host: Vec<String>,
+    /// Keep the value of the variable NAME outside the sandbox: the command's NAME is a
+    /// random placeholder, and capsule's proxy puts the value (from capsule's own
+    /// environment, or --secret-file) in place of it in requests to these hosts only
+    /// (headers and URL query; HTTPS terminated with the capsule's own CA). The hosts are
+    /// added to the allowlist; the placeholder sent anywhere else is refused (403) and
+    /// logged (repeatable).
+    #[arg(long = "secret", value_name = "NAME=HOST[:PORT][,...]", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub secret: Vec<String>,
+    /// Read the value of secret NAME from PATH instead of capsule's environment.
+    #[arg(long = "secret-file", value_name = "NAME=PATH")]
+    pub secret_file: Vec<String>,
+    /// Publish the sandbox's 127.0.0.1:PORT on this computer's 127.0.0.1:HOST_PORT and
+    /// [::1]:HOST_PORT (never another address) while the command runs (default HOST_PORT:
+    /// PORT; 0: any free port; repeatable).
+    #[arg(long = "publish", value_name = "[HOST_PORT:]PORT", conflicts_with_all = ["no_network", "open_network", "no_sandbox"])]
+    pub publish: Vec<String>,
     /// Run WITHOUT ANY ISOLATION (said loudly on stderr and in the record).
     #[arg(long, conflicts_with_all = ["no_network", "open_network"])]
     pub no_sandbox: bool,
@@ -90,6 +123,19 @@ pub struct ExecArgs {
     /// it starts (a cgroup's CFS quota); past it they wait.
     #[arg(long, value_name = "N", value_parser = crate::limits::parse_cpus)]
     pub cpus: Option<u64>,
+    /// When to say on stderr what the sandbox refused: `after` the command (one line per
+    /// distinct refusal), or `live` as it happens (the default when stderr is a terminal,
+    /// without `-t`).
+    #[arg(long = "refusals", value_name = "WHEN", value_enum)]
+    pub refusals: Option<RefusalsWhen>,
+    /// Say nothing on stderr about refusals (the record and `capsule refusals` still list
+    /// them).
+    #[arg(long)]
+    pub quiet_refusals: bool,
+    /// List reads and listings of hidden paths too. Every open of the command then goes
+    /// through capsule (a round trip each): slower for builds.
+    #[arg(long)]
+    pub list_reads: bool,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -98,7 +144,28 @@ pub struct ExecArgs {
     pub command: Vec<OsString>,
 }
 
+/// `--refusals WHEN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefusalsWhen {
+    After,
+    Live,
+}
+
 impl ExecArgs {
+    /// How this exec says its refusals on stderr.
+    pub fn say_refusals(&self) -> crate::refusals::Say {
+        use crate::refusals::Say;
+        use std::io::IsTerminal;
+        match (self.quiet_refusals, self.refusals) {
+            (true, _) => Say::Quiet,
+            (_, Some(RefusalsWhen::Live)) => Say::Live,
+            (_, Some(RefusalsWhen::After)) => Say::After,
+            // with -t the terminal is the command's (raw): the lines wait for its end
+            (_, None) if !self.tty && std::io::stderr().is_terminal() => Say::Live,
+            _ => Say::After,
+        }
+    }
+
     /// The resource limits asked for on the command line.
     pub fn limits(&self) -> crate::limits::Limits {
         crate::limits::Limits {
@@ -110,8 +177,8 @@ impl ExecArgs {
         }
     }
 
-    /// What this exec asks of the library.
-    pub fn options(&self) -> ExecOptions {
+    /// What this exec asks of the library (`--env-file` read, the agent profile found).
+    pub fn options(&self) -> Result<ExecOptions, CliError> {
         let network = if self.no_network {
             NetworkRequest::Off
         } else if self.open_network {
@@ -121,12 +188,18 @@ impl ExecArgs {
         } else {
             NetworkRequest::Spec
         };
-        ExecOptions {
+        let agent_login = match &self.agent_login {
+            None => None,
+            Some(b) => Some(crate::agent::find_profile(b)?),
+        };
+        Ok(ExecOptions {
             allow_write: self.allow_write.clone(),
             hide: self.hide.clone(),
             reveal: self.reveal.clone(),
             pass_env: self.pass_env.clone(),
-            agent_login: self.agent_login,
+            env: super::exec_env::read(&self.env, self.env_file.as_deref())?,
+            read_only_workspace: self.read_only_workspace,
+            agent_login,
             network,
             no_sandbox: self.no_sandbox,
             tty: self.tty,
@@ -134,7 +207,12 @@ impl ExecArgs {
             timeout: self.timeout,
             activity_timeout: self.activity_timeout,
             limits: self.limits(),
-        }
+            secrets: self.secret.clone(),
+            secret_files: self.secret_file.clone(),
+            publish: self.publish.clone(),
+            refusals: self.say_refusals(),
+            list_reads: self.list_reads,
+        })
     }
 }
 
@@ -146,7 +224,7 @@ pub fn exec(a: ExecArgs) -> CliResult {
             "--timeout and --json are not available on macOS yet",
         ));
     }
-    let options = a.options();
+    let options = a.options()?;
     let done = Exec::new(a.capsule)
         .command(a.command)
         .options(options)
@@ -155,6 +233,9 @@ pub fn exec(a: ExecArgs) -> CliResult {
         if let Some(rec) = &done.record {
             super::print_json(&serde_json::to_value(rec).unwrap_or_default());
         }
+    }
+    if let (Some(f), Some(rec)) = (&a.record_to, &done.record) {
+        super::exec_env::write_record(f, rec);
     }
     match done.error {
         None => Ok(ExitCode::from(done.exit_status)),

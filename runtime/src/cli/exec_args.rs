@@ -22,10 +22,17 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         hide: Vec::new(),
         reveal: Vec::new(),
         pass_env: Vec::new(),
+        env: Vec::new(),
+        env_file: None,
+        read_only_workspace: false,
+        record_to: None,
         agent_login: None,
         no_network: false,
         open_network: false,
         allow_host: Vec::new(),
+        secret: Vec::new(),
+        secret_file: Vec::new(),
+        publish: Vec::new(),
         no_sandbox: false,
         tty: false,
         no_gpu: false,
@@ -36,6 +43,9 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         memory: None,
         pids: None,
         cpus: None,
+        refusals: None,
+        quiet_refusals: false,
+        list_reads: false,
         json: false,
         command: Vec::new(),
     };
@@ -65,6 +75,8 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"-t" | b"--tty" => Some(&mut a.tty),
             b"--no-gpu" => Some(&mut a.no_gpu),
             b"--json" => Some(&mut a.json),
+            b"--quiet-refusals" => Some(&mut a.quiet_refusals),
+            b"--list-reads" => Some(&mut a.list_reads),
             _ => None,
         };
         if let Some(s) = switch {
@@ -86,6 +98,14 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"--reveal" => a.reveal.push(v.into()),
             b"--pass-env" => a.pass_env.push(v.to_str()?.to_owned()),
             b"--allow-host" => a.allow_host.push(v.to_str()?.to_owned()),
+            b"--refusals" if a.refusals.is_none() => {
+                use super::exec::RefusalsWhen;
+                a.refusals = Some(match vb {
+                    b"live" => RefusalsWhen::Live,
+                    b"after" => RefusalsWhen::After,
+                    _ => return None,
+                })
+            }
             // limits: read by the functions clap uses; clap words a refusal, and a limit
             // given twice
             b"--fds" if a.fds.is_none() => a.fds = Some(limits::parse_count(v.to_str()?).ok()?),
@@ -176,6 +196,9 @@ pub(super) mod tests {
             "exec bench --file-size 12Q -- true",
             "exec bench --activity-timeout soon -- true",
             "exec bench --agent-login claude -- true",
+            "exec bench --env A=B -- true",
+            "exec bench --env-file /dev/fd/4 --record-to /dev/fd/3 -- true",
+            "exec bench --read-only-workspace -- true",
             "exec bench --no-network --open-network -- true",
             "exec bench --no-sandbox --allow-host a -- true",
             "exec bench --json --json -- true",

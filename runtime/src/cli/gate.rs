@@ -14,21 +14,28 @@
 //! | claude | `claude -p ARGS` | `claude ARGS` | `--model M` | refused: the claude CLI has no effort flag |
 //!
 //! `--raw` passes the arguments after `--` unchanged (`codex ARGS`), and refuses `--model` /
-//! `--effort`. Without `--dry-run` the backend runs inside the capsule's sandbox through
-//! the library's exec pipeline ([`crate::exec::Exec`]), exactly as `capsule exec
-//! <capsule> [-t] --agent-login B [--hide OTHER_LOGIN]… [--reveal PACKAGE]… [--allow-host
-//! HOST]… [--pass-env NAME]… -- BINARY ARGS…` (the `runner` of `--dry-run`) would run it,
-//! in the resolved working directory (entered through the gate's open handle), with the
-//! terminal passed through, and `agent launch` exits with its status. What those flags
+//! `--effort`. Codex always gets `-c sandbox_mode="danger-full-access"` right after its
+//! binary: its own sandbox needs nested user namespaces, which capsule's refuses (the plan
+//! says so under `own_sandbox`); the mapping comes from the backend's agent profile
+//! ([`crate::agent::Profile`]). Without `--dry-run` the backend runs inside the capsule's
+//! sandbox through the library's exec pipeline ([`crate::exec::Exec`]), exactly as
+//! `capsule exec <capsule> [-t] --agent-login B [--hide OTHER_LOGIN]… [--reveal PACKAGE]…
+//! [--allow-host HOST]… [--pass-env NAME]… -- BINARY ARGS…` (the `runner` of `--dry-run`)
+//! would run it, in the resolved working directory (entered through the gate's open
+//! handle), with the terminal passed through, and `agent launch` exits with its status.
+//! What those flags
 //! carry (own login through the home layer, binary resolved once, API hosts) is decided in
 //! [`agent`]. `CAPSULE_POLICY_CONFIG` is set to the configuration this gate used, so the
 //! exec's own gate decides under the same file, and `CAPSULE_TRACE` when `--trace` was
 //! given.
 
 pub mod agent;
+pub mod profile;
 
+use crate::agent::Profile;
 use crate::cli::print_json;
 use crate::exit::{self, CliError, CliResult};
+use capsule_bundle::layout::{capsule_root, Layout};
 use capsule_policy::{append_trace, trace_path, Decision, Gate};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -65,6 +72,12 @@ pub enum AgentCommand {
         capsule agent launch --backend codex --working-dir WORKSPACE --effort high -- \"fix the test\"\n  \
         capsule agent launch --backend claude --interactive --working-dir WORKSPACE --model opus")]
     Launch(LaunchArgs),
+    /// The agent profiles: what capsule knows about each agent CLI (binary, own login
+    /// paths, API hosts, variables, the flags that turn its own sandbox off). Built-in:
+    /// claude, codex, copilot, gemini, opencode; the operator's own are kept in the tool's
+    /// settings.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
 }
 
 /// Where the gate's configuration and trace come from.
@@ -99,52 +112,15 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-pub use crate::agent::Backend;
-
-impl Backend {
-    /// Environment variables the backend needs, passed into the sandbox by name.
-    fn env_names(self) -> &'static [&'static str] {
-        match self {
-            Backend::Codex => &[
-                "OPENAI_API_KEY",
-                "CODEX_API_KEY",
-                "OPENAI_BASE_URL",
-                "OPENAI_ORG_ID",
-                "OPENAI_PROJECT",
-                "CODEX_HOME",
-            ],
-            Backend::Claude => &[
-                "ANTHROPIC_API_KEY",
-                "ANTHROPIC_AUTH_TOKEN",
-                "ANTHROPIC_BASE_URL",
-                "ANTHROPIC_MODEL",
-                "CLAUDE_CONFIG_DIR",
-                "CLAUDE_CODE_USE_BEDROCK",
-                "CLAUDE_CODE_USE_VERTEX",
-                "DISABLE_TELEMETRY",
-                "DISABLE_AUTOUPDATER",
-            ],
-        }
-    }
-    /// Name prefixes of further variables the backend reads, passed by name when set.
-    fn env_prefixes(self) -> &'static [&'static str] {
-        match self {
-            Backend::Codex => &["OPENAI_", "CODEX_"],
-            Backend::Claude => &["ANTHROPIC_", "CLAUDE_CODE_"],
-        }
-    }
-}
-
 /// Passed to every backend when set: terminal and locale.
 const COMMON_ENV: &[&str] = &["TERM", "COLORTERM", "NO_COLOR", "LANG", "LC_ALL", "TZ"];
-/// `--effort` values codex accepts for `model_reasoning_effort`.
-const CODEX_EFFORTS: &[&str] = &["minimal", "low", "medium", "high", "xhigh"];
 
 #[derive(Debug, Args)]
 pub struct LaunchArgs {
-    /// Which agent CLI to start.
-    #[arg(long, value_enum)]
-    pub backend: Backend,
+    /// Which agent CLI to start: a profile (`capsule agent profile list`: claude, codex,
+    /// copilot, gemini, opencode, and the operator's own).
+    #[arg(long, value_name = "NAME")]
+    pub backend: String,
     /// The directory the agent starts in (normally a capsule's workspace).
     #[arg(long, value_name = "DIR")]
     pub working_dir: PathBuf,
@@ -157,10 +133,11 @@ pub struct LaunchArgs {
     /// Print the launch plan as JSON and start nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// The model (codex: `-m M`; claude: `--model M`).
+    /// The model (the profile's model flag: codex `-m M`, claude `--model M`).
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
-    /// Reasoning effort (codex only: minimal, low, medium, high, xhigh).
+    /// Reasoning effort, for profiles that have one (codex: minimal, low, medium, high,
+    /// xhigh).
     #[arg(long, value_name = "E")]
     pub effort: Option<String>,
     /// Also pass this environment variable into the sandbox (repeatable).
@@ -185,6 +162,7 @@ pub fn policy(cmd: PolicyCommand) -> CliResult {
 pub fn agent(cmd: AgentCommand) -> CliResult {
     match cmd {
         AgentCommand::Launch(a) => launch(a),
+        AgentCommand::Profile(c) => profile::run(c),
     }
 }
 
@@ -283,8 +261,10 @@ fn print_human(d: &Decision) {
     }
 }
 
-/// The backend's arguments (after the binary).
-fn backend_argv(a: &LaunchArgs) -> Result<Vec<String>, CliError> {
+/// The backend's arguments (after the binary and its sandbox-off arguments), from its
+/// profile: its batch arguments unless `--interactive`, its model and effort flags, then
+/// the caller's.
+fn backend_argv(a: &LaunchArgs, p: &Profile) -> Result<Vec<String>, CliError> {
     let usage = |m: String| CliError::new(exit::USAGE, m);
     if a.raw {
         if a.model.is_some() || a.effort.is_some() {
@@ -294,51 +274,64 @@ fn backend_argv(a: &LaunchArgs) -> Result<Vec<String>, CliError> {
         }
         return Ok(a.backend_args.clone());
     }
+    let name = &p.name;
     let mut v = Vec::new();
-    match a.backend {
-        Backend::Codex => {
-            if !a.interactive {
-                v.push("exec".to_string());
-            }
-            if let Some(m) = &a.model {
-                v.extend(["-m".to_string(), m.clone()]);
-            }
-            if let Some(e) = &a.effort {
-                if !CODEX_EFFORTS.contains(&e.as_str()) {
-                    return Err(usage(format!(
-                        "--effort {e}: codex accepts {}",
-                        CODEX_EFFORTS.join(", ")
-                    )));
-                }
-                v.extend(["-c".to_string(), format!("model_reasoning_effort=\"{e}\"")]);
-            }
+    if !a.interactive {
+        v.extend(p.batch.iter().cloned());
+    }
+    if let Some(m) = &a.model {
+        let Some(flag) = &p.model_flag else {
+            return Err(usage(format!(
+                "--model: the {name} profile has no model flag; use --raw with flags {name} understands"
+            )));
+        };
+        v.extend([flag.clone(), m.clone()]);
+    }
+    if let Some(e) = &a.effort {
+        if p.efforts.is_empty() {
+            return Err(usage(format!(
+                "--effort: the {name} CLI has no effort flag; leave it out (or use --raw with flags {name} understands)"
+            )));
         }
-        Backend::Claude => {
-            if !a.interactive {
-                v.push("-p".to_string());
-            }
-            if let Some(m) = &a.model {
-                v.extend(["--model".to_string(), m.clone()]);
-            }
-            if a.effort.is_some() {
-                return Err(usage(
-                    "--effort: the claude CLI has no effort flag; leave it out (or use --raw with flags claude understands)".into(),
-                ));
-            }
+        if !p.efforts.contains(e) {
+            return Err(usage(format!(
+                "--effort {e}: {name} accepts {}",
+                p.efforts.join(", ")
+            )));
         }
+        v.extend(p.effort_args.iter().map(|x| x.replace("{}", e)));
     }
     v.extend(a.backend_args.iter().cloned());
     Ok(v)
 }
 
 fn launch(a: LaunchArgs) -> CliResult {
-    use capsule_bundle::layout::{capsule_root, Layout};
     use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkMode};
     use capsule_bundle::store;
 
-    let backend = a.backend.name();
     // argument errors first: nothing is decided or recorded for a malformed command
-    let args = backend_argv(&a)?;
+    let settings = crate::settings::Settings::load(
+        &capsule_root()
+            .map(|r| Layout::new(r).settings_file())
+            .unwrap_or_default(),
+    )
+    .map_err(|e| CliError::failure(e.to_string()))?;
+    let profiles = crate::agent::all(&settings.agent_profiles);
+    let Some(prof) = profiles.iter().find(|p| p.name == a.backend).cloned() else {
+        let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+        return Err(CliError::new(
+            exit::USAGE,
+            format!(
+                "--backend {:?}: no such agent profile (known: {}; add one with `capsule agent profile add`)",
+                a.backend,
+                names.join(", ")
+            ),
+        ));
+    };
+    prof.validate()
+        .map_err(|e| CliError::failure(format!("{e} (fix it in the tool's settings)")))?;
+    let backend = prof.name.as_str();
+    let args = backend_argv(&a, &prof)?;
     for n in &a.pass_env {
         if n.is_empty() || n.contains('=') {
             return Err(CliError::new(
@@ -399,19 +392,19 @@ fn launch(a: LaunchArgs) -> CliResult {
     // its own login un-hidden, every other agent's hidden (existing or not)
     let own_login: Vec<PathBuf> = home
         .iter()
-        .flat_map(|h| a.backend.login_paths().iter().map(move |r| h.join(r)))
+        .flat_map(|h| prof.login_paths.iter().map(move |r| h.join(r)))
         .collect();
     let hide: Vec<PathBuf> = home
         .iter()
         .flat_map(|h| {
-            agent::other_logins(a.backend)
+            agent::other_logins(&prof, &profiles)
                 .into_iter()
                 .map(move |r| h.join(r))
         })
         .collect();
     let view_policy = cap.as_ref().map(|c| {
         let mut p = c.policy.clone();
-        agent::unhide_login(&mut p, a.backend);
+        agent::unhide_login(&mut p, &prof);
         p.hidden.extend(hide.iter().map(|h| HiddenPath {
             path: h.clone(),
             reason: HiddenReason::AgentLogins,
@@ -427,27 +420,26 @@ fn launch(a: LaunchArgs) -> CliResult {
     });
     let path_var = std::env::var_os("PATH").unwrap_or_default();
     let resolved =
-        agent::resolve_binary(backend, &path_var, view.as_ref()).map_err(|e| match e {
+        agent::resolve_binary(&prof.binary, &path_var, view.as_ref()).map_err(|e| match e {
             agent::ResolveError::NotFound(_) => CliError::new(exit::NOT_FOUND, e.to_string()),
             _ => CliError::failure(e.to_string()),
         })?;
 
     // names passed into the sandbox: those set here, values never printed
     let set_here = |n: &str| std::env::var_os(n).is_some();
-    let defaults: Vec<(&str, &str)> = a
-        .backend
-        .default_env()
+    let defaults: Vec<(&str, &str)> = prof
+        .default_env
         .iter()
         .filter(|(n, _)| !set_here(n))
-        .copied()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
         .collect();
     let prefixed = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| a.backend.env_prefixes().iter().any(|p| k.starts_with(p)));
+        .filter(|k| prof.env_prefixes.iter().any(|p| k.starts_with(p.as_str())));
     let mut env_names: Vec<String> = COMMON_ENV
         .iter()
-        .chain(a.backend.env_names())
         .map(|s| s.to_string())
+        .chain(prof.env.iter().cloned())
         .chain(a.pass_env.iter().cloned())
         .chain(prefixed)
         .filter(|n| set_here(n))
@@ -460,12 +452,7 @@ fn launch(a: LaunchArgs) -> CliResult {
     let mode = cap.as_ref().map(|c| c.policy.network.mode);
     let mut allow_hosts: Vec<String> = match mode {
         Some(NetworkMode::Open | NetworkMode::Off | NetworkMode::Replay) => Vec::new(),
-        _ => a
-            .backend
-            .default_hosts()
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        _ => prof.hosts.clone(),
     };
     allow_hosts.extend(a.allow_host.iter().cloned());
     allow_hosts.dedup();
@@ -481,8 +468,13 @@ fn launch(a: LaunchArgs) -> CliResult {
     if !allowlist {
         allow_hosts.clear();
     }
+    let secrets = crate::agent::keys_as_secrets(&prof, &mut env_names, &mut allow_hosts, |n| {
+        std::env::var(n).ok()
+    });
 
     let mut argv = vec![resolved.binary.display().to_string()];
+    let sandbox_off: Vec<String> = prof.sandbox_off.clone();
+    argv.extend(sandbox_off.iter().cloned());
     argv.extend(args);
     let mut exec_args: Vec<String> = vec!["exec".into(), target.display().to_string()];
     if a.interactive {
@@ -501,19 +493,29 @@ fn launch(a: LaunchArgs) -> CliResult {
     for n in &env_names {
         exec_args.extend(["--pass-env".to_string(), n.clone()]);
     }
+    for f in &secrets {
+        exec_args.extend(["--secret".to_string(), f.clone()]);
+    }
     exec_args.push("--".into());
     exec_args.extend(argv.iter().cloned());
 
     if a.dry_run {
+        // a secret's name is set inside too (to its placeholder)
+        let secret_names = secrets
+            .iter()
+            .filter_map(|f| f.split_once('=').map(|(n, _)| n));
         let environment: serde_json::Map<String, serde_json::Value> = env_names
             .iter()
-            .map(|n| (n.clone(), json!("<redacted>")))
+            .map(String::as_str)
+            .chain(secret_names)
+            .map(|n| (n.to_string(), json!("<redacted>")))
             .collect();
         let mut runner = vec!["capsule".to_string()];
         runner.extend(exec_args.iter().cloned());
         // `runner` starts in `working_dir` (the resolved directory's handle)
         print_json(&json!({
             "backend": backend,
+            "profile": prof,
             "binary": resolved.binary,
             "found_on_path": resolved.found,
             "interpreter": resolved.interpreter,
@@ -524,6 +526,11 @@ fn launch(a: LaunchArgs) -> CliResult {
             "raw": a.raw,
             "environment": environment,
             "login": { "own": own_login, "hidden": hide },
+            "own_sandbox": {
+                "off": !sandbox_off.is_empty(),
+                "args": sandbox_off,
+                "why": "capsule's sandbox refuses nested user namespaces; capsule is the sandbox",
+            },
             "network": {
                 "allow_hosts": allow_hosts,
                 "note": network_note,
@@ -569,7 +576,7 @@ fn launch(a: LaunchArgs) -> CliResult {
     }
     let options = crate::exec::ExecOptions {
         tty: a.interactive,
-        agent_login: Some(a.backend),
+        agent_login: Some(prof.clone()),
         hide,
         reveal: resolved.reveal.clone(),
         network: if allow_hosts.is_empty() {
@@ -578,6 +585,7 @@ fn launch(a: LaunchArgs) -> CliResult {
             crate::exec::NetworkRequest::Allow(allow_hosts)
         },
         pass_env: env_names,
+        secrets,
         ..Default::default()
     };
     let done = crate::exec::Exec::new(target.display().to_string())

@@ -47,6 +47,10 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             .map_err(|e| CliError::failure(format!("saving settings: {e}")))?;
     }
     let report = isolation::probe();
+    #[cfg(target_os = "linux")]
+    let notify = crate::linux::seccomp::continue_supported();
+    #[cfg(not(target_os = "linux"))]
+    let notify = false;
     let decision = isolation::decide(&report, &settings);
     #[cfg(target_os = "linux")]
     let limits = crate::linux::cgroup::probe();
@@ -65,6 +69,11 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             "exec_level": level,
             "exec_refused": error,
             "limits": limits_json(&limits),
+            "refusals": {
+                "full": crate::refusals::listing::kinds(true, notify, false),
+                "weaker": crate::refusals::listing::kinds(false, notify, false),
+                "full_with_list_reads": crate::refusals::listing::kinds(true, notify, true),
+            },
         }));
     } else {
         print!(
@@ -72,6 +81,7 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             human(&report, &settings, &decision, args.accept_weaker)
         );
         print!("{}", limits_human(&limits));
+        print!("{}", crate::refusals::listing::human(report.full(), notify));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,12 +8,14 @@ use std::process::ExitCode;
 pub mod capsules;
 pub mod exec;
 mod exec_args;
+mod exec_env;
 pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
 pub mod materialize;
 pub mod proxy;
+pub mod refusals;
 pub mod seatbelt;
 
 /// capsule: a sandbox runtime for coding agents and CI.
@@ -32,6 +34,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// parsed once per process: the size of the exec variant costs nothing worth a box
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Open a capsule from a spec or a local checkout.
@@ -64,6 +68,8 @@ pub enum Command {
     /// Projects next to the source that a workspace builds from.
     #[command(subcommand)]
     Reveal(home::RevealCommand),
+    /// List what the sandbox refused a capsule's commands, and the grant for each.
+    Refusals(refusals::RefusalsArgs),
     /// Print the macOS Seatbelt profile for a capsule.
     Seatbelt(seatbelt::SeatbeltArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
@@ -149,6 +155,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Agent(c) => gate::agent(c),
         Command::Home(c) => home::home(c),
         Command::Reveal(c) => home::reveal(c),
+        Command::Refusals(a) => refusals::refusals(a),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
         Command::Proxy(a) => proxy::run(a),
         Command::Materialize(a) => materialize::materialize_entry(a),

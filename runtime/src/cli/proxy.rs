@@ -34,6 +34,18 @@ pub struct ProxyArgs {
     /// benchmarks).
     #[arg(long, value_name = "ADDR:PORT")]
     pub relay: Option<SocketAddr>,
+    /// A secret, as `capsule exec --secret`: its value from this environment, put in for
+    /// these hosts only, HTTPS to them terminated with the CA kept in --ca-dir
+    /// (repeatable; for diagnostics and benchmarks).
+    #[arg(
+        long = "secret",
+        value_name = "NAME=HOST[:PORT][,...]",
+        requires = "ca_dir"
+    )]
+    pub secret: Vec<String>,
+    /// Where the CA for --secret lives (`proxy-ca.key`, `proxy-ca.pem`; made if missing).
+    #[arg(long = "ca-dir", value_name = "DIR")]
+    pub ca_dir: Option<PathBuf>,
     /// Append refusals (JSON lines) to this file.
     #[arg(long, value_name = "PATH")]
     pub refusal_log: Option<PathBuf>,
@@ -68,12 +80,29 @@ pub fn run(a: ProxyArgs) -> CliResult {
         ),
         None => None,
     };
+    let secrets = match &a.ca_dir {
+        Some(dir) if !a.secret.is_empty() => {
+            let mut net = capsule_bundle::policy::NetworkPolicy::default();
+            crate::net::secrets::add_to_policy(&mut net, &a.secret)
+                .map_err(|e| CliError::failure(e.to_string()))?;
+            let s = crate::net::secrets::Secrets::load(&net.secrets, &[], |n| std::env::var_os(n))
+                .map_err(|e| CliError::failure(e.to_string()))?;
+            let ca = crate::net::tls::Ca::load_or_create(dir)
+                .map_err(|e| CliError::failure(e.to_string()))?;
+            Some(std::sync::Arc::new(crate::net::proxy::SecretsConfig::new(
+                s, ca,
+            )))
+        }
+        _ => None,
+    };
     crate::net::proxy::ensure_fd_budget(&Default::default());
     let proxy = Proxy::new(ProxyConfig {
         allowlist,
         resolver,
         refusal_log,
+        refusals: None,
         limits: Default::default(),
+        secrets,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -111,6 +111,10 @@ pub fn seatbelt(a: SeatbeltArgs) -> CliResult {
     inp.proxy_port = a.proxy_port;
     inp.allow_keychain = a.keychain;
     inp.tmpdir = a.tmpdir.clone();
+    let host_env: Vec<_> = std::env::vars_os().collect();
+    inp.env_dirs = capsule_bundle::policy::env_dirs(
+        host_env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
+    );
     // On a Mac the real file system; elsewhere a model of macOS's /tmp, /var, /etc links.
     let host = HostResolver;
     let model = ModelResolver::macos();

@@ -177,7 +177,7 @@ mod imp {
             devices: Vec::new(),
             network: NetworkPolicy {
                 mode: NetworkMode::Off,
-                allow: Vec::new(),
+                ..Default::default()
             },
         }
     }

@@ -66,15 +66,22 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     tracing::debug!("gate decided: {:?}", started.elapsed());
 
     let policy = resolve_policy(&a, &cap, &layout)?;
+    // what the sandbox refuses this exec, listed (see `crate::refusals`)
+    let refusals = std::sync::Arc::new(crate::refusals::Collector::new(a.refusals));
     // the network of this exec: refuses replay, binds the allowlist proxy
-    let net =
-        crate::net::exec::ExecNet::prepare(&policy.network, &cap.bundle_dir).map_err(|e| {
-            if e.is_usage() {
-                fail(e.to_string())
-            } else {
-                CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
-            }
-        })?;
+    let net = crate::net::exec::ExecNet::prepare(
+        &policy.network,
+        &cap.bundle_dir,
+        &a.secret_files,
+        refusals.clone(),
+    )
+    .map_err(|e| {
+        if e.is_usage() {
+            fail(e.to_string())
+        } else {
+            CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran"))
+        }
+    })?;
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
     with_default_limits(&mut a, &settings)?;
     let events = cap.bundle_file(bundle_files::EVENTS);
@@ -93,7 +100,9 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         "hide": a.hide,
         "reveal": a.reveal,
         "pass_env": policy.pass_env,
-        "agent_login": a.agent_login.map(|b| b.name()),
+        "agent_login": a.agent_login.as_ref().map(|b| b.name.as_str()),
+        "env": a.env.iter().map(|(k, _)| k.to_string_lossy()).collect::<Vec<_>>(),
+        "read_only_workspace": a.read_only_workspace,
         "no_sandbox": a.no_sandbox,
         "tty": a.tty,
         "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
@@ -119,6 +128,9 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         git_guard: None,
         limits: None,
         limits_reached: Vec::new(),
+        refusals: Vec::new(),
+        refusals_dropped: 0,
+        refusals_not_listed: Vec::new(),
     };
 
     let mut landlock_best_effort = false;
@@ -151,6 +163,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         let ws = cap.workspace.clone();
         let watch = watch.clone();
         Hooks {
+            refusals: Some(refusals.clone()),
             before_release: Some(Box::new(move || {
                 watch.borrow_mut().spawn_relay();
                 let t = Instant::now();
@@ -164,7 +177,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     // devices, no display
     let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
         use crate::home::sandbox::{extend, EnvError};
-        extend(plan, &cap, &settings, !a.no_gpu, &layout.root)
+        let login: Vec<&str> = a
+            .agent_login
+            .iter()
+            .flat_map(|b| b.login_paths.iter().map(String::as_str))
+            .collect();
+        extend(plan, &cap, &settings, !a.no_gpu, &layout.root, &login)
             .map(|_| ())
             .map_err(|e| match e {
                 EnvError::Device(_) => fail(e.to_string()),
@@ -258,6 +276,24 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     net.finish();
     degradation.extend(net.degradation());
+    refusals.say_after();
+    rec.refusals = refusals.refusals();
+    rec.refusals_dropped = refusals.dropped();
+    if isolation != Isolation::None {
+        rec.refusals_not_listed = crate::refusals::listing::kinds(
+            isolation == Isolation::Full,
+            linux::seccomp::continue_supported(),
+            a.list_reads,
+        )
+        .into_iter()
+        .filter(|k| !k.listed)
+        .map(|k| format!("{}: {}", k.kind, k.how))
+        .collect();
+    }
+    let log = cap.bundle_file(bundle_files::REFUSALS);
+    if let Err(e) = refusals.append_to(&log, &rec.started_at) {
+        eprintln!("capsule: cannot append to {}: {e}", log.display());
+    }
     rec.degradation = degradation;
 
     let code = match &result {
@@ -443,7 +479,9 @@ pub fn plan_now(
     layout: &Layout,
     argv: Vec<OsString>,
 ) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, crate::home::sandbox::extend)
+    plan_for_rendering(cap, layout, argv, |p, c, s, g, r| {
+        crate::home::sandbox::extend(p, c, s, g, r, &[])
+    })
 }
 
 /// [`plan_now`] without its side effects: nothing is created or written (the home
@@ -524,6 +562,7 @@ fn build_plan(
 ) -> ExecPlan {
     let full = isolation == Isolation::Full;
     let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
+    super::set_env(&mut env, &a.env);
     if !full {
         // no mount namespace: the capsule's tmp is where it is
         for (k, v) in env.iter_mut() {
@@ -537,6 +576,7 @@ fn build_plan(
         timeout: a.timeout,
         activity_timeout: a.activity_timeout,
         limits: a.limits,
+        list_reads: a.list_reads,
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(bundle_dir)),
         ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())

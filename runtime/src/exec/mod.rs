@@ -40,7 +40,7 @@ mod linux;
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
 mod macos;
 
-use crate::agent::Backend;
+use crate::agent::Profile;
 use crate::exit::CliError;
 use crate::limits::Limits;
 use crate::record::ExecRecord;
@@ -83,8 +83,13 @@ pub struct ExecOptions {
     pub reveal: Vec<PathBuf>,
     /// Host environment variables passed through by name.
     pub pass_env: Vec<String>,
+    /// Variables set by value over the clean environment (the allowlist proxy's still
+    /// win); only their names are recorded.
+    pub env: Vec<(OsString, OsString)>,
+    /// The workspace (and its `.git`) read-only; `allow_write` paths in it stay writable.
+    pub read_only_workspace: bool,
     /// This coding agent's own login and configuration, un-hidden (through the home layer).
-    pub agent_login: Option<Backend>,
+    pub agent_login: Option<Profile>,
     /// The network of this exec.
     pub network: NetworkRequest,
     /// Run without any isolation (said on stderr and in the record).
@@ -99,6 +104,19 @@ pub struct ExecOptions {
     pub activity_timeout: Option<Duration>,
     /// Resource limits; those not given come from the operator's settings.
     pub limits: Limits,
+    /// Secrets kept outside the sandbox: `NAME=HOST[:PORT][,...]` each (the command sees
+    /// a placeholder; the proxy puts the value in for those hosts, which join the
+    /// allowlist). See `crate::net::secrets`.
+    pub secrets: Vec<String>,
+    /// `NAME=PATH`: read that secret's value from PATH instead of the environment.
+    pub secret_files: Vec<String>,
+    /// Ports published on the host's loopback: `[HOST_PORT:]PORT` each.
+    pub publish: Vec<String>,
+    /// When refusals are said on stderr ([`crate::refusals::Say`]; they are in the record
+    /// whatever this says).
+    pub refusals: crate::refusals::Say,
+    /// List reads of hidden paths too (every open goes through capsule: slower).
+    pub list_reads: bool,
 }
 
 /// One exec, built up and then [run](Exec::run).
@@ -191,6 +209,30 @@ fn canonicalize(p: &Path) -> std::io::Result<PathBuf> {
     return std::fs::canonicalize(p);
 }
 
+/// Make the workspace read-only in `p`, its `.git` too (bound writable onto itself
+/// otherwise); writable paths inside it stay writable (deeper rules win).
+fn read_only_workspace(p: &mut SandboxPolicy) {
+    let ws = p.workspace.clone();
+    let git = ws.join(".git");
+    for r in [ws, git] {
+        if !p.read_only.contains(&r) {
+            p.read_only.push(r);
+        }
+    }
+}
+
+/// Set `extra` over `env` (replacing a variable of the same name), keeping it sorted.
+pub(crate) fn set_env(env: &mut Vec<(OsString, OsString)>, extra: &[(OsString, OsString)]) {
+    if extra.is_empty() {
+        return;
+    }
+    for (k, v) in extra {
+        env.retain(|(x, _)| x != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env.sort();
+}
+
 /// Apply this exec's flags to the capsule's policy. Returns the policy and the notes on
 /// what was requested.
 fn effective_policy(
@@ -200,7 +242,7 @@ fn effective_policy(
     bundle_dir: &Path,
 ) -> Result<SandboxPolicy, CliError> {
     let mut p = base.clone();
-    if let Some(b) = a.agent_login {
+    if let Some(b) = &a.agent_login {
         crate::agent::unhide_login(&mut p, b);
     }
     let root = canonicalize(&layout.root).unwrap_or_else(|_| layout.root.clone());
@@ -210,7 +252,9 @@ fn effective_policy(
         .collect();
     for w in &a.allow_write {
         let c = canonical("--allow-write", w)?;
-        let in_own = own.iter().any(|o| c.starts_with(o));
+        // the capsule's own tmp, home layer and caches, and its workspace (its manifest
+        // and sentinel stay read-only: deeper read-only rules win)
+        let in_own = own.iter().any(|o| c.starts_with(o)) || c.starts_with(&p.workspace);
         if !in_own && (c.starts_with(&root) || root.starts_with(&c)) {
             return Err(fail(format!(
                 "--allow-write {}: overlaps capsule's own state ({}); the command could rewrite its records",
@@ -234,6 +278,9 @@ fn effective_policy(
             path,
             reason: HiddenReason::Requested,
         });
+    }
+    if a.read_only_workspace {
+        read_only_workspace(&mut p);
     }
     for r in &a.reveal {
         let c = canonical("--reveal", r)?;
@@ -264,6 +311,9 @@ fn effective_policy(
             p.network.allow.extend(hosts.iter().cloned());
         }
     }
+    crate::net::secrets::add_to_policy(&mut p.network, &a.secrets)
+        .map_err(|e| fail(e.to_string()))?;
+    p.network.publish.extend(a.publish.iter().cloned());
     Ok(p)
 }
 

@@ -8,6 +8,7 @@
 //!   keeps apply and discard from running while an exec does.
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
 //! - [`devices`]: the device allowlist and validation of `sandbox.devices`.
+//! - [`view`]: the home as a command sees it: only what development tools need.
 //! - [`sandbox`]: all of the above wired into an exec's mount plan; [`display`]: telling
 //!   a command that failed for want of a display.
 
@@ -23,6 +24,8 @@ pub mod reveal;
 pub mod review;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
+#[cfg(target_os = "linux")]
+pub mod view;
 
 use capsule_bundle::policy::{SandboxPolicy, HOME_AGENT_LOGINS, HOME_CREDENTIALS};
 use std::path::{Path, PathBuf};

@@ -1,8 +1,9 @@
 //! Wiring the task's own environment into an exec's plan ([`crate::linux::ExecPlan`]):
 //!
-//! - the home directory becomes an overlay (lower = the real home, upper/work in the
-//!   bundle, see [`super::layer`]), mounted right after the home's own read-only bind and
-//!   before every deeper step, so hidden paths are still masked on top of it;
+//! - the home directory becomes a view of only what development tools need, written
+//!   through the home layer (upper/work in the bundle, see [`super::layer`] and
+//!   [`super::view`]), mounted right after the home's own read-only bind and before every
+//!   deeper step, so hidden paths inside its entries are still masked on top of it;
 //! - each package cache becomes an overlay over the person's cache (or the capsule's own
 //!   directory when the person has none), right after the home overlay;
 //! - the folders opened with `capsule reveal add` for the capsule's source folder are bound
@@ -18,7 +19,7 @@
 //! the revealed views as readable, under full isolation only: without namespaces there is no
 //! overlay, and the real home must stay read-only.
 
-use super::{caches, devices, layer, reveal};
+use super::{caches, devices, layer, reveal, view};
 use crate::linux::plan::{option_safe, MountStep};
 use crate::linux::sys::canonicalize;
 use crate::linux::{ExecPlan, Isolation};
@@ -96,15 +97,17 @@ pub struct EnvReport {
 
 /// Add the task's environment to `plan` (see the module docs), making what it needs in
 /// the bundle: the home layer's folders and baseline, the cache folders, the filtered
-/// `~/.npmrc`.
+/// `~/.npmrc`. `login`: the agent login paths (relative to home) this exec un-hid, shown
+/// in the home's view.
 pub fn extend(
     plan: &mut ExecPlan,
     cap: &OpenCapsule,
     settings: &Settings,
     gpu: bool,
     capsule_root: &Path,
+    login: &[&str],
 ) -> Result<EnvReport, EnvError> {
-    wire(plan, cap, settings, gpu, capsule_root, true)
+    wire(plan, cap, settings, gpu, capsule_root, true, login)
 }
 
 /// The same plan as [`extend`] gives, but nothing is created or written: for showing
@@ -117,7 +120,7 @@ pub fn describe(
     gpu: bool,
     capsule_root: &Path,
 ) -> Result<EnvReport, EnvError> {
-    wire(plan, cap, settings, gpu, capsule_root, false)
+    wire(plan, cap, settings, gpu, capsule_root, false, &[])
 }
 
 /// [`extend`] (`make`) or [`describe`].
@@ -128,6 +131,7 @@ fn wire(
     gpu: bool,
     capsule_root: &Path,
     make: bool,
+    login: &[&str],
 ) -> Result<EnvReport, EnvError> {
     let mut report = EnvReport::default();
     plan.env
@@ -157,6 +161,7 @@ fn wire(
     let setup = |e: String| EnvError::Setup(e);
     let root = canonicalize(capsule_root).unwrap_or_else(|_| capsule_root.to_path_buf());
 
+    let mut view_at = None;
     if let Some(home) = cap.policy.home.clone().filter(|h| h.is_dir()) {
         let cache_dirs = caches::host_cache_dirs(&home);
         // what the baseline leaves out, needed only the first time (when it is recorded);
@@ -175,14 +180,18 @@ fn wire(
             safe(p)?;
         }
         let mut at = home_position(&plan.mounts, &home);
+        view_at = Some(at);
         plan.mounts.insert(
             at,
-            MountStep::Overlay {
-                lower: vec![home.clone()],
-                upper: paths.upper.clone(),
-                work: paths.work.clone(),
+            MountStep::HomeView(view::HomeView {
+                entries: view::entries(&home, &plan.policy, &plan.env, login),
+                points: Vec::new(),
+                src: home.clone(),
                 dst: home.clone(),
-            },
+                upper: paths.upper.clone(),
+                works: view::works_dir(&paths.work),
+                work: paths.work.clone(),
+            }),
         );
         at += 1;
         plan.policy.writable.push(home.clone());
@@ -289,6 +298,13 @@ fn wire(
                 plan.mounts.insert(at + i, s);
             }
             report.revealed.push((r, mapped));
+        }
+    }
+    // every later step below the home gets its place in the view
+    if let Some(i) = view_at {
+        let (head, later) = plan.mounts.split_at_mut(i + 1);
+        if let Some(MountStep::HomeView(v)) = head.last_mut() {
+            v.points = view::points(&v.dst, &v.entries, later);
         }
     }
     Ok(report)

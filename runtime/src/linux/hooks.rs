@@ -20,4 +20,8 @@ pub struct Hooks {
     /// (e.g. the workspace snapshot the exec record compares against). Runs with the
     /// executor's signals blocked; threads it starts inherit that mask.
     pub before_release: Option<Box<dyn FnOnce()>>,
+    /// Where the refusals of the exec are listed ([`super::notify`] feeds it the refused
+    /// syscalls, write calls and connects); without one they are answered as always and
+    /// not kept.
+    pub refusals: Option<std::sync::Arc<crate::refusals::Collector>>,
 }

@@ -30,6 +30,9 @@ pub struct Ctx<'a> {
     pub pty_sock: Option<RawFd>,
     pub old_mask: &'a SigSet,
     pub seccomp: Option<&'a SeccompProgram>,
+    /// The sandbox's end of the seccomp listener's channel ([`super::notify`]): the
+    /// command sends the listener of the filter it installs there.
+    pub notify: Option<RawFd>,
     pub namespaces: &'a [&'static str],
     /// When the caller started `run` (for debug timings).
     pub t0: std::time::Instant,
@@ -605,8 +608,18 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
                 }
             }
             if let Some(s) = cx.seccomp {
-                // the very last step before execve
-                if let Err(e) = s.install() {
+                // the very last step before execve; its listener to capsule's supervisor
+                let installed = match cx.notify {
+                    Some(sock) => s.install_listened().map(|l| {
+                        if let Some(l) = l {
+                            use std::os::fd::AsRawFd;
+                            let _ = super::notify::send_listener(sock, l.as_raw_fd());
+                        }
+                        sys::close(sock);
+                    }),
+                    None => s.install(),
+                };
+                if let Err(e) = installed {
                     fail(rep, e.to_string());
                 }
                 applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();

@@ -684,6 +684,11 @@ impl LandlockRules {
             }
             visible.insert(key(r));
         }
+        // a read-only workspace (`exec --read-only-workspace`) is no writable root, and
+        // may lie in capsule's hidden state: readable as a revealed path is
+        if policy.read_only.contains(&policy.workspace) {
+            visible.insert(key(&policy.workspace));
+        }
         if !opts.all_devices {
             hidden.insert(key(Path::new("/dev")));
             // a home that lives under /dev (a tmpfs scratch home) stays what the policy says

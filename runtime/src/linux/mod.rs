@@ -69,6 +69,8 @@ pub mod hooks;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
+pub mod notify;
+pub mod observe;
 pub mod oci;
 pub mod plan;
 pub mod prepared;
@@ -146,6 +148,22 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     };
     let (rep_r, rep_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
+    // the seccomp listener's way to capsule ([`notify`]): its sandbox end is init's and
+    // the command's (or a warm spare's) until the listener is sent
+    let (notify_mine, notify_theirs) = match notify::channel() {
+        Ok(c) => c,
+        Err(e) => {
+            for fd in [rep_r, rep_w, sync_r, sync_w] {
+                sys::close(fd);
+            }
+            return Err(setup("socketpair", e));
+        }
+    };
+    let notify_fd = {
+        use std::os::fd::AsRawFd;
+        notify_theirs.as_raw_fd()
+    };
+    let refusals = hooks.refusals.take().unwrap_or_default();
 
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
@@ -204,7 +222,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let seccomp = match plan.isolation {
         Isolation::None => None,
         _ if warm.is_some() => None,
-        _ => match seccomp::SeccompProgram::build() {
+        _ => match seccomp::SeccompProgram::build_for(plan.list_reads) {
             Ok(p) => Some(p),
             Err(e) => {
                 restore(&old_mask);
@@ -273,6 +291,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             pty_sock: pty_child_sock,
             old_mask: &old_mask,
             seccomp: seccomp.as_ref(),
+            notify: Some(notify_fd),
             namespaces: &namespaces,
             t0: start,
             root: match (in_prepared.get(), joined.as_ref()) {
@@ -301,7 +320,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             }
         }
         // the spare is init: send it this exec
-        match warm::send(&mut w.conn, plan, rep_w, sync_r, pty_child_sock) {
+        match warm::send(&mut w.conn, plan, rep_w, sync_r, notify_fd, pty_child_sock) {
             Ok(()) => pid = 0,
             Err(e) => {
                 drop(child.take());
@@ -404,6 +423,19 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     }
     // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
+    drop(notify_theirs);
+    let seccomp_supervisor = match notify::Supervisor::start(
+        notify_mine,
+        refusals,
+        observe::Allowed::of_plan(plan, init::landlock_inputs(plan).1.extra_writable),
+    ) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            // the command then gets ENOSYS for what the filter refuses: still refused
+            tracing::warn!("cannot start the seccomp supervisor: {e}");
+            None
+        }
+    };
     if let Some(f) = hooks_before_release {
         f();
     }
@@ -417,6 +449,9 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         None => Init::child(pid),
     };
     let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
+    if let Some(s) = seccomp_supervisor {
+        s.finish();
+    }
     restore(&old_mask);
     sys::close(rep_r);
     drop(pty);

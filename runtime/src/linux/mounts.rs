@@ -5,9 +5,11 @@
 //! command is forked; nothing of it exists outside the namespace, so nothing is left on
 //! disk when the sandbox ends.
 
+mod homeview;
+
 use super::plan::MountStep;
 use super::sys::{self, Kind};
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -28,21 +30,21 @@ impl std::fmt::Display for StepError {
     }
 }
 
-type R<T> = Result<T, StepError>;
+pub(super) type R<T> = Result<T, StepError>;
 
-fn ctx<T>(r: io::Result<T>, step: impl FnOnce() -> String) -> R<T> {
+pub(super) fn ctx<T>(r: io::Result<T>, step: impl FnOnce() -> String) -> R<T> {
     r.map_err(|error| StepError {
         step: step(),
         error,
     })
 }
 
-fn cstr(bytes: &[u8]) -> io::Result<CString> {
+pub(super) fn cstr(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// `prefix` + absolute `p` as a C string.
-fn under(prefix: &str, p: &Path) -> io::Result<CString> {
+pub(super) fn under(prefix: &str, p: &Path) -> io::Result<CString> {
     let mut v = prefix.as_bytes().to_vec();
     let b = p.as_os_str().as_bytes();
     if !b.starts_with(b"/") {
@@ -52,8 +54,8 @@ fn under(prefix: &str, p: &Path) -> io::Result<CString> {
     cstr(&v)
 }
 
-const OLD: &str = "/oldroot";
-const NEW: &str = "/newroot";
+pub(super) const OLD: &str = "/oldroot";
+pub(super) const NEW: &str = "/newroot";
 const MASK_DIR: &str = "/mask-dir";
 const MASK_FILE: &str = "/mask-file";
 
@@ -63,7 +65,7 @@ fn c(s: &str) -> CString {
 }
 
 /// `mkdir -p` of `path` (absolute, in the current root).
-fn mkdir_p(path: &[u8]) -> io::Result<()> {
+pub(super) fn mkdir_p(path: &[u8]) -> io::Result<()> {
     let mut i = 1;
     while i <= path.len() {
         if i == path.len() || path[i] == b'/' {
@@ -78,7 +80,7 @@ fn mkdir_p(path: &[u8]) -> io::Result<()> {
 }
 
 /// Make sure a mount point of the right kind exists at `dst`.
-fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
+pub(super) fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
     let b = dst.as_bytes();
     match sys::kind(dst) {
         Kind::Missing => {
@@ -99,7 +101,7 @@ fn mount_point(dst: &CString, dir: bool) -> io::Result<()> {
 }
 
 /// Recursive bind of `src` at `dst` (both already prefixed), read-only unless `rw`.
-fn bind(src: &CString, dst: &CString, rw: bool) -> io::Result<()> {
+pub(super) fn bind(src: &CString, dst: &CString, rw: bool) -> io::Result<()> {
     sys::mount(
         Some(src),
         dst,
@@ -130,6 +132,31 @@ fn tmpfs(dst: &CString, mode: u32) -> io::Result<()> {
         dst,
         Some(&c("tmpfs")),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_SILENT,
+        Some(&data),
+    )
+}
+
+/// An overlay at `dst` of `lower` (top first) under `upper` with `work` (paths as the
+/// setup root sees them), with user-namespace xattrs.
+pub(super) fn overlay(dst: &CStr, lower: &[CString], upper: &CStr, work: &CStr) -> io::Result<()> {
+    let mut data = b"lowerdir=".to_vec();
+    for (i, l) in lower.iter().enumerate() {
+        if i > 0 {
+            data.push(b':');
+        }
+        data.extend_from_slice(l.as_bytes());
+    }
+    data.extend_from_slice(b",upperdir=");
+    data.extend_from_slice(upper.to_bytes());
+    data.extend_from_slice(b",workdir=");
+    data.extend_from_slice(work.to_bytes());
+    data.extend_from_slice(b",userxattr");
+    let data = cstr(&data)?;
+    sys::mount(
+        Some(&c("overlay")),
+        dst,
+        Some(&c("overlay")),
+        libc::MS_NOSUID | libc::MS_NODEV,
         Some(&data),
     )
 }
@@ -209,30 +236,16 @@ pub fn apply(step: &MountStep) -> R<()> {
             let what = || format!("overlay at {}", dst.display());
             let d = ctx(under(NEW, dst), what)?;
             ctx(mount_point(&d, true), what)?;
-            let mut data = b"lowerdir=".to_vec();
-            for (i, l) in lower.iter().enumerate() {
-                if i > 0 {
-                    data.push(b':');
-                }
-                data.extend_from_slice(ctx(under(OLD, l), what)?.as_bytes());
-            }
-            data.extend_from_slice(b",upperdir=");
-            data.extend_from_slice(ctx(under(OLD, upper), what)?.as_bytes());
-            data.extend_from_slice(b",workdir=");
-            data.extend_from_slice(ctx(under(OLD, work), what)?.as_bytes());
-            data.extend_from_slice(b",userxattr");
-            let data = ctx(cstr(&data), what)?;
-            ctx(
-                sys::mount(
-                    Some(&c("overlay")),
-                    &d,
-                    Some(&c("overlay")),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    Some(&data),
-                ),
-                what,
-            )
+            let lower = lower
+                .iter()
+                .map(|l| under(OLD, l))
+                .collect::<io::Result<Vec<_>>>();
+            let lower = ctx(lower, what)?;
+            let upper = ctx(under(OLD, upper), what)?;
+            let work = ctx(under(OLD, work), what)?;
+            ctx(overlay(&d, &lower, &upper, &work), what)
         }
+        MountStep::HomeView(v) => homeview::apply(v),
         MountStep::Proc { dst } => proc_fs(NEW, dst, MaskSource::SetupRoot),
         MountStep::Dev { dst, extra } => dev(dst, extra),
         MountStep::Mask { dst, carve_outs } => {

@@ -44,6 +44,7 @@ pub const NOT_ENFORCED: &[&str] = &[
     "Landlock file-system and network rules (the second wall behind the mounts)",
     "the network allowlist proxy (allowlist mode runs with loopback only)",
     "the home layer's review (writes to the home land in its upper dir, unreviewed)",
+    "the home's default deny (what the view would not show is masked as of the export, not absent; what is made later is visible)",
     "the exec record (events.jsonl: what ran, what changed in the workspace)",
     "the guard of the operator's git after the command",
 ];
@@ -276,6 +277,34 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                         dst,
                         &["bind", "ro", "nosuid", "nodev", "noexec"],
                     )?);
+                }
+            }
+            MountStep::HomeView(v) => {
+                // an OCI runtime cannot build the view: the whole home under the layer,
+                // with what the view would not show (as of now) masked
+                for p in [&v.src, &v.upper, &v.work] {
+                    if !super::plan::option_safe(p) {
+                        return Err(OciError::UnsafePath(s(p)));
+                    }
+                }
+                let lowerdir = format!("lowerdir={}", s(&v.src));
+                let upperdir = format!("upperdir={}", s(&v.upper));
+                let workdir = format!("workdir={}", s(&v.work));
+                m.mounts.push(mount(
+                    "overlay",
+                    Path::new("overlay"),
+                    &v.dst,
+                    &[
+                        "nosuid",
+                        "nodev",
+                        &lowerdir,
+                        &upperdir,
+                        &workdir,
+                        "userxattr",
+                    ],
+                )?);
+                for p in super::plan::view::not_shown_now(v) {
+                    push_unique(&mut m.masked, s(&p));
                 }
             }
             MountStep::ReadOnly { dst } => push_unique(&mut m.readonly, s(dst)),
@@ -575,6 +604,7 @@ pub fn render(
         MountStep::Overlay { upper, dst, .. } if Some(dst) == plan.policy.home.as_ref() => {
             Some(upper)
         }
+        MountStep::HomeView(v) => Some(&v.upper),
         _ => None,
     }) {
         ann.insert(format!("{ANNOTATION_PREFIX}home-layer.upper"), s(o));

@@ -7,6 +7,8 @@
 //! after the host root is reachable under `/oldroot` and before the final `pivot_root`.
 //! Every `dst` is a path as the command will see it; every `src` is a host path.
 
+pub mod view;
+
 use capsule_bundle::policy::{is_default_env, SandboxPolicy};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -50,6 +52,10 @@ pub enum MountStep {
     Symlink { target: PathBuf, dst: PathBuf },
     /// An empty directory at `dst` (parents created).
     Dir { dst: PathBuf },
+    /// The home as a view of only its `entries` over host `src` (everything else of it
+    /// is absent), written through the home layer (`upper`, `work`); see
+    /// [`crate::home::view`].
+    HomeView(view::HomeView),
 }
 
 impl MountStep {
@@ -65,6 +71,7 @@ impl MountStep {
             | MountStep::ReadOnly { dst }
             | MountStep::Symlink { dst, .. }
             | MountStep::Dir { dst } => dst,
+            MountStep::HomeView(v) => &v.dst,
         }
     }
 }
@@ -130,6 +137,9 @@ pub struct ExecPlan {
     /// Where this capsule's prepared roots live (see [`super::prepared`]): a directory of
     /// the bundle, outside every sandbox. `None`: the root is built for this exec alone.
     pub prepared: Option<PathBuf>,
+    /// List reads of hidden paths too: every open is sent to capsule's seccomp supervisor
+    /// ([`super::notify`]), which costs a round trip per open.
+    pub list_reads: bool,
 }
 
 /// The parts of an [`ExecPlan`] that decide policy, as [`ExecPlan::digest`] hashes them.
@@ -142,6 +152,9 @@ struct Decided<'a> {
     hostname: &'a str,
     mounts: &'a [MountStep],
     policy: &'a SandboxPolicy,
+    /// The filter a warm spare installs ahead of time depends on it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    list_reads: bool,
 }
 
 impl ExecPlan {
@@ -162,6 +175,7 @@ impl ExecPlan {
             hostname: &self.hostname,
             mounts: &self.mounts,
             policy: &self.policy,
+            list_reads: self.list_reads,
         };
         // a plan of paths and flags always serializes
         let json = serde_json::to_vec(&decided).unwrap_or_default();
@@ -208,6 +222,7 @@ impl ExecPlan {
             limits: crate::limits::Limits::default(),
             cgroup_procs: Vec::new(),
             landlock_best_effort: false,
+            list_reads: false,
             prepared: None,
         }
     }

@@ -257,6 +257,23 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
                     ids.add(&Path::new("/dev").join(e), true);
                 }
             }
+            MountStep::HomeView(v) => {
+                ids.add(&v.src, true);
+                ids.add(&v.upper, true);
+                ids.add(&v.work, true);
+                for e in &v.entries {
+                    // a file entry is copied into the view: a change of it is another view
+                    if let Some(st) = ids.add(&e.src, true) {
+                        if e.kind == super::plan::view::EntryKind::File {
+                            for x in [st.st_mtime, st.st_mtime_nsec, st.st_ctime, st.st_ctime_nsec]
+                            {
+                                ids.h.update(x.to_le_bytes());
+                            }
+                            ids.h.update(st.st_size.to_le_bytes());
+                        }
+                    }
+                }
+            }
             MountStep::Proc { .. } => {}
         }
     }

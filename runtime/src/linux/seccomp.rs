@@ -26,6 +26,14 @@
 //!    root file on the host). `openat2` gets `ENOSYS`: its mode sits in memory the filter
 //!    cannot read, and libc falls back to `openat`.
 //!
+//! Listing what it refuses: the filter is built twice from the same table. The one an
+//! exec installs ([`SeccompProgram::install_listened`]) answers `SECCOMP_RET_USER_NOTIF`
+//! where the other answers `EPERM`; capsule's supervisor ([`super::notify`]) holds its
+//! listener, records the refusal and answers `EPERM`, the same errno. Should the
+//! supervisor be gone, the kernel answers `ENOSYS` itself: still refused. Every other
+//! answer (the kills, `ENOSYS`, allow) is the same instruction in both. The OCI rendering
+//! keeps plain errnos.
+//!
 //! `ptrace` is **allowed**, on purpose: debuggers and `strace` of the command's own children
 //! are ordinary work, the pid namespace hides host processes, and Landlock (every ABI)
 //! refuses ptrace of any process outside the sandbox's domain, which also covers weaker
@@ -72,7 +80,33 @@ pub struct SeccompReport {
 #[derive(Debug, Clone)]
 pub struct SeccompProgram {
     bpf: BpfProgram,
+    /// The same program with each `EPERM` answer replaced by `SECCOMP_RET_USER_NOTIF`.
+    listened: BpfProgram,
+    /// Does this kernel answer "continue" ([`continue_supported`])? Else the plain
+    /// program is installed even where the listened one is asked for.
+    listen: bool,
     report: SeccompReport,
+}
+
+/// Does the running kernel take `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (Linux 5.5)? The
+/// listened filter is installed only then: a write call it sends must be continued.
+pub fn continue_supported() -> bool {
+    // SAFETY: uname into a zeroed struct.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    let release: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    let release = String::from_utf8_lossy(&release);
+    let mut it = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    matches!((it.next(), it.next()), (Some(major), Some(minor)) if (major, minor) >= (5, 5))
 }
 
 // classic BPF opcodes (linux/bpf_common.h)
@@ -81,6 +115,7 @@ const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 #[cfg(target_arch = "x86_64")]
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
+const BPF_JMP_JSET_K_ANY: u16 = 0x05 | 0x40;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
 
@@ -400,46 +435,237 @@ pub fn rules() -> Vec<SysRule> {
     out
 }
 
+/// seccompiler's table of the `EPERM` rules of `refusals` whose syscall `keep` selects:
+/// `EPERM` when a rule matches, allow otherwise.
+fn table(refusals: &[SysRule], keep: impl Fn(i64) -> bool) -> Result<BpfProgram, SeccompError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for r in refusals
+        .iter()
+        .filter(|r| r.errno == libc::EPERM && keep(r.nr))
+    {
+        let mut alts = Vec::new();
+        for conj in &r.when {
+            let mut conds = Vec::new();
+            for c in conj {
+                match *c {
+                    ArgCond::MaskedEq { arg, mask, value } => {
+                        conds.push(cond(arg, SeccompCmpOp::MaskedEq(mask), value)?)
+                    }
+                    ArgCond::Eq { arg, value } => conds.push(cond(arg, SeccompCmpOp::Eq, value)?),
+                    ArgCond::NoneOf { arg, values } => {
+                        for v in values {
+                            conds.push(cond(arg, SeccompCmpOp::Ne, *v)?);
+                        }
+                    }
+                }
+            }
+            alts.push(SeccompRule::new(conds)?);
+        }
+        // an empty rule list = match whatever the arguments
+        rules.insert(r.nr, alts);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        native_arch()?,
+    )?;
+    Ok(filter.try_into()?)
+}
+
+const BPF_JMP_JA: u16 = 0x05;
+
+/// Offset of the low 32 bits of argument `i` in `seccomp_data`.
+fn arg_low(i: u8) -> u32 {
+    let base = 16 + 8 * i as u32;
+    if cfg!(target_endian = "little") {
+        base
+    } else {
+        base + 4
+    }
+}
+const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+/// `section` with each "allow" replaced by a jump to the instruction right after it.
+fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
+    let n = section.len();
+    section
+        .into_iter()
+        .enumerate()
+        .map(|(i, ins)| {
+            if ins.code == BPF_RET_K && ins.k == RET_ALLOW {
+                stmt(BPF_JMP_JA, (n - i - 1) as u32)
+            } else {
+                ins
+            }
+        })
+        .collect()
+}
+
+/// The listened program ([`SeccompProgram::install_listened`]), in four sections:
+/// 1. the prologue, as in the plain program;
+/// 2. the table's rules of every syscall but the write calls ([`WRITE_CALLS`]), with
+///    `SECCOMP_RET_USER_NOTIF` where the plain table answers `EPERM` (a refusal capsule
+///    lists), falling through where it allows;
+/// 3. the table's rules of the write calls (set-id modes), answering plain `EPERM`
+///    (refused by the kernel, never sent to the supervisor), falling through otherwise;
+/// 4. the write calls (opens whatever their flags) and `connect`:
+///    `SECCOMP_RET_USER_NOTIF`, which the supervisor answers "continue" (the kernel then
+///    decides, as without it); all else allowed.
+///
+/// So a notification of a write call always means "allowed by the table", and one of
+/// any other syscall always means "refused": the supervisor tells them apart by the
+/// syscall number alone and can never let through what the table refuses.
+fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, SeccompError> {
+    let notify = libc::SECCOMP_RET_USER_NOTIF;
+    let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
+    let writes = |nr: i64| WRITE_CALLS.iter().any(|w| w.nr == nr);
+    let mut p = prologue(refusals);
+    p.extend(
+        fall_through(table(refusals, |nr| !writes(nr))?)
+            .into_iter()
+            .map(|i| match (i.code, i.k) {
+                (BPF_RET_K, k) if k == eperm => stmt(BPF_RET_K, notify),
+                _ => i,
+            }),
+    );
+    p.extend(fall_through(table(refusals, writes)?));
+    p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
+    // with `list_reads` every open is sent (reads of hidden paths are listed too), else
+    // only those with write intent; the supervisor tells a write from a read by the
+    // flags, which the kernel copied for it
+    for w in WRITE_CALLS {
+        match w.flags {
+            Some((arg, mask)) if !list_reads => p.extend([
+                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
+                stmt(BPF_LD_W_ABS, arg_low(arg)),
+                jump(BPF_JMP_JSET_K_ANY, mask, 0, 1),
+                stmt(BPF_RET_K, notify),
+                stmt(BPF_RET_K, RET_ALLOW),
+            ]),
+            _ => p.extend([
+                jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 1),
+                stmt(BPF_RET_K, notify),
+            ]),
+        }
+    }
+    p.extend([
+        jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
+        stmt(BPF_RET_K, notify),
+    ]);
+    p.push(stmt(BPF_RET_K, RET_ALLOW));
+    if p.len() > 4096 {
+        return Err(SeccompError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+/// Where a write call's paths are: `(dirfd argument, path argument)`, the dirfd `None`
+/// for the calls relative to the working directory.
+pub type PathArg = (Option<u8>, u8);
+
+/// A path-taking call with write intent, observed (never decided) by the supervisor.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteCall {
+    pub name: &'static str,
+    pub nr: i64,
+    /// `(argument, mask)`: write intent only when the flags argument has one of these
+    /// bits (`openat`'s `O_WRONLY|O_RDWR|O_CREAT|O_TRUNC`), a read otherwise; `None`:
+    /// always a write.
+    pub flags: Option<(u8, u32)>,
+    /// The paths written (a rename writes two).
+    pub paths: &'static [PathArg],
+    /// Does it make a new name (so the grant is its folder)?
+    pub creates: bool,
+}
+
+const OPEN_WRITE: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
+
+macro_rules! write_call {
+    ($name:ident, $flags:expr, $paths:expr, $creates:expr) => {
+        WriteCall {
+            name: stringify!($name),
+            nr: libc::$name as i64,
+            flags: $flags,
+            paths: $paths,
+            creates: $creates,
+        }
+    };
+}
+
+/// The write calls the listened filter sends to the supervisor.
+#[cfg(target_arch = "x86_64")]
+pub const WRITE_CALLS: &[WriteCall] = &[
+    write_call!(SYS_openat, Some((2, OPEN_WRITE)), &[(Some(0), 1)], false),
+    write_call!(SYS_open, Some((1, OPEN_WRITE)), &[(None, 0)], false),
+    write_call!(SYS_creat, None, &[(None, 0)], true),
+    write_call!(SYS_mkdirat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_mkdir, None, &[(None, 0)], true),
+    write_call!(SYS_mknodat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_mknod, None, &[(None, 0)], true),
+    write_call!(SYS_unlinkat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_unlink, None, &[(None, 0)], false),
+    write_call!(SYS_rmdir, None, &[(None, 0)], false),
+    write_call!(SYS_renameat2, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_renameat, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_rename, None, &[(None, 0), (None, 1)], true),
+    write_call!(SYS_linkat, None, &[(Some(2), 3)], true),
+    write_call!(SYS_link, None, &[(None, 1)], true),
+    write_call!(SYS_symlinkat, None, &[(Some(1), 2)], true),
+    write_call!(SYS_symlink, None, &[(None, 1)], true),
+    write_call!(SYS_truncate, None, &[(None, 0)], false),
+    write_call!(SYS_fchmodat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_chmod, None, &[(None, 0)], false),
+    write_call!(SYS_fchownat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_chown, None, &[(None, 0)], false),
+    write_call!(SYS_lchown, None, &[(None, 0)], false),
+];
+/// The write calls the listened filter sends to the supervisor.
+#[cfg(not(target_arch = "x86_64"))]
+pub const WRITE_CALLS: &[WriteCall] = &[
+    write_call!(SYS_openat, Some((2, OPEN_WRITE)), &[(Some(0), 1)], false),
+    write_call!(SYS_mkdirat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_mknodat, None, &[(Some(0), 1)], true),
+    write_call!(SYS_unlinkat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_renameat2, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_renameat, None, &[(Some(0), 1), (Some(2), 3)], true),
+    write_call!(SYS_linkat, None, &[(Some(2), 3)], true),
+    write_call!(SYS_symlinkat, None, &[(Some(1), 2)], true),
+    write_call!(SYS_truncate, None, &[(None, 0)], false),
+    write_call!(SYS_fchmodat, None, &[(Some(0), 1)], false),
+    write_call!(SYS_fchownat, None, &[(Some(0), 1)], false),
+];
+
+/// `connect`, observed like the write calls (the kernel decides; the supervisor names
+/// what the sandbox's network refuses).
+#[allow(clippy::unnecessary_cast)] // c_long is i64 on 64-bit targets
+pub const OBSERVED_CONNECT: i64 = libc::SYS_connect as i64;
+
+/// Is `nr` a call the listened filter sends only to be observed (continued)? Never one
+/// the table refuses outright (see the tests).
+pub fn observed(nr: i64) -> bool {
+    nr == OBSERVED_CONNECT || write_call(nr).is_some()
+}
+
+/// The write call of number `nr`, if it is one.
+pub fn write_call(nr: i64) -> Option<&'static WriteCall> {
+    WRITE_CALLS.iter().find(|w| w.nr == nr)
+}
+
 impl SeccompProgram {
     /// Build the filter for the native architecture. Allocates; call before forking or in
     /// a child that may still allocate.
     pub fn build() -> Result<Self, SeccompError> {
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        Self::build_for(false)
+    }
+
+    /// [`SeccompProgram::build`], with a listened program that sends every open to the
+    /// supervisor (`list_reads`), or only the opens with write intent.
+    pub fn build_for(list_reads: bool) -> Result<Self, SeccompError> {
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
         let refusals = self::rules();
-        for r in refusals.iter().filter(|r| r.errno == libc::EPERM) {
-            let mut alts = Vec::new();
-            for conj in &r.when {
-                let mut conds = Vec::new();
-                for c in conj {
-                    match *c {
-                        ArgCond::MaskedEq { arg, mask, value } => {
-                            conds.push(cond(arg, SeccompCmpOp::MaskedEq(mask), value)?)
-                        }
-                        ArgCond::Eq { arg, value } => {
-                            conds.push(cond(arg, SeccompCmpOp::Eq, value)?)
-                        }
-                        ArgCond::NoneOf { arg, values } => {
-                            for v in values {
-                                conds.push(cond(arg, SeccompCmpOp::Ne, *v)?);
-                            }
-                        }
-                    }
-                }
-                alts.push(SeccompRule::new(conds)?);
-            }
-            // an empty rule list = match whatever the arguments
-            rules.insert(r.nr, alts);
-        }
-        let filter = SeccompFilter::new(
-            rules,
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EPERM as u32),
-            native_arch()?,
-        )?;
-        let table: BpfProgram = filter.try_into()?;
         let mut bpf = prologue(&refusals);
-        bpf.extend(table);
+        bpf.extend(table(&refusals, |_| true)?);
         if bpf.len() > 4096 {
             return Err(SeccompError::TooLong(bpf.len()));
         }
@@ -470,7 +696,39 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        Ok(Self { bpf, report })
+        let listened = listened(&refusals, list_reads)?;
+        Ok(Self {
+            bpf,
+            listened,
+            listen: continue_supported(),
+            report,
+        })
+    }
+
+    /// The program an exec installs when capsule lists refusals (for tests).
+    pub fn listened_instructions(&self) -> &[sock_filter] {
+        &self.listened
+    }
+
+    /// Install the listened filter ([`SeccompProgram::listened_instructions`]) on the
+    /// calling thread and return its listener (close-on-exec); on a kernel without user
+    /// notification (before 5.0) install the plain filter and return `None`. No
+    /// allocation: safe between `fork` and `execve`.
+    pub fn install_listened(&self) -> Result<Option<std::os::fd::OwnedFd>, SeccompError> {
+        use std::os::fd::FromRawFd;
+        if !self.listen {
+            return self.install().map(|()| None);
+        }
+        match install_bpf(&self.listened, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER) {
+            // SAFETY: the kernel returned a new descriptor, ours to own.
+            Ok(fd) => Ok(Some(unsafe {
+                std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+            })),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                self.install().map(|()| None)
+            }
+            Err(e) => Err(SeccompError::Install(e)),
+        }
     }
 
     /// What this filter does.
@@ -487,25 +745,32 @@ impl SeccompProgram {
     /// safe between `fork` and `execve`. Requires `no_new_privs` (or `CAP_SYS_ADMIN`);
     /// otherwise the kernel answers `EACCES`.
     pub fn install(&self) -> Result<(), SeccompError> {
-        let prog = libc::sock_fprog {
-            len: self.bpf.len() as libc::c_ushort,
-            // seccompiler's sock_filter is repr(C) with the kernel's layout
-            filter: self.bpf.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: prog points to a live, correctly laid out BPF program; the kernel copies it.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0 as libc::c_ulong,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if rc != 0 {
-            return Err(SeccompError::Install(std::io::Error::last_os_error()));
-        }
-        Ok(())
+        install_bpf(&self.bpf, 0)
+            .map(|_| ())
+            .map_err(SeccompError::Install)
     }
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, bpf)`: its return value.
+fn install_bpf(bpf: &[sock_filter], flags: libc::c_ulong) -> std::io::Result<libc::c_long> {
+    let prog = libc::sock_fprog {
+        len: bpf.len() as libc::c_ushort,
+        // seccompiler's sock_filter is repr(C) with the kernel's layout
+        filter: bpf.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prog points to a live, correctly laid out BPF program; the kernel copies it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(rc)
 }
 
 /// Build and install the filter on the calling thread; returns what was installed.

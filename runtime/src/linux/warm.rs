@@ -52,7 +52,7 @@ struct ExecRequest {
 }
 
 /// Descriptors of a request, in this order, then the stdio ones.
-const REQUEST_FDS: usize = 3; // report, sync, capsule's pidfd
+const REQUEST_FDS: usize = 4; // report, sync, capsule's pidfd, the seccomp listener's channel
 
 /// Send `plan`'s exec to the spare at the other end of `conn` (capsule's side). `report`
 /// and `sync` are the pipe ends init writes to and reads from; `console` the pty's child
@@ -62,6 +62,7 @@ pub(crate) fn send(
     plan: &ExecPlan,
     report: RawFd,
     sync: RawFd,
+    notify: RawFd,
     console: Option<RawFd>,
 ) -> io::Result<()> {
     // SAFETY: pidfd_open of ourselves.
@@ -71,7 +72,7 @@ pub(crate) fn send(
     }
     // SAFETY: a descriptor just opened.
     let me = unsafe { OwnedFd::from_raw_fd(me as RawFd) };
-    let mut fds = vec![report, sync, me.as_raw_fd()];
+    let mut fds = vec![report, sync, me.as_raw_fd(), notify];
     let stdio = match plan.stdio {
         Stdio::Inherit => {
             fds.extend([0, 1, 2]);
@@ -230,12 +231,12 @@ fn spare_main(
             quit()
         }
     }
-    let Ok(seccomp) = SeccompProgram::build() else {
+    let Ok(seccomp) = SeccompProgram::build_for(plan.list_reads) else {
         quit()
     };
     // every layer now, before the request: caps, no_new_privs, Landlock, seccomp; the
     // spare (init) is held by them too, and the command forked from it inherits them
-    let layers = enforce(ruleset.as_ref(), landlock, &seccomp);
+    let (layers, listener) = enforce(ruleset.as_ref(), landlock, &seccomp);
     drop(ruleset);
     let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts"];
     if plan.new_netns {
@@ -270,6 +271,11 @@ fn spare_main(
         quit()
     }
     let (report, sync, capsule) = (fds[0], fds[1], fds[2]);
+    // the listener of the filter this spare installed, to capsule's supervisor
+    if let Some(l) = listener {
+        let _ = super::notify::send_listener(fds[3], l.as_raw_fd());
+    }
+    sys::close(fds[3]);
     let stdio_fds = &fds[REQUEST_FDS..];
     let mut plan = plan.clone();
     plan.argv = req.argv.into_iter().map(OsString::from_vec).collect();
@@ -358,6 +364,7 @@ fn spare_main(
         pty_sock: console,
         old_mask: &old_mask,
         seccomp: Some(&seccomp),
+        notify: None,
         namespaces: &namespaces,
         t0: std::time::Instant::now(),
         root: Root::Warm(&warm),
@@ -366,13 +373,14 @@ fn spare_main(
 }
 
 /// Enforce the sandbox's layers on the spare itself (they are inherited by what it forks):
-/// no capabilities, `no_new_privs`, the Landlock ruleset, the seccomp filter. A spare that
-/// cannot ends (its holder then serves a join instead).
+/// no capabilities, `no_new_privs`, the Landlock ruleset, the seccomp filter (with its
+/// listener, for the exec's supervisor). A spare that cannot ends (its holder then serves
+/// a join instead).
 fn enforce(
     ruleset: Option<&OwnedFd>,
     landlock: &serde_json::Value,
     seccomp: &SeccompProgram,
-) -> init::PreLayers {
+) -> (init::PreLayers, Option<OwnedFd>) {
     use std::os::fd::AsFd;
     if sys::drop_all_capabilities().is_err() || sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).is_err()
     {
@@ -382,13 +390,16 @@ fn enforce(
     let Ok(landlock) = super::landlock::restrict_received(r.as_fd(), landlock.clone(), &[]) else {
         quit()
     };
-    if seccomp.install().is_err() {
+    let Ok(listener) = seccomp.install_listened() else {
         quit()
-    }
-    init::PreLayers {
-        landlock,
-        seccomp: serde_json::to_value(seccomp.report()).unwrap_or_default(),
-    }
+    };
+    (
+        init::PreLayers {
+            landlock,
+            seccomp: serde_json::to_value(seccomp.report()).unwrap_or_default(),
+        },
+        listener,
+    )
 }
 
 /// [`sys::recv_fds`], with end of file as an error.

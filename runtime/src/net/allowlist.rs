@@ -296,6 +296,26 @@ impl Allowlist {
         })
     }
 
+    /// The loopback addresses with a port that the list names literally
+    /// (`127.0.0.1:4873`, `[::1]:8080`): host services the sandbox reaches at that same
+    /// address, through a relay listening there inside (see `super::relay`). Without a
+    /// port an entry names no one listener, so it has none.
+    pub fn loopback_services(&self) -> Vec<std::net::SocketAddr> {
+        let mut v: Vec<std::net::SocketAddr> = self
+            .entries
+            .iter()
+            .filter_map(|e| match (&e.host, e.port) {
+                (HostPattern::Ip(ip), Some(port)) if ip.is_loopback() => {
+                    Some(std::net::SocketAddr::new(*ip, port))
+                }
+                _ => None,
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     /// Does some entry name the literal address `ip` on `port`? (This is what permits a
     /// loopback, private or host address.)
     pub fn names_literal(&self, ip: IpAddr, port: u16) -> bool {
@@ -310,6 +330,25 @@ mod tests {
     fn allows(list: &[&str], host: &str, port: u16) -> bool {
         let l = Allowlist::parse(list).unwrap();
         l.allows(&Host::parse(host).unwrap(), port)
+    }
+
+    #[test]
+    fn loopback_services_need_a_literal_loopback_address_and_port() {
+        let l = Allowlist::parse([
+            "127.0.0.1:4873",
+            "[::1]:8080",
+            "127.0.0.1",
+            "10.0.0.1:80",
+            "localhost:3000",
+            "127.0.0.1:4873",
+        ])
+        .unwrap();
+        let got: Vec<String> = l
+            .loopback_services()
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        assert_eq!(got, vec!["127.0.0.1:4873", "[::1]:8080"]);
     }
 
     #[test]

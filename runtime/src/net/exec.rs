@@ -4,7 +4,8 @@
 //!
 //! 1. [`ExecNet::prepare`] (host, before `linux::run`, single-threaded): makes the proxy's
 //!    [handoff channel](super::handoff) (a socketpair: nothing in the file system, nothing
-//!    to mount) and opens `refusals.jsonl`;
+//!    to mount); the proxy reports its refusals to the exec's
+//!    [`Collector`](crate::refusals::Collector), which writes `refusals.jsonl` at the end;
 //! 2. [`ExecNet::apply`] adds to the [`ExecPlan`]: the proxy environment and the network
 //!    namespace flags;
 //! 3. [`ExecNet::hooks`] adds the init hook that starts the relay on [`RELAY_ADDR`] inside
@@ -21,9 +22,11 @@
 
 use super::allowlist::Allowlist;
 use super::host::{HostProxy, RunningProxy};
-use super::proxy::ProxyConfig;
-use super::refusal::RefusalLog;
+use super::proxy::{ProxyConfig, SecretsConfig};
+use super::publish::ExecPublish;
 use super::resolve::Resolver;
+use super::secrets::Secrets;
+use super::tls::Ca;
 use super::{plan, proxy_env, NetFlags, NetPlan, PlanError, RELAY_ADDR};
 use crate::linux::{ExecPlan, Hooks, Isolation};
 use capsule_bundle::layout::bundle_files;
@@ -49,6 +52,12 @@ pub enum NetError {
     Channel(std::io::Error),
     #[error("network proxy: {0}")]
     Resolver(String),
+    #[error(transparent)]
+    Secret(#[from] super::secrets::SecretError),
+    #[error("secrets: {0}")]
+    Tls(#[from] super::tls::TlsError),
+    #[error("{0}")]
+    Publish(String),
 }
 
 impl NetError {
@@ -57,6 +66,8 @@ impl NetError {
         matches!(
             self,
             NetError::Plan(PlanError::Entry(_) | PlanError::Conflict(..))
+                | NetError::Secret(_)
+                | NetError::Publish(_)
         )
     }
 }
@@ -73,13 +84,36 @@ pub struct ExecNet {
     refusal_log: PathBuf,
     /// Set by [`ExecNet::apply`] when the mode could not be given as asked.
     note: RefCell<Option<String>>,
+    /// Each secret's name and placeholder (the command's environment).
+    secret_env: Vec<(String, String)>,
+    /// The sandbox's trust file on the host (secrets in allowlist mode).
+    trust_file: Option<PathBuf>,
+    /// Published ports (`--publish`, `sandbox.publish`).
+    publish: Option<ExecPublish>,
 }
 
 impl ExecNet {
     /// Decide the network of this exec from the (effective) policy's network part; for
     /// allowlist mode make the proxy's channel. Prints the open-network warning.
-    pub fn prepare(network: &NetworkPolicy, bundle_dir: &Path) -> Result<ExecNet, NetError> {
+    /// `secret_files`: the `--secret-file NAME=PATH` flags.
+    pub fn prepare(
+        network: &NetworkPolicy,
+        bundle_dir: &Path,
+        secret_files: &[String],
+        refusals: Arc<crate::refusals::Collector>,
+    ) -> Result<ExecNet, NetError> {
         let plan = plan(network, &NetFlags::default())?;
+        let files = secret_files
+            .iter()
+            .map(|f| super::secrets::parse_file_flag(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        let secrets = if network.secrets.is_empty() && files.is_empty() {
+            None
+        } else {
+            Some(Secrets::load(&network.secrets, &files, |n| {
+                std::env::var_os(n)
+            })?)
+        };
         let refusal_log = bundle_dir.join(bundle_files::REFUSALS);
         let mut net = ExecNet {
             plan,
@@ -88,21 +122,38 @@ impl ExecNet {
             relay_end: None,
             refusal_log,
             note: RefCell::new(None),
+            secret_env: secrets.as_ref().map(Secrets::env).unwrap_or_default(),
+            trust_file: None,
+            publish: None,
         };
+        if !network.publish.is_empty() {
+            match net.plan {
+                NetPlan::Off => return Err(NetError::Publish(
+                    "--publish: the sandbox has no network at all (--no-network): nothing inside can be published".into(),
+                )),
+                NetPlan::Open => return Err(NetError::Publish(
+                    "--publish: with the open network the command's servers are on the host's network already; publish needs the sandbox's own (none or an allowlist)".into(),
+                )),
+                NetPlan::Loopback | NetPlan::Allowlist(_) => {}
+            }
+            net.publish = ExecPublish::prepare(&network.publish).map_err(NetError::Publish)?;
+        }
         match &net.plan {
             NetPlan::Allowlist(list) => {
                 let cfg = ProxyConfig {
                     allowlist: list.clone(),
                     resolver: Resolver::from_env().map_err(NetError::Resolver)?,
-                    refusal_log: Some(RefusalLog::open(&net.refusal_log).map_err(|err| {
-                        NetError::Io {
-                            what: "cannot open the refusal log",
-                            path: net.refusal_log.clone(),
-                            err,
-                        }
-                    })?),
+                    refusal_log: None,
+                    refusals: Some(refusals),
                     limits: Default::default(),
+                    secrets: None,
                 };
+                let mut cfg = cfg;
+                if let Some(secrets) = secrets.filter(|s| !s.is_empty()) {
+                    let ca = Ca::load_or_create(bundle_dir)?;
+                    net.trust_file = Some(super::tls::trust_file(bundle_dir, &ca)?);
+                    cfg.secrets = Some(Arc::new(SecretsConfig::new(secrets, ca)));
+                }
                 let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;
                 *net.proxy.borrow_mut() = Some(hp);
                 net.relay_end = Some(Arc::new(Mutex::new(Some(relay_end))));
@@ -127,6 +178,17 @@ impl ExecNet {
         }
     }
 
+    /// The host's loopback services the allowlist names (address and port): reached
+    /// inside at that same address, the relay listening there.
+    fn loopback_services(&self) -> Vec<std::net::SocketAddr> {
+        let mut v = self
+            .allowlist()
+            .map(|l| l.loopback_services())
+            .unwrap_or_default();
+        v.retain(|a| *a != RELAY_ADDR);
+        v
+    }
+
     /// Does this exec get the proxy (allowlist mode under full isolation)?
     fn proxied(&self, isolation: Isolation) -> bool {
         self.relay_end.is_some() && isolation == Isolation::Full
@@ -138,12 +200,27 @@ impl ExecNet {
     pub fn apply(&self, plan: &mut ExecPlan) {
         plan.new_netns = self.plan.own_namespace();
         plan.network_off = self.plan == NetPlan::Off;
+        // a secret's name is its placeholder, whatever else would set it
+        if !self.secret_env.is_empty() {
+            plan.env.retain(|(k, _)| {
+                !self
+                    .secret_env
+                    .iter()
+                    .any(|(n, _)| k.to_str() == Some(n.as_str()))
+            });
+            plan.env
+                .extend(self.secret_env.iter().map(|(k, v)| (k.into(), v.into())));
+            plan.env.sort();
+        }
         if self.proxied(plan.isolation) {
             let env = proxy_env(RELAY_ADDR);
             plan.env
                 .retain(|(k, _)| !env.iter().any(|(n, _)| k.to_str() == Some(n.as_str())));
             plan.env
                 .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
+            if let Some(trust) = &self.trust_file {
+                self.apply_trust(plan, trust);
+            }
             plan.env.sort();
             *self.note.borrow_mut() = None;
         } else if self.relay_end.is_some() && plan.isolation == Isolation::Weaker {
@@ -153,13 +230,54 @@ impl ExecNet {
         }
     }
 
+    /// The capsule's CA trusted inside: the trust file bound read-only over each system
+    /// CA bundle, and the variables tools read it from pointing there.
+    fn apply_trust(&self, plan: &mut ExecPlan, trust: &Path) {
+        use super::tls::{system_trust_paths, TRUST_ENV};
+        let paths = system_trust_paths();
+        for p in &paths {
+            plan.mounts.push(crate::linux::plan::MountStep::Bind {
+                src: trust.to_path_buf(),
+                dst: p.clone(),
+                rw: false,
+                optional: false,
+            });
+        }
+        if let Some(inside) = paths.first() {
+            plan.env
+                .retain(|(k, _)| !TRUST_ENV.iter().any(|n| k.to_str() == Some(n)));
+            plan.env.extend(
+                TRUST_ENV
+                    .iter()
+                    .map(|n| ((*n).into(), inside.as_os_str().to_owned())),
+            );
+        }
+    }
+
     /// What [`ExecNet::apply`] could not give as asked (for the record's degradation list).
     pub fn degradation(&self) -> Option<String> {
         self.note.borrow().clone()
     }
 
-    /// Add this exec's network hooks to `hooks`, for a plan of `isolation`.
-    pub fn hooks(&self, mut hooks: Hooks, isolation: Isolation) -> Hooks {
+    /// Add this exec's network hooks to `hooks`, for a plan of `isolation`: the relay
+    /// (allowlist mode) and the published ports' connector (own network namespace only).
+    pub fn hooks(&self, hooks: Hooks, isolation: Isolation) -> Hooks {
+        let hooks = self.proxy_hooks(hooks, isolation);
+        match &self.publish {
+            Some(p) if isolation == Isolation::Full => {
+                p.hooks(hooks, Some(super::proxy::DEFAULT_IDLE_TIMEOUT))
+            }
+            Some(_) => {
+                *self.note.borrow_mut() = Some(
+                    "published ports need the sandbox's own network namespace: not published under weaker isolation".into(),
+                );
+                hooks
+            }
+            None => hooks,
+        }
+    }
+
+    fn proxy_hooks(&self, mut hooks: Hooks, isolation: Isolation) -> Hooks {
         if !self.proxied(isolation) {
             return hooks;
         }
@@ -169,15 +287,18 @@ impl ExecNet {
         // clone copies the address space: init takes the end from its copy of the slot,
         // the supervisor (below) from its own
         let inside = end.clone();
+        let services = self.loopback_services();
         hooks.inside.push(Box::new(move || {
             let fd = inside
                 .lock()
                 .map_err(|_| "network relay: channel slot poisoned".to_string())?
                 .take()
                 .ok_or_else(|| "network relay: no channel to the proxy".to_string())?;
-            super::relay::spawn(RELAY_ADDR, fd)
+            let mut listens = vec![RELAY_ADDR];
+            listens.extend(services.iter().copied());
+            super::relay::spawn_all(&listens, fd)
                 .map(|_| ())
-                .map_err(|e| format!("network relay on {RELAY_ADDR}: {e}"))
+                .map_err(|e| format!("network relay: {e}"))
         }));
         let prev = hooks.before_release.take();
         let proxy = self.proxy.clone();
@@ -211,7 +332,18 @@ impl ExecNet {
                 v["proxy"] = format!("http://{RELAY_ADDR}").into();
                 v["socks"] = format!("socks5h://{RELAY_ADDR}").into();
                 v["refusal_log"] = self.refusal_log.display().to_string().into();
+                let services = self.loopback_services();
+                if !services.is_empty() {
+                    v["host_services"] = services.iter().map(|a| a.to_string()).collect();
+                }
             }
+        }
+        if !self.secret_env.is_empty() {
+            // names and hosts; never a value (nor the placeholder)
+            v["secrets"] = self.secret_env.iter().map(|(n, _)| n.clone()).collect();
+        }
+        if let Some(p) = &self.publish {
+            v["published"] = serde_json::to_value(p.bound()).unwrap_or_default();
         }
         if self.plan == NetPlan::Open {
             v["warning"] = "the host's network, unrestricted".into();
@@ -223,6 +355,9 @@ impl ExecNet {
     pub fn finish(&self) {
         if let Some(r) = self.running.borrow_mut().take() {
             r.stop();
+        }
+        if let Some(p) = &self.publish {
+            p.finish();
         }
         self.proxy.borrow_mut().take();
         if let Some(end) = &self.relay_end {

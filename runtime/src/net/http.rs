@@ -159,7 +159,7 @@ impl Target {
 }
 
 /// Split `host[:port]` / `[v6][:port]` into a host and an optional port.
-fn split_authority(auth: &str) -> Result<(Host, Option<u16>), String> {
+pub(crate) fn split_authority(auth: &str) -> Result<(Host, Option<u16>), String> {
     if auth.contains('@') {
         return Err("credentials in the request target are not accepted".into());
     }

@@ -18,14 +18,19 @@ pub mod exec;
 pub mod handoff;
 pub mod host;
 pub mod http;
+pub mod intercept;
 pub mod proxy;
+#[cfg(target_os = "linux")]
+pub mod publish;
 pub mod refusal;
 #[cfg(target_os = "linux")]
 pub mod relay;
 pub mod resolve;
+pub mod secrets;
 pub mod socks;
 #[cfg(target_os = "linux")]
 pub mod splice;
+pub mod tls;
 
 #[cfg(test)]
 mod allowlist_props;
@@ -160,6 +165,7 @@ mod tests {
         NetworkPolicy {
             mode,
             allow: allow.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
         }
     }
 

@@ -19,9 +19,12 @@
 use super::addr::{classify, HostAddrs};
 use super::allowlist::{Allowlist, Host};
 use super::http::{self, HeadError, Target};
+use super::intercept::{self, Prefixed, Site};
 use super::refusal::RefusalLog;
 use super::resolve::Resolver;
+use super::secrets::{Leak, Secrets};
 use super::socks;
+use super::tls::Ca;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -107,7 +110,37 @@ pub struct ProxyConfig {
     pub allowlist: Allowlist,
     pub resolver: Resolver,
     pub refusal_log: Option<RefusalLog>,
+    /// The exec's list of refusals (under `capsule exec`).
+    pub refusals: Option<std::sync::Arc<crate::refusals::Collector>>,
     pub limits: Limits,
+    /// This exec's secrets and the TLS to read their hosts' requests (`None`: none).
+    pub secrets: Option<Arc<SecretsConfig>>,
+}
+
+/// The secrets of an exec as the proxy uses them: the values, the capsule's CA (when
+/// some secret's host may be reached over TLS) and the upstream TLS configuration, made
+/// on first use.
+#[derive(Debug)]
+pub struct SecretsConfig {
+    pub secrets: Secrets,
+    pub ca: Ca,
+    upstream: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
+}
+
+impl SecretsConfig {
+    pub fn new(secrets: Secrets, ca: Ca) -> SecretsConfig {
+        SecretsConfig {
+            secrets,
+            ca,
+            upstream: Default::default(),
+        }
+    }
+
+    fn upstream(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+        self.upstream
+            .get_or_init(|| super::tls::upstream_config().map_err(|e| e.to_string()))
+            .clone()
+    }
 }
 
 /// The outcome of checking a destination.
@@ -129,6 +162,8 @@ pub struct Proxy {
 
 struct Inner {
     cfg: ProxyConfig,
+    /// The host services reached at their own address (see [`Allowlist::loopback_services`]).
+    services: Vec<SocketAddr>,
     host_addrs: HostAddrs,
     permits: Arc<Semaphore>,
 }
@@ -138,6 +173,12 @@ impl Proxy {
         let permits = Arc::new(Semaphore::new(cfg.limits.max_connections.max(1)));
         Proxy {
             inner: Arc::new(Inner {
+                services: cfg
+                    .allowlist
+                    .loopback_services()
+                    .into_iter()
+                    .filter(|a| *a != super::RELAY_ADDR)
+                    .collect(),
                 cfg,
                 host_addrs: HostAddrs::default(),
                 permits,
@@ -220,6 +261,109 @@ impl Proxy {
         if let Some(log) = &self.inner.cfg.refusal_log {
             log.record(&host.to_string(), port, reason);
         }
+        if let Some(c) = &self.inner.cfg.refusals {
+            let target = super::refusal::target(&host.to_string(), port);
+            c.add(crate::refusals::Event {
+                header: None,
+                kind: crate::refusals::Kind::Connect,
+                grant: Some(crate::refusals::connect_grant(&target)),
+                target,
+                program: String::new(),
+                pid: None,
+                reason: Some(reason.to_string()),
+            });
+        }
+    }
+
+    fn leak_log(&self, host: &Host, port: u16, leak: &Leak) {
+        tracing::info!(%host, port, secret = %leak.secret, header = %leak.header, "proxy refused a placeholder");
+        let cfg = &self.inner.cfg;
+        super::refusal::report_leak(
+            cfg.refusal_log.as_ref(),
+            cfg.refusals.as_ref(),
+            &host.to_string(),
+            port,
+            leak,
+        );
+    }
+
+    /// The secrets config if some secret is for `host:port`.
+    fn secrets_for(&self, host: &Host, port: u16) -> Option<&Arc<SecretsConfig>> {
+        self.inner
+            .cfg
+            .secrets
+            .as_ref()
+            .filter(|s| s.secrets.for_host(host, port))
+    }
+
+    /// Serve a tunnel to a host a secret is for: TLS terminated with the capsule's CA if
+    /// the client starts a handshake (and the real server verified), else plain HTTP;
+    /// every request read and substituted ([`intercept`]).
+    async fn intercept<S: Conn>(
+        &self,
+        sc: &SecretsConfig,
+        mut client: S,
+        mut first: Vec<u8>,
+        upstream: TcpStream,
+        host: &Host,
+        port: u16,
+    ) {
+        let limits = &self.inner.cfg.limits;
+        if first.is_empty() {
+            let mut b = vec![0u8; 4096];
+            match tokio::time::timeout(limits.head_timeout, client.read(&mut b)).await {
+                Ok(Ok(n)) if n > 0 => {
+                    b.truncate(n);
+                    first = b;
+                }
+                _ => return,
+            }
+        }
+        let site = Site {
+            host,
+            port,
+            secrets: &sc.secrets,
+            log: self.inner.cfg.refusal_log.as_ref(),
+            refusals: self.inner.cfg.refusals.as_ref(),
+            max_head: limits.max_head,
+            idle: limits.idle_timeout,
+        };
+        // a TLS handshake record
+        if first[0] != 0x16 {
+            return intercept::serve(Prefixed::new(first, client), upstream, site).await;
+        }
+        let server = match sc.ca.server_config(host) {
+            Ok(c) => c,
+            Err(e) => return tracing::warn!(%host, "proxy: no certificate for {host}: {e}"),
+        };
+        let accept = tokio_rustls::TlsAcceptor::from(server).accept(Prefixed::new(first, client));
+        let mut tls = match tokio::time::timeout(limits.head_timeout, accept).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return tracing::debug!(%host, "proxy: TLS from the sandbox: {e}"),
+            Err(_) => return,
+        };
+        let up = match (sc.upstream(), super::tls::server_name(host)) {
+            (Ok(cfg), Ok(name)) => {
+                let connect = tokio_rustls::TlsConnector::from(cfg).connect(name, upstream);
+                match tokio::time::timeout(limits.connect_timeout, connect).await {
+                    Ok(Ok(u)) => Ok(u),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("TLS handshake timed out".to_string()),
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        match up {
+            Ok(up) => intercept::serve(tls, up, site).await,
+            Err(e) => {
+                tracing::info!(%host, port, "proxy: upstream TLS: {e}");
+                let body = format!("capsule proxy: TLS to {host}:{port} failed: {e}\n");
+                let _ = tls
+                    .write_all(&http::simple_response(502, "Bad Gateway", &body))
+                    .await;
+                let _ = tls.shutdown().await;
+            }
+        }
     }
 
     /// Serve one client connection to completion.
@@ -270,8 +414,35 @@ impl Proxy {
                 return reply(&mut client, 400, "Bad Request", &body).await;
             }
         };
-        let (head, target) = target;
-        let (host, port) = target.host_port();
+        let (mut head, mut target) = target;
+        let (host, port) = {
+            let (h, p) = target.host_port();
+            (h.clone(), p)
+        };
+        let host = &host;
+        // placeholders: replaced for their hosts (plain forwarding), refused elsewhere
+        if let Some(sc) = &self.inner.cfg.secrets {
+            let forwarded = matches!(target, Target::Http { .. });
+            let mut probe = head.clone();
+            match sc.secrets.substitute(&mut probe, host, port) {
+                Err(leak) => {
+                    self.leak_log(host, port, &leak);
+                    let body = format!("capsule: refused {host}:{port}: {leak}\n");
+                    return reply(&mut client, 403, "Forbidden", &body).await;
+                }
+                Ok(n) if n > 0 && forwarded => {
+                    head = probe;
+                    match http::target(&head) {
+                        Ok(t) => target = t,
+                        Err(e) => {
+                            let body = format!("capsule proxy: bad request: {e}\n");
+                            return reply(&mut client, 400, "Bad Request", &body).await;
+                        }
+                    }
+                }
+                Ok(_) => {}
+            }
+        }
         let addrs = match self.check(host, port).await {
             Verdict::Allow(a) => a,
             Verdict::Refuse(reason) => {
@@ -306,6 +477,11 @@ impl Proxy {
                     .is_err()
                 {
                     return;
+                }
+                if let Some(sc) = self.secrets_for(host, port).cloned() {
+                    return self
+                        .intercept(&sc, client, rest, upstream, host, port)
+                        .await;
                 }
                 rest
             }
@@ -379,6 +555,11 @@ impl Proxy {
             .is_err()
         {
             return;
+        }
+        if let Some(sc) = self.secrets_for(&host, port).cloned() {
+            return self
+                .intercept(&sc, client, rest, upstream, &host, port)
+                .await;
         }
         if !rest.is_empty() && upstream.write_all(&rest).await.is_err() {
             return;
@@ -538,12 +719,47 @@ impl Proxy {
                 }
             };
             let _ = client.set_nodelay(true);
+            // what the relay listened on: the proxy port, or a host service's own address
+            let service = client
+                .local_addr()
+                .ok()
+                .filter(|a| self.inner.services.contains(a));
             let me = self.clone();
             tokio::spawn(async move {
-                me.handle(client).await;
+                match service {
+                    Some(addr) => me.handle_service(client, addr).await,
+                    None => me.handle(client).await,
+                }
                 drop(permit);
             });
         }
+    }
+
+    /// Serve a client that connected to an allow-listed host service at its own address
+    /// inside (`127.0.0.1:4873`): the same check, then the host's service at that address,
+    /// requests substituted when a secret is for it, else bytes tunnelled.
+    async fn handle_service<S: Conn>(&self, client: S, addr: SocketAddr) {
+        let host = Host::Ip(addr.ip());
+        let port = addr.port();
+        let addrs = match self.check(&host, port).await {
+            Verdict::Allow(a) => a,
+            Verdict::Refuse(reason) | Verdict::Unresolved(reason) => {
+                return self.refuse_log(&host, port, &reason);
+            }
+        };
+        let upstream = match self.connect_any(&addrs).await {
+            Ok(s) => s,
+            Err(e) => return tracing::debug!(%host, port, "proxy: cannot connect: {}", e.msg),
+        };
+        if let Some(sc) = self.secrets_for(&host, port).cloned() {
+            return self
+                .intercept(&sc, client, Vec::new(), upstream, &host, port)
+                .await;
+        }
+        let limits = &self.inner.cfg.limits;
+        client
+            .tunnel(upstream, limits.buffer, limits.idle_timeout)
+            .await;
     }
 }
 

@@ -77,7 +77,9 @@ fn config(allow: &[&str], resolve: &str, log: Option<&Path>) -> ProxyConfig {
         allowlist: Allowlist::parse(allow).unwrap(),
         resolver: Resolver::parse_table(resolve).unwrap(),
         refusal_log: log.map(|p| RefusalLog::open(p).unwrap()),
+        refusals: None,
         limits: Limits::default(),
+        secrets: None,
     }
 }
 

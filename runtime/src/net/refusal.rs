@@ -1,9 +1,14 @@
-//! The refusal log: one JSON line per request the proxy refused, appended to the capsule's
-//! `refusals.jsonl` (in its bundle directory):
+//! The proxy's own refusal log (`capsule proxy --refusal-log`): one JSON line per request
+//! it refused, in the shape of the capsule's `refusals.jsonl` ([`crate::refusals::log`])
+//! plus the host and port apart:
 //!
 //! ```json
-//! {"time":"2026-11-29T21:40:00.123Z","host":"example.com","port":443,"reason":"not on the allowlist"}
+//! {"time":"2026-11-29T21:40:00.123Z","kind":"connect","target":"example.com:443","count":1,
+//!  "grant":"--allow-host example.com:443","reason":"not on the allowlist","host":"example.com","port":443}
 //! ```
+//!
+//! Under `capsule exec` the proxy reports to the exec's [`crate::refusals::Collector`]
+//! instead, which writes the log when the exec ends.
 //!
 //! Each line is written with a single `write` on a file opened with `O_APPEND`, so lines
 //! from concurrent execs of one capsule do not interleave.
@@ -26,9 +31,21 @@ pub struct RefusalLog {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Refusal {
     pub time: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub target: String,
+    #[serde(default)]
+    pub count: u64,
+    #[serde(default)]
+    pub grant: String,
     pub host: String,
     pub port: u16,
     pub reason: String,
+    /// For a secret's placeholder sent to a host it is not for: the header (or `request
+    /// target`) it was in. Never the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
 }
 
 impl RefusalLog {
@@ -53,11 +70,26 @@ impl RefusalLog {
     /// Append one refusal. Failures are reported through `tracing` and otherwise ignored:
     /// the request is refused either way.
     pub fn record(&self, host: &str, port: u16, reason: &str) {
+        self.append(host, port, reason.to_string(), None)
+    }
+
+    /// Append a refused placeholder: the host, the header's name, the secret's name.
+    pub fn record_leak(&self, host: &str, port: u16, leak: &super::secrets::Leak) {
+        self.append(host, port, leak.to_string(), Some(leak.header.clone()))
+    }
+
+    fn append(&self, host: &str, port: u16, reason: String, header: Option<String>) {
+        let target = target(host, port);
         let r = Refusal {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            kind: "connect".into(),
+            grant: crate::refusals::connect_grant(&target),
+            target,
+            count: 1,
             host: host.to_string(),
             port,
-            reason: reason.to_string(),
+            reason,
+            header,
         };
         let mut line = match serde_json::to_vec(&r) {
             Ok(l) => l,
@@ -77,6 +109,12 @@ impl RefusalLog {
     }
 }
 
+/// `host:port` as a refusal's target (hosts are given as the proxy prints them: an IPv6
+/// address in brackets).
+pub fn target(host: &str, port: u16) -> String {
+    format!("{host}:{port}")
+}
+
 /// Read every refusal in `path` (lines that do not parse are skipped).
 pub fn read(path: &Path) -> std::io::Result<Vec<Refusal>> {
     let text = std::fs::read_to_string(path)?;
@@ -84,6 +122,31 @@ pub fn read(path: &Path) -> std::io::Result<Vec<Refusal>> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
+}
+
+/// Report a refused placeholder to where this proxy reports refusals: the exec's list
+/// (under `capsule exec`) and the proxy's own log (`capsule proxy --refusal-log`).
+pub fn report_leak(
+    log: Option<&RefusalLog>,
+    refusals: Option<&std::sync::Arc<crate::refusals::Collector>>,
+    host: &str,
+    port: u16,
+    leak: &super::secrets::Leak,
+) {
+    if let Some(log) = log {
+        log.record_leak(host, port, leak);
+    }
+    if let Some(c) = refusals {
+        c.add(crate::refusals::Event {
+            kind: crate::refusals::Kind::Connect,
+            target: target(host, port),
+            program: String::new(),
+            pid: None,
+            grant: None,
+            reason: Some(leak.to_string()),
+            header: Some(leak.header.clone()),
+        });
+    }
 }
 
 #[cfg(test)]

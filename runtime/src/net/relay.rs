@@ -7,6 +7,9 @@
 //! where no runtime exists. [`bind`] first (so the port is listening before the command
 //! starts), then [`serve_blocking`] — or [`spawn`], which does both and serves on a thread.
 //! When the proxy cannot take a connection (its end is gone) the relay answers `502` itself.
+//! [`spawn_all`] listens on several addresses (the proxy port and the allow-listed host
+//! services reached at their own address), one thread each, all handing over on one
+//! channel: the proxy tells them apart by the socket's local address.
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -40,7 +43,39 @@ pub fn spawn(listen: SocketAddr, channel: OwnedFd) -> io::Result<SocketAddr> {
     Ok(addr)
 }
 
-fn block_all_signals() -> libc::sigset_t {
+/// [`spawn`] for every address of `listens`, all bound before any thread starts (a
+/// failure binds nothing more and names the address), handing over on one `channel`.
+pub fn spawn_all(listens: &[SocketAddr], channel: OwnedFd) -> io::Result<Vec<SocketAddr>> {
+    let mut bound = Vec::with_capacity(listens.len());
+    for a in listens {
+        let l = bind(*a).map_err(|e| io::Error::new(e.kind(), format!("{a}: {e}")))?;
+        bound.push(l);
+    }
+    let channel = std::sync::Arc::new(channel);
+    let mut addrs = Vec::with_capacity(bound.len());
+    let old = block_all_signals();
+    let mut result = Ok(());
+    for l in bound {
+        addrs.push(l.local_addr()?);
+        let ch = channel.clone();
+        let r = thread::Builder::new()
+            .name("capsule-relay".into())
+            .stack_size(STACK)
+            .spawn(move || {
+                if let Err(e) = serve_blocking(l, ch) {
+                    tracing::warn!("relay stopped: {e}");
+                }
+            });
+        if let Err(e) = r {
+            result = Err(e);
+            break;
+        }
+    }
+    restore_signals(&old);
+    result.map(|_| addrs)
+}
+
+pub(super) fn block_all_signals() -> libc::sigset_t {
     // SAFETY: plain signal-mask calls on sets we own.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -51,13 +86,13 @@ fn block_all_signals() -> libc::sigset_t {
     }
 }
 
-fn restore_signals(old: &libc::sigset_t) {
+pub(super) fn restore_signals(old: &libc::sigset_t) {
     // SAFETY: restoring a mask pthread_sigmask gave us.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, std::ptr::null_mut()) };
 }
 
 /// Accept connections on `listener` and hand each to the proxy over `channel`.
-pub fn serve_blocking(listener: TcpListener, channel: OwnedFd) -> io::Result<()> {
+pub fn serve_blocking(listener: TcpListener, channel: impl AsFd) -> io::Result<()> {
     let mut consecutive_errors = 0u32;
     loop {
         let client = match listener.accept() {

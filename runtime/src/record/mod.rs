@@ -184,6 +184,20 @@ pub struct ExecRecord {
     /// 64 MiB reached`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub limits_reached: Vec<String>,
+    /// What the sandbox refused the command, one entry per distinct refusal with its count
+    /// ([`crate::refusals`]).
+    pub refusals: Vec<crate::refusals::Refusal>,
+    /// Refusals past the bound of distinct ones, counted only.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refusals_dropped: u64,
+    /// Kinds of refusal this exec could not list, and why
+    /// ([`crate::refusals::listing`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refusals_not_listed: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ExecRecord {

@@ -2,8 +2,10 @@
 //! sandbox without weakening it for anything else:
 //!
 //! - **its own login, and only its own.** Every agent's login, configuration and
-//!   transcripts are hidden by default ([`HOME_AGENT_LOGINS`](capsule_bundle::policy::HOME_AGENT_LOGINS)). The launched backend's own
-//!   paths ([`Backend::login_paths`](crate::agent::Backend::login_paths)) are un-hidden with `capsule exec --agent-login B`
+//!   transcripts are hidden by default
+//!   ([`HOME_AGENT_LOGINS`](capsule_bundle::policy::HOME_AGENT_LOGINS)). The launched
+//!   backend's own paths (its [profile](crate::agent::Profile)'s `login_paths`) are
+//!   un-hidden with `capsule exec --agent-login B`
 //!   ([`unhide_login`]): they then read through the home layer from the real home, and the
 //!   CLI's writes (refreshed tokens, settings, transcripts) land in the capsule's layer,
 //!   never in the real home (`capsule home diff` lists them, as refused: they are never
@@ -11,18 +13,18 @@
 //!   when the capsule was opened ([`other_logins`]), so a login made later, or one a
 //!   previous launch of another agent left in the layer, stays hidden too. Under weaker
 //!   isolation (no namespaces, no home layer) the own login is readable, not writable.
-//! - **its binary, resolved once on the host.** The first executable `claude`/`codex` on
-//!   `PATH` is canonicalized ([`resolve_binary`]) and that path is what runs inside. When
+//! - **its binary, resolved once on the host.** The first executable of the profile's
+//!   `binary` on `PATH` is canonicalized ([`resolve_binary`]) and that path is what runs inside. When
 //!   it (or the interpreter its `#!` line names, e.g. `node`) lies in a folder the capsule
 //!   hides as a sibling project or personal files, its package folder is revealed
 //!   read-only; inside credentials, tool state, another agent's login or a folder the
 //!   spec hid on purpose it is refused. A binary whose path the capsule's home layer
 //!   shadows (a copy a task wrote) is refused: review it with `capsule home diff`.
 //!   A `#!` line is only followed for files the sandbox cannot write.
-//! - **its API hosts** ([`Backend::default_hosts`](crate::agent::Backend::default_hosts)), passed as `--allow-host` when this
+//! - **its API hosts** (the profile's `hosts`), passed as `--allow-host` when this
 //!   build's `capsule exec` has the allowlist ([`exec_has_allow_host`]).
 
-use capsule_bundle::policy::{Access, HiddenReason, SandboxPolicy};
+use capsule_bundle::policy::{on_home_list, Access, HiddenReason, SandboxPolicy};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -101,6 +103,7 @@ pub struct View<'a> {
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",
+        HiddenReason::NotListed => "not among what development tools need in the home",
         HiddenReason::PersonalFiles => "personal files",
         HiddenReason::SiblingProject => "a project beside the capsule's source",
         HiddenReason::ToolState => "capsule's own state",
@@ -122,9 +125,25 @@ impl View<'_> {
 
     /// Make `file` (canonical) readable inside: nothing when it already is, else the
     /// folder to reveal (its package folder), or why it may not be.
-    fn reveal_for(&self, what: &str, file: &Path) -> Result<Option<PathBuf>, ResolveError> {
+    /// `path`: the `PATH` the sandbox gets (its folders are shown in the home).
+    fn reveal_for(
+        &self,
+        what: &str,
+        file: &Path,
+        path: &OsStr,
+    ) -> Result<Option<PathBuf>, ResolveError> {
         if self.policy.access(file) != Access::Hidden {
-            return Ok(None);
+            // the home shows only what its list names (default deny): a binary elsewhere
+            // in it gets its package folder revealed, read-only
+            return Ok(self
+                .policy
+                .home
+                .as_deref()
+                .filter(|h| file.starts_with(h) && !on_home_list(h, file))
+                .filter(|_| {
+                    !std::env::split_paths(path).any(|d| d.is_absolute() && file.starts_with(d))
+                })
+                .map(|h| package_root(file, h)));
         }
         let Some((hidden, reason)) = self.covering(file) else {
             return Ok(None);
@@ -248,7 +267,7 @@ pub fn resolve_binary(
     };
     let what = format!("the {name} binary");
     view.check_shadow(&what, &binary)?;
-    r.reveal.extend(view.reveal_for(&what, &binary)?);
+    r.reveal.extend(view.reveal_for(&what, &binary, path)?);
     // a file the sandbox can write could name anything in its #! line: not followed
     if view.policy.access(&binary) == Access::ReadWrite {
         return Ok(r);
@@ -256,7 +275,7 @@ pub fn resolve_binary(
     if let Some(i) = interpreter(&binary, path).and_then(|i| std::fs::canonicalize(i).ok()) {
         let what = format!("the interpreter of {name}");
         view.check_shadow(&what, &i)?;
-        if let Some(dir) = view.reveal_for(&what, &i)? {
+        if let Some(dir) = view.reveal_for(&what, &i, path)? {
             if !r.reveal.iter().any(|d| i.starts_with(d)) {
                 r.reveal.push(dir);
             }
@@ -269,7 +288,11 @@ pub fn resolve_binary(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::Backend;
+    use crate::agent::Profile;
+
+    fn claude() -> Profile {
+        crate::agent::find("claude", &[]).unwrap()
+    }
     use capsule_bundle::policy::{HiddenPath, NetworkPolicy};
 
     fn pol(home: &Path, hidden: Vec<HiddenPath>) -> SandboxPolicy {
@@ -308,7 +331,7 @@ mod tests {
                 hp(h.join(".config/claude"), HiddenReason::Requested),
             ],
         );
-        unhide_login(&mut p, Backend::Claude);
+        unhide_login(&mut p, &claude());
         let left: Vec<_> = p.hidden.iter().map(|h| h.path.clone()).collect();
         assert_eq!(
             left,
@@ -324,12 +347,15 @@ mod tests {
 
     #[test]
     fn other_logins_exclude_own_only() {
-        let o = other_logins(Backend::Codex);
-        assert!(o.contains(&".claude") && o.contains(&".claude.json.backup"));
-        assert!(o.contains(&".gemini") && !o.contains(&".codex"));
-        let o = other_logins(Backend::Claude);
-        assert!(o.contains(&".codex") && !o.iter().any(|p| p.starts_with(".claude")));
-        assert!(!o.contains(&".config/claude"));
+        let all = crate::agent::builtin();
+        let codex = crate::agent::find("codex", &[]).unwrap();
+        let o = other_logins(&codex, &all);
+        let has = |o: &[String], x: &str| o.iter().any(|p| p == x);
+        assert!(has(&o, ".claude") && has(&o, ".claude.json.backup"));
+        assert!(has(&o, ".gemini") && !has(&o, ".codex"));
+        let o = other_logins(&claude(), &all);
+        assert!(has(&o, ".codex") && !o.iter().any(|p| p.starts_with(".claude")));
+        assert!(!has(&o, ".config/claude"));
     }
 
     #[test]
@@ -354,18 +380,36 @@ mod tests {
                 policy: &p,
                 upper: None,
             };
-            let r = v.reveal_for("x", &bin);
+            let r = v.reveal_for("x", &bin, OsStr::new("/usr/bin"));
             assert_eq!(r.is_ok(), ok, "{reason:?}: {r:?}");
             if ok {
                 assert_eq!(r.unwrap(), Some(pkg.clone()));
             }
         }
+        // not hidden, but on no list of the home (default deny): revealed all the same;
+        // on the list (or outside the home): nothing to do
         let p = pol(&h, vec![]);
         let v = View {
             policy: &p,
             upper: None,
         };
-        assert_eq!(v.reveal_for("x", &bin).unwrap(), None);
+        assert_eq!(
+            v.reveal_for("x", &bin, OsStr::new("/usr/bin")).unwrap(),
+            Some(pkg.clone())
+        );
+        // in a PATH folder: the home shows it already
+        let on_path = pkg.join("bin");
+        assert_eq!(v.reveal_for("x", &bin, on_path.as_os_str()).unwrap(), None);
+        let listed = h.join(".local/bin/x");
+        assert_eq!(
+            v.reveal_for("x", &listed, OsStr::new("/usr/bin")).unwrap(),
+            None
+        );
+        assert_eq!(
+            v.reveal_for("x", Path::new("/usr/bin/x"), OsStr::new("/usr/bin"))
+                .unwrap(),
+            None
+        );
     }
 
     #[test]

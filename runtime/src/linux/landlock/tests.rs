@@ -180,7 +180,7 @@ fn policy(t: &Tree, mode: NetworkMode) -> SandboxPolicy {
         devices: vec![],
         network: NetworkPolicy {
             mode,
-            allow: vec![],
+            ..Default::default()
         },
     }
 }

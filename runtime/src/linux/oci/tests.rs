@@ -44,7 +44,7 @@ fn fixture() -> (tempfile::TempDir, SandboxPolicy) {
         devices: vec![],
         network: NetworkPolicy {
             mode: NetworkMode::None,
-            allow: vec![],
+            ..Default::default()
         },
     };
     (t, p)

@@ -440,3 +440,29 @@ fn set_id_bits_cannot_be_set() {
     assert_eq!(in_child(true, o2), Outcome::Exited(libc::ENOSYS));
     assert_eq!(in_child(false, o2), Outcome::Exited(0));
 }
+
+/// The supervisor continues every observed call: none may be one the table refuses
+/// outright, and those it refuses for some arguments (set-id modes) are answered by the
+/// kernel in the listened program's own section, never sent (see `listened`).
+#[test]
+fn observed_calls_are_never_refused_outright() {
+    for r in rules() {
+        if observed(r.nr) {
+            assert!(
+                !r.when.is_empty(),
+                "{} is refused outright and observed",
+                r.name
+            );
+            assert_eq!(r.errno, libc::EPERM, "{}", r.name);
+        }
+    }
+    assert!(observed(libc::SYS_openat) && observed(OBSERVED_CONNECT));
+    assert!(!observed(libc::SYS_keyctl) && !observed(libc::SYS_read));
+    let p = SeccompProgram::build().unwrap();
+    assert!(p.listened_instructions().len() < 4096);
+    // the plain program never notifies
+    assert!(p
+        .instructions()
+        .iter()
+        .all(|i| i.k != libc::SECCOMP_RET_USER_NOTIF));
+}

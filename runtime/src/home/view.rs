@@ -1,0 +1,318 @@
+//! The home as a command sees it: a *view* that holds only what development tools need
+//! (default deny). Everything of the real home that is not an entry of the view does not
+//! exist inside (`ENOENT`), whatever its name and whenever it was made: shell histories,
+//! every tool's token, the person's projects, a credential written on the host while the
+//! command runs.
+//!
+//! Decided here, on the host, for each exec's plan ([`HomeView`], a
+//! [`crate::linux::plan::MountStep`]):
+//! - the entries: [`HOME_VISIBLE`], the PATH and SDK folders below the home, the agent
+//!   login the exec un-hid, each resolved once (a symlinked entry shows its target) and
+//!   left out when absent, hidden, or inside capsule's own state;
+//! - the *points*: paths below the home that later steps of the plan mount on (the
+//!   workspace, the package caches, revealed folders, writable paths, `~/.npmrc`'s
+//!   filtered copy), so that each has a place in the view without anything being made in
+//!   the home layer.
+//!
+//! Built by the executor (the `homeview` part of [`crate::linux::mounts`]) once per
+//! prepared root: an overlay of the layer's upper dir over a small directory of the setup
+//! root holding copies of the file entries and empty places for the rest, then one overlay
+//! per folder entry (the real folder under the layer's matching subfolder), so writes
+//! anywhere in the home land in the layer exactly where `capsule home diff` looks.
+
+pub use crate::linux::plan::view::{works_dir, Entry, EntryKind, HomeView, Point, MAX_FILE};
+use crate::linux::plan::MountStep;
+use capsule_bundle::policy::{env_dirs, SandboxPolicy, HOME_VISIBLE};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// A folder's canonical path and entries, `None` when it cannot be listed.
+type Listing = Option<(PathBuf, HashMap<OsString, std::fs::FileType>)>;
+
+/// `p` is `root` or below it.
+fn within(p: &Path, root: &Path) -> bool {
+    p.starts_with(root)
+}
+
+/// The entries of the view of `home` under `policy` (the sandbox's view of it), with
+/// the PATH and SDK folders from `env` and the agent `login` paths the exec un-hid.
+pub fn entries(
+    home: &Path,
+    policy: &SandboxPolicy,
+    env: &[(OsString, OsString)],
+    login: &[&str],
+) -> Vec<Entry> {
+    let hidden = |p: &Path| policy.hidden.iter().any(|h| within(p, &h.path));
+    let mut rels: Vec<PathBuf> = HOME_VISIBLE.iter().map(PathBuf::from).collect();
+    rels.extend(login.iter().map(PathBuf::from));
+    let dirs = env_dirs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
+    for d in dirs {
+        if let Ok(rel) = d.strip_prefix(home) {
+            if !rel.as_os_str().is_empty() {
+                rels.push(rel.to_path_buf());
+            }
+        }
+    }
+    rels.sort();
+    rels.dedup();
+    // one listing per parent folder (d_type), instead of a stat per candidate; and the
+    // parent's canonical path (an entry reached through a symlinked parent is shown from
+    // its target: the executor resolves no symlink of the host)
+    let mut listings: HashMap<PathBuf, Listing> = HashMap::new();
+    let mut out: Vec<Entry> = Vec::new();
+    for rel in rels {
+        if rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            continue;
+        }
+        if out
+            .iter()
+            .any(|e| e.kind != EntryKind::File && within(&rel, &e.rel))
+        {
+            continue; // inside a folder entry already
+        }
+        let path = home.join(&rel);
+        if hidden(&path) {
+            continue;
+        }
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let list = listing(&mut listings, home, parent);
+        let Some((canon_parent, ft)) = list
+            .as_ref()
+            .and_then(|(c, l)| Some((c.clone(), *l.get(name)?)))
+        else {
+            continue;
+        };
+        let (src, dir) = if ft.is_symlink() {
+            let Ok(c) = std::fs::canonicalize(&path) else {
+                continue;
+            };
+            let Ok(md) = std::fs::metadata(&c) else {
+                continue;
+            };
+            (c, md.is_dir())
+        } else if ft.is_dir() || ft.is_file() {
+            (canon_parent.join(name), ft.is_dir())
+        } else {
+            continue;
+        };
+        // a link into a hidden folder (or capsule's state) shows nothing
+        if src != path && hidden(&src) {
+            continue;
+        }
+        if !dir && std::fs::metadata(&src).map_or(true, |m| m.len() > MAX_FILE) {
+            tracing::warn!(
+                "{}: larger than 8 MiB; not shown in the home",
+                path.display()
+            );
+            continue;
+        }
+        let kind = match (dir, src == path) {
+            (false, _) => EntryKind::File,
+            (true, true) => EntryKind::Dir,
+            (true, false) => EntryKind::LinkedDir,
+        };
+        out.push(Entry { rel, src, kind });
+    }
+    out
+}
+
+/// A folder's entries with their types (`d_type`, one listing) and its canonical path,
+/// for `dir` at or below `home` (canonical): a folder reached through no symlink is its
+/// own canonical path, found from its parent's listing without a system call of its own.
+fn listing<'m>(map: &'m mut HashMap<PathBuf, Listing>, home: &Path, dir: &Path) -> &'m Listing {
+    if !map.contains_key(dir) {
+        let canon = if dir == home {
+            Some(dir.to_path_buf())
+        } else {
+            match (dir.parent(), dir.file_name()) {
+                (Some(parent), Some(name)) => {
+                    let up = listing(map, home, parent)
+                        .as_ref()
+                        .and_then(|(c, l)| Some((c.clone(), *l.get(name)?)));
+                    match up {
+                        Some((c, ft)) if ft.is_dir() => Some(c.join(name)),
+                        Some((_, ft)) if ft.is_symlink() => std::fs::canonicalize(dir).ok(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }
+        };
+        let found = canon.and_then(|canon| {
+            let names = std::fs::read_dir(&canon).ok()?;
+            let names = names
+                .filter_map(|e| e.ok())
+                .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
+                .collect();
+            Some((canon, names))
+        });
+        map.insert(dir.to_path_buf(), found);
+    }
+    &map[dir]
+}
+
+/// The points of the view: `steps` (those after the view) that mount below `home`
+/// outside every folder entry.
+pub fn points(home: &Path, entries: &[Entry], steps: &[MountStep]) -> Vec<Point> {
+    let mut out: Vec<Point> = Vec::new();
+    for s in steps {
+        let src = match s {
+            MountStep::Bind { src, .. } => Some(src.clone()),
+            MountStep::Tmpfs { .. }
+            | MountStep::Overlay { .. }
+            | MountStep::Dir { .. }
+            | MountStep::Mask {
+                carve_outs: true, ..
+            } => None,
+            _ => continue,
+        };
+        let Ok(rel) = s.dst().strip_prefix(home) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() || entries.iter().any(|e| within(rel, &e.rel)) {
+            continue;
+        }
+        if !out.iter().any(|p| p.rel == rel) {
+            out.push(Point {
+                rel: rel.to_path_buf(),
+                src,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
+
+    fn policy(home: &Path) -> SandboxPolicy {
+        SandboxPolicy {
+            version: 1,
+            capsule_name: "c".into(),
+            workspace: home.join(".local/share/capsule/workspaces/c"),
+            read_only: vec![],
+            tmp_dir: "/tmp".into(),
+            home: Some(home.into()),
+            home_layer: None,
+            cache_dir: None,
+            writable: vec![],
+            hidden: vec![HiddenPath {
+                path: home.join(".config/git/credentials"),
+                reason: HiddenReason::Credentials,
+            }],
+            revealed: vec![],
+            pass_env: vec![],
+            devices: vec![],
+            network: NetworkPolicy::default(),
+        }
+    }
+
+    #[test]
+    fn only_listed_existing_entries_and_path_folders() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path();
+        for d in [
+            ".cargo/bin",
+            ".config/git",
+            ".config/rclone",
+            "tools/bin",
+            ".aws",
+        ] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        for f in [".gitconfig", ".bash_history", ".config/rclone/rclone.conf"] {
+            std::fs::write(home.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink(home.join("tools"), home.join(".bashrc")).unwrap();
+        let env = vec![(
+            OsString::from("PATH"),
+            OsString::from(format!(
+                "/usr/bin:{}/tools/bin:{}/.cargo/bin",
+                home.display(),
+                home.display()
+            )),
+        )];
+        let e = entries(home, &policy(home), &env, &[]);
+        let rels: Vec<&str> = e.iter().map(|e| e.rel.to_str().unwrap()).collect();
+        assert_eq!(
+            rels,
+            [
+                ".bashrc",
+                ".cargo",
+                ".config/git",
+                ".gitconfig",
+                "tools/bin"
+            ]
+        );
+        // a symlinked entry shows its target
+        assert_eq!(e[0].src, home.join("tools"));
+        assert_eq!(e[0].kind, EntryKind::LinkedDir);
+        assert_eq!(e[1].kind, EntryKind::Dir);
+        assert_eq!(e[3].kind, EntryKind::File);
+    }
+
+    #[test]
+    fn an_entry_below_a_symlinked_folder_is_shown_from_its_target() {
+        let t = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(t.path()).unwrap().join("h");
+        let dots = home.with_file_name("dots");
+        std::fs::create_dir_all(dots.join("git")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::os::unix::fs::symlink(&dots, home.join(".config")).unwrap();
+        let e = entries(&home, &policy(&home), &[], &[]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].rel, Path::new(".config/git"));
+        assert_eq!(e[0].src, dots.join("git"));
+        assert_eq!(e[0].kind, EntryKind::LinkedDir);
+    }
+
+    #[test]
+    fn points_are_later_mounts_outside_entries() {
+        let home = Path::new("/h");
+        let entries = vec![Entry {
+            rel: ".cargo".into(),
+            src: "/h/.cargo".into(),
+            kind: EntryKind::Dir,
+        }];
+        let steps = vec![
+            MountStep::Bind {
+                src: "/h/ws".into(),
+                dst: "/h/ws".into(),
+                rw: true,
+                optional: false,
+            },
+            MountStep::Mask {
+                dst: "/h/.ssh".into(),
+                carve_outs: false,
+            },
+            MountStep::Overlay {
+                lower: vec!["/c".into()],
+                upper: "/u".into(),
+                work: "/w".into(),
+                dst: "/h/.cargo/registry".into(),
+            },
+            MountStep::Mask {
+                dst: "/h/.local/share/capsule".into(),
+                carve_outs: true,
+            },
+            MountStep::Bind {
+                src: "/usr".into(),
+                dst: "/usr".into(),
+                rw: false,
+                optional: true,
+            },
+        ];
+        let p = points(home, &entries, &steps);
+        let rels: Vec<&str> = p.iter().map(|p| p.rel.to_str().unwrap()).collect();
+        assert_eq!(rels, ["ws", ".local/share/capsule"]);
+        assert_eq!(p[0].src.as_deref(), Some(Path::new("/h/ws")));
+    }
+}

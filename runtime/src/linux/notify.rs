@@ -1,0 +1,458 @@
+//! The seccomp supervisor of one exec: it holds the listener of the filter the command
+//! runs under ([`super::seccomp::SeccompProgram::install_listened`]). For each refused
+//! syscall it records who asked (kind `syscall`, its name, the program's `comm` and pid)
+//! in the exec's [`Collector`] and answers `EPERM`, the errno the plain filter gives. For
+//! each observed call (an open, a path call with write intent, a `connect`) it answers
+//! "continue",
+//! so the kernel decides, and lists it when the sandbox refuses it ([`observe`]). Which
+//! is which is told by the syscall number alone ([`seccomp::observed`]): the filter sends
+//! an observed call only when its table allowed it.
+//!
+//! How the listener gets here: [`channel`] makes a socketpair before the sandbox is
+//! started; its sandbox end reaches the process that installs the filter (the command's
+//! own process on its way to `execve`, or a warm spare, which installed it ahead of
+//! time), which sends the listener over it (`SCM_RIGHTS`) and closes its own copy. The
+//! command never holds it: the end is close-on-exec and closed before `execve`.
+//!
+//! Why the task can neither hang nor crash it, nor decide anything with it:
+//! - for a refusal it reads nothing of the task's memory: the syscall number, its
+//!   arguments as integers (to name an `ioctl` request, say) and the pid the kernel
+//!   gives (an observed call's path or address is read with `process_vm_readv`, which
+//!   fails rather than blocks, for the report only); the
+//!   program's name comes from `/proc/<pid>/comm` and `/proc/<pid>/status` (the task's
+//!   namespace pid), checked with `SECCOMP_IOCTL_NOTIF_ID_VALID` afterwards so a
+//!   recycled pid is never named;
+//! - every answer is the same (`EPERM`); a refused call waits only for this thread, and
+//!   only for one `read` of two small procfs files;
+//! - should this thread or capsule end, the listener closes and the kernel answers every
+//!   call the filter sends here with `ENOSYS`: still refused (and capsule's end ends the
+//!   sandbox anyway);
+//! - a storm of refusals costs the task one round trip each; the record stays bounded
+//!   ([`crate::refusals::MAX_DISTINCT`], counts).
+
+use super::observe::{self, Allowed};
+use super::seccomp;
+use crate::refusals::{Collector, Event, Kind};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+/// The socketpair the listener travels on: (capsule's end, the sandbox's end), both
+/// close-on-exec.
+pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(io::Error::from)
+}
+
+/// Send `listener` on the sandbox's end `sock` (from the process that installed it).
+/// Never raises `SIGPIPE` (capsule's end may be gone: then the listener closes with the
+/// sender's copy, and the kernel answers what the filter sends `ENOSYS`).
+pub fn send_listener(sock: RawFd, listener: RawFd) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [listener];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [io::IoSlice::new(b"L")];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+        .map(|_| ())
+        .map_err(io::Error::from)
+}
+
+/// A running supervisor.
+pub struct Supervisor {
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// An eventfd the thread polls: written to stop it (never a pipe, whose write could
+    /// raise `SIGPIPE` once the thread is gone).
+    stop: Arc<OwnedFd>,
+}
+
+impl Supervisor {
+    /// Start the supervisor thread on capsule's end of the channel. Call after the
+    /// sandbox is cloned (the executor clones while single-threaded).
+    pub fn start(
+        sock: OwnedFd,
+        refusals: Arc<Collector>,
+        allowed: Allowed,
+    ) -> io::Result<Supervisor> {
+        // SAFETY: eventfd makes a new descriptor.
+        let e = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if e < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just made, ours to own.
+        let stop = Arc::new(unsafe { OwnedFd::from_raw_fd(e) });
+        let stop_r = stop.clone();
+        let names = Names::new();
+        let thread = std::thread::Builder::new()
+            .name("capsule-seccomp".into())
+            .stack_size(64 * 1024)
+            .spawn(move || serve(sock, stop_r, &names, &allowed, &refusals))?;
+        Ok(Supervisor {
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    /// Stop (the sandbox has ended) and wait for the thread.
+    pub fn finish(mut self) {
+        let _ = super::sys::write_all(self.stop.as_raw_fd(), &1u64.to_ne_bytes());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Poll `fd` and `stop`; true when `fd` is readable (false: stop, or `fd` hung up).
+fn wait(fd: RawFd, stop: RawFd) -> bool {
+    loop {
+        let mut p = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return false;
+        }
+        if p[1].revents != 0 {
+            return false;
+        }
+        if p[0].revents & libc::POLLIN != 0 {
+            return true;
+        }
+        if p[0].revents != 0 {
+            return false;
+        }
+    }
+}
+
+fn serve(
+    sock: OwnedFd,
+    stop: Arc<OwnedFd>,
+    names: &Names,
+    allowed: &Allowed,
+    refusals: &Collector,
+) {
+    if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
+        return;
+    }
+    let listener = match super::sys::recv_fds(sock.as_raw_fd(), &mut [0u8; 1]) {
+        Ok((_, fds)) => match fds.into_iter().next() {
+            Some(l) => l,
+            None => return,
+        },
+        Err(_) => return,
+    };
+    drop(sock);
+    while wait(listener.as_raw_fd(), stop.as_raw_fd()) {
+        answer_one(listener.as_raw_fd(), names, allowed, refusals);
+    }
+}
+
+/// Is notification `id` still pending (its task alive, so its pid still names it)?
+fn still_valid(listener: RawFd, id: u64) -> bool {
+    let mut id = id;
+    // SAFETY: the ioctl reads id.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) == 0 }
+}
+
+/// Answer notification `id`: `continue` (the kernel runs the call and decides), or the
+/// errno `error`.
+fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val: 0,
+        error: if continue_ { 0 } else { -error },
+        flags: if continue_ {
+            libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32
+        } else {
+            0
+        },
+    };
+    // SAFETY: the ioctl reads resp. A task gone meanwhile gets no answer (ENOENT).
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) };
+}
+
+/// Receive one notification and answer it: a write call continues (observed,
+/// [`observe`]), anything else is a refusal of the table, answered `EPERM` and recorded.
+fn answer_one(listener: RawFd, names: &Names, allowed: &Allowed, refusals: &Collector) {
+    // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: the ioctl fills n.
+    if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n) } != 0 {
+        // the task is gone (ENOENT) or interrupted: nothing to answer
+        return;
+    }
+    // the listened filter sends a write call only when its table allowed it (see
+    // `seccomp::listened`): continuing it gives the kernel the decision it would have
+    // made without us
+    let nr = n.data.nr as i64;
+    if seccomp::observed(nr) {
+        // what the task names is read before the call goes on (its working directory
+        // may change after); the judgment is for the report only
+        let refused = match seccomp::write_call(nr) {
+            Some(w) => {
+                let named = observe::named(w, n.pid, &n.data.args);
+                if observe::is_read(w, &n.data.args) {
+                    let listing = observe::is_listing(w, &n.data.args);
+                    observe::judge_read(named, allowed, listing)
+                } else {
+                    observe::judge(w, named, allowed, String::new(), None)
+                }
+            }
+            None => observe::connect_peer(n.pid, &n.data.args)
+                .and_then(|p| observe::judge_connect(p, allowed, String::new(), None)),
+        };
+        return answer(listener, &n, refused, true, refusals);
+    }
+    let refused = Event {
+        header: None,
+        kind: Kind::Syscall,
+        target: names.describe(nr, &n.data.args),
+        program: String::new(),
+        pid: None,
+        grant: None,
+        reason: None,
+    };
+    answer(listener, &n, Some(refused), false, refusals)
+}
+
+/// Answer notification `n` (continue it, or `EPERM`) and record `refused` with the
+/// program that asked: its `comm` each time (part of what tells refusals apart), its pid
+/// the first time only (a repeat is counted, its pid not kept), both read while the
+/// task waits and dropped if it is gone meanwhile (its pid could name another process).
+fn answer(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    refused: Option<Event>,
+    continue_: bool,
+    refusals: &Collector,
+) {
+    let Some(mut e) = refused else {
+        return respond(listener, n.id, continue_, libc::EPERM);
+    };
+    e.program = comm(n.pid);
+    if !refusals.knows(e.kind, &e.target, &e.program) {
+        e.pid = nspid(n.pid);
+    }
+    let valid = still_valid(listener, n.id);
+    respond(listener, n.id, continue_, libc::EPERM);
+    if !valid {
+        e.program.clear();
+        e.pid = None;
+    }
+    refusals.add(e);
+}
+
+/// Up to `max` bytes of `/proc/<pid>/<what>`.
+fn proc_read(pid: u32, what: &str, max: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if pid == 0 {
+        return None;
+    }
+    let f = std::fs::File::open(format!("/proc/{pid}/{what}")).ok()?;
+    let mut b = Vec::with_capacity(max);
+    f.take(max as u64).read_to_end(&mut b).ok()?;
+    Some(b)
+}
+
+/// The `comm` of host pid `pid` (empty when unknown).
+fn comm(pid: u32) -> String {
+    proc_read(pid, "comm", 64)
+        .map(|b| String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).into_owned())
+        .unwrap_or_default()
+}
+
+/// The pid of host pid `pid` in its innermost pid namespace.
+fn nspid(pid: u32) -> Option<i32> {
+    let b = proc_read(pid, "status", 4096)?;
+    let s = String::from_utf8_lossy(&b);
+    s.lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
+}
+
+/// Syscall names by number, from the filter's table.
+struct Names(Vec<(i64, &'static str)>);
+
+impl Names {
+    fn new() -> Names {
+        let mut v: Vec<(i64, &'static str)> =
+            seccomp::rules().iter().map(|r| (r.nr, r.name)).collect();
+        v.sort_unstable();
+        v.dedup();
+        Names(v)
+    }
+
+    /// The refused call in a few words: its name, and for calls refused only for some
+    /// arguments what made it refused.
+    fn describe(&self, nr: i64, args: &[u64; 6]) -> String {
+        let name = match self.0.binary_search_by_key(&nr, |e| e.0) {
+            Ok(i) => self.0[i].1,
+            Err(_) => return format!("syscall {nr}"),
+        };
+        let low = |i: usize| args[i] & 0xffff_ffff;
+        let detail = match name {
+            "ioctl" if low(1) == seccomp::TIOCSTI => " TIOCSTI",
+            "ioctl" if low(1) == seccomp::TIOCLINUX => " TIOCLINUX",
+            "clone" | "unshare" => " CLONE_NEWUSER",
+            "personality" => " (a persona turning ASLR off or changing the ABI)",
+            "fchmod" | "fchmodat" | "fchmodat2" | "openat" | "mknodat" | "chmod" | "open"
+            | "creat" | "mknod" => " (a set-user-ID or set-group-ID mode)",
+            _ => "",
+        };
+        format!("{name}{detail}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_refused_calls() {
+        let n = Names::new();
+        assert_eq!(n.describe(libc::SYS_keyctl, &[0; 6]), "keyctl");
+        assert_eq!(
+            n.describe(libc::SYS_ioctl, &[0, 0xffff_ffff_0000_5412, 0, 0, 0, 0]),
+            "ioctl TIOCSTI"
+        );
+        assert_eq!(
+            n.describe(libc::SYS_unshare, &[0; 6]),
+            "unshare CLONE_NEWUSER"
+        );
+        assert_eq!(n.describe(99999, &[0; 6]), "syscall 99999");
+    }
+
+    /// A forked child under the listened filter: keyctl is answered EPERM by the
+    /// supervisor and recorded; without the supervisor (listener closed) it is ENOSYS,
+    /// still refused.
+    #[test]
+    fn refused_syscall_is_recorded_and_answered_eperm() {
+        let prog = seccomp::SeccompProgram::build().unwrap();
+        for supervised in [true, false] {
+            let (mine, theirs) = channel().unwrap();
+            let (rd, wr) = super::super::sys::pipe().unwrap();
+            // SAFETY: fork of a test process; the child only makes raw calls and _exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                unsafe {
+                    libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                    let l = match prog.install_listened() {
+                        Ok(Some(l)) => l,
+                        _ => libc::_exit(90),
+                    };
+                    if supervised {
+                        let _ = send_listener(theirs.as_raw_fd(), l.as_raw_fd());
+                    }
+                    drop(l);
+                    let rc = libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0);
+                    let e = *libc::__errno_location();
+                    let b = [if rc == -1 { e as u8 } else { 0 }];
+                    libc::write(wr, b.as_ptr().cast(), 1);
+                    libc::_exit(0);
+                }
+            }
+            drop(theirs);
+            super::super::sys::close(wr);
+            let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
+            let sup = Supervisor::start(mine, c.clone(), Allowed::default()).unwrap();
+            let mut b = [0u8; 1];
+            assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            sup.finish();
+            let r = c.refusals();
+            if supervised {
+                assert_eq!(b[0] as i32, libc::EPERM);
+                assert_eq!(r.len(), 1, "{r:?}");
+                assert_eq!(r[0].target, "keyctl");
+                assert_eq!(r[0].kind, Kind::Syscall);
+                assert_eq!(r[0].pid, Some(pid));
+                assert!(!r[0].program.is_empty());
+            } else {
+                assert_eq!(b[0] as i32, libc::ENOSYS);
+                assert!(r.is_empty());
+            }
+            super::super::sys::close(rd);
+        }
+    }
+
+    /// The supervisor continues every write call, yet what the table refuses among them
+    /// (set-id modes) stays refused by the kernel: the listened filter never sends those.
+    #[test]
+    fn setid_modes_stay_refused_though_writes_continue() {
+        let prog = seccomp::SeccompProgram::build().unwrap();
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let setid =
+            std::ffi::CString::new(d.path().join("setid").into_os_string().into_encoded_bytes())
+                .unwrap();
+        let plain =
+            std::ffi::CString::new(d.path().join("plain").into_os_string().into_encoded_bytes())
+                .unwrap();
+        let (mine, theirs) = channel().unwrap();
+        let (rd, wr) = super::super::sys::pipe().unwrap();
+        // SAFETY: fork of a test process; the child only makes raw calls and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            unsafe {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+                let l = match prog.install_listened() {
+                    Ok(Some(l)) => l,
+                    _ => libc::_exit(90),
+                };
+                let _ = send_listener(theirs.as_raw_fd(), l.as_raw_fd());
+                drop(l);
+                let flags = libc::O_CREAT | libc::O_WRONLY;
+                let a = libc::openat(libc::AT_FDCWD, setid.as_ptr(), flags, 0o4755);
+                let ea = *libc::__errno_location();
+                let b = libc::openat(libc::AT_FDCWD, plain.as_ptr(), flags, 0o644);
+                let c = libc::chmod(plain.as_ptr(), 0o2755);
+                let ec = *libc::__errno_location();
+                let out = [
+                    (a == -1 && ea == libc::EPERM) as u8,
+                    (b >= 0) as u8,
+                    (c == -1 && ec == libc::EPERM) as u8,
+                ];
+                libc::write(wr, out.as_ptr().cast(), 3);
+                libc::_exit(0);
+            }
+        }
+        drop(theirs);
+        super::super::sys::close(wr);
+        let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
+        let sup = Supervisor::start(mine, c.clone(), Allowed::default()).unwrap();
+        let mut b = [0u8; 3];
+        assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        sup.finish();
+        super::super::sys::close(rd);
+        assert_eq!(
+            b,
+            [1, 1, 1],
+            "set-id openat refused, plain openat continued, set-id chmod refused"
+        );
+        assert!(!d.path().join("setid").exists());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.path().join("plain"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o6000, 0);
+    }
+}

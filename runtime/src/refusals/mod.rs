@@ -1,0 +1,351 @@
+//! What the sandbox refused, listed: the [`Refusal`] model, the per-exec [`Collector`]
+//! (deduplicated with counts, bounded), the stderr lines (live or after the command), the
+//! exec record's `refusals` array and the capsule's `refusals.jsonl`.
+//!
+//! Sources feed one [`Collector`] per exec: the seccomp supervisor (refused syscalls,
+//! `crate::linux::notify`), the allowlist proxy (refused connects, `crate::net::proxy`).
+//! A refusal is identified by its kind, target and program; a repeat only counts. At most
+//! [`MAX_DISTINCT`] distinct refusals are kept per exec; past that, repeats of known ones
+//! still count and new ones are counted in `dropped`, so a storm of refusals keeps the
+//! record (and the log) bounded.
+//!
+//! What is never in it: file contents, environment values. A target is the name the
+//! sandbox saw (a path as the task named it, a syscall's name, `host:port`); targets and
+//! programs are the task's own text, so every human-readable line passes through
+//! [`capsule_bundle::escape`]. JSON keeps them faithful.
+
+pub mod listing;
+pub mod log;
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// Distinct refusals kept per exec.
+pub const MAX_DISTINCT: usize = 256;
+/// Longest target or program kept (bytes; longer ones are cut at a character boundary).
+pub const MAX_TEXT: usize = 512;
+
+/// What was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Reading or listing a hidden path.
+    Read,
+    /// Writing, creating, renaming, removing or changing the mode of a path outside the
+    /// writable paths.
+    Write,
+    /// Executing a program the policy blocks.
+    Exec,
+    /// A system call the seccomp filter refuses.
+    Syscall,
+    /// A network connection (the allowlist proxy, or a connect refused inside).
+    Connect,
+    /// A socket the sandbox refuses to create.
+    Socket,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Exec => "exec",
+            Kind::Syscall => "syscall",
+            Kind::Connect => "connect",
+            Kind::Socket => "socket",
+        }
+    }
+}
+
+/// One distinct refusal of an exec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub kind: Kind,
+    /// What was refused, as the sandbox named it: a path, a syscall's name, `host:port`.
+    pub target: String,
+    /// The program that asked (its `comm`), empty when unknown (the proxy sees sockets,
+    /// not processes).
+    #[serde(default)]
+    pub program: String,
+    /// Its pid as the sandbox sees it (the first time), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// How many times (repeats are counted, not listed).
+    pub count: u64,
+    /// The flag that would allow it, when one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<String>,
+    /// Why, in a few words, when the kind alone does not say it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For a secret's placeholder sent to a host it is not for: the header (or `request
+    /// target`) it was in. Never the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+}
+
+/// One refusal as a source reports it (count 1).
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: Kind,
+    pub target: String,
+    pub program: String,
+    pub pid: Option<i32>,
+    pub grant: Option<String>,
+    pub reason: Option<String>,
+    pub header: Option<String>,
+}
+
+impl Refusal {
+    /// The line said on stderr (escaped for a terminal), without `capsule: `.
+    pub fn line(&self) -> String {
+        use capsule_bundle::escape::name;
+        let mut s = format!(
+            "refused {} {}",
+            self.kind.as_str(),
+            name(self.target.as_bytes())
+        );
+        if !self.program.is_empty() {
+            s.push_str(&format!(" ({})", name(self.program.as_bytes())));
+        }
+        if let Some(r) = &self.reason {
+            s.push_str(&format!(": {}", name(r.as_bytes())));
+        }
+        if self.count > 1 {
+            s.push_str(&format!(", {} times", self.count));
+        }
+        if let Some(g) = &self.grant {
+            s.push_str(&format!("; to allow: {}", name(g.as_bytes())));
+        }
+        s
+    }
+}
+
+/// When the lines are said on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Say {
+    /// After the command, one line per distinct refusal.
+    #[default]
+    After,
+    /// As they happen (the first of each), then a count for those repeated.
+    Live,
+    /// Not at all (`--quiet-refusals`); the record and the log still have them.
+    Quiet,
+}
+
+fn cut(mut s: String) -> String {
+    if s.len() > MAX_TEXT {
+        let mut end = MAX_TEXT;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+type Key = (Kind, String, String);
+
+#[derive(Default)]
+struct State {
+    by_key: HashMap<Key, usize>,
+    list: Vec<(Refusal, SystemTime, SystemTime)>,
+    dropped: u64,
+}
+
+/// The refusals of one exec, shared by its sources (threads).
+#[derive(Default)]
+pub struct Collector {
+    say: Say,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Collector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collector").field("say", &self.say).finish()
+    }
+}
+
+impl Collector {
+    pub fn new(say: Say) -> Collector {
+        Collector {
+            say,
+            state: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Count one refusal; said at once when live and new.
+    pub fn add(&self, e: Event) {
+        let now = SystemTime::now();
+        let key = (e.kind, cut(e.target), cut(e.program));
+        let mut st = self.lock();
+        if let Some(&i) = st.by_key.get(&key) {
+            let r = &mut st.list[i];
+            r.0.count = r.0.count.saturating_add(1);
+            r.2 = now;
+            return;
+        }
+        if st.list.len() >= MAX_DISTINCT {
+            st.dropped = st.dropped.saturating_add(1);
+            return;
+        }
+        let r = Refusal {
+            kind: key.0,
+            target: key.1.clone(),
+            program: key.2.clone(),
+            pid: e.pid,
+            count: 1,
+            grant: e.grant,
+            reason: e.reason,
+            header: e.header,
+        };
+        if self.say == Say::Live {
+            say(&r.line());
+        }
+        let i = st.list.len();
+        st.list.push((r, now, now));
+        st.by_key.insert(key, i);
+    }
+
+    /// Is this refusal listed already (a repeat would only count)?
+    pub fn knows(&self, kind: Kind, target: &str, program: &str) -> bool {
+        let key = (kind, cut(target.to_string()), cut(program.to_string()));
+        self.lock().by_key.contains_key(&key)
+    }
+
+    /// The distinct refusals so far, in the order first seen.
+    pub fn refusals(&self) -> Vec<Refusal> {
+        self.lock().list.iter().map(|r| r.0.clone()).collect()
+    }
+
+    /// Refusals not kept because [`MAX_DISTINCT`] were already listed.
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    /// Say on stderr what the command was refused (after it ended): every refusal
+    /// (after), or those repeated since they were said (live).
+    pub fn say_after(&self) {
+        let st = self.lock();
+        match self.say {
+            Say::Quiet => return,
+            Say::After => st.list.iter().for_each(|r| say(&r.0.line())),
+            Say::Live => st
+                .list
+                .iter()
+                .filter(|r| r.0.count > 1)
+                .for_each(|r| say(&r.0.line())),
+        }
+        if st.dropped > 0 {
+            say(&format!(
+                "{} more refusals not listed (at most {MAX_DISTINCT} distinct ones per exec)",
+                st.dropped
+            ));
+        }
+    }
+
+    /// Append every distinct refusal, with the times it was first and last seen, to the
+    /// capsule's log.
+    pub fn append_to(&self, log: &std::path::Path, exec_started_at: &str) -> std::io::Result<()> {
+        let st = self.lock();
+        if st.list.is_empty() && st.dropped == 0 {
+            return Ok(());
+        }
+        let lines: Vec<log::Line> = st
+            .list
+            .iter()
+            .map(|(r, first, last)| log::Line::new(r.clone(), *first, *last, exec_started_at))
+            .collect();
+        drop(st);
+        log::append(log, &lines)
+    }
+}
+
+/// One line on stderr, written at once (one `write`, so it does not interleave with
+/// another line of ours).
+fn say(line: &str) {
+    let mut l = String::with_capacity(line.len() + 10);
+    l.push_str("capsule: ");
+    l.push_str(line);
+    l.push('\n');
+    let _ = std::io::stderr().lock().write_all(l.as_bytes());
+}
+
+/// The grant that would allow reaching `host:port` through the proxy.
+pub fn connect_grant(target: &str) -> String {
+    format!("--allow-host {target}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: Kind, target: &str, program: &str) -> Event {
+        Event {
+            kind,
+            target: target.into(),
+            program: program.into(),
+            pid: Some(2),
+            grant: None,
+            reason: None,
+            header: None,
+        }
+    }
+
+    #[test]
+    fn counts_repeats_and_bounds_distinct() {
+        let c = Collector::new(Say::Quiet);
+        for _ in 0..1000 {
+            c.add(ev(Kind::Syscall, "keyctl", "keyctl"));
+        }
+        c.add(ev(Kind::Syscall, "keyctl", "python3"));
+        let r = c.refusals();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].count, 1000);
+        assert_eq!(r[1].count, 1);
+        for i in 0..(MAX_DISTINCT * 2) {
+            c.add(ev(Kind::Read, &format!("/x/{i}"), "cat"));
+        }
+        assert_eq!(c.refusals().len(), MAX_DISTINCT);
+        assert_eq!(c.dropped(), (MAX_DISTINCT + 2) as u64);
+    }
+
+    #[test]
+    fn line_is_escaped() {
+        let r = Refusal {
+            kind: Kind::Connect,
+            target: "evil\x1b[2J.com:443".into(),
+            program: "cu\u{202e}rl".into(),
+            pid: None,
+            count: 3,
+            grant: Some(connect_grant("evil\x1b[2J.com:443")),
+            reason: Some("not on the allowlist".into()),
+            header: None,
+        };
+        let l = r.line();
+        assert!(!l.contains('\x1b') && !l.contains('\u{202e}'), "{l}");
+        assert_eq!(
+            l,
+            "refused connect evil\\x1b[2J.com:443 (cu\\u{202e}rl): not on the allowlist, 3 times; to allow: --allow-host evil\\x1b[2J.com:443"
+        );
+    }
+
+    #[test]
+    fn long_targets_are_cut() {
+        let c = Collector::new(Say::Quiet);
+        c.add(ev(Kind::Write, &"é".repeat(2000), "sh"));
+        let t = &c.refusals()[0].target;
+        assert!(t.len() <= MAX_TEXT + '…'.len_utf8(), "{}", t.len());
+    }
+}
