@@ -23,6 +23,7 @@ pub mod gitinfo;
 pub mod grants;
 pub mod hostgit;
 pub mod layout;
+pub mod limits;
 pub mod manifest;
 pub mod materialize;
 pub mod oci;

@@ -91,6 +91,8 @@ pub fn render(policy: &SandboxPolicy, uid: u32, gid: u32) -> Result<Spec> {
     let mut mounts = spec.mounts().clone().unwrap_or_default();
     mounts.push(bind(&policy.workspace, &policy.workspace, true)?);
     mounts.push(bind(&policy.tmp_dir, Path::new("/tmp"), true)?);
+    // the host's /var/tmp is the capsule's tmp too (the executor binds the same folder)
+    mounts.push(bind(&policy.tmp_dir, Path::new("/var/tmp"), true)?);
     for w in &policy.writable {
         mounts.push(bind(w, w, true)?);
     }

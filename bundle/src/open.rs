@@ -351,6 +351,10 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         tree_digest: digest.clone(),
         grants: Some(accepted),
         tool_reveals,
+        limits: spec
+            .as_ref()
+            .map(|s| s.sandbox.limits.clone())
+            .unwrap_or_default(),
     };
     let rec_json = serde_json::to_vec_pretty(&record)
         .map_err(|e| Error::other(format!("bundle.json: {e}")))?;

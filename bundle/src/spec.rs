@@ -211,6 +211,11 @@ pub struct SandboxSpec {
     pub devices: Vec<String>,
     #[serde(default)]
     pub network: SandboxNetwork,
+    /// Resource limits of every exec (`memory`, `pids`, `cpus`, `fds`, `file_size`,
+    /// `tmp_size`, `activity_timeout`): not grants; they only ever lower the operator's
+    /// own defaults (see [`crate::limits`]).
+    #[serde(default, skip_serializing_if = "crate::limits::LimitValues::is_empty")]
+    pub limits: crate::limits::LimitValues,
     /// Secrets kept outside the sandbox: variable name -> the hosts (allowlist entries)
     /// its value goes to. Needs `network: live`; each is a grant.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -766,6 +771,7 @@ pub fn valid_ref_name(n: &str) -> bool {
 }
 
 fn check_sandbox(s: &SandboxSpec) -> std::result::Result<(), String> {
+    s.limits.check()?;
     for (i, p) in s.publish.iter().enumerate() {
         let port = |x: &str| {
             !x.is_empty()

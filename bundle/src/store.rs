@@ -65,6 +65,10 @@ pub struct BundleRecord {
     /// working (`PATH` and SDK folders); not grants.
     #[serde(default)]
     pub tool_reveals: Vec<PathBuf>,
+    /// The spec's `sandbox.limits` (no grant: an exec applies each only where it is lower
+    /// than the operator's own default).
+    #[serde(default, skip_serializing_if = "crate::limits::LimitValues::is_empty")]
+    pub limits: crate::limits::LimitValues,
 }
 
 /// An open capsule, loaded from its bundle.

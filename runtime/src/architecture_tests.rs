@@ -181,7 +181,7 @@ fn linux_layers_point_down() {
             "oci" | "notify" => 3,
             "mounts" | "observe" => 2,
             "plan" | "landlock" | "seccomp" | "cgroup" | "pty" | "activity" | "spawn" => 1,
-            "sys" | "report" | "hooks" => 0,
+            "sys" | "report" | "hooks" | "sockets" => 0,
             _ => return None,
         })
     };

@@ -199,6 +199,10 @@ mod imp {
                 6,
                 "ABI 6 (Linux 6.12): keeping signals and abstract unix sockets inside the sandbox",
             ),
+            (
+                9,
+                "ABI 9: a rule for connecting to unix sockets by path (not used by capsule yet: the host's sockets are masked instead)",
+            ),
         ];
         steps
             .iter()

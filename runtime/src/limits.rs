@@ -1,6 +1,6 @@
 //! Resource limits of one exec as the operator asked for them (`capsule exec --fds N
-//! --file-size SIZE --memory SIZE --pids N --activity-timeout DURATION`): their parsing (shared by clap and the
-//! fast hand parser of `cli::exec_args`, so both read a value the same way), their
+//! --file-size SIZE --memory SIZE --pids N --cpus N --tmp-size SIZE --activity-timeout
+//! DURATION`, spec `sandbox.limits`, the operator's settings): their parsing (shared by clap and the fast hand parser of `cli::exec_args`, so both read a value the same way), their
 //! record entry, and the one-line message of a command a limit ended. The executor
 //! enforces them ([`crate::linux`]: rlimits set in the command's process just before
 //! `execve`, a cgroup per exec for memory and processes, the activity watch in the
@@ -28,6 +28,10 @@ pub struct Limits {
     /// CFS quota per 100 ms period).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_milli: Option<u64>,
+    /// The capsule's `/tmp` and `/var/tmp` together, in bytes (one tmpfs of the exec's own
+    /// instead of the bundle's tmp folder; see [`crate::linux::plan::with_tmp_size`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_size: Option<u64>,
 }
 
 impl Limits {
@@ -74,73 +78,7 @@ pub fn silent_for(d: Duration) -> String {
     )
 }
 
-/// A size: bytes, or with a binary suffix `K`, `M`, `G`, `T` (also `KiB`, `KB`, `k`, …:
-/// all powers of 1024), e.g. `512M`, `1.5G`. At least one byte.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("{s:?}: not a size (e.g. 512M, 2G, 4096)")),
-    };
-    let bad = || format!("{s:?}: not a size (e.g. 512M, 2G, 4096)");
-    let v = if num.contains('.') {
-        let f: f64 = num.parse().map_err(|_| bad())?;
-        let b = f * mult as f64;
-        if !b.is_finite() || b >= u64::MAX as f64 {
-            return Err(bad());
-        }
-        b as u64
-    } else {
-        num.parse::<u64>()
-            .ok()
-            .and_then(|n| n.checked_mul(mult))
-            .ok_or_else(bad)?
-    };
-    if v == 0 {
-        return Err(format!("{s:?}: a limit of nothing lets nothing run"));
-    }
-    Ok(v)
-}
-
-/// A number of CPUs, fractions allowed (`0.5`, `2`), in thousandths; at least 0.01.
-pub fn parse_cpus(s: &str) -> Result<u64, String> {
-    let bad = || format!("{s:?}: not a number of CPUs (e.g. 0.5, 2)");
-    let t = s.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return Err(bad());
-    }
-    let f: f64 = t.parse().map_err(|_| bad())?;
-    if !(0.01..=1_000_000.0).contains(&f) {
-        return Err(format!("{s:?}: from 0.01 to 1000000 CPUs"));
-    }
-    Ok((f * 1000.0).round() as u64)
-}
-
-/// A count of at least 1 (`--fds`).
-pub fn parse_count(s: &str) -> Result<u64, String> {
-    match s.trim().parse::<u64>() {
-        Ok(0) => Err(format!("{s:?}: a limit of nothing lets nothing run")),
-        Ok(n) => Ok(n),
-        Err(_) => Err(format!("{s:?}: not a whole number")),
-    }
-}
-
-/// A duration of more than nothing (`--activity-timeout`), as `humantime` reads it.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => Err(format!("{s:?}: a limit of nothing lets nothing run")),
-        Ok(d) => Ok(d),
-        Err(e) => Err(format!("{s:?}: {e}")),
-    }
-}
+pub use capsule_bundle::limits::{parse_count, parse_cpus, parse_duration, parse_size};
 
 /// `bytes` for people: `512 MiB`, `1.5 GiB`, `4096 bytes`.
 pub fn show_size(bytes: u64) -> String {

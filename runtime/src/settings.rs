@@ -18,7 +18,7 @@ pub struct Settings {
     pub reveals: BTreeMap<PathBuf, Vec<PathBuf>>,
     /// The operator's default resource limits of `capsule exec`, for the flags an exec
     /// does not give (`{"memory": "8G", "pids": 4096, "cpus": 1.5, "fds": 4096,
-    /// "file_size": "20G", "activity_timeout": "10m"}`): enforced as if given, so one that
+    /// "file_size": "20G", "tmp_size": "4G", "activity_timeout": "10m"}`): enforced as if given, so one that
     /// cannot be enforced refuses the exec as a flag would.
     #[serde(default, skip_serializing_if = "DefaultLimits::is_empty")]
     pub limits: DefaultLimits,
@@ -29,53 +29,7 @@ pub struct Settings {
 }
 
 /// [`Settings::limits`]: each a number or a string, read as the flag's value is.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DefaultLimits {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pids: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fds: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file_size: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub activity_timeout: Option<serde_json::Value>,
-}
-
-impl DefaultLimits {
-    pub fn is_empty(&self) -> bool {
-        *self == DefaultLimits::default()
-    }
-
-    /// Read `name`'s value with `parse` (a flag's parser); the error names the setting.
-    pub fn read<T>(
-        &self,
-        name: &str,
-        parse: fn(&str) -> Result<T, String>,
-    ) -> Result<Option<T>, String> {
-        let v = match name {
-            "memory" => &self.memory,
-            "pids" => &self.pids,
-            "cpus" => &self.cpus,
-            "fds" => &self.fds,
-            "file_size" => &self.file_size,
-            _ => &self.activity_timeout,
-        };
-        let text = match v {
-            None => return Ok(None),
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(serde_json::Value::Number(n)) => n.to_string(),
-            Some(other) => other.to_string(),
-        };
-        parse(&text)
-            .map(Some)
-            .map_err(|e| format!("settings limits.{name}: {e}"))
-    }
-}
+pub use capsule_bundle::limits::LimitValues as DefaultLimits;
 
 /// Errors reading or writing settings.
 #[derive(Debug, thiserror::Error)]

@@ -165,6 +165,7 @@ pub fn write_bundle(bundle: &Path, policy: &SandboxPolicy) {
             .expect("accept all"),
         ),
         tool_reveals: vec![],
+        limits: Default::default(),
     };
     std::fs::write(
         bundle.join("policy.json"),

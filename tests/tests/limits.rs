@@ -318,8 +318,45 @@ fn pids_limit_stops_a_process_loop_and_cleans_up() {
         }
         if cgroups_for(r) {
             assert_eq!(exec_cgroups_left(), Vec::<String>::new());
+            // the prepared root's next spares wait in pids groups of their own already,
+            // so that an exec does not wait for a move into a cgroup
+            assert!(
+                capsule_e2e::procs::wait_until(|| !waiting_spares("pids").is_empty(), 5),
+                "no warm spare waits in a cgroup of its own"
+            );
         }
     });
+}
+
+/// The groups (`warm-*`) of capsule's folder in this process's v1 `controller`
+/// hierarchy that hold a process (a prepared root's waiting spare).
+fn waiting_spares(controller: &str) -> Vec<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let key = format!(":{controller}:");
+    let Some(path) = own
+        .lines()
+        .find_map(|l| l.split_once(key.as_str()).map(|(_, p)| p.to_string()))
+    else {
+        return Vec::new();
+    };
+    let base = std::path::Path::new("/sys/fs/cgroup")
+        .join(controller)
+        .join(path.trim_start_matches('/'))
+        .join("capsule");
+    std::fs::read_dir(&base)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("warm-"))
+                .filter(|e| {
+                    !std::fs::read_to_string(e.path().join("cgroup.procs"))
+                        .unwrap_or_default()
+                        .trim()
+                        .is_empty()
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[test]
@@ -353,6 +390,8 @@ fn memory_limit_kills_a_large_allocation_and_says_why() {
             );
         }
         if cgroups_for(r) {
+            // a group where the limit was reached is not used again (its kills would be
+            // counted for the next exec): the next one within the limit reports nothing
             // within the limit it runs (the test can fail)
             let o = exec(
                 &c,
@@ -490,5 +529,38 @@ fn settings_give_default_limits_that_flags_override() {
         assert_eq!(code(&o), 1, "{}", err(&o));
         assert!(err(&o).contains("settings limits.memory"), "{}", err(&o));
         assert!(!c.ws.join("ran").exists());
+    });
+}
+
+#[test]
+fn tmp_size_bounds_tmp_and_var_tmp_together_per_exec() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // 8 MiB in /tmp and 8 in /var/tmp fill 16 MiB; the 17th MiB is refused (ENOSPC)
+        let fill = "[ -e /tmp/a ] && exit 7; dd if=/dev/zero of=/tmp/a bs=1M count=8 2>/dev/null || exit 3; \
+            dd if=/dev/zero of=/var/tmp/b bs=1M count=8 2>/dev/null || exit 4; \
+            e=$(dd if=/dev/zero of=/tmp/c bs=1M count=1 2>&1) && exit 5; \
+            echo \"$e\" | grep -q 'No space left' || { echo \"$e\"; exit 6; }";
+        // built, then the prepared root's first exec and its warm spares after it
+        for built in [true, false, false] {
+            let o = exec(&c, built, &["--tmp-size", "16M"], &["sh", "-c", fill], 30);
+            ok(&o, &format!("built={built}: filling /tmp and /var/tmp"));
+            // each exec's own: the last one's files are gone, nothing in the bundle
+            assert!(
+                !c.bundle.join("tmp/a").exists(),
+                "built={built}: landed in the bundle"
+            );
+            assert_eq!(
+                last_record(&c)["requested"]["limits"]["tmp_size"],
+                16 << 20,
+                "built={built}"
+            );
+        }
+        // without it: the bundle's tmp, at /tmp and /var/tmp alike, kept between execs
+        let o = exec(&c, false, &[], &["sh", "-c", "echo kept > /var/tmp/k"], 30);
+        ok(&o, "writing /var/tmp");
+        let o = exec(&c, false, &[], &["cat", "/tmp/k"], 30);
+        ok(&o, "reading it back in the next exec");
+        assert_eq!(out(&o), "kept\n");
     });
 }

@@ -325,7 +325,7 @@ fn reads_of_hidden_paths_are_listed() {
         c.runner.own(&c.home);
         let home = c.home.display().to_string();
         let script = format!(
-            "cat {home}/.ssh/id_ed25519; ls {home}/.aws; cat README.md {home}/notes.txt >/dev/null; true"
+            "cat {home}/.ssh/id_ed25519; python3 -c 'import os; os.listdir(\"{home}/.aws\")' 2>/dev/null; cat README.md {home}/notes.txt >/dev/null; true"
         );
         // not listed unless asked (every open then goes through capsule)
         let o = c.sh(&script);
@@ -357,7 +357,7 @@ fn reads_of_hidden_paths_are_listed() {
                 (
                     "read",
                     "~/.aws".into(),
-                    "ls",
+                    "python3",
                     &*format!("--reveal {home}/.aws")
                 ),
             ],
@@ -372,7 +372,7 @@ fn reads_of_hidden_paths_are_listed() {
         );
         assert!(
             err(&o).contains(&format!(
-                "capsule: refused read {home}/.aws (ls): listing a hidden folder; to allow: --reveal {home}/.aws\n"
+                "capsule: refused read {home}/.aws (python3): listing a hidden folder; to allow: --reveal {home}/.aws\n"
             )),
             "{}",
             err(&o)
@@ -391,7 +391,7 @@ fn each_refused_thing_once_gets_exactly_those_refusals() {
         c.runner.own(&c.home);
         let home = c.home.display().to_string();
         let script = format!(
-            "cat {home}/.ssh/id_ed25519 2>/dev/null; ls {home}/.aws; \
+            "cat {home}/.ssh/id_ed25519 2>/dev/null; python3 -c 'import os; os.listdir(\"{home}/.aws\")' 2>/dev/null; \
              python3 -c \"\nimport ctypes, os\ntry: open('/etc/x', 'w')\nexcept OSError: pass\ntry: os.rename('README.md', '/usr/stolen')\nexcept OSError: pass\nctypes.CDLL(None).syscall(250, 0, 0, 0, 0, 0)\n\"; \
              env NO_PROXY= no_proxy= curl -s -o /dev/null --max-time 20 http://127.0.0.1:9/; true"
         );
@@ -427,7 +427,7 @@ fn each_refused_thing_once_gets_exactly_those_refusals() {
             got,
             [
                 "connect 127.0.0.1:9 () --allow-host 127.0.0.1:9",
-                "read ~/.aws (ls) --reveal ~/.aws",
+                "read ~/.aws (python3) --reveal ~/.aws",
                 "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh",
                 "syscall keyctl (python3) -",
                 "write /etc/x (python3) --allow-write /etc/x",

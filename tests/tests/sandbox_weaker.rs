@@ -205,6 +205,30 @@ fn host_processes_sockets_and_network_stay_out() {
     });
 }
 
+#[test]
+fn tmp_size_without_namespaces_is_refused_or_said() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let args = ["exec", NAME, "--tmp-size", "16M", "--", "true"];
+        // not accepted: nothing runs, as for any weaker isolation
+        let o = capsule_no_userns(&c, &args);
+        assert_eq!(code(&o), 125, "{}", err(&o));
+        accept(&c);
+        let o = capsule_no_userns(&c, &args);
+        ok(&o, "--tmp-size with weaker isolation accepted");
+        assert!(
+            err(&o).contains("--tmp-size cannot be enforced without a mount namespace"),
+            "{}",
+            err(&o)
+        );
+        let rec = c.records().pop().expect("a record");
+        assert!(
+            rec["degradation"].to_string().contains("--tmp-size"),
+            "{rec}"
+        );
+    });
+}
+
 /// `--read-only-workspace` under weaker isolation: no mounts, so Landlock alone keeps the
 /// workspace read-only (it is no writable root), still readable, and an `--allow-write`
 /// folder in it writable.

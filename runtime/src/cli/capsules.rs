@@ -162,6 +162,39 @@ fn capsule_json(c: &OpenCapsule) -> serde_json::Value {
     })
 }
 
+/// The `limits` of a rendered plan ([`enforced_now`]) in one line.
+fn limits_in_words(plan: &serde_json::Value) -> String {
+    let l = &plan["limits"];
+    let size = |k: &str| l[k].as_u64().map(crate::limits::show_size);
+    let mut v = Vec::new();
+    if let Some(s) = size("memory") {
+        v.push(format!("memory {s}"));
+    }
+    if let Some(n) = l["pids"].as_u64() {
+        v.push(format!("pids {n}"));
+    }
+    if let Some(m) = l["cpus_milli"].as_u64() {
+        v.push(format!("cpus {}", m as f64 / 1000.0));
+    }
+    if let Some(s) = size("tmp_size") {
+        v.push(format!("/tmp and /var/tmp {s}"));
+    }
+    if let Some(n) = l["fds"].as_u64() {
+        v.push(format!("fds {n}"));
+    }
+    if let Some(s) = size("file_size") {
+        v.push(format!("file size {s}"));
+    }
+    if let Some(d) = plan["activity_timeout"].as_str() {
+        v.push(format!("activity timeout {d}"));
+    }
+    if v.is_empty() {
+        "none (your own limits hold)".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 /// `open --json`: Kitsoki's `Manifest` fields (`capsule_name`, `spec_path`, `workspace`,
 /// `opened_at`, `source{synthetic, repo, commit, head, branch}`, `network`, `tree_digest`,
 /// `environment`, `probes`) as `kitsoki capsule open --json` prints them, and ours. Where
@@ -807,6 +840,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
             "manifest_error": manifest.as_ref().err(),
             "policy": cap.policy,
             "policy_in_words": words,
+            "spec_limits": cap.record.limits,
             "config": config_json,
             "config_valid": config_check.is_ok(),
             "config_error": config_check.as_ref().err().map(|e| e.to_string()),
@@ -833,6 +867,11 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     println!("\ngrants (access beyond the defaults, accepted at open):");
     for w in grants_in_words(&cap) {
         println!("  {w}");
+    }
+    println!("\nlimits of an exec without flags (the spec's may only lower your defaults):");
+    match &now {
+        Ok(n) => println!("  {}", esc_line(&limits_in_words(&n.plan))),
+        Err(e) => println!("  unknown: {}", esc_line(e)),
     }
     println!(
         "\neffective policy (from {}, with the hidden paths of now):",
@@ -955,6 +994,9 @@ fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, Strin
         "seccomp": seccomp,
         "network": plan.policy.network.mode.as_str(),
         "network_allow": plan.policy.network.allow,
+        // an exec with no flags: the operator's defaults, lowered by the spec's
+        "limits": plan.limits,
+        "activity_timeout": plan.activity_timeout.map(|d| humantime::format_duration(d).to_string()),
         "network_secrets": plan.policy.network.secrets,
         "network_publish": plan.policy.network.publish,
         "landlock": {

@@ -136,6 +136,11 @@ pub struct ExecArgs {
     /// through capsule (a round trip each): slower for builds.
     #[arg(long)]
     pub list_reads: bool,
+    /// At most SIZE (e.g. 1G) in the capsule's /tmp and /var/tmp together: they become one
+    /// fresh in-memory tmpfs of the exec's own (not the bundle's tmp, kept between execs);
+    /// past it writes fail (ENOSPC).
+    #[arg(long, value_name = "SIZE", value_parser = crate::limits::parse_size)]
+    pub tmp_size: Option<u64>,
     /// Print the exec record (one JSON line) on stdout when the command ends.
     #[arg(long)]
     pub json: bool,
@@ -174,6 +179,7 @@ impl ExecArgs {
             memory: self.memory,
             pids: self.pids,
             cpus_milli: self.cpus,
+            tmp_size: self.tmp_size,
         }
     }
 

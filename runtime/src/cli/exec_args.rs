@@ -46,6 +46,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         refusals: None,
         quiet_refusals: false,
         list_reads: false,
+        tmp_size: None,
         json: false,
         command: Vec::new(),
     };
@@ -116,6 +117,9 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
                 a.memory = Some(limits::parse_size(v.to_str()?).ok()?)
             }
             b"--pids" if a.pids.is_none() => a.pids = Some(limits::parse_count(v.to_str()?).ok()?),
+            b"--tmp-size" if a.tmp_size.is_none() => {
+                a.tmp_size = Some(limits::parse_size(v.to_str()?).ok()?)
+            }
             b"--cpus" if a.cpus.is_none() => a.cpus = Some(limits::parse_cpus(v.to_str()?).ok()?),
             b"--activity-timeout" if a.activity_timeout.is_none() => {
                 a.activity_timeout = Some(limits::parse_duration(v.to_str()?).ok()?)

@@ -102,6 +102,10 @@ fn limits_json(cg: &[(&str, Result<String, String>)]) -> serde_json::Value {
         ("fds", "rlimit RLIMIT_NOFILE"),
         ("file_size", "rlimit RLIMIT_FSIZE"),
         ("activity_timeout", "capsule's supervisor"),
+        (
+            "tmp_size",
+            "a tmpfs of the exec's own at /tmp and /var/tmp (mount namespace)",
+        ),
     ] {
         if cfg!(target_os = "linux") {
             m.insert(flag.into(), serde_json::json!({"enforced": true, "by": by}));
@@ -115,7 +119,7 @@ fn limits_human(cg: &[(&str, Result<String, String>)]) -> String {
         return String::new();
     }
     let mut o = String::from(
-        "\nResource limits of capsule exec:\n  --fds, --file-size: rlimits (always)\n  --activity-timeout: capsule's supervisor (always)\n",
+        "\nResource limits of capsule exec:\n  --fds, --file-size: rlimits (always)\n  --activity-timeout: capsule's supervisor (always)\n  --tmp-size: a tmpfs of the exec's own at /tmp and /var/tmp (with namespaces)\n",
     );
     for (flag, r) in cg {
         match r {
@@ -166,6 +170,15 @@ fn human(
     for l in &r.landlock.lacking {
         o += &format!("                  lacking {l}\n");
     }
+    o += "Host sockets:     masked by path where the sandbox would show them (the kernel's list of the host network namespace's, read per exec; with namespaces)\n";
+    o += &format!(
+        "                  Landlock's rule for them (ABI 9): {}\n",
+        if r.landlock.abi >= 9 {
+            "on this kernel, not used yet"
+        } else {
+            "not on this kernel"
+        }
+    );
     o += &format!("Seccomp:          {}", yes_no(r.seccomp.available));
     if let Some(e) = &r.seccomp.error {
         o += &format!(" ({e})");

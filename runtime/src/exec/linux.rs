@@ -11,6 +11,7 @@ use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
 use crate::record::{self, ExecRecord};
 use crate::settings::Settings;
 use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
+use capsule_bundle::limits::LimitValues;
 use capsule_bundle::policy::SandboxPolicy;
 use capsule_bundle::store;
 use std::cell::RefCell;
@@ -19,30 +20,73 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// The operator's default limits ([`Settings::limits`]) for the flags `a` does not give.
-fn with_default_limits(a: &mut ExecOptions, settings: &Settings) -> Result<(), CliError> {
+/// The limits of an exec for the flags it does not give: the operator's defaults
+/// ([`Settings::limits`]) and the spec's `sandbox.limits` (`spec`), the lower of the two
+/// where both give one: a spec may lower a limit (or set one the operator left open),
+/// never raise one; the operator's flags decide over both.
+fn limits_now(
+    settings: &Settings,
+    spec: &LimitValues,
+) -> Result<(crate::limits::Limits, Option<Duration>), CliError> {
     use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
+    fn pick<T: PartialOrd>(
+        settings: &LimitValues,
+        spec: &LimitValues,
+        name: &str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, CliError> {
+        let mine = settings
+            .read(name, parse)
+            .map_err(|e| fail(format!("settings {e}")))?;
+        let theirs = spec
+            .read(name, parse)
+            .map_err(|e| fail(format!("the spec's sandbox.{e}")))?;
+        Ok(match (mine, theirs) {
+            (Some(m), Some(t)) => Some(if t < m { t } else { m }),
+            (m, None) => m,
+            (None, t) => t,
+        })
+    }
     let d = &settings.limits;
-    let bad = |e: String| fail(e);
-    if a.limits.memory.is_none() {
-        a.limits.memory = d.read("memory", parse_size).map_err(bad)?;
-    }
-    if a.limits.pids.is_none() {
-        a.limits.pids = d.read("pids", parse_count).map_err(bad)?;
-    }
-    if a.limits.cpus_milli.is_none() {
-        a.limits.cpus_milli = d.read("cpus", parse_cpus).map_err(bad)?;
-    }
-    if a.limits.fds.is_none() {
-        a.limits.fds = d.read("fds", parse_count).map_err(bad)?;
-    }
-    if a.limits.file_size.is_none() {
-        a.limits.file_size = d.read("file_size", parse_size).map_err(bad)?;
-    }
-    if a.activity_timeout.is_none() {
-        a.activity_timeout = d.read("activity_timeout", parse_duration).map_err(bad)?;
-    }
+    let l = crate::limits::Limits {
+        memory: pick(d, spec, "memory", parse_size)?,
+        pids: pick(d, spec, "pids", parse_count)?,
+        cpus_milli: pick(d, spec, "cpus", parse_cpus)?,
+        tmp_size: pick(d, spec, "tmp_size", parse_size)?,
+        fds: pick(d, spec, "fds", parse_count)?,
+        file_size: pick(d, spec, "file_size", parse_size)?,
+    };
+    let activity = pick(d, spec, "activity_timeout", parse_duration)?;
+    Ok((l, activity))
+}
+
+/// [`limits_now`] for the flags `a` does not give.
+fn with_default_limits(
+    a: &mut ExecOptions,
+    settings: &Settings,
+    spec: &LimitValues,
+) -> Result<(), CliError> {
+    let (d, activity) = limits_now(settings, spec)?;
+    let l = &mut a.limits;
+    l.memory = l.memory.or(d.memory);
+    l.pids = l.pids.or(d.pids);
+    l.cpus_milli = l.cpus_milli.or(d.cpus_milli);
+    l.tmp_size = l.tmp_size.or(d.tmp_size);
+    l.fds = l.fds.or(d.fds);
+    l.file_size = l.file_size.or(d.file_size);
+    a.activity_timeout = a.activity_timeout.or(activity);
     Ok(())
+}
+
+/// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
+/// accepted) the capsule's tmp stays the bundle's folder, unbounded; said on stderr and
+/// in the record.
+fn tmp_size_degraded(a: &ExecOptions, isolation: Isolation, degradation: &mut Vec<String>) {
+    if a.limits.tmp_size.is_some() && isolation != Isolation::Full {
+        let m = "--tmp-size cannot be enforced without a mount namespace; not enforced";
+        eprintln!("capsule: warning: {m} (weaker isolation accepted)");
+        degradation.push(m.to_string());
+    }
 }
 
 /// [`Exec::run`] on Linux.
@@ -83,7 +127,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     })?;
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-    with_default_limits(&mut a, &settings)?;
+    with_default_limits(&mut a, &settings, &cap.record.limits)?;
     let events = cap.bundle_file(bundle_files::EVENTS);
     let argv: Vec<String> = command
         .iter()
@@ -228,6 +272,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }));
     }
     let mut plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
+    tmp_size_degraded(&a, isolation, &mut degradation);
     plan.landlock_best_effort = landlock_best_effort;
     plan.cgroup_procs = cgroups.procs_files();
     task_env(&mut plan)?;
@@ -242,6 +287,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         tracing::info!("namespaces refused: {msg}");
         (isolation, landlock_best_effort) = weaker_or_refuse(&settings, &mut degradation, false)?;
         plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
+        tmp_size_degraded(&a, isolation, &mut degradation);
         plan.landlock_best_effort = landlock_best_effort;
         plan.cgroup_procs = cgroups.procs_files();
         task_env(&mut plan)?;
@@ -359,7 +405,6 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     // the next exec's cgroups, made now that this one is done (none without limits)
     cgroups.make_spares();
-    drop(cgroups);
     Ok(Finished {
         record: Some(rec),
         exit_status: code,
@@ -514,6 +559,13 @@ fn plan_for_rendering(
     let policy = with_current_hidden(cap, layout);
     let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
     let mut plan = ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
+    // the limits of an exec with no flags: the operator's defaults and the spec's
+    let (limits, activity) = limits_now(&settings, &cap.record.limits)?;
+    plan.limits = limits;
+    plan.activity_timeout = activity;
+    if let Some(size) = limits.tmp_size {
+        plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
+    }
     wire(&mut plan, cap, &settings, true, &layout.root).map_err(|e| fail(e.to_string()))?;
     Ok(plan)
 }
@@ -571,7 +623,7 @@ fn build_plan(
             }
         }
     }
-    ExecPlan {
+    let mut plan = ExecPlan {
         stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
         timeout: a.timeout,
         activity_timeout: a.activity_timeout,
@@ -580,7 +632,11 @@ fn build_plan(
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(bundle_dir)),
         ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())
+    };
+    if let Some(size) = a.limits.tmp_size {
+        plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
     }
+    plan
 }
 
 #[cfg(test)]

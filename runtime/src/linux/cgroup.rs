@@ -26,6 +26,9 @@ use crate::limits::{show_size, Limits};
 use std::io;
 use std::path::{Path, PathBuf};
 
+mod spares;
+pub use spares::{enter_warm, SpareCgroups};
+
 /// A limit asked for could not be enforced.
 #[derive(Debug, thiserror::Error)]
 #[error("{flag} cannot be enforced here: {why}")]
@@ -49,6 +52,32 @@ pub struct Group {
     /// Controllers this group enforces here (`memory`, `pids`).
     pub controllers: Vec<&'static str>,
     pub dir: PathBuf,
+    /// The group's event counters when this exec claimed it (`oom_kill`, pids' `max`):
+    /// a group is used again by later execs, and what this one reached is the difference.
+    #[serde(skip)]
+    pub before: Vec<(&'static str, u64)>,
+}
+
+impl Group {
+    /// [`Group::before`] of `c` (0: none).
+    fn seen(&self, c: &str) -> u64 {
+        self.before
+            .iter()
+            .find(|(k, _)| *k == c)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// The event counter of controller `c` in group `dir`: OOM kills for `memory`, refused
+/// forks for `pids` (`None` for others, or unreadable).
+fn event_count(version: Version, dir: &Path, c: &str) -> Option<u64> {
+    let (file, key) = match (version, c) {
+        (Version::V1, "memory") => ("memory.oom_control", "oom_kill"),
+        (Version::V2, "memory") => ("memory.events", "oom_kill"),
+        (_, "pids") => ("pids.events", "max"),
+        _ => return None,
+    };
+    Some(counter(&dir.join(file), key))
 }
 
 /// The cgroups of one exec (one per v1 hierarchy, or one v2 group); removed on drop.
@@ -60,7 +89,7 @@ pub struct ExecCgroups {
 
 /// The mount points of the cgroup hierarchies: (v1 controller or `""` for v2, mount dir).
 fn mounts() -> Vec<(String, PathBuf)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let text = read_proc("/proc/self/mountinfo");
     let mut v = Vec::new();
     for line in text.lines() {
         // ... mount_point ... - fstype source super_options
@@ -113,7 +142,7 @@ fn unescape(s: &str) -> String {
 
 /// This process's cgroup path per v1 controller (`memory`, `pids`) and for v2 (`""`).
 fn own_paths() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let text = read_proc("/proc/self/cgroup");
     let mut v = Vec::new();
     for line in text.lines() {
         let mut f = line.splitn(3, ':');
@@ -151,15 +180,20 @@ fn mkdir(dir: &Path) -> io::Result<()> {
 /// rename is one system call and atomic, so two execs never take the same spare), else a
 /// new one. On the way, removes the `exec-<pid>` groups whose capsule is gone (empty ones
 /// only: the kernel refuses to remove a group with processes).
-fn claim(base: &Path, name: &str) -> io::Result<PathBuf> {
+fn claim(base: &Path, name: &str, sweep: bool) -> io::Result<PathBuf> {
     let dir = base.join(name);
     let mut spares = Vec::new();
+    let mut warm = Vec::new();
     if let Ok(d) = std::fs::read_dir(base) {
         for e in d.flatten() {
             let n = e.file_name();
             let Some(n) = n.to_str() else { continue };
             if n.starts_with("spare-") {
                 spares.push(e.path());
+            } else if !sweep {
+                continue;
+            } else if n.starts_with("warm-") {
+                warm.push(e.path());
             } else if let Some(pid) = n.strip_prefix("exec-").and_then(|p| p.parse::<i32>().ok()) {
                 // SAFETY: signal 0 only checks for existence.
                 if unsafe { libc::kill(pid, 0) } != 0 {
@@ -173,8 +207,20 @@ fn claim(base: &Path, name: &str) -> io::Result<PathBuf> {
             return Ok(dir);
         }
     }
+    // none left: the slow way, and a sweep of the spares' groups of holders that ended
+    // without removing them (a group with a process in it stays)
+    for w in warm {
+        let _ = std::fs::remove_dir(w);
+    }
     mkdir(&dir)?;
     Ok(dir)
+}
+
+/// A small file of `/proc` in one or two reads (`read_to_string` starts at 32 bytes).
+pub(crate) fn read_proc(path: &str) -> String {
+    let mut buf = Vec::with_capacity(16 << 10);
+    let _ = std::fs::File::open(path).and_then(|mut f| io::Read::read_to_end(&mut f, &mut buf));
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn flag_of(controller: &str) -> &'static str {
@@ -185,8 +231,221 @@ fn flag_of(controller: &str) -> &'static str {
     }
 }
 
+/// Write `c`'s limit into `g`.
+fn set(limits: &Limits, g: &Group, c: &str) -> Result<(), CgroupError> {
+    let quota = |m: u64| (m * CPU_PERIOD_US / 1000).max(1000);
+    let (file, value) = match (g.version, c) {
+        (Version::V1, "memory") => (
+            "memory.limit_in_bytes",
+            limits.memory.map(|v| v.to_string()),
+        ),
+        (Version::V2, "memory") => ("memory.max", limits.memory.map(|v| v.to_string())),
+        (Version::V1, "cpu") => (
+            "cpu.cfs_quota_us",
+            limits.cpus_milli.map(|m| quota(m).to_string()),
+        ),
+        (Version::V2, "cpu") => (
+            "cpu.max",
+            limits
+                .cpus_milli
+                .map(|m| format!("{} {CPU_PERIOD_US}", quota(m))),
+        ),
+        (_, _) => ("pids.max", limits.pids.map(|v| v.to_string())),
+    };
+    let Some(v) = value else { return Ok(()) };
+    if (g.version, c) == (Version::V1, "cpu") {
+        // the period first: the quota is a share of it
+        std::fs::write(g.dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()).map_err(
+            |e| CgroupError {
+                flag: "--cpus",
+                why: format!(
+                    "cannot set {} ({e})",
+                    g.dir.join("cpu.cfs_period_us").display()
+                ),
+            },
+        )?;
+    }
+    if (g.version, c) == (Version::V1, "memory") {
+        // a group used before has its last exec's memory+swap limit, and v1 refuses a
+        // memory limit above it: unlimited first
+        let sw = g.dir.join("memory.memsw.limit_in_bytes");
+        if sw.exists() {
+            let _ = std::fs::write(&sw, "-1");
+        }
+    }
+    let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
+        // no swap beyond the limit either (the file exists only with swap accounting)
+        match (g.version, c) {
+            (Version::V1, "memory") => {
+                let sw = g.dir.join("memory.memsw.limit_in_bytes");
+                if sw.exists() {
+                    std::fs::write(sw, &v)?;
+                }
+            }
+            (Version::V2, "memory") => {
+                let sw = g.dir.join("memory.swap.max");
+                if sw.exists() {
+                    std::fs::write(sw, "0")?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    });
+    r.map_err(|e| CgroupError {
+        flag: flag_of(c),
+        why: format!("cannot set {} ({e})", g.dir.join(file).display()),
+    })
+}
+/// Write `limits` into `g`: each of its controllers' limit, and (v2, one group for all)
+/// no limit for the others, which a group used before may hold.
+fn apply(limits: &Limits, g: &Group) -> Result<(), CgroupError> {
+    for c in &g.controllers {
+        set(limits, g, c)?;
+    }
+    if g.version == Version::V2 {
+        for (c, file) in [
+            ("memory", "memory.max"),
+            ("pids", "pids.max"),
+            ("cpu", "cpu.max"),
+        ] {
+            if !g.controllers.contains(&c) {
+                let _ = std::fs::write(g.dir.join(file), "max");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The CFS period the `--cpus` quota is a share of (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
+
+/// Where the groups of one exec are claimed: a `capsule/` folder of one hierarchy and
+/// the controllers it gives.
+#[derive(Debug, Clone)]
+pub struct Base {
+    pub version: Version,
+    pub controllers: Vec<&'static str>,
+    pub dir: PathBuf,
+}
+
+/// The `capsule/` folders enforcing `limits`' cgroup limits (none asked: none, nothing
+/// read), made if missing; an error when one cannot be.
+pub fn bases(limits: &Limits) -> Result<Vec<Base>, CgroupError> {
+    let wanted: Vec<&'static str> = [
+        ("memory", limits.memory),
+        ("pids", limits.pids),
+        ("cpu", limits.cpus_milli),
+    ]
+    .into_iter()
+    .filter(|(_, v)| v.is_some())
+    .map(|(c, _)| c)
+    .collect();
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mounts = mounts();
+    let own = own_paths();
+    let mut v = Vec::new();
+    let mut missing = Vec::new();
+    // v1 first: a controller bound to a v1 hierarchy is not available in v2
+    for c in &wanted {
+        let m = mounts.iter().find(|(k, _)| k == c);
+        let p = own.iter().find(|(k, _)| k == c);
+        match (m, p) {
+            (Some((_, mount)), Some((_, path))) => {
+                let base = under(mount, path).join("capsule");
+                mkdir(&base).map_err(|e| CgroupError {
+                    flag: flag_of(c),
+                    why: format!("cannot make a cgroup in {} ({e})", base.display()),
+                })?;
+                v.push(Base {
+                    version: Version::V1,
+                    controllers: vec![c],
+                    dir: base,
+                });
+            }
+            _ => missing.push(*c),
+        }
+    }
+    if !missing.is_empty() {
+        v.push(v2_base(&mounts, &own, &missing)?);
+    }
+    Ok(v)
+}
+
+/// The v2 folder of the controllers `wanted` (see the module docs for where), made.
+fn v2_base(
+    mounts: &[(String, PathBuf)],
+    own: &[(String, String)],
+    wanted: &[&'static str],
+) -> Result<Base, CgroupError> {
+    let refuse = |why: String| CgroupError {
+        flag: flag_of(wanted[0]),
+        why,
+    };
+    let mount = mounts
+        .iter()
+        .find(|(k, _)| k.is_empty())
+        .map(|(_, m)| m)
+        .ok_or_else(|| refuse("no cgroup hierarchy has its controller".into()))?;
+    let path = own
+        .iter()
+        .find(|(k, _)| k.is_empty())
+        .map(|(_, p)| p.as_str())
+        .unwrap_or("/");
+    let mine = under(mount, path);
+    // a process sits in a leaf: the group goes next to ours, or in the root
+    let parent = if path == "/" {
+        mine.clone()
+    } else {
+        mine.parent().map(Path::to_path_buf).unwrap_or(mine.clone())
+    };
+    let ctrls = std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
+    let lacking: Vec<&str> = wanted
+        .iter()
+        .filter(|c| !ctrls.split_whitespace().any(|x| x == **c))
+        .copied()
+        .collect();
+    if !lacking.is_empty() {
+        let avail = std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
+        let why = if lacking
+            .iter()
+            .all(|c| avail.split_whitespace().any(|x| x == *c))
+        {
+            format!(
+                "the {} controller is not delegated to {} (cgroup v2; it is not enabled for its children)",
+                lacking.join(" and "),
+                parent.display()
+            )
+        } else {
+            format!(
+                "no cgroup hierarchy of this machine gives this process the {} controller",
+                lacking.join(" and ")
+            )
+        };
+        return Err(CgroupError {
+            flag: flag_of(lacking[0]),
+            why,
+        });
+    }
+    let base = parent.join("capsule");
+    let made = mkdir(&base).and_then(|_| {
+        let on: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+        std::fs::write(base.join("cgroup.subtree_control"), on.join(" "))
+    });
+    match made {
+        Ok(()) => Ok(Base {
+            version: Version::V2,
+            controllers: wanted.to_vec(),
+            dir: base,
+        }),
+        Err(e) => Err(refuse(format!(
+            "cannot make a cgroup in {} ({e})",
+            base.display()
+        ))),
+    }
+}
 
 impl ExecCgroups {
     /// The cgroups enforcing `limits`' `memory` and `pids` for this exec (none asked: no
@@ -197,240 +456,154 @@ impl ExecCgroups {
             groups: Vec::new(),
             limits: *limits,
         };
-        let wanted: Vec<&'static str> = [
-            ("memory", limits.memory),
-            ("pids", limits.pids),
-            ("cpu", limits.cpus_milli),
-        ]
-        .into_iter()
-        .filter(|(_, v)| v.is_some())
-        .map(|(c, _)| c)
-        .collect();
-        if wanted.is_empty() {
-            return Ok(me);
-        }
-        let mounts = mounts();
-        let own = own_paths();
         let name = format!("exec-{}", std::process::id());
-        let mut missing = Vec::new();
-        // v1 first: a controller bound to a v1 hierarchy is not available in v2
-        for c in &wanted {
-            let m = mounts.iter().find(|(k, _)| k == c);
-            let p = own.iter().find(|(k, _)| k == c);
-            match (m, p) {
-                (Some((_, mount)), Some((_, path))) => {
-                    let base = under(mount, path).join("capsule");
-                    let made = mkdir(&base).and_then(|_| claim(&base, &name));
-                    match made {
-                        Ok(dir) => me.groups.push(Group {
-                            version: Version::V1,
-                            controllers: vec![c],
-                            dir,
-                        }),
-                        Err(e) => {
-                            return Err(CgroupError {
-                                flag: flag_of(c),
-                                why: format!("cannot make a cgroup in {} ({e})", base.display()),
-                            })
-                        }
-                    }
+        for base in bases(limits)? {
+            match claim(&base.dir, &name, true) {
+                Ok(dir) => me.groups.push(Group {
+                    version: base.version,
+                    controllers: base.controllers,
+                    dir,
+                    before: Vec::new(),
+                }),
+                Err(e) => {
+                    return Err(CgroupError {
+                        flag: flag_of(base.controllers[0]),
+                        why: format!("cannot make a cgroup in {} ({e})", base.dir.display()),
+                    })
                 }
-                _ => missing.push(*c),
             }
-        }
-        if !missing.is_empty() {
-            me.v2(&mounts, &own, &missing, &name)?;
         }
         for g in &me.groups {
-            for c in &g.controllers {
-                me.set(g, c)?;
-            }
+            apply(&me.limits, g)?;
+        }
+        for g in &mut me.groups {
+            g.before = g
+                .controllers
+                .iter()
+                .filter_map(|c| Some((*c, event_count(g.version, &g.dir, c)?)))
+                .collect();
         }
         Ok(me)
     }
 
-    /// The v2 group of the controllers `wanted` (see the module docs for where).
-    fn v2(
-        &mut self,
-        mounts: &[(String, PathBuf)],
-        own: &[(String, String)],
-        wanted: &[&'static str],
-        name: &str,
-    ) -> Result<(), CgroupError> {
-        let refuse = |why: String| CgroupError {
-            flag: flag_of(wanted[0]),
-            why,
-        };
-        let mount = mounts
-            .iter()
-            .find(|(k, _)| k.is_empty())
-            .map(|(_, m)| m)
-            .ok_or_else(|| refuse("no cgroup hierarchy has its controller".into()))?;
-        let path = own
-            .iter()
-            .find(|(k, _)| k.is_empty())
-            .map(|(_, p)| p.as_str())
-            .unwrap_or("/");
-        let mine = under(mount, path);
-        // a process sits in a leaf: the group goes next to ours, or in the root
-        let parent = if path == "/" {
-            mine.clone()
-        } else {
-            mine.parent().map(Path::to_path_buf).unwrap_or(mine.clone())
-        };
-        let ctrls =
-            std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
-        let lacking: Vec<&str> = wanted
-            .iter()
-            .filter(|c| !ctrls.split_whitespace().any(|x| x == **c))
-            .copied()
-            .collect();
-        if !lacking.is_empty() {
-            let avail =
-                std::fs::read_to_string(parent.join("cgroup.controllers")).unwrap_or_default();
-            let why = if lacking
-                .iter()
-                .all(|c| avail.split_whitespace().any(|x| x == *c))
-            {
-                format!(
-                    "the {} controller is not delegated to {} (cgroup v2; it is not enabled for its children)",
-                    lacking.join(" and "),
-                    parent.display()
-                )
-            } else {
-                format!(
-                    "no cgroup hierarchy of this machine gives this process the {} controller",
-                    lacking.join(" and ")
-                )
-            };
-            return Err(CgroupError {
-                flag: flag_of(lacking[0]),
-                why,
-            });
-        }
-        let base = parent.join("capsule");
-        let made = mkdir(&base)
-            .and_then(|_| {
-                let on: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
-                std::fs::write(base.join("cgroup.subtree_control"), on.join(" "))
-            })
-            .and_then(|_| claim(&base, name));
-        match made {
-            Ok(dir) => {
-                self.groups.push(Group {
-                    version: Version::V2,
-                    controllers: wanted.to_vec(),
-                    dir,
-                });
-                Ok(())
-            }
-            Err(e) => Err(refuse(format!(
-                "cannot make a cgroup in {} ({e})",
-                base.display()
-            ))),
-        }
-    }
-
-    /// Write `c`'s limit into `g`.
-    fn set(&self, g: &Group, c: &str) -> Result<(), CgroupError> {
-        let quota = |m: u64| (m * CPU_PERIOD_US / 1000).max(1000);
-        let (file, value) = match (g.version, c) {
-            (Version::V1, "memory") => (
-                "memory.limit_in_bytes",
-                self.limits.memory.map(|v| v.to_string()),
-            ),
-            (Version::V2, "memory") => ("memory.max", self.limits.memory.map(|v| v.to_string())),
-            (Version::V1, "cpu") => (
-                "cpu.cfs_quota_us",
-                self.limits.cpus_milli.map(|m| quota(m).to_string()),
-            ),
-            (Version::V2, "cpu") => (
-                "cpu.max",
-                self.limits
-                    .cpus_milli
-                    .map(|m| format!("{} {CPU_PERIOD_US}", quota(m))),
-            ),
-            (_, _) => ("pids.max", self.limits.pids.map(|v| v.to_string())),
-        };
-        let Some(v) = value else { return Ok(()) };
-        if (g.version, c) == (Version::V1, "cpu") {
-            // the period first: the quota is a share of it
-            std::fs::write(g.dir.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()).map_err(
-                |e| CgroupError {
-                    flag: "--cpus",
-                    why: format!(
-                        "cannot set {} ({e})",
-                        g.dir.join("cpu.cfs_period_us").display()
-                    ),
-                },
-            )?;
-        }
-        let r = std::fs::write(g.dir.join(file), &v).and_then(|_| {
-            // no swap beyond the limit either (the file exists only with swap accounting)
-            match (g.version, c) {
-                (Version::V1, "memory") => {
-                    let sw = g.dir.join("memory.memsw.limit_in_bytes");
-                    if sw.exists() {
-                        std::fs::write(sw, &v)?;
-                    }
-                }
-                (Version::V2, "memory") => {
-                    let sw = g.dir.join("memory.swap.max");
-                    if sw.exists() {
-                        std::fs::write(sw, "0")?;
-                    }
-                }
-                _ => {}
-            }
-            Ok(())
-        });
-        r.map_err(|e| CgroupError {
-            flag: flag_of(c),
-            why: format!("cannot set {} ({e})", g.dir.join(file).display()),
-        })
-    }
-
-    /// Make one spare group next to each of this exec's, for the next exec to claim
-    /// ([`claim`]), and remove this exec's groups once they are empty (a warm spare's init
-    /// lingers until capsule has exited), in a child process of its own so that nobody
-    /// waits for either: call when this exec is done, just before capsule exits. Nothing
-    /// when this exec used no cgroup.
-    pub fn make_spares(&self) {
+    /// Leave this exec's groups for the next exec to claim ([`claim`]): once a group is
+    /// empty (a warm spare's init lingers until capsule has exited), its memory charges
+    /// are dropped (v1 `memory.force_empty`) and it is renamed `spare-<pid>`; one where a
+    /// limit was reached is removed instead (a spare's counters are those of a new group). Making and
+    /// removing a memory cgroup costs the kernel ~1-2 ms of CPU each; a rename costs
+    /// nothing, so an exec with limits makes no cgroup while spares are left. Done in a
+    /// child process of its own so that nobody waits for it: call when this exec is done,
+    /// just before capsule exits. Nothing when this exec used no cgroup.
+    pub fn make_spares(mut self) {
+        use std::ffi::CString;
         use std::os::unix::ffi::OsStrExt;
-        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
-        let spares: Vec<std::ffi::CString> = self
+        let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).ok();
+        struct Leave {
+            dir: CString,
+            procs: CString,
+            force_empty: Option<CString>,
+            /// Files written once it is empty, in order, so that a spare group holds no
+            /// limit of this exec's (as a new group; memory+swap before memory in v1).
+            reset: Vec<(CString, &'static [u8])>,
+            spare: CString,
+            /// No limit was reached in it: its counters are still those of a new group.
+            reuse: bool,
+        }
+        let leave: Vec<Leave> = self
             .groups
             .iter()
             .filter_map(|g| {
-                c(&g.dir
-                    .with_file_name(format!("spare-{}", std::process::id())))
+                let v1_memory = g.version == Version::V1 && g.controllers.contains(&"memory");
+                Some(Leave {
+                    dir: c(&g.dir)?,
+                    procs: c(&g.dir.join("cgroup.procs"))?,
+                    reset: {
+                        let files: &[(&str, &'static [u8])] = match g.version {
+                            Version::V1 => &[
+                                ("memory.memsw.limit_in_bytes", b"-1"),
+                                ("memory.limit_in_bytes", b"-1"),
+                                ("pids.max", b"max"),
+                                ("cpu.cfs_quota_us", b"-1"),
+                            ],
+                            Version::V2 => &[
+                                ("memory.max", b"max"),
+                                ("memory.swap.max", b"max"),
+                                ("pids.max", b"max"),
+                                ("cpu.max", b"max"),
+                            ],
+                        };
+                        files
+                            .iter()
+                            .filter(|(f, _)| g.dir.join(f).exists())
+                            .filter_map(|(f, v)| Some((c(&g.dir.join(f))?, *v)))
+                            .collect()
+                    },
+                    force_empty: if v1_memory {
+                        Some(c(&g.dir.join("memory.force_empty"))?)
+                    } else {
+                        None
+                    },
+                    spare: c(&g
+                        .dir
+                        .with_file_name(format!("spare-{}", std::process::id())))?,
+                    reuse: g
+                        .controllers
+                        .iter()
+                        .all(|k| event_count(g.version, &g.dir, k).unwrap_or(0) <= g.seen(k)),
+                })
             })
             .collect();
-        let own: Vec<std::ffi::CString> = self.groups.iter().filter_map(|g| c(&g.dir)).collect();
-        if spares.is_empty() {
+        // what this exec used is the child's to leave now, not `Drop`'s to remove
+        self.groups.clear();
+        const MOST: usize = 8;
+        if leave.is_empty() || leave.len() > MOST {
             return;
         }
-        // SAFETY: the child makes only close_range, setsid, mkdir, rmdir, usleep and _exit
-        // calls on memory
-        // prepared before the fork (async-signal-safe, whatever other threads held).
+        // SAFETY: the child makes only close_range, setsid, open, read, write, close,
+        // rename, rmdir, usleep and _exit calls on memory prepared before the fork
+        // (async-signal-safe, whatever other threads held).
         unsafe {
             if libc::fork() == 0 {
                 // nothing of capsule's stays open in it (its output, the exec lock)
                 libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
                 libc::setsid();
-                for p in &spares {
-                    libc::mkdir(p.as_ptr(), 0o755);
-                }
-                // for at most ~2 s; what is left then is removed by a later exec
-                for _ in 0..200 {
-                    let mut left = false;
-                    for p in &own {
-                        if libc::rmdir(p.as_ptr()) != 0 && *libc::__errno_location() != libc::ENOENT
-                        {
-                            left = true;
-                        }
+                let empty = |procs: &CString| {
+                    let fd = libc::open(procs.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return false;
                     }
-                    if !left {
+                    let mut b = [0u8; 16];
+                    let n = libc::read(fd, b.as_mut_ptr().cast(), b.len());
+                    libc::close(fd);
+                    n == 0
+                };
+                let mut done = [false; MOST];
+                // for at most ~2 s; a group left then is removed by a later exec's sweep
+                for _ in 0..200 {
+                    for (i, l) in leave.iter().enumerate() {
+                        if done[i] || !empty(&l.procs) {
+                            continue;
+                        }
+                        for (f, v) in &l.reset {
+                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                            if fd >= 0 {
+                                libc::write(fd, v.as_ptr().cast(), v.len());
+                                libc::close(fd);
+                            }
+                        }
+                        if let Some(f) = &l.force_empty {
+                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                            if fd >= 0 {
+                                libc::write(fd, b"0".as_ptr().cast(), 1);
+                                libc::close(fd);
+                            }
+                        }
+                        if !l.reuse || libc::rename(l.dir.as_ptr(), l.spare.as_ptr()) != 0 {
+                            libc::rmdir(l.dir.as_ptr());
+                        }
+                        done[i] = true;
+                    }
+                    if done[..leave.len()].iter().all(|d| *d) {
                         break;
                     }
                     libc::usleep(10_000);
@@ -456,11 +629,9 @@ impl ExecCgroups {
             for c in &g.controllers {
                 match *c {
                     "memory" => {
-                        let file = match g.version {
-                            Version::V1 => "memory.oom_control",
-                            Version::V2 => "memory.events",
-                        };
-                        let kills = counter(&g.dir.join(file), "oom_kill");
+                        let kills = event_count(g.version, &g.dir, c)
+                            .unwrap_or(0)
+                            .saturating_sub(g.seen(c));
                         if kills > 0 {
                             if let Some(m) = self.limits.memory {
                                 v.push(format!("killed: memory limit {} reached", show_size(m)));
@@ -468,7 +639,9 @@ impl ExecCgroups {
                         }
                     }
                     _ => {
-                        let refused = counter(&g.dir.join("pids.events"), "max");
+                        let refused = event_count(g.version, &g.dir, "pids")
+                            .unwrap_or(0)
+                            .saturating_sub(g.seen("pids"));
                         if refused > 0 {
                             if let Some(n) = self.limits.pids {
                                 v.push(format!(

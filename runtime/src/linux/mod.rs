@@ -21,10 +21,10 @@
 //! step, the layers that were applied, an `execve` failure, the command's signal.
 //!
 //! Known limits (measured or reasoned, not hidden):
-//! - A unix socket that lives inside a *visible* read-only tree (e.g. somewhere in the home
-//!   outside the hidden paths) can still be connected to: connect(2) ignores read-only
-//!   mounts and Landlock only scopes path sockets from ABI 9. The usual host services live
-//!   in /run, /tmp and $XDG_RUNTIME_DIR, none of which the sandbox shows.
+//! - connect(2) to a unix socket ignores read-only mounts and Landlock has no rule for it
+//!   before ABI 9: the host's sockets that the sandbox would show are masked instead, as
+//!   the kernel lists them for the host's network namespace ([`sockets`]). One bound in
+//!   another network namespace onto a visible host path is not in that list.
 //! - Root runs mapped to itself, so root-owned files keep their owner permissions; writable
 //!   kernel knobs under /proc are read-only mounts and root-only system secrets are masked
 //!   ([`plan::SYSTEM_SECRETS`]).
@@ -77,6 +77,7 @@ pub mod prepared;
 pub mod pty;
 pub mod report;
 pub mod seccomp;
+pub mod sockets;
 mod spawn;
 pub mod sys;
 pub mod warm;
@@ -309,7 +310,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         use std::os::fd::AsRawFd;
         if !plan.cgroup_procs.is_empty() {
             let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
-                .and_then(|p| cgroup::enter(&plan.cgroup_procs, p));
+                .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits));
             if let Err(e) = moved {
                 drop(child.take());
                 restore(&old_mask);

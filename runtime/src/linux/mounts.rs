@@ -17,6 +17,18 @@ use std::path::Path;
 /// Mounts each exec makes for itself: their Landlock rules are added by the exec.
 pub(crate) const PER_EXEC_ROOTS: &[&str] = &["/proc", "/dev/pts", "/dev/shm"];
 
+/// [`PER_EXEC_ROOTS`] and the exec's own tmp of a plan with a tmp size
+/// ([`MountStep::TaskTmp`]).
+pub(crate) fn per_exec_roots(steps: &[MountStep]) -> Vec<&Path> {
+    let mut v: Vec<&Path> = PER_EXEC_ROOTS.iter().map(Path::new).collect();
+    for s in steps {
+        if let MountStep::TaskTmp { dsts, .. } = s {
+            v.extend(dsts.iter().map(std::path::PathBuf::as_path));
+        }
+    }
+    v
+}
+
 /// A failed setup step: what was being done, and the system error.
 #[derive(Debug)]
 pub struct StepError {
@@ -126,7 +138,11 @@ fn mask_bind(src: &CString, dst: &CString) -> io::Result<()> {
 }
 
 fn tmpfs(dst: &CString, mode: u32) -> io::Result<()> {
-    let data = cstr(format!("mode={mode:o},size=64m").as_bytes())?;
+    tmpfs_sized(dst, mode, 64 << 20)
+}
+
+fn tmpfs_sized(dst: &CString, mode: u32, size: u64) -> io::Result<()> {
+    let data = cstr(format!("mode={mode:o},size={size}").as_bytes())?;
     sys::mount(
         Some(&c("tmpfs")),
         dst,
@@ -289,7 +305,29 @@ pub fn apply(step: &MountStep) -> R<()> {
             let d = ctx(under(NEW, dst), what)?;
             ctx(mkdir_p(d.as_bytes()), what)
         }
+        MountStep::TaskTmp { size, dsts } => task_tmp(NEW, *size, dsts),
     }
+}
+
+/// A fresh tmpfs of `size` bytes at the first of `dsts` (under `prefix`), bound at the
+/// others: one filesystem, so one size for all of them.
+fn task_tmp(prefix: &str, size: u64, dsts: &[std::path::PathBuf]) -> R<()> {
+    let what = || format!("a tmpfs of {size} bytes at the capsule's tmp");
+    let Some((first, rest)) = dsts.split_first() else {
+        return Ok(());
+    };
+    let f = ctx(under(prefix, first), what)?;
+    ctx(mount_point(&f, true), what)?;
+    ctx(tmpfs_sized(&f, 0o1777, size), what)?;
+    for d in rest {
+        let p = ctx(under(prefix, d), what)?;
+        ctx(mount_point(&p, true), what)?;
+        ctx(
+            sys::mount(Some(&f), &p, None, libc::MS_BIND | libc::MS_SILENT, None),
+            what,
+        )?;
+    }
+    Ok(())
 }
 
 /// Entries of the sandbox's `/proc` made read-only (kernel knobs).
@@ -400,6 +438,9 @@ pub fn exec_mounts(steps: &[MountStep]) -> R<()> {
                     ctx(tmpfs(&p, 0o1777), || "mounting /dev/shm".into())?;
                 }
             }
+            // the exec's own, over the prepared one (a plan with mounts below it is not
+            // prepared: see `prepared::fingerprint`)
+            MountStep::TaskTmp { size, dsts } => task_tmp("", *size, dsts)?,
             _ => {}
         }
     }

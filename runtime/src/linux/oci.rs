@@ -153,6 +153,19 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                     &["nosuid", "nodev", &mode],
                 )?);
             }
+            // an OCI bind names a host source, so each path gets a tmpfs of that size of
+            // its own (`capsule exec`: one for both)
+            MountStep::TaskTmp { size, dsts } => {
+                let size = format!("size={size}");
+                for dst in dsts {
+                    m.mounts.push(mount(
+                        "tmpfs",
+                        Path::new("tmpfs"),
+                        dst,
+                        &["nosuid", "nodev", "mode=1777", &size],
+                    )?);
+                }
+            }
             MountStep::Overlay {
                 lower,
                 upper,
@@ -449,6 +462,42 @@ fn rlimit_types() -> [PosixRlimitType; 16] {
     ]
 }
 
+/// `r` with the exec's `--memory` (swap included, as in the executor), `--pids` and
+/// `--cpus` (a CFS quota per 100 ms); `None` without any (nothing to change: the runtime
+/// then needs no cgroup it may write, as rootless runc without a delegated one).
+fn resources(
+    mut r: oci_spec::runtime::LinuxResources,
+    l: &crate::limits::Limits,
+) -> Result<Option<oci_spec::runtime::LinuxResources>, OciError> {
+    use oci_spec::runtime::{LinuxCpu, LinuxMemory, LinuxPidsBuilder};
+    if !l.needs_cgroup() {
+        return Ok(None);
+    }
+    if let Some(m) = l.memory {
+        let mut mem = LinuxMemory::default();
+        let m = i64::try_from(m).unwrap_or(i64::MAX);
+        mem.set_limit(Some(m));
+        mem.set_swap(Some(m));
+        r.set_memory(Some(mem));
+    }
+    if let Some(n) = l.pids {
+        r.set_pids(Some(
+            LinuxPidsBuilder::default()
+                .limit(i64::try_from(n).unwrap_or(i64::MAX))
+                .build()
+                .map_err(build_err("pids"))?,
+        ));
+    }
+    if let Some(c) = l.cpus_milli {
+        let mut cpu = LinuxCpu::default();
+        let period = 100_000u64;
+        cpu.set_period(Some(period));
+        cpu.set_quota(Some(((c * period / 1000).max(1000)) as i64));
+        r.set_cpu(Some(cpu));
+    }
+    Ok(Some(r))
+}
+
 /// Render `plan` (full isolation) as an OCI spec whose root is `root_path` (relative to
 /// the bundle, read-only), for a caller of `uid`/`gid`: one mapping, the caller's own ids
 /// as the container's 0 (runc requires the container's root to be mapped, and a caller
@@ -486,10 +535,21 @@ pub fn render(
         .ambient(none)
         .build()
         .map_err(build_err("capabilities"))?;
+    // the caller's, and the exec's own `--fds`/`--file-size` (never above the caller's
+    // hard limit, as in the executor)
+    let own = |typ: PosixRlimitType| match typ {
+        PosixRlimitType::RlimitNofile => plan.limits.fds,
+        PosixRlimitType::RlimitFsize => plan.limits.file_size,
+        _ => None,
+    };
     let rlimits = super::sys::rlimits()
         .into_iter()
         .zip(rlimit_types())
         .map(|((soft, hard), typ)| {
+            let (soft, hard) = match own(typ) {
+                Some(v) => (v.min(hard), v.min(hard)),
+                None => (soft, hard),
+            };
             PosixRlimitBuilder::default()
                 .typ(typ)
                 .soft(soft)
@@ -567,7 +627,7 @@ pub fn render(
         .syscalls(seccomp_syscalls()?)
         .build()
         .map_err(build_err("seccomp"))?;
-    let linux = LinuxBuilder::default()
+    let mut linux = LinuxBuilder::default()
         .namespaces(namespaces)
         .uid_mappings(vec![map(uid)?])
         .gid_mappings(vec![map(gid)?])
@@ -576,6 +636,9 @@ pub fn render(
         .seccomp(seccomp)
         .build()
         .map_err(build_err("linux"))?;
+    if let Some(r) = resources(linux.resources().clone().unwrap_or_default(), &plan.limits)? {
+        linux.set_resources(Some(r));
+    }
     spec.set_linux(Some(linux));
     spec.set_hooks(None);
     let mut ann: HashMap<String, String> = annotations
@@ -598,6 +661,12 @@ pub fn render(
         ann.insert(
             format!("{ANNOTATION_PREFIX}network.allow"),
             serde_json::to_string(&plan.policy.network.allow).unwrap_or_default(),
+        );
+    }
+    if let Some(d) = plan.activity_timeout {
+        ann.insert(
+            format!("{ANNOTATION_PREFIX}limits.activity-timeout"),
+            humantime::format_duration(d).to_string(),
         );
     }
     if let Some(o) = plan.mounts.iter().find_map(|s| match s {

@@ -52,6 +52,10 @@ pub enum MountStep {
     Symlink { target: PathBuf, dst: PathBuf },
     /// An empty directory at `dst` (parents created).
     Dir { dst: PathBuf },
+    /// One fresh tmpfs of `size` bytes seen at each of `dsts` (the capsule's `/tmp` and
+    /// `/var/tmp` under `--tmp-size`: their bytes count together), made anew for each exec
+    /// (see [`with_tmp_size`]).
+    TaskTmp { size: u64, dsts: Vec<PathBuf> },
     /// The home as a view of only its `entries` over host `src` (everything else of it
     /// is absent), written through the home layer (`upper`, `work`); see
     /// [`crate::home::view`].
@@ -71,6 +75,7 @@ impl MountStep {
             | MountStep::ReadOnly { dst }
             | MountStep::Symlink { dst, .. }
             | MountStep::Dir { dst } => dst,
+            MountStep::TaskTmp { dsts, .. } => dsts.first().map_or(Path::new("/tmp"), |d| d),
             MountStep::HomeView(v) => &v.dst,
         }
     }
@@ -251,6 +256,9 @@ pub const SYSTEM_SECRETS: &[&str] = &[
     "/var/spool",
 ];
 
+/// The host's `/var/tmp`: in the sandbox, the capsule's tmp (like `/tmp`).
+pub const VAR_TMP: &str = "/var/tmp";
+
 /// `p.components().count()` of a normalized absolute path, from its bytes.
 fn depth(p: &Path) -> usize {
     bytes(p)
@@ -306,6 +314,16 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
         rw: true,
         optional: false,
     });
+    // the host's /var/tmp is the task's own too: the same folder as its /tmp (a symlink
+    // there points elsewhere, and a missing one needs nothing)
+    if std::fs::symlink_metadata(VAR_TMP).is_ok_and(|m| m.is_dir()) {
+        steps.push(MountStep::Bind {
+            src: policy.tmp_dir.clone(),
+            dst: VAR_TMP.into(),
+            rw: true,
+            optional: false,
+        });
+    }
 
     // (path, precedence, rule)
     #[derive(Clone, Copy, PartialEq)]
@@ -349,6 +367,18 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
     for r in &policy.read_only {
         rules.push((r.clone(), 4, Rule::ReadOnly));
     }
+    // the host's unix sockets that would be visible are hidden like secrets
+    let shown = |p: &Path| {
+        !within(p, Path::new("/tmp"))
+            && !within(p, Path::new(VAR_TMP))
+            && (visible_roots.iter().any(|r| within(p, r))
+                || rules
+                    .iter()
+                    .any(|(r, _, k)| *k != Rule::Hide && within(p, r)))
+    };
+    for s in super::sockets::host_sockets(shown) {
+        rules.push((s, 1, Rule::Hide));
+    }
     rules.retain(|(p, _, _)| {
         // the sandbox's own /proc and /dev are not the host's; host paths below /dev/shm
         // and /tmp (a workspace or home on tmpfs) are bound at the same path all the same
@@ -357,6 +387,7 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
             && (!within(p, Path::new("/dev"))
                 || (within(p, Path::new("/dev/shm")) && p != Path::new("/dev/shm")))
             && p != Path::new("/tmp")
+            && p != Path::new(VAR_TMP)
     });
     // deeper rules later, stronger precedence later; path bytes last so duplicates are
     // adjacent (policy paths are canonical: equal bytes, equal paths; hundreds of hidden
@@ -408,6 +439,27 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
     }
     steps.extend(seals);
     steps
+}
+
+/// `--tmp-size`: the capsule's `/tmp` (and `/var/tmp`, the same folder) become one fresh
+/// tmpfs of `size` bytes per exec instead of the bundle's tmp folder, so their bytes
+/// together are bounded (and kept in memory, not on the operator's disk, for that exec
+/// only). Replaces their binds in `steps` (a plan without them, weaker isolation: none).
+pub fn with_tmp_size(steps: &mut Vec<MountStep>, tmp_dir: &Path, size: u64) {
+    let is_tmp = |s: &MountStep| {
+        matches!(s, MountStep::Bind { src, dst, rw: true, .. }
+            if src == tmp_dir && (dst == Path::new("/tmp") || dst == Path::new(VAR_TMP)))
+    };
+    let dsts: Vec<PathBuf> = steps
+        .iter()
+        .filter(|s| is_tmp(s))
+        .map(|s| s.dst().to_path_buf())
+        .collect();
+    let Some(at) = steps.iter().position(is_tmp) else {
+        return;
+    };
+    steps.retain(|s| !is_tmp(s));
+    steps.insert(at, MountStep::TaskTmp { size, dsts });
 }
 
 /// The mounts that keep the workspace's git dir in place for the operator's host git:

@@ -202,6 +202,14 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
     for (_, hard) in sys::rlimits() {
         h.update(hard.to_le_bytes());
     }
+    // which cgroup controllers the exec limits: the holder's spares wait in groups of
+    // those (see `cgroup::SpareCgroups`), and only execs limiting the same take them
+    let l = &plan.limits;
+    h.update([
+        l.memory.is_some() as u8,
+        l.pids.is_some() as u8,
+        l.cpus_milli.is_some() as u8,
+    ]);
     // the holder's diagnostics follow the RUST_LOG of the exec that spawned it
     h.update(std::env::var_os("RUST_LOG").unwrap_or_default().as_bytes());
     // a caller in another user namespace never meets this one's holders
@@ -255,6 +263,20 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
             MountStep::Dev { extra, .. } => {
                 for e in extra {
                     ids.add(&Path::new("/dev").join(e), true);
+                }
+            }
+            MountStep::TaskTmp { dsts, .. } => {
+                // the exec's own tmpfs goes over the prepared one: nothing may be mounted
+                // below it in the prepared root
+                if plan
+                    .mounts
+                    .iter()
+                    .any(|o| dsts.iter().any(|d| o.dst() != d && o.dst().starts_with(d)))
+                {
+                    return Ok(None);
+                }
+                for d in dsts {
+                    ids.add(d, false);
                 }
             }
             MountStep::HomeView(v) => {
@@ -492,6 +514,46 @@ fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Entry>> {
     })))
 }
 
+/// `plan` with a mask on each socket file the walk of the service folders finds
+/// ([`super::sockets::scan`]) where the plan shows them and does not mask them already
+/// (the kernel's list of the host's sockets is in the plan itself).
+fn with_scanned_sockets(plan: &ExecPlan) -> ExecPlan {
+    use super::plan::VAR_TMP;
+    let masked: Vec<&Path> = plan
+        .mounts
+        .iter()
+        .filter_map(|s| match s {
+            MountStep::Mask { dst, .. } => Some(dst.as_path()),
+            _ => None,
+        })
+        .collect();
+    let roots: Vec<&Path> = super::sockets::SCANNED
+        .iter()
+        .map(Path::new)
+        .filter(|r| {
+            plan.mounts
+                .iter()
+                .any(|s| matches!(s, MountStep::Bind { src, dst, .. } if src == r && dst == r))
+        })
+        .collect();
+    let skip = |p: &Path| p == Path::new(VAR_TMP) || masked.iter().any(|m| p.starts_with(m));
+    let mut held = plan.clone();
+    let t = Instant::now();
+    let found = super::sockets::scan(&roots, &skip, 4096);
+    tracing::debug!(
+        "sockets walk: {} found, took {:?}",
+        found.len(),
+        t.elapsed()
+    );
+    for s in found {
+        held.mounts.push(MountStep::Mask {
+            dst: s,
+            carve_outs: false,
+        });
+    }
+    held
+}
+
 /// Start a holder for `plan` with socket `<dir>/<fp>.sock`: the socket is bound under a
 /// temporary name and renamed into place once the root is built, so a join never meets a
 /// half-made holder. The holder is a grandchild (its parent exits at once), so nobody
@@ -522,8 +584,10 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
         }
         let _ = std::fs::remove_file(&tmp);
     };
+    // sockets of other network namespaces in the service folders: masked in this root
+    let held = with_scanned_sockets(plan);
     let holder = Holder {
-        plan,
+        plan: &held,
         listener: &listener,
         dirfd: dirfd.as_raw_fd(),
         name: &name,
@@ -703,6 +767,8 @@ impl Holder<'_> {
         // (SIGTERM ends it like any process)
         let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
         set_title();
+        // the folders its spares' cgroups go in, while the host's are still in view
+        let cgroups = super::cgroup::SpareCgroups::open(&self.plan.limits);
         if let Err(e) = mounts::build_root(&self.plan.mounts) {
             self.fail(format!("preparing the sandbox's root: {e}"));
         }
@@ -747,6 +813,7 @@ impl Holder<'_> {
             mntns.as_raw_fd(),
         ];
         keep.extend(rules.fds());
+        keep.extend(cgroups.iter().flat_map(|c| c.fds()));
         close_all_but(&keep);
         // 0, 1 and 2 point at /dev/null: a descriptor received later never takes their
         // numbers (a spare dup2s the exec's stdio there)
@@ -765,7 +832,7 @@ impl Holder<'_> {
         let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
         let _ = sys::write_all(self.report, b"R\n");
         sys::close(self.report);
-        self.serve(&userns, &mntns, &rules, &landlock)
+        self.serve(&userns, &mntns, &rules, &landlock, cgroups.as_ref())
     }
 
     fn serve(
@@ -774,6 +841,7 @@ impl Holder<'_> {
         mntns: &OwnedFd,
         rules: &LandlockRules,
         landlock: &serde_json::Value,
+        cgroups: Option<&super::cgroup::SpareCgroups>,
     ) -> ! {
         let idle = idle();
         let mut last = Instant::now();
@@ -784,16 +852,23 @@ impl Holder<'_> {
         // lost a mount is never served again, whatever the fingerprint says (inode numbers
         // can be reused)
         let Ok(mut watch) = MountWatch::new() else {
-            self.end(Vec::new(), Vec::new())
+            self.end(Vec::new(), Vec::new(), cgroups)
         };
-        let own = [
+        let mut own = vec![
             self.listener.as_raw_fd(),
             self.dirfd,
             userns.as_raw_fd(),
             mntns.as_raw_fd(),
             watch.fd.as_raw_fd(),
         ];
-        let make = || warm::make(self.plan, rules, landlock, &own).ok();
+        own.extend(cgroups.iter().flat_map(|c| c.fds()));
+        // each spare waits in cgroups of its own when the execs limit resources: moved
+        // there now, so that the exec does not wait for the move
+        let make = || {
+            let mut s = warm::make(self.plan, rules, landlock, &own).ok()?;
+            s.cgroup = cgroups.and_then(|c| c.place(s.pid));
+            Some(s)
+        };
         // spares ready (up to SPARES); the first one at once, for the exec that spawned us
         let mut spares: Vec<warm::Spare> = make().into_iter().collect();
         // spares handed out and still running (they live in our pid namespace), with our
@@ -812,7 +887,7 @@ impl Holder<'_> {
             }
             let left = idle.saturating_sub(last.elapsed());
             if (left.is_zero() && served.is_empty()) || self.bundle_gone() {
-                self.end(spares, served);
+                self.end(spares, served, cgroups);
             }
             let mut pfds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
                 .chain(served.iter().map(|(_, fd)| fd.as_raw_fd()))
@@ -858,12 +933,12 @@ impl Holder<'_> {
             let ours = line.len() > 1 && line[1..] == *format!("{}\n", self.fp).as_bytes();
             if ours && !watch.unchanged() {
                 drop(conn);
-                self.end(spares, served)
+                self.end(spares, served, cgroups)
             }
             match line.first() {
                 Some(b'J') if ours => {
                     last = Instant::now();
-                    let _ = answer(&mut conn, userns, mntns, rules, landlock);
+                    let _ = answer(&mut conn, userns, mntns, rules, landlock, self.plan);
                 }
                 Some(b'X') if ours => {
                     last = Instant::now();
@@ -893,7 +968,7 @@ impl Holder<'_> {
                 Some(b'Q') => {
                     let _ = conn.write_all(b"q");
                     drop(conn);
-                    self.end(spares, served)
+                    self.end(spares, served, cgroups)
                 }
                 _ => {}
             }
@@ -911,7 +986,12 @@ impl Holder<'_> {
 
     /// Remove our socket (only if it is still ours), stop the spare, wait for the execs
     /// still running in spares we handed out (our exit would kill them), and exit.
-    fn end(&self, spares: Vec<warm::Spare>, served: Vec<(libc::pid_t, OwnedFd)>) -> ! {
+    fn end(
+        &self,
+        spares: Vec<warm::Spare>,
+        served: Vec<(libc::pid_t, OwnedFd)>,
+        cgroups: Option<&super::cgroup::SpareCgroups>,
+    ) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
             // SAFETY: fstatat/unlinkat relative to our directory descriptor.
             unsafe {
@@ -925,13 +1005,19 @@ impl Holder<'_> {
         }
         // SAFETY: closing our listening socket: no new joins.
         unsafe { libc::close(self.listener.as_raw_fd()) };
-        for s in spares {
+        for s in &spares {
             // SAFETY: killing our own child.
             unsafe { libc::kill(s.pid, libc::SIGKILL) };
         }
         let _ = served;
         // SAFETY: reaping every child (the spare, the served ones) until none is left.
         while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
+        // the cgroups of spares nobody took (a served one's are its exec's)
+        if let Some(c) = cgroups {
+            for name in spares.iter().filter_map(|s| s.cgroup.as_deref()) {
+                c.remove(name);
+            }
+        }
         // SAFETY: _exit in the holder.
         unsafe { libc::_exit(0) }
     }
@@ -1043,15 +1129,10 @@ fn answer(
     mntns: &OwnedFd,
     rules: &LandlockRules,
     landlock: &serde_json::Value,
+    plan: &ExecPlan,
 ) -> io::Result<()> {
     let (created, again) = rules
-        .create(
-            mounts::PER_EXEC_ROOTS
-                .iter()
-                .map(Path::new)
-                .collect::<Vec<_>>()
-                .as_slice(),
-        )
+        .create(&mounts::per_exec_roots(&plan.mounts))
         .map_err(io::Error::other)?;
     let ruleset: Option<OwnedFd> = created.and_then(|c| c.into());
     let reply = serde_json::to_vec(&JoinReply {

@@ -31,7 +31,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// One exec's part of the plan, sent by capsule to a spare.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -124,6 +124,8 @@ pub(crate) struct Spare {
     pub pidfd: OwnedFd,
     /// The holder's end of the channel that passes the spare its connection.
     chan: OwnedFd,
+    /// The name of the cgroups it waits in (`cgroup::SpareCgroups`), if any.
+    pub cgroup: Option<String>,
 }
 
 impl Spare {
@@ -193,6 +195,7 @@ pub(crate) fn make(
         // SAFETY: a descriptor just opened.
         pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
         chan: h,
+        cgroup: None,
     })
 }
 
@@ -218,7 +221,7 @@ fn spare_main(
     if plan.new_netns && !plan.network_off && sys::loopback_up().is_err() {
         quit()
     }
-    let per_exec: Vec<&Path> = mounts::PER_EXEC_ROOTS.iter().map(Path::new).collect();
+    let per_exec = mounts::per_exec_roots(&plan.mounts);
     let Ok((created, again)) = rules.create(&per_exec) else {
         quit()
     };

@@ -300,3 +300,50 @@ fn rendered_mount_plan_of_the_real_root_validates() {
     let spec = render_plan(&plan_of(&p));
     capsule_bundle::oci::validate(&spec).unwrap();
 }
+
+#[test]
+fn the_execs_limits_are_rendered_as_resources_and_rlimits() {
+    let (_t, p) = fixture();
+    let mut plan = plan_of(&p);
+    // no limits: none in the resources (a runtime then needs no cgroup it may write)
+    let v = serde_json::to_value(render_plan(&plan)).unwrap();
+    let r = &v["linux"]["resources"];
+    assert!(r.get("memory").is_none() && r.get("pids").is_none() && r.get("cpu").is_none());
+    plan.limits = crate::limits::Limits {
+        memory: Some(512 << 20),
+        pids: Some(64),
+        cpus_milli: Some(1500),
+        fds: Some(32),
+        file_size: Some(1 << 20),
+        tmp_size: Some(16 << 20),
+    };
+    plan.activity_timeout = Some(std::time::Duration::from_secs(90));
+    super::super::plan::with_tmp_size(&mut plan.mounts, &p.tmp_dir, 16 << 20);
+    let v = serde_json::to_value(render_plan(&plan)).unwrap();
+    let r = &v["linux"]["resources"];
+    assert_eq!(r["memory"]["limit"], 512 << 20, "{r}");
+    assert_eq!(r["memory"]["swap"], 512 << 20, "{r}");
+    assert_eq!(r["pids"]["limit"], 64, "{r}");
+    assert_eq!(r["cpu"]["quota"], 150_000, "{r}");
+    assert_eq!(r["cpu"]["period"], 100_000, "{r}");
+    let rl = v["process"]["rlimits"].as_array().unwrap();
+    let get = |t: &str| rl.iter().find(|x| x["type"] == t).cloned().unwrap();
+    assert_eq!(get("RLIMIT_NOFILE")["hard"], 32);
+    assert_eq!(get("RLIMIT_FSIZE")["soft"], 1 << 20);
+    assert_eq!(
+        v["annotations"]["dev.capsule.limits.activity-timeout"],
+        "1m 30s"
+    );
+    // /tmp and /var/tmp: tmpfs of that size (each its own in OCI)
+    let tmp: Vec<&serde_json::Value> = v["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["destination"] == "/tmp" || m["destination"] == "/var/tmp")
+        .collect();
+    assert!(!tmp.is_empty());
+    for m in tmp {
+        assert_eq!(m["type"], "tmpfs", "{m}");
+        assert!(m["options"].to_string().contains("size=16777216"), "{m}");
+    }
+}
