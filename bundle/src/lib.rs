@@ -36,6 +36,7 @@ pub mod reachcopy;
 pub mod rmtree;
 pub mod source;
 pub mod spec;
+pub mod staging;
 pub mod store;
 
 pub use error::{Error, Result};

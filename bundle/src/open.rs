@@ -202,16 +202,21 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         .parent()
         .ok_or_else(|| Error::other("workspace has no parent"))?;
 
-    // ---- build both in temporary folders next to their destinations
-    let ws_tmp = tempfile::Builder::new()
-        .prefix(&format!(".capsule-open-{name}-"))
-        .tempdir_in(ws_parent)
-        .at(ws_parent)?;
-    let b_tmp = tempfile::Builder::new()
-        .prefix(&format!(".open-{name}-"))
-        .tempdir_in(&bundles)
-        .at(&bundles)?;
-    let ws = ws_tmp.path();
+    // ---- build both in staging folders next to their destinations (what killed opens
+    // left is removed first)
+    for r in crate::staging::reap(&clayout) {
+        tracing::debug!(
+            "removed {} (left by a killed {})",
+            r.path.display(),
+            r.left_by
+        );
+    }
+    let mut staging = crate::staging::Staging::begin(&bundles, ws_parent, &name)?;
+    let (ws_buf, b_buf) = (
+        staging.workspace().to_path_buf(),
+        staging.bundle().to_path_buf(),
+    );
+    let ws = ws_buf.as_path();
     let t0 = std::time::Instant::now();
 
     let mut read_source = None;
@@ -220,7 +225,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         (Some(s), _) => match &s.source {
             Source::Synthetic { .. } => {
                 // the runner's private folder, in the staging bundle (outside the workspace)
-                let scratch = b_tmp.path().join(".steps");
+                let scratch = b_buf.join(".steps");
                 std::fs::create_dir(&scratch).at(&scratch)?;
                 let r = crate::materialize::synthetic(s, ws, steps, &scratch);
                 crate::materialize::remove_built(&scratch)?;
@@ -317,7 +322,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
         .or_else(|| source_dir.clone())
         .unwrap_or_default();
     let accepted = decide_grants(&policy, &tool_reveals, &req.accept, &what)?;
-    let b = b_tmp.path();
+    let b = b_buf.as_path();
     for d in [bundle_files::TMP, bundle_files::HOME, bundle_files::CACHE] {
         std::fs::create_dir(b.join(d)).at(b.join(d))?;
     }
@@ -413,17 +418,16 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
             bundle_final.display()
         ))
     })?;
+    // from here the staging's guard removes the bundle at its final place
+    staging.bundle_moved(&bundle_final);
     if let Err(e) = std::fs::rename(ws, &ws_final) {
-        let _ = std::fs::remove_dir_all(&bundle_final);
         return Err(Error::other(format!(
             "{}: cannot put the workspace in place ({e})",
             ws_final.display()
         )));
     }
     tracing::debug!("open {name}: in place at {:?}", t0.elapsed());
-    // both renamed: the TempDir guards now point at nothing
-    drop(ws_tmp);
-    drop(b_tmp);
+    staging.finish();
     // at the final paths (remote URLs and worktree links name them), before anyone's git
     // runs there; it also records the stamp that keeps the first exec's check cheap
     let git_guard = crate::hostgit::guard_workspace(&ws_final, &bundle_final, None);

@@ -330,6 +330,8 @@ pub fn close(layout: &Layout, reference: &str, force: bool) -> Result<Closed> {
         }
     }
     remove_dir_atomically(&cap.bundle_dir)?;
+    // and what killed opens and closes left (best effort)
+    crate::staging::reap(layout);
     Ok(Closed {
         name: cap.name,
         workspace: cap.workspace,

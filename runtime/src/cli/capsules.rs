@@ -674,6 +674,8 @@ pub fn close(a: CloseArgs) -> CliResult {
 
 pub fn list(a: ListArgs) -> CliResult {
     let layout = layout()?;
+    // what killed opens and closes left: removed, and said
+    let reaped = capsule_bundle::staging::reap(&layout);
     let entries = store::list(&layout).map_err(fail)?;
     if a.json {
         let v: Vec<_> = entries
@@ -683,8 +685,15 @@ pub fn list(a: ListArgs) -> CliResult {
                 Err(err) => json!({"name": e.name, "error": err.to_string()}),
             })
             .collect();
-        print_json(&json!({ "capsules": v }));
+        print_json(&json!({ "capsules": v, "removed_leftovers": reaped }));
         return Ok(ExitCode::SUCCESS);
+    }
+    for r in &reaped {
+        eprintln!(
+            "capsule: removed {} (left by a killed `capsule {}`)",
+            esc_path(&r.path),
+            r.left_by
+        );
     }
     if entries.is_empty() {
         println!("no open capsules (open one: capsule open <spec> | capsule open --source <checkout> | capsule demo)");

@@ -33,6 +33,8 @@ pub mod splice;
 pub mod tls;
 
 #[cfg(test)]
+mod allowlist_props;
+#[cfg(test)]
 mod proxy_tests;
 
 use allowlist::Allowlist;
