@@ -402,10 +402,11 @@ mod imp {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
 
-    fn report(ns: bool, abi: u32, seccomp: bool) -> IsolationReport {
+    /// A machine's report with these walls (for tests of what is decided from it).
+    pub(crate) fn report(ns: bool, abi: u32, seccomp: bool) -> IsolationReport {
         let mut missing = vec![];
         if !ns {
             missing.push("no userns".to_string());
@@ -436,6 +437,12 @@ mod tests {
             missing,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::report;
+    use super::*;
 
     #[test]
     fn decide_never_falls_back_silently() {

@@ -646,32 +646,7 @@ mod tests {
     /// `decide` on a machine with these walls, weaker accepted, then the executor mapping.
     fn mapped(ns: bool, abi: u32, namespaces_ok: bool) -> (Isolation, bool) {
         use crate::isolation::*;
-        let mut missing = vec![];
-        if !ns {
-            missing.push("no user namespaces".to_string());
-        }
-        if abi < FULL_LANDLOCK_ABI {
-            missing.push("old Landlock".to_string());
-        }
-        let report = IsolationReport {
-            os: "linux",
-            user_namespaces: UserNamespaces {
-                available: ns,
-                error: None,
-                max_user_namespaces: None,
-                restrictions: vec![],
-            },
-            landlock: LandlockInfo {
-                abi,
-                lacking: vec![],
-            },
-            seccomp: SeccompInfo {
-                available: true,
-                own_mode: None,
-                error: None,
-            },
-            missing,
-        };
+        let report = test_support::report(ns, abi, true);
         let settings = crate::settings::Settings {
             accept_weaker: true,
             ..Default::default()
