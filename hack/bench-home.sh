@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the task's own environment (issue 5), side by side:
+# Benchmark of the task's own environment, side by side:
 #   exec-true        `capsule exec c -- true`: the full sandbox, with the home overlay,
 #                    12 package-cache overlays and the filtered ~/.npmrc
 #   exec-nosandbox   `capsule exec c --no-sandbox -- true`: the same CLI path, no sandbox
