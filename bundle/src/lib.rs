@@ -25,6 +25,8 @@ pub mod hostgit;
 pub mod layout;
 pub mod limits;
 pub mod manifest;
+#[cfg(test)]
+mod manifest_props;
 pub mod materialize;
 pub mod oci;
 pub mod open;
@@ -36,6 +38,8 @@ pub mod reachcopy;
 pub mod rmtree;
 pub mod source;
 pub mod spec;
+#[cfg(test)]
+mod spec_props;
 pub mod staging;
 pub mod store;
 

@@ -86,8 +86,10 @@ impl Manifest {
     /// read), a FIFO or device is not opened blocking or read, and at most 1 MiB is read.
     pub fn read(path: &Path) -> Result<Self, String> {
         let text = read_text(path)?;
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{}:{}:{}: {}", path.display(), e.line(), e.column(), e))
+        serde_json::from_str(&text).map_err(|e| {
+            let msg = crate::escape::text_line(&e.to_string());
+            format!("{}:{}:{}: {msg}", path.display(), e.line(), e.column())
+        })
     }
 }
 
@@ -108,8 +110,10 @@ pub fn write_verified(
     use std::io::Write;
     let path = workspace.join(MANIFEST);
     let shown = path.display();
-    let mut v: serde_json::Value = serde_json::from_str(&read_text(&path)?)
-        .map_err(|e| format!("{shown}:{}:{}: {e}", e.line(), e.column()))?;
+    let mut v: serde_json::Value = serde_json::from_str(&read_text(&path)?).map_err(|e| {
+        let msg = crate::escape::text_line(&e.to_string());
+        format!("{shown}:{}:{}: {msg}", e.line(), e.column())
+    })?;
     let Some(obj) = v.as_object_mut() else {
         return Err(format!("{shown}: not a JSON object"));
     };

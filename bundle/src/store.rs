@@ -98,7 +98,8 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
         file: path.to_path_buf(),
         line: e.line() as u64,
         column: e.column() as u64,
-        msg: e.to_string(),
+        // the message may quote the file's text (an unknown variant): one line, escaped
+        msg: crate::escape::text_line(&e.to_string()),
     })
 }
 
