@@ -89,10 +89,20 @@ type Entries = Option<Vec<Spanned<Option<String>>>>;
 
 #[derive(Debug, Default, Deserialize)]
 struct RawFile {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     agent_launch_policy: Option<RawPolicy>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     agent_user_delegation: Option<RawDelegation>,
+}
+
+/// A block whose key is written is present, even with nothing under it (`agent_launch_policy:`
+/// with every line commented out is YAML null): its defaults apply, the gate is not off.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -407,3 +417,7 @@ fn strings(
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "config_props.rs"]
+mod props;
