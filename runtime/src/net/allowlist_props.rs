@@ -11,13 +11,19 @@ fn label() -> impl Strategy<Value = String> {
         .prop_map(str::to_string)
 }
 
-fn labels() -> impl Strategy<Value = Vec<String>> {
+pub(super) fn labels() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec(label(), 1..4)
 }
 
 /// Reference model: names compare label by label, case-insensitively; `*.s` needs at
 /// least one label before all of `s`'s labels; a port, when given, must be equal.
-fn model(wild: bool, entry: &[String], eport: Option<u16>, host: &[String], port: u16) -> bool {
+pub(super) fn model(
+    wild: bool,
+    entry: &[String],
+    eport: Option<u16>,
+    host: &[String],
+    port: u16,
+) -> bool {
     if eport.is_some_and(|p| p != port) {
         return false;
     }

@@ -35,7 +35,11 @@ pub mod tls;
 #[cfg(test)]
 mod allowlist_props;
 #[cfg(test)]
+mod http_props;
+#[cfg(test)]
 mod proxy_tests;
+#[cfg(test)]
+mod socks_props;
 
 use allowlist::Allowlist;
 use capsule_bundle::policy::{NetworkMode, NetworkPolicy};
