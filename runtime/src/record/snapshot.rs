@@ -848,3 +848,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "snapshot_props.rs"]
+mod props;
