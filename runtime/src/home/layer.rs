@@ -637,17 +637,35 @@ impl Walk<'_> {
 }
 
 fn unified(path: &Path, old: &[u8], new: &[u8]) -> String {
+    use std::fmt::Write as _;
     let o = String::from_utf8_lossy(old);
     let n = String::from_utf8_lossy(new);
+    // lines end at `\n` only, as `home diff` shows them (a `\r` is part of its line): the
+    // diff library's own split also ends a line at a lone `\r`, and printed such a line
+    // without a `\n`, gluing the next line of the diff onto it
+    let ol: Vec<&str> = o.split_inclusive('\n').collect();
+    let nl: Vec<&str> = n.split_inclusive('\n').collect();
     // two large texts with nothing in common cost the diff quadratic time: past the
     // deadline it gives a coarser (still correct) diff
     let d = similar::TextDiff::configure()
         .deadline(std::time::Instant::now() + DIFF_DEADLINE)
-        .diff_lines(o.as_ref(), n.as_ref());
-    d.unified_diff()
-        .context_radius(3)
-        .header(&format!("a/~/{}", esc(path)), &format!("b/~/{}", esc(path)))
-        .to_string()
+        .diff_slices(&ol, &nl);
+    let mut udiff = d.unified_diff();
+    udiff.context_radius(3);
+    let mut out = String::new();
+    for (i, hunk) in udiff.iter_hunks().enumerate() {
+        if i == 0 {
+            let _ = writeln!(out, "--- a/~/{}\n+++ b/~/{}", esc(path), esc(path));
+        }
+        let _ = writeln!(out, "{}", hunk.header());
+        for c in hunk.iter_changes() {
+            let _ = write!(out, "{}{}", c.tag(), c.value());
+            if !c.value().ends_with('\n') {
+                out.push_str("\n\\ No newline at end of file\n");
+            }
+        }
+    }
+    out
 }
 
 /// What `apply` did.
@@ -1041,3 +1059,7 @@ mod tests {
         assert!(!symlink_inside(h, Path::new("a"), Path::new("..")));
     }
 }
+
+#[cfg(test)]
+#[path = "layer_props.rs"]
+mod props;
