@@ -21,10 +21,14 @@ fn config(cases: u32) -> ProptestConfig {
     c
 }
 
+/// What a negotiation gave: the outcome, what the proxy wrote back, the bytes after the
+/// request.
+type Negotiated = (Result<(Host, u16), SocksError>, Vec<u8>, Vec<u8>);
+
 /// Run a negotiation: `pre` already read by the proxy, `stream` sent by a client that then
 /// closes. The outcome, what the proxy wrote back, and the bytes after the request (the
 /// rest of `pre`, then what was left unread in the stream).
-fn run(pre: &[u8], stream: &[u8]) -> (Result<(Host, u16), SocksError>, Vec<u8>, Vec<u8>) {
+fn run(pre: &[u8], stream: &[u8]) -> Negotiated {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a test runtime");
