@@ -21,7 +21,7 @@ capsule-bundle manifest_props::reading_any_bytes_never_panics 85000
 capsule-bundle manifest_props::generated_records_never_panic 60000
 capsule-policy config::props::parsing_any_text_never_panics 25000
 capsule-policy config::props::loaded_policy_and_decision_equal_the_reference_model 38000
-capsule-runtime net::allowlist_props::parsing_any_text_never_panics 180000
+capsule-runtime net::allowlist_props::parsing_any_text_never_panics 150000
 capsule-runtime net::allowlist_props::decision_equals_the_reference_model 700000
 capsule-runtime net::http_props::parsing_any_bytes_never_panics 150000
 capsule-runtime net::http_props::reading_a_head_splits_where_the_model_says 200000
@@ -31,7 +31,7 @@ capsule-runtime net::socks_props::negotiating_on_any_bytes_never_panics 350000
 capsule-runtime net::socks_props::generated_requests_give_their_destination_and_the_models_answer 340000
 capsule-runtime record::snapshot::props::a_capped_read_gives_a_regular_file_within_its_cap_and_nothing_else 600000
 capsule-runtime record::snapshot::props::any_index_is_read_without_a_panic_and_gives_only_workspace_paths 80000
-capsule-runtime record::snapshot::props::head_resolves_only_to_an_id_written_under_git 80000
+capsule-runtime record::snapshot::props::head_resolves_only_to_an_id_written_under_git 40000
 capsule-runtime home::layer::props::a_diff_applied_to_the_old_text_gives_the_new 400000
 capsule-runtime home::layer::props::the_walk_reports_the_models_changes_and_never_leaves_its_trees 50000
 "

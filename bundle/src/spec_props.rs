@@ -1,9 +1,9 @@
 //! Property tests of the spec parser ([`crate::spec::parse`]) and its path checks: any text
 //! (arbitrary, or YAML-ish from spec fragments) is parsed without a panic and, when
-//! refused, with a one-line error; a generated spec of a valid shape whose paths are drawn
-//! from hostile pieces (`..`, `/`, `~`, NUL, symlink-ish and very long names) parses exactly
-//! when every path it names stays inside the workspace by a reference model, and then
-//! every step path it returns does. Cases per run: `PROPTEST_CASES` (defaults below;
+//! refused, with a one-line error; a generated spec of a valid shape whose name and paths
+//! are drawn from hostile pieces (`..`, `/`, `~`, NUL, symlink-ish and very long names)
+//! parses exactly when its name is a plain folder name and every path it names stays
+//! inside the workspace by a reference model, and then every step path it returns does. Cases per run: `PROPTEST_CASES` (defaults below;
 //! `hack/fuzz.sh` runs more).
 
 use crate::spec::{check_relative, parse, Action, Source};
@@ -110,13 +110,13 @@ fn yaml_path() -> impl Strategy<Value = String> {
         .prop_map(|(lead, pieces, tail)| format!("{lead}{}{tail}", pieces.join("/")))
 }
 
-/// The YAML double-quoted scalar `s` decodes to (the escapes [`piece`] uses).
+/// The YAML double-quoted scalar [`quoted`] makes of `s` decodes to (the escapes [`piece`]
+/// uses; any other backslash is literal).
 fn unescape(s: &str) -> String {
     s.replace("\\0", "\0")
         .replace("\\n", "\n")
         .replace("\\t", "\t")
         .replace("\\u202e", "\u{202e}")
-        .replace("\\\\", "\\")
 }
 
 /// A lone backslash is not a YAML escape: keep the generated text a valid scalar.
@@ -236,13 +236,29 @@ proptest! {
 
     #[test]
     fn step_paths_stay_inside_the_workspace(
+        name in prop_oneof![
+            4 => Just("t".to_string()),
+            1 => prop::sample::select(vec![
+                "..", ".", "a/b", " t ", "-x", "x\\0", "\\u202e", "", " ", "a.b_c-d", ".hidden",
+                "~", "a\\nb", "\\\\",
+            ]).prop_map(str::to_string),
+            1 => (127usize..130).prop_map(|n| "x".repeat(n)),
+        ],
         steps in prop::collection::vec(step(), 1..5),
         overlay in prop::option::of(yaml_path()),
         probe_dir in prop::option::of(yaml_path()),
         writable in prop::collection::vec(yaml_path(), 0..3),
     ) {
-        let mut text = String::from("name: t\nsource:\n  synthetic: true\n  steps:\n");
-        let mut ok = steps.iter().all(|s| s.ok);
+        let mut text = format!("name: {}\nsource:\n  synthetic: true\n  steps:\n", quoted(&name));
+        // the name names folders: a plain file name of letters, digits, `-`, `_`, `.`
+        let n = unescape(&name);
+        let n = n.trim();
+        let mut ok = !n.is_empty()
+            && n.len() <= 128
+            && n != "."
+            && n != ".."
+            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        ok &= steps.iter().all(|s| s.ok);
         for s in &steps {
             text.push_str(&s.yaml);
         }
@@ -269,7 +285,8 @@ proptest! {
         }
         match parse(&text, Path::new(FILE)) {
             Ok(spec) => {
-                prop_assert!(ok, "accepted a path the model refuses:\n{}", text);
+                prop_assert!(ok, "accepted a name or path the model refuses:\n{}", text);
+                prop_assert!(!spec.name.contains(['/', '\0']) && spec.name != ".." && spec.name != ".");
                 let paths = step_paths(&spec.source);
                 for p in &paths {
                     prop_assert!(normalized_inside(p), "step path {:?} escapes", p);
