@@ -274,7 +274,7 @@ fn regression_unknown_variant_error_is_one_line() {
 }
 
 proptest! {
-    #![proptest_config(config(1500))]
+    #![proptest_config(config(2200))]
 
     #[test]
     fn reading_any_bytes_never_panics(

@@ -219,7 +219,7 @@ fn step_paths(src: &Source) -> Vec<String> {
 }
 
 proptest! {
-    #![proptest_config(config(1000))]
+    #![proptest_config(config(700))]
 
     #[test]
     fn parsing_any_text_never_panics(

@@ -443,7 +443,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(1500))]
+    #![proptest_config(config(1000))]
 
     #[test]
     fn the_walk_reports_the_models_changes_and_never_leaves_its_trees(

@@ -180,7 +180,7 @@ fn model_on_authority(
 }
 
 proptest! {
-    #![proptest_config(config(3000))]
+    #![proptest_config(config(5500))]
 
     #[test]
     fn parsing_any_bytes_never_panics(
@@ -225,6 +225,11 @@ proptest! {
             (e, g) => prop_assert!(false, "end {:?}, read {:?}", e, g.map(|(h, _)| h.len())),
         }
     }
+
+}
+
+proptest! {
+    #![proptest_config(config(3000))]
 
     #[test]
     fn generated_requests_parse_to_their_host_and_port(

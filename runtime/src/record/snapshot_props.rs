@@ -221,7 +221,7 @@ fn render(t: &RefText) -> String {
 }
 
 proptest! {
-    #![proptest_config(config(6000))]
+    #![proptest_config(config(14000))]
 
     #[test]
     fn a_capped_read_gives_a_regular_file_within_its_cap_and_nothing_else(
