@@ -13,6 +13,7 @@
 //! processes by marker).
 
 pub mod bounded;
+pub mod faults;
 pub mod git;
 pub mod procs;
 pub mod project;
