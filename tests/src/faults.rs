@@ -50,11 +50,22 @@ pub fn timed(cmd: &mut Command, what: &str) -> Duration {
     t.elapsed()
 }
 
+/// Whether `text` (a command line, a mount table) names `path` or something below it
+/// (`/x/l1` names neither `/x/l10` nor `/x/l1x`).
+pub fn names_path(text: &str, path: &Path) -> bool {
+    let p = path.to_string_lossy();
+    text.match_indices(p.as_ref()).any(|(i, _)| {
+        matches!(
+            text.as_bytes().get(i + p.len()),
+            None | Some(b'/' | b' ' | b'\n' | b'\0')
+        )
+    })
+}
+
 /// Host processes that still have something of `tree` (a scratch folder): its path in
 /// their command line or mount table. The capsule's holders, sandboxes and commands
 /// all do while they run.
 pub fn procs_of(tree: &Path) -> Vec<(i32, String)> {
-    let needle = tree.to_string_lossy().into_owned();
     let me = std::process::id() as i32;
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
@@ -66,7 +77,7 @@ pub fn procs_of(tree: &Path) -> Vec<(i32, String)> {
         }
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
         let mi = std::fs::read_to_string(e.path().join("mountinfo")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmd).contains(&needle) || mi.contains(&needle) {
+        if names_path(&String::from_utf8_lossy(&cmd), tree) || names_path(&mi, tree) {
             let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
             v.push((pid, comm.trim().to_string()));
         }
@@ -85,8 +96,7 @@ pub fn assert_nothing_runs(tree: &Path, secs: u64, label: &str) {
         procs_of(tree)
     );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    let needle = tree.to_string_lossy().into_owned();
-    let left: Vec<&str> = mounts.lines().filter(|l| l.contains(&needle)).collect();
+    let left: Vec<&str> = mounts.lines().filter(|l| names_path(l, tree)).collect();
     assert!(left.is_empty(), "[{label}] mounts left: {left:?}");
 }
 

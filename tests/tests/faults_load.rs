@@ -13,14 +13,13 @@ use std::time::Instant;
 
 /// Processes whose mount table shows `path` (a capsule's holders and sandboxes do).
 fn mounting(path: &Path) -> Vec<(i32, String)> {
-    let needle = path.to_string_lossy().into_owned();
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
         let mi = std::fs::read_to_string(e.path().join("mountinfo")).unwrap_or_default();
-        if mi.contains(&needle) {
+        if names_path(&mi, path) {
             let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
             v.push((pid, comm.trim().to_string()));
         }
