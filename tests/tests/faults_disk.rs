@@ -168,11 +168,6 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
             ]),
             60,
         );
-        eprintln!(
-            "[{label}] exec filling the disk: {:?}\n{}",
-            o.status,
-            stderr(&o)
-        );
         assert!(stdout(&o).contains("filled"), "[{label}] {}", stderr(&o));
         // the records before are intact, and whatever was written of this one is whole
         let after = std::fs::read_to_string(root.join("bundles/e/events.jsonl")).unwrap();
@@ -181,6 +176,13 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
             "[{label}] earlier records changed"
         );
         let n = assert_events_parse(&root, &label);
+        eprintln!(
+            "[{label}] exec filling the disk: {}",
+            match n {
+                2 => format!("its record did not fit: {}", stderr(&o).trim()),
+                _ => "its record fitted".into(),
+            }
+        );
         if n == 2 {
             // the record did not fit: said in one line naming it
             let e = stderr(&o);
