@@ -10,7 +10,9 @@
 //!                                             prints MiB/s
 //!   bench-proxy-helper latency ADDR N [PROXY] N sequential GETs, new connection each
 //!                                             (absolute-form via PROXY); prints the median
-//!                                             and p99 in microseconds
+//!                                             and p99 in microseconds; PROXY `env`: the
+//!                                             proxy of $HTTP_PROXY, with its credentials
+//!                                             (inside srt, whose proxy wants them)
 //!
 //!   bench-proxy-helper splice-relay           print port; a minimal CONNECT relay that moves
 //!                                             bytes with splice(2) through a pipe each way:
@@ -165,17 +167,61 @@ fn throughput(addr: &str, n: u64, up: bool, proxy: Option<&str>) {
     println!("{:.1}", n as f64 / secs / (1024.0 * 1024.0));
 }
 
+/// `http://[USER:PASS@]HOST:PORT[/]` of $HTTP_PROXY: the address and a Basic credential.
+fn env_proxy() -> (String, Option<String>) {
+    let v = std::env::var("HTTP_PROXY").or_else(|_| std::env::var("http_proxy")).expect("HTTP_PROXY");
+    let rest = v.strip_prefix("http://").unwrap_or(&v).trim_end_matches('/');
+    let (cred, host) = match rest.rsplit_once('@') {
+        Some((c, h)) => (Some(c), h),
+        None => (None, rest),
+    };
+    let host = host.replace("localhost", "127.0.0.1");
+    let cred = cred.map(|c| {
+        // percent-decoded, then base64
+        let b = c.as_bytes();
+        let mut raw = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'%' && i + 2 < b.len() {
+                raw.push(u8::from_str_radix(&c[i + 1..i + 3], 16).expect("percent escape"));
+                i += 3;
+            } else {
+                raw.push(b[i]);
+                i += 1;
+            }
+        }
+        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for ch in raw.chunks(3) {
+            let n = (ch[0] as u32) << 16 | (*ch.get(1).unwrap_or(&0) as u32) << 8 | *ch.get(2).unwrap_or(&0) as u32;
+            for k in 0..4 {
+                out.push(if k <= ch.len() { T[(n >> (18 - 6 * k) & 63) as usize] as char } else { '=' });
+            }
+        }
+        out
+    });
+    (host, cred)
+}
+
 fn latency(addr: &str, n: usize, proxy: Option<&str>) {
     let mut times = Vec::with_capacity(n);
     let mut buf = Vec::with_capacity(1024);
+    let from_env = (proxy == Some("env")).then(env_proxy);
     for _ in 0..n {
         let t = Instant::now();
-        let (mut s, req) = match proxy {
-            Some(p) => (
+        let (mut s, req) = match (proxy, &from_env) {
+            (_, Some((p, cred))) => (
+                TcpStream::connect(p.as_str()).expect("connect proxy"),
+                format!(
+                    "GET http://{addr}/ HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{}\r\n",
+                    cred.as_ref().map(|c| format!("Proxy-Authorization: Basic {c}\r\n")).unwrap_or_default()
+                ),
+            ),
+            (Some(p), None) => (
                 TcpStream::connect(p).expect("connect proxy"),
                 format!("GET http://{addr}/ HTTP/1.1\r\nHost: {addr}\r\n\r\n"),
             ),
-            None => (
+            (None, None) => (
                 TcpStream::connect(addr).expect("connect"),
                 format!("GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n"),
             ),

@@ -22,8 +22,8 @@
 #
 # Then, with curl (and python3 + openssl for the servers), HTTP GETs of BYTES side by side:
 #   plain HTTP    direct, capsule's proxy (forwarding), srt (Anthropic's sandbox-runtime,
-#                 `srt` from npm `@anthropic-ai/sandbox-runtime` when on PATH; skipped with
-#                 a note otherwise: this script installs nothing)
+#                 `srt` from npm `@anthropic-ai/sandbox-runtime`: $SRT or on PATH; skipped
+#                 with a note otherwise: this script installs nothing)
 #   HTTPS         direct, a CONNECT tunnel through capsule's proxy (TLS untouched), and
 #                 a tunnel the proxy terminates (a secret for that host: the path a request
 #                 carrying a secret takes), each in MB/s, with ratios to direct.
@@ -40,7 +40,7 @@ if [ -z "${CAPSULE_BIN:-}" ]; then
 fi
 work=$(mktemp -d /dev/shm/bench-proxy.XXXXXX 2>/dev/null || mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work" "${srt_dir:-}"; }
 trap cleanup EXIT
 rustc -O --edition 2021 hack/bench-proxy-helper.rs -o "$work/helper"
 pin() { [ -n "${1:-}" ] && echo taskset -c "$1"; true; }
@@ -86,6 +86,18 @@ transfer() { # via dir [proxy-addr]
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
+# srt: $SRT, else `srt` on PATH; it needs bubblewrap, socat and ripgrep (apt-get install -y
+# bubblewrap socat ripgrep). Its proxy must be allowed to reach the loopback server, and
+# curl must not skip the proxy for 127.0.0.1 (srt's NO_PROXY lists it).
+SRT="${SRT:-$(command -v srt || true)}"
+srt_note="not found (npm install --prefix DIR @anthropic-ai/sandbox-runtime, then SRT=DIR/node_modules/.bin/srt); skipped"
+if [ -n "$SRT" ] && [ -x "$SRT" ]; then
+  srt_note=""
+  # srt's sandbox has a /dev/shm of its own: the helper it runs is copied next to /tmp
+  srt_dir=$(mktemp -d /tmp/bench-proxy-srt.XXXXXX); cp "$H" "$srt_dir/helper"
+  printf '{"network":{"allowedDomains":["127.0.0.1"],"deniedDomains":[]},"filesystem":{"denyRead":[],"allowWrite":["%s"],"denyWrite":[]}}\n' "$work" >"$work/srt.json"
+fi
+
 declare -A tp lat p99 cpu
 for r in $(seq 1 "$ROUNDS"); do
   for dir in up down; do
@@ -99,6 +111,12 @@ for r in $(seq 1 "$ROUNDS"); do
     read -r m q < <($HC latency "$HTTP" "$REQUESTS" "${p[@]}")
     echo "$m" >>"$work/lat-$via"; echo "$q" >>"$work/p99-$via"
   done
+  if [ -z "$srt_note" ]; then
+    # the same requests from inside srt, through its proxy (credentials from its HTTP_PROXY)
+    if read -r m q < <("$SRT" -s "$work/srt.json" -c "$srt_dir/helper latency $HTTP $REQUESTS env" 2>>"$work/srt.err"); then
+      echo "$m" >>"$work/lat-srt"; echo "$q" >>"$work/p99-srt"
+    fi
+  fi
 done
 
 for f in "$work"/tp-* "$work"/lat-* "$work"/p99-* "$work"/cpu-*; do
@@ -124,6 +142,10 @@ printf '%-28s %12s %12s %12s %10s %10s\n' "  median" "${lat[direct]}" "${lat[pro
   "$(ratio "${lat[proxy]}" "${lat[direct]}")" "$(ratio "${lat[relay]}" "${lat[direct]}")"
 printf '%-28s %12s %12s %12s %10s %10s\n' "  p99" "${p99[direct]}" "${p99[proxy]}" "${p99[relay]}" \
   "$(ratio "${p99[proxy]}" "${p99[direct]}")" "$(ratio "${p99[relay]}" "${p99[direct]}")"
+if [ -n "${lat[srt]:-}" ]; then
+  printf '%-28s %12s %12s %12s %10s\n' "  srt (median, p99)" "${lat[srt]}" "${p99[srt]}" "" "$(ratio "${lat[srt]}" "${lat[direct]}")"
+  echo "  capsule proxy vs srt, median latency: $(ratio "${lat[srt]}" "${lat[proxy]}")x lower"
+fi
 printf 'added latency (median): proxy +%s us, relay+proxy +%s us\n' \
   "$(awk -v a="${lat[proxy]}" -v b="${lat[direct]}" 'BEGIN{print a-b}')" \
   "$(awk -v a="${lat[relay]}" -v b="${lat[direct]}" 'BEGIN{print a-b}')"
@@ -169,14 +191,12 @@ start tproxy 1 env BENCH_TOKEN=bench CAPSULE_PROXY_TEST_UPSTREAM_CA="$work/ca.pe
   --allow 127.0.0.1 --listen 127.0.0.1:0 --secret "BENCH_TOKEN=$BIGTLS" --ca-dir "$work/ca"
 TPROXY=$(awk '$3=="tcp"{print $4}' "$work/tproxy.out")
 C="$(pin "${PIN_CLIENT:-}") curl -sS -o /dev/null -w %{speed_download}"
-srt_note="not on PATH (npm i -g @anthropic-ai/sandbox-runtime to compare); skipped"
-command -v srt >/dev/null && srt_note=""
 for r in $(seq 1 "$ROUNDS"); do
   $C --noproxy '*' "http://$BIGHTTP/" >>"$work/c-http-direct"; echo >>"$work/c-http-direct"
   $C -x "http://$PROXY" "http://$BIGHTTP/" >>"$work/c-http-proxy"; echo >>"$work/c-http-proxy"
   if [ -z "$srt_note" ]; then
     # srt runs the command in its sandbox with its own proxy; loopback must be allowed there
-    srt curl -sS -o /dev/null -w '%{speed_download}' "http://$BIGHTTP/" >>"$work/c-http-srt" 2>>"$work/srt.err" || srt_note="failed: $(tail -1 "$work/srt.err")"
+    "$SRT" -s "$work/srt.json" -c "curl --noproxy '' -sS -o /dev/null -w '%{speed_download}' http://$BIGHTTP/" >>"$work/c-http-srt" 2>>"$work/srt.err" || srt_note="failed: $(tail -1 "$work/srt.err")"
     echo >>"$work/c-http-srt"
   fi
   $C --noproxy '*' --cacert "$work/ca.pem" "https://$BIGTLS/" >>"$work/c-tls-direct"; echo >>"$work/c-tls-direct"

@@ -300,11 +300,20 @@ fn wire(
             report.revealed.push((r, mapped));
         }
     }
-    // every later step below the home gets its place in the view
+    // every later step below the home gets its place in the view; a mask below the home
+    // that no entry or place of the view shows has nothing to hide (the view leaves it
+    // absent): dropped, so that hundreds of hidden paths in the home cost the plan, its
+    // digest and the prepared root's fingerprint nothing
     if let Some(i) = view_at {
         let (head, later) = plan.mounts.split_at_mut(i + 1);
         if let Some(MountStep::HomeView(v)) = head.last_mut() {
             v.points = view::points(&v.dst, &v.entries, later);
+            let v = v.clone();
+            let mut k = 0;
+            plan.mounts.retain(|s| {
+                k += 1;
+                k <= i + 1 || !view::leaves_absent(&v, s)
+            });
         }
     }
     Ok(report)

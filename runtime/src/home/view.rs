@@ -21,7 +21,7 @@
 //! anywhere in the home land in the layer exactly where `capsule home diff` looks.
 
 pub use crate::linux::plan::view::{works_dir, Entry, EntryKind, HomeView, Point, MAX_FILE};
-use crate::linux::plan::MountStep;
+use crate::linux::plan::{within, MountStep};
 use capsule_bundle::policy::{env_dirs, SandboxPolicy, HOME_VISIBLE};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -29,11 +29,6 @@ use std::path::{Path, PathBuf};
 
 /// A folder's canonical path and entries, `None` when it cannot be listed.
 type Listing = Option<(PathBuf, HashMap<OsString, std::fs::FileType>)>;
-
-/// `p` is `root` or below it.
-fn within(p: &Path, root: &Path) -> bool {
-    p.starts_with(root)
-}
 
 /// The entries of the view of `home` under `policy` (the sandbox's view of it), with
 /// the PATH and SDK folders from `env` and the agent `login` paths the exec un-hid.
@@ -43,7 +38,27 @@ pub fn entries(
     env: &[(OsString, OsString)],
     login: &[&str],
 ) -> Vec<Entry> {
-    let hidden = |p: &Path| policy.hidden.iter().any(|h| within(p, &h.path));
+    // a hidden path is `p` or one of its folders: one set lookup per folder of `p`
+    // instead of a comparison with each of hundreds of hidden paths (policy paths are
+    // canonical: equal bytes, equal paths)
+    let hidden_set: std::collections::HashSet<&[u8]> = policy
+        .hidden
+        .iter()
+        .map(|h| h.path.as_os_str().as_encoded_bytes())
+        .collect();
+    let hidden = |p: &Path| {
+        let mut b = p.as_os_str().as_encoded_bytes();
+        loop {
+            if hidden_set.contains(b) {
+                return true;
+            }
+            match b.iter().rposition(|c| *c == b'/') {
+                Some(0) if b.len() > 1 => b = b"/",
+                Some(i) if i > 0 => b = &b[..i],
+                _ => return false,
+            }
+        }
+    };
     let mut rels: Vec<PathBuf> = HOME_VISIBLE.iter().map(PathBuf::from).collect();
     rels.extend(login.iter().map(PathBuf::from));
     let dirs = env_dirs(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
@@ -188,6 +203,24 @@ pub fn points(home: &Path, entries: &[Entry], steps: &[MountStep]) -> Vec<Point>
     out
 }
 
+/// `step` is a mask (without carve-outs) of a path below the view's home that no entry
+/// or point of `v` shows: the view leaves it absent, whatever it is on the host.
+pub fn leaves_absent(v: &HomeView, step: &MountStep) -> bool {
+    let MountStep::Mask {
+        dst,
+        carve_outs: false,
+    } = step
+    else {
+        return false;
+    };
+    let Ok(rel) = dst.strip_prefix(&v.dst) else {
+        return false;
+    };
+    !rel.as_os_str().is_empty()
+        && !v.entries.iter().any(|e| within(rel, &e.rel))
+        && !v.points.iter().any(|p| within(rel, &p.rel))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +293,27 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_in_or_below_a_hidden_path_is_left_out() {
+        let t = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(t.path()).unwrap();
+        for d in [".config/git", ".cargo/bin", ".rustup"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        let mut p = policy(&home);
+        p.hidden.push(HiddenPath {
+            path: home.join(".config"),
+            reason: HiddenReason::Credentials,
+        });
+        p.hidden.push(HiddenPath {
+            path: home.join(".rustup"),
+            reason: HiddenReason::Credentials,
+        });
+        let e = entries(&home, &p, &[], &[]);
+        let rels: Vec<&str> = e.iter().map(|e| e.rel.to_str().unwrap()).collect();
+        assert_eq!(rels, [".cargo"]);
+    }
+
+    #[test]
     fn an_entry_below_a_symlinked_folder_is_shown_from_its_target() {
         let t = tempfile::tempdir().unwrap();
         let home = std::fs::canonicalize(t.path()).unwrap().join("h");
@@ -272,6 +326,42 @@ mod tests {
         assert_eq!(e[0].rel, Path::new(".config/git"));
         assert_eq!(e[0].src, dots.join("git"));
         assert_eq!(e[0].kind, EntryKind::LinkedDir);
+    }
+
+    #[test]
+    fn masks_the_view_leaves_absent_are_known() {
+        let v = HomeView {
+            src: "/h".into(),
+            dst: "/h".into(),
+            upper: "/u".into(),
+            work: "/w".into(),
+            works: "/v".into(),
+            entries: vec![Entry {
+                rel: ".cargo".into(),
+                src: "/h/.cargo".into(),
+                kind: EntryKind::Dir,
+            }],
+            points: vec![Point {
+                rel: "proj".into(),
+                src: Some("/h/proj".into()),
+            }],
+        };
+        let mask = |d: &str, carve_outs: bool| MountStep::Mask {
+            dst: d.into(),
+            carve_outs,
+        };
+        assert!(leaves_absent(&v, &mask("/h/.ssh", false)));
+        assert!(leaves_absent(&v, &mask("/h/hidden/d1", false)));
+        // shown by an entry or a place of the view: still masked
+        assert!(!leaves_absent(
+            &v,
+            &mask("/h/.cargo/credentials.toml", false)
+        ));
+        assert!(!leaves_absent(&v, &mask("/h/proj/.env", false)));
+        // with carve-outs, outside the home, the home itself: kept
+        assert!(!leaves_absent(&v, &mask("/h/.config", true)));
+        assert!(!leaves_absent(&v, &mask("/etc/shadow", false)));
+        assert!(!leaves_absent(&v, &mask("/h", false)));
     }
 
     #[test]

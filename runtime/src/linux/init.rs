@@ -19,6 +19,10 @@ use nix::sys::signal::SigSet;
 use std::ffi::CString;
 use std::os::fd::RawFd;
 
+/// `/dev/null` opened read-write by a warm spare before it enforced its layers
+/// ([`super::warm`]), taken by init for its own standard descriptors; -1: none.
+pub(crate) static DEV_NULL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
 /// What init needs, all prepared before `clone`.
 pub struct Ctx<'a> {
     pub plan: &'a ExecPlan,
@@ -251,7 +255,14 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     // is, after the namespaces' teardown)
     // SAFETY: opening /dev/null and dup2 onto our own standard descriptors.
     unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        // a warm spare opened it before its layers held it (an open for writing under
+        // them is observed by capsule's seccomp supervisor: a round trip per exec)
+        let pre = DEV_NULL.swap(-1, std::sync::atomic::Ordering::Relaxed);
+        let null = if pre >= 0 {
+            pre
+        } else {
+            libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC)
+        };
         if null >= 0 {
             for fd in 0..3 {
                 libc::dup2(null, fd);

@@ -22,9 +22,10 @@
 //!
 //! Known limits (measured or reasoned, not hidden):
 //! - connect(2) to a unix socket ignores read-only mounts and Landlock has no rule for it
-//!   before ABI 9: the host's sockets that the sandbox would show are masked instead, as
-//!   the kernel lists them for the host's network namespace ([`sockets`]). One bound in
-//!   another network namespace onto a visible host path is not in that list.
+//!   before ABI 9 (from ABI 9 on, it is allowed in the writable paths only): the host's
+//!   sockets that the sandbox would show are masked, as the kernel lists them for the
+//!   host's network namespace ([`sockets`]). Below ABI 9, one bound in another network
+//!   namespace onto a visible host path after the prepared root was made is not masked.
 //! - Root runs mapped to itself, so root-owned files keep their owner permissions; writable
 //!   kernel knobs under /proc are read-only mounts and root-only system secrets are masked
 //!   ([`plan::SYSTEM_SECRETS`]).
@@ -425,34 +426,38 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
     drop(notify_theirs);
-    let seccomp_supervisor = match notify::Supervisor::start(
-        notify_mine,
-        refusals,
-        observe::Allowed::of_plan(plan, init::landlock_inputs(plan).1.extra_writable),
-    ) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            // the command then gets ENOSYS for what the filter refuses: still refused
-            tracing::warn!("cannot start the seccomp supervisor: {e}");
-            None
-        }
-    };
-    if let Some(f) = hooks_before_release {
-        f();
-    }
-    tracing::debug!("run: before_release done: {:?}", start.elapsed());
-    // second byte: the command may start
-    let _ = sys::write_all(sync_w, &[2]);
-    sys::close(sync_w);
-
     let init_proc = match warm_pidfd {
         Some(pidfd) => Init { pid: -1, pidfd },
         None => Init::child(pid),
     };
-    let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
-    if let Some(s) = seccomp_supervisor {
-        s.finish();
-    }
+    // the seccomp supervisor runs beside the supervision of the sandbox, in a scope of
+    // this exec (it borrows the plan, and works out what it needs of it only when the
+    // first notification comes)
+    let waited = std::thread::scope(|scope| {
+        let allowed =
+            || observe::Allowed::of_plan(plan, init::landlock_inputs(plan).1.extra_writable);
+        let seccomp_supervisor =
+            match notify::Supervisor::start(scope, notify_mine, refusals, allowed) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    // the command then gets ENOSYS for what the filter refuses: still refused
+                    tracing::warn!("cannot start the seccomp supervisor: {e}");
+                    None
+                }
+            };
+        if let Some(f) = hooks_before_release {
+            f();
+        }
+        tracing::debug!("run: before_release done: {:?}", start.elapsed());
+        // second byte: the command may start
+        let _ = sys::write_all(sync_w, &[2]);
+        sys::close(sync_w);
+        let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
+        if let Some(s) = seccomp_supervisor {
+            s.finish();
+        }
+        waited
+    });
     restore(&old_mask);
     sys::close(rep_r);
     drop(pty);

@@ -63,22 +63,29 @@ pub fn send_listener(sock: RawFd, listener: RawFd) -> io::Result<()> {
         .map_err(io::Error::from)
 }
 
-/// A running supervisor.
-pub struct Supervisor {
-    thread: Option<std::thread::JoinHandle<()>>,
+/// A running supervisor (a thread of the scope the exec is supervised in).
+pub struct Supervisor<'scope> {
+    thread: Option<std::thread::ScopedJoinHandle<'scope, ()>>,
     /// An eventfd the thread polls: written to stop it (never a pipe, whose write could
     /// raise `SIGPIPE` once the thread is gone).
     stop: Arc<OwnedFd>,
 }
 
-impl Supervisor {
-    /// Start the supervisor thread on capsule's end of the channel. Call after the
-    /// sandbox is cloned (the executor clones while single-threaded).
-    pub fn start(
+impl<'scope> Supervisor<'scope> {
+    /// Start the supervisor thread on capsule's end of the channel, in `scope`. Call after
+    /// the sandbox is cloned (the executor clones while single-threaded). `allowed` is
+    /// called by the thread, when the first notification comes: what it costs (a walk of
+    /// the plan's mounts) is off the exec's way to its command, and most commands are
+    /// never refused anything.
+    pub fn start<'env, F>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
         sock: OwnedFd,
         refusals: Arc<Collector>,
-        allowed: Allowed,
-    ) -> io::Result<Supervisor> {
+        allowed: F,
+    ) -> io::Result<Supervisor<'scope>>
+    where
+        F: FnOnce() -> Allowed + Send + 'scope,
+    {
         // SAFETY: eventfd makes a new descriptor.
         let e = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if e < 0 {
@@ -87,11 +94,10 @@ impl Supervisor {
         // SAFETY: a descriptor just made, ours to own.
         let stop = Arc::new(unsafe { OwnedFd::from_raw_fd(e) });
         let stop_r = stop.clone();
-        let names = Names::new();
         let thread = std::thread::Builder::new()
             .name("capsule-seccomp".into())
             .stack_size(64 * 1024)
-            .spawn(move || serve(sock, stop_r, &names, &allowed, &refusals))?;
+            .spawn_scoped(scope, move || serve(sock, stop_r, allowed, &refusals))?;
         Ok(Supervisor {
             thread: Some(thread),
             stop,
@@ -145,8 +151,7 @@ fn wait(fd: RawFd, stop: RawFd) -> bool {
 fn serve(
     sock: OwnedFd,
     stop: Arc<OwnedFd>,
-    names: &Names,
-    allowed: &Allowed,
+    allowed: impl FnOnce() -> Allowed,
     refusals: &Collector,
 ) {
     if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
@@ -160,8 +165,15 @@ fn serve(
         Err(_) => return,
     };
     drop(sock);
-    while wait(listener.as_raw_fd(), stop.as_raw_fd()) {
-        answer_one(listener.as_raw_fd(), names, allowed, refusals);
+    if !wait(listener.as_raw_fd(), stop.as_raw_fd()) {
+        return;
+    }
+    let (names, allowed) = (Names::new(), allowed());
+    loop {
+        answer_one(listener.as_raw_fd(), &names, &allowed, refusals);
+        if !wait(listener.as_raw_fd(), stop.as_raw_fd()) {
+            break;
+        }
     }
 }
 
@@ -372,11 +384,13 @@ mod tests {
             drop(theirs);
             super::super::sys::close(wr);
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
-            let sup = Supervisor::start(mine, c.clone(), Allowed::default()).unwrap();
             let mut b = [0u8; 1];
-            assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
-            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-            sup.finish();
+            std::thread::scope(|scope| {
+                let sup = Supervisor::start(scope, mine, c.clone(), Allowed::default).unwrap();
+                assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                sup.finish();
+            });
             let r = c.refusals();
             if supervised {
                 assert_eq!(b[0] as i32, libc::EPERM);
@@ -436,11 +450,13 @@ mod tests {
         drop(theirs);
         super::super::sys::close(wr);
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
-        let sup = Supervisor::start(mine, c.clone(), Allowed::default()).unwrap();
         let mut b = [0u8; 3];
-        assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        sup.finish();
+        std::thread::scope(|scope| {
+            let sup = Supervisor::start(scope, mine, c.clone(), Allowed::default).unwrap();
+            assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            sup.finish();
+        });
         super::super::sys::close(rd);
         assert_eq!(
             b,

@@ -486,8 +486,9 @@ pub fn git_dir_rules(workspace: &Path) -> Vec<(PathBuf, bool)> {
 
 /// `p` is `root` or below it: `Path::starts_with` on the bytes of absolute, normalized
 /// paths (policy paths are canonical), without splitting them into components (a plan
-/// with hundreds of hidden paths compares each with every bind).
-fn within(p: &Path, root: &Path) -> bool {
+/// with hundreds of hidden paths compares each with every bind). Relative paths of normal
+/// components compare the same way.
+pub(crate) fn within(p: &Path, root: &Path) -> bool {
     let (p, mut r) = (p.as_os_str().as_bytes(), root.as_os_str().as_bytes());
     while r.len() > 1 && r.ends_with(b"/") {
         r = &r[..r.len() - 1];

@@ -234,6 +234,10 @@ fn spare_main(
             quit()
         }
     }
+    // init's /dev/null, opened while nothing observes opens for writing yet
+    // SAFETY: opening /dev/null.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    init::DEV_NULL.store(null, std::sync::atomic::Ordering::Relaxed);
     let Ok(seccomp) = SeccompProgram::build_for(plan.list_reads) else {
         quit()
     };

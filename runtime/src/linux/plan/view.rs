@@ -2,6 +2,7 @@
 //! executor builds (see `super::super::mounts::homeview`) and what the host decided (the
 //! entries and points, see `crate::home::view`).
 
+use super::within;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -67,11 +68,6 @@ pub fn work_name(rel: &Path) -> String {
 /// Where the folder entries' work dirs live, next to the layer's work dir.
 pub fn works_dir(work: &Path) -> PathBuf {
     work.with_file_name("views")
-}
-
-/// `p` is `root` or below it.
-fn within(p: &Path, root: &Path) -> bool {
-    p.starts_with(root)
 }
 
 /// For a rendering that cannot build the view (an OCI `config.json`): the paths of the
