@@ -3,7 +3,7 @@
 //! killed with SIGKILL at times spread over its run, as root and as the unprivileged user.
 //!
 //! Afterwards every home file is exactly its old or its new version (never cut short),
-//! nothing of apply's is left in the home, the settings and every `events.jsonl` parse,
+//! the task's symlink is applied as a symlink, nothing of apply's is left in the home, the settings and every `events.jsonl` parse,
 //! the next command succeeds and finishes the job, and after `close` no process or mount
 //! of the capsule is left.
 //!
@@ -122,7 +122,7 @@ impl Env {
     fn strays(&self) -> Vec<String> {
         let mut v: Vec<String> = names(&self.home.join("d"))
             .into_iter()
-            .filter(|n| !n.starts_with('f'))
+            .filter(|n| !n.starts_with('f') && n != "link")
             .collect();
         v.extend(
             names(&self.home)
@@ -144,7 +144,7 @@ fn killed_home_applies_leave_each_file_old_or_new() {
             "mkdir -p ~/d && i=0; while [ $i -lt {FILES} ]; do \
              if [ $((i % 20)) = 0 ]; then n=$((131072 + i)); else n=$((200 + i % 50)); fi; \
              {{ printf 'new %d ' $i; head -c $n /dev/zero | tr '\\0' n; echo; }} \
-             > ~/d/f$(printf %03d $i); i=$((i+1)); done"
+             > ~/d/f$(printf %03d $i); i=$((i+1)); done; ln -s f001 ~/d/link"
         );
         e.ok(&["exec", "h", "--", "sh", "-c", &script]);
         assert_eq!(e.check_files("after the exec"), 0, "[{label}] home written");
@@ -184,6 +184,13 @@ fn killed_home_applies_leave_each_file_old_or_new() {
         e.ok(&["home", "diff", "h", "--json"]);
         e.ok(&["home", "apply", "h"]);
         assert_eq!(e.check_files("after the next apply"), FILES, "[{label}]");
+        // the task's symlink is applied as a symlink, never followed into a copy
+        let link = e.home.join("d/link");
+        assert!(
+            std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()),
+            "[{label}] ~/d/link is not a symlink"
+        );
+        assert_eq!(std::fs::read_link(&link).unwrap(), PathBuf::from("f001"));
         assert_eq!(
             e.strays(),
             Vec::<String>::new(),

@@ -729,7 +729,11 @@ fn unix_sockets_by_path_only_in_writable_roots_at_abi_9() {
         .filter(|(_, _, a)| a.contains(AccessFs::ResolveUnix))
         .all(|(r, _, _)| p.writable_roots().iter().any(|w| r.starts_with(w))));
     let report = requested_rights(&p, &o, 9);
-    assert!(report.iter().any(|r| r.right == "fs.resolve_unix" && r.enforced));
+    assert!(report
+        .iter()
+        .any(|r| r.right == "fs.resolve_unix" && r.enforced));
     let report = requested_rights(&p, &o, 7);
-    assert!(report.iter().any(|r| r.right == "fs.resolve_unix" && !r.enforced));
+    assert!(report
+        .iter()
+        .any(|r| r.right == "fs.resolve_unix" && !r.enforced));
 }
