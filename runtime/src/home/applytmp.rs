@@ -27,12 +27,6 @@ fn pid_of(name: &OsStr) -> Option<libc::pid_t> {
     digits.parse().ok().filter(|p| *p > 0)
 }
 
-fn alive(pid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only asks whether the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 /// Remove from `dir` the temporary files of applies whose process is gone (files and
 /// symlinks only, never a folder; unlinked by name, nothing followed). Best effort.
 pub fn remove_stale(dir: &OwnedFd) {
@@ -41,7 +35,7 @@ pub fn remove_stale(dir: &OwnedFd) {
     };
     for n in names {
         let Some(pid) = pid_of(&n) else { continue };
-        if pid as u32 == std::process::id() || alive(pid) {
+        if !capsule_bundle::staging::process_gone(pid) {
             continue;
         }
         if let Ok(c) = fsat::cstr(&n) {
