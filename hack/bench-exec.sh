@@ -4,7 +4,8 @@
 #   capsule exec <capsule> -- /bin/true    vs    /bin/true bare
 #                                           vs    bwrap with an equivalent policy
 #                                           vs    runc run of an equivalent bundle (if runc is installed)
-# and the same with 200 hidden paths (capsule: --hide x200; bwrap: --tmpfs x200).
+# and the same with 200 hidden paths (capsule: --hide x200; bwrap: --tmpfs x200), and
+# capsule with limits (cgroups for memory, processes and CPU, as root; rlimits).
 #
 # Prints median wall time per start (ms) and the ratio to bwrap. capsule's rows use its
 # prepared roots (built once per capsule and plan, a warm spare per exec: the first round
@@ -65,6 +66,11 @@ import os, statistics, subprocess, sys, time, shlex
 runs, runc_ok, bin_, ws, w = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3], sys.argv[4], sys.argv[5]
 bwrap = shlex.split(sys.argv[6]); hide = shlex.split(sys.argv[7]); bhide = shlex.split(sys.argv[8])
 base = sys.argv[9]
+# memory, processes and CPU (cgroups) and descriptors, file size (rlimits): only when the
+# caller can make cgroups (root here; else an exec with limits is refused)
+limits = ["--memory", "4G", "--pids", "4096", "--cpus", "1.5", "--fds", "4096", "--file-size", "1G"]
+if os.geteuid() != 0:
+    limits = ["--fds", "4096", "--file-size", "1G"]
 env = dict(os.environ)
 env_built = dict(env, CAPSULE_PREPARED_IDLE="0")
 counter = [0]
@@ -78,6 +84,7 @@ variants = [
     ("bwrap + 200 hidden paths", lambda: bwrap + bhide + ["/bin/true"]),
     ("capsule exec + 200 hidden paths", lambda: [bin_, "exec", "bench"] + hide + ["--", "/bin/true"]),
     ("capsule exec, root built per exec", lambda: [bin_, "exec", "bench", "--", "/bin/true"]),
+    ("capsule exec + limits", lambda: [bin_, "exec", "bench"] + limits + ["--", "/bin/true"]),
 ]
 if base:
     variants += [
@@ -118,6 +125,7 @@ line = f"\n200 hidden paths add: capsule {med['capsule exec + 200 hidden paths']
 if base:
     line += f", BASE capsule {med['BASE capsule exec + 200 hidden'] - med['BASE capsule exec']:.2f} ms"
 print(line + f"  ({runs} interleaved rounds, medians)")
+print(f"limits ({' '.join(limits)}) add: {med['capsule exec + limits'] - med['capsule exec']:.2f} ms")
 
 # back to back: the same start many times in a row, as a script running command after
 # command does; per start, the mean over the batch (work a tool defers past its own exit,

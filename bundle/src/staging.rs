@@ -236,6 +236,12 @@ fn dead_closing(file_name: &str) -> bool {
     else {
         return false;
     };
+    process_gone(pid)
+}
+
+/// Whether process `pid` is gone (not this process, nor any that exists, whoever's):
+/// what a leftover named after its maker's pid is judged by.
+pub fn process_gone(pid: libc::pid_t) -> bool {
     if pid <= 0 || pid == std::process::id() as libc::pid_t {
         return false;
     }

@@ -201,7 +201,7 @@ mod imp {
             ),
             (
                 9,
-                "ABI 9: a rule for connecting to unix sockets by path (not used by capsule yet: the host's sockets are masked instead)",
+                "ABI 9 (Linux 7.1): connecting to unix sockets by path only inside the writable paths (without it, the host's sockets are masked instead)",
             ),
         ];
         steps

@@ -75,6 +75,7 @@ impl Settings {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
+        remove_stale_tmp(path);
         let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
         let text = serde_json::to_string_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
         std::fs::write(&tmp, text + "\n").map_err(io)?;
@@ -85,9 +86,52 @@ impl Settings {
     }
 }
 
+/// Remove the temporary files (`<settings>.tmp<pid>`) of saves whose process is gone: a
+/// save killed between writing and renaming leaves one. Files only, nothing followed.
+fn remove_stale_tmp(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.tmp", name.to_string_lossy());
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name();
+        let pid = n
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix.as_str()))
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<libc::pid_t>().ok());
+        if pid.is_some_and(capsule_bundle::staging::process_gone)
+            && e.file_type().is_ok_and(|t| !t.is_dir())
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_save_removes_what_a_killed_save_left() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("settings.json");
+        let dead = std::process::Command::new("true")
+            .spawn()
+            .and_then(|mut c| c.wait().map(|_| c.id()))
+            .unwrap();
+        let left = d.path().join(format!("settings.json.tmp{dead}"));
+        let live = d.path().join("settings.json.tmp1");
+        std::fs::write(&left, "{ half").unwrap();
+        std::fs::write(&live, "{ another save, running").unwrap();
+        Settings::default().save(&p).unwrap();
+        assert!(!left.exists(), "a dead save's temporary file is left");
+        assert!(live.exists(), "a live process's temporary file was removed");
+        assert_eq!(Settings::load(&p).unwrap(), Settings::default());
+    }
 
     #[test]
     fn round_trip_and_missing_is_default() {

@@ -9,10 +9,11 @@
 //! Shared fixtures live in modules: [`git`] (hermetic fixture repositories), [`project`]
 //! (a source checkout and a capsule root, for tests that `capsule open`), [`sandbox`] (a
 //! hand-made open capsule in a scratch home), [`weaker`] (commands in a user namespace
-//! that may create no more), [`bounded`] (commands with a deadline) and [`procs`] (host
-//! processes by marker).
+//! that may create no more), [`bounded`] (commands with a deadline), [`procs`] (host
+//! processes by marker) and [`faults`] (the fault-injection tests' kills and checks).
 
 pub mod bounded;
+pub mod faults;
 pub mod git;
 pub mod procs;
 pub mod project;

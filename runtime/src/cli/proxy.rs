@@ -112,8 +112,9 @@ pub fn run(a: ProxyArgs) -> CliResult {
     rt.block_on(async move {
         let mut tasks = Vec::new();
         if let Some(addr) = a.listen {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
+            let l = crate::net::listen::tcp(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|_| l))
+                .and_then(tokio::net::TcpListener::from_std)
                 .map_err(|e| CliError::failure(format!("cannot listen on {addr}: {e}")))?;
             let local = l
                 .local_addr()

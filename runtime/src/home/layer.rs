@@ -761,6 +761,18 @@ impl Layer {
             forced: moved.into_iter().map(|(p, _)| p).collect(),
             ..Default::default()
         };
+        // what a killed apply left in the folders this one writes into
+        let mut swept = BTreeSet::new();
+        for c in &changes {
+            let Ok((parents, _)) = split(&c.path) else {
+                continue;
+            };
+            if swept.insert(parents.clone()) {
+                if let Ok(dir) = fsat::open_dir_path(&home_fd, &parents) {
+                    super::applytmp::remove_stale(&dir);
+                }
+            }
+        }
         for c in &changes {
             self.apply_one(&home_fd, &upper_fd, c)?;
             if let Some(b) = base.as_mut().filter(|_| c.path.to_str().is_some()) {
@@ -787,7 +799,7 @@ impl Layer {
         let err = |what: &'static str| io(what, &real_path);
         let parent = fsat::create_dir_path(home_fd, &parents, 0o755)
             .map_err(err("creating the folder of"))?;
-        let tmp = OsString::from(format!(".capsule-apply.{}.tmp", std::process::id()));
+        let tmp = super::applytmp::name();
         let _ = fsat::remove_at(&parent, &tmp);
         let real_st = fsat::stat_at(&parent, &name).map_err(err("checking"))?;
         let real_is_dir = real_st

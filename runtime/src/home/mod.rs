@@ -5,13 +5,15 @@
 //! - [`layer`]: the home layer (an overlayfs upper directory) — review, apply, discard;
 //!   [`hostrun`]: which of its paths make programs run as the person once applied;
 //!   [`review`]: binding an apply to what `home diff` showed; [`lock`]: the exec lock that
-//!   keeps apply and discard from running while an exec does.
+//!   keeps apply and discard from running while an exec does; [`applytmp`]: apply's
+//!   temporary files, and those a killed apply left.
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
 //! - [`devices`]: the device allowlist and validation of `sandbox.devices`.
 //! - [`view`]: the home as a command sees it: only what development tools need.
 //! - [`sandbox`]: all of the above wired into an exec's mount plan; [`display`]: telling
 //!   a command that failed for want of a display.
 
+pub mod applytmp;
 pub mod baseline;
 pub mod caches;
 pub mod devices;

@@ -193,17 +193,16 @@ pub fn requested_rights(
         !opts.namespaces,
         "no connection to abstract unix sockets outside the sandbox",
     ));
-    // not asked of the kernel yet (the `landlock` crate has no such right): the host's
-    // sockets are masked in the mount plan instead (`super::sockets`), so never enforced
-    v.push(RightReport {
-        enforced: false,
-        ..r(
-            "fs.resolve_unix",
-            9,
-            false,
-            "no connection to the host's unix sockets by path: not asked of Landlock yet; the host's sockets are masked instead",
-        )
-    });
+    // handled with every other right of the kernel's ABI (`AccessFs::from_all`) and
+    // granted with the write rights, on the writable roots only: a task connects to the
+    // sockets it binds in its own places, to none of the host's; below ABI 9 the host's
+    // sockets are masked in the mount plan instead (`super::sockets`), so not required
+    v.push(r(
+        "fs.resolve_unix",
+        9,
+        false,
+        "connecting to unix sockets by path only inside the writable paths (the task's own); without it the host's sockets are masked instead",
+    ));
     v
 }
 

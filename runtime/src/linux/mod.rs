@@ -22,9 +22,10 @@
 //!
 //! Known limits (measured or reasoned, not hidden):
 //! - connect(2) to a unix socket ignores read-only mounts and Landlock has no rule for it
-//!   before ABI 9: the host's sockets that the sandbox would show are masked instead, as
-//!   the kernel lists them for the host's network namespace ([`sockets`]). One bound in
-//!   another network namespace onto a visible host path is not in that list.
+//!   before ABI 9 (from ABI 9 on, it is allowed in the writable paths only): the host's
+//!   sockets that the sandbox would show are masked, as the kernel lists them for the
+//!   host's network namespace ([`sockets`]). Below ABI 9, one bound in another network
+//!   namespace onto a visible host path after the prepared root was made is not masked.
 //! - Root runs mapped to itself, so root-owned files keep their owner permissions; writable
 //!   kernel knobs under /proc are read-only mounts and root-only system secrets are masked
 //!   ([`plan::SYSTEM_SECRETS`]).

@@ -18,9 +18,9 @@ use std::thread;
 
 const STACK: usize = 64 * 1024;
 
-/// Bind the relay's listening socket.
+/// Bind the relay's listening socket (its queue holds a burst: [`super::listen`]).
 pub fn bind(listen: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::bind(listen)
+    super::listen::tcp(listen)
 }
 
 /// Bind `listen` now, then serve on a background thread, handing connections to the proxy

@@ -11,11 +11,11 @@
 //! write, runs or is read on the host; what they hold and how they read an untrusted
 //! workspace without blocking is the `record::snapshot` module's to say.
 
+pub mod append;
 mod snapshot;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Status of one path relative to the index, with its worktree stat.
@@ -205,12 +205,12 @@ impl ExecRecord {
     pub fn append(&self, events: &Path) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(events)?;
-        // one write: concurrent execs append whole lines
-        f.write_all(&line)
+        // one write: concurrent execs append whole lines; a full disk leaves no torn one
+        append::append_whole(&f, &line)
     }
 }
 

@@ -15,7 +15,7 @@
 
 use super::Refusal;
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::SystemTime;
@@ -60,13 +60,14 @@ pub fn append(path: &Path, lines: &[Line]) -> std::io::Result<()> {
         serde_json::to_writer(&mut buf, l).map_err(std::io::Error::other)?;
         buf.push(b'\n');
     }
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
-    f.write_all(&buf)
+    // whole lines or none: a full disk leaves no torn line
+    crate::record::append::append_whole(&f, &buf)
 }
 
 /// The lines of `path` first seen at or after `since` (all when `None`); lines that do
@@ -107,6 +108,7 @@ pub fn read(path: &Path, since: Option<SystemTime>) -> std::io::Result<Vec<Line>
 mod tests {
     use super::super::Kind;
     use super::*;
+    use std::io::Write;
 
     fn r(target: &str, count: u64) -> Refusal {
         Refusal {

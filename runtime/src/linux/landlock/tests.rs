@@ -701,3 +701,39 @@ fn a_home_under_dev_shm_keeps_its_own_rules() {
     let ws = root.join("ws/x");
     check(&p, &weaker(), || write_errno(&ws), 0, 0);
 }
+
+/// On a kernel with ABI 9, connecting to a unix socket by path is a right Landlock
+/// handles (with every other of that ABI) and grants with the writes, on the writable
+/// roots only; the read rule of `/` leaves it out: no host socket is reachable. Checked on
+/// the rules, since this machine's kernel may be older.
+#[test]
+fn unix_sockets_by_path_only_in_writable_roots_at_abi_9() {
+    let t = tree();
+    let p = policy(&t, NetworkMode::None);
+    let o = LandlockOptions::default();
+    let rules = LandlockRules::collect_for_abi(&p, &o, 9).expect("rules for ABI 9");
+    assert!(rules.handled.contains(AccessFs::ResolveUnix));
+    let unix = |path: &Path| {
+        rules
+            .rules
+            .iter()
+            .filter(|(r, _, _)| r == path)
+            .any(|(_, _, a)| a.contains(AccessFs::ResolveUnix))
+    };
+    assert!(unix(&p.workspace), "the workspace's own sockets");
+    assert!(unix(&p.tmp_dir), "the task's /tmp");
+    assert!(!unix(Path::new("/")), "not the host's, by the read rule");
+    assert!(rules
+        .rules
+        .iter()
+        .filter(|(_, _, a)| a.contains(AccessFs::ResolveUnix))
+        .all(|(r, _, _)| p.writable_roots().iter().any(|w| r.starts_with(w))));
+    let report = requested_rights(&p, &o, 9);
+    assert!(report
+        .iter()
+        .any(|r| r.right == "fs.resolve_unix" && r.enforced));
+    let report = requested_rights(&p, &o, 7);
+    assert!(report
+        .iter()
+        .any(|r| r.right == "fs.resolve_unix" && !r.enforced));
+}
