@@ -271,11 +271,14 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             "cgroups": cgroups.record(),
         }));
     }
+    tracing::debug!("plan: inputs ready: {:?}", started.elapsed());
     let mut plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
+    tracing::debug!("plan: mounts planned: {:?}", started.elapsed());
     tmp_size_degraded(&a, isolation, &mut degradation);
     plan.landlock_best_effort = landlock_best_effort;
     plan.cgroup_procs = cgroups.procs_files();
     task_env(&mut plan)?;
+    tracing::debug!("plan: home, caches, reveals: {:?}", started.elapsed());
     net.apply(&mut plan);
     tracing::debug!("plan ready: {:?}", started.elapsed());
     // held while the command runs: `home apply|discard` refuse meanwhile

@@ -133,6 +133,7 @@ fn wire(
     make: bool,
     login: &[&str],
 ) -> Result<EnvReport, EnvError> {
+    let t0 = std::time::Instant::now();
     let mut report = EnvReport::default();
     plan.env
         .retain(|(k, _)| !DISPLAY_ENV.iter().any(|d| k.as_os_str() == *d));
@@ -158,6 +159,7 @@ fn wire(
     if plan.isolation != Isolation::Full {
         return Ok(report);
     }
+    tracing::trace!("task env: devices: {:?}", t0.elapsed());
     let setup = |e: String| EnvError::Setup(e);
     let root = canonicalize(capsule_root).unwrap_or_else(|_| capsule_root.to_path_buf());
 
@@ -196,6 +198,7 @@ fn wire(
         at += 1;
         plan.policy.writable.push(home.clone());
         report.home_layer = Some(paths.upper);
+        tracing::trace!("task env: home view: {:?}", t0.elapsed());
 
         let layers = if make {
             caches::prepare(&cap.bundle_dir, &cache_dirs)
@@ -234,6 +237,7 @@ fn wire(
             plan.policy.writable.push(c.target.clone());
             report.caches.push(c.tool.to_string());
         }
+        tracing::trace!("task env: caches: {:?}", t0.elapsed());
 
         // npm reads registry settings from ~/.npmrc, which is hidden for its auth lines:
         // show a copy without them, read-only, over the mask
@@ -300,6 +304,7 @@ fn wire(
             report.revealed.push((r, mapped));
         }
     }
+    tracing::trace!("task env: npmrc, reveals: {:?}", t0.elapsed());
     // every later step below the home gets its place in the view; a mask below the home
     // that no entry or place of the view shows has nothing to hide (the view leaves it
     // absent): dropped, so that hundreds of hidden paths in the home cost the plan, its
@@ -316,6 +321,7 @@ fn wire(
             });
         }
     }
+    tracing::trace!("task env: points: {:?}", t0.elapsed());
     Ok(report)
 }
 
