@@ -314,10 +314,12 @@ fn wire(
         if let Some(MountStep::HomeView(v)) = head.last_mut() {
             v.points = view::points(&v.dst, &v.entries, later);
             let v = v.clone();
+            let mut seen = std::collections::HashMap::new();
+            let mut in_upper = |rel: &Path| view::held_in(&v.upper, rel, &mut seen);
             let mut k = 0;
             plan.mounts.retain(|s| {
                 k += 1;
-                k <= i + 1 || !view::leaves_absent(&v, s)
+                k <= i + 1 || !view::leaves_absent(&v, s, &mut in_upper)
             });
         }
     }

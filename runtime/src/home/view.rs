@@ -204,8 +204,15 @@ pub fn points(home: &Path, entries: &[Entry], steps: &[MountStep]) -> Vec<Point>
 }
 
 /// `step` is a mask (without carve-outs) of a path below the view's home that no entry
-/// or point of `v` shows: the view leaves it absent, whatever it is on the host.
-pub fn leaves_absent(v: &HomeView, step: &MountStep) -> bool {
+/// or point of `v` shows and that the layer's upper dir does not hold now (`in_upper`,
+/// asked with the path relative to the home): the view leaves it absent, whatever it is
+/// on the host. What the layer holds (another agent's login a task left there) shows
+/// through the view and keeps its mask.
+pub fn leaves_absent(
+    v: &HomeView,
+    step: &MountStep,
+    in_upper: &mut dyn FnMut(&Path) -> bool,
+) -> bool {
     let MountStep::Mask {
         dst,
         carve_outs: false,
@@ -219,6 +226,40 @@ pub fn leaves_absent(v: &HomeView, step: &MountStep) -> bool {
     !rel.as_os_str().is_empty()
         && !v.entries.iter().any(|e| within(rel, &e.rel))
         && !v.points.iter().any(|p| within(rel, &p.rel))
+        && !in_upper(rel)
+}
+
+/// Does the folder `upper` hold `rel` (or anything in its place: a file, a symlink or a
+/// whiteout on the way counts as held)? Asked without following anything, one `lstat`
+/// per folder on the way, each answer kept in `seen` (hundreds of hidden paths share a
+/// few folders).
+pub fn held_in(upper: &Path, rel: &Path, seen: &mut HashMap<PathBuf, Held>) -> bool {
+    let mut at = PathBuf::new();
+    for c in rel.components() {
+        at.push(c);
+        let held = *seen.entry(at.clone()).or_insert_with(|| {
+            match std::fs::symlink_metadata(upper.join(&at)) {
+                Err(_) => Held::No,
+                Ok(m) if m.is_dir() => Held::Folder,
+                Ok(_) => Held::Other,
+            }
+        });
+        match held {
+            Held::No => return false,
+            // nothing below it is looked at (a symlink is never followed)
+            Held::Other => return true,
+            Held::Folder => {}
+        }
+    }
+    true
+}
+
+/// What [`held_in`] found at a path of the upper dir.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    No,
+    Folder,
+    Other,
 }
 
 #[cfg(test)]
@@ -350,18 +391,55 @@ mod tests {
             dst: d.into(),
             carve_outs,
         };
-        assert!(leaves_absent(&v, &mask("/h/.ssh", false)));
-        assert!(leaves_absent(&v, &mask("/h/hidden/d1", false)));
+        let mut none = |_: &Path| false;
+        assert!(leaves_absent(&v, &mask("/h/.ssh", false), &mut none));
+        assert!(leaves_absent(&v, &mask("/h/hidden/d1", false), &mut none));
         // shown by an entry or a place of the view: still masked
         assert!(!leaves_absent(
             &v,
-            &mask("/h/.cargo/credentials.toml", false)
+            &mask("/h/.cargo/credentials.toml", false),
+            &mut none
         ));
-        assert!(!leaves_absent(&v, &mask("/h/proj/.env", false)));
+        assert!(!leaves_absent(&v, &mask("/h/proj/.env", false), &mut none));
         // with carve-outs, outside the home, the home itself: kept
-        assert!(!leaves_absent(&v, &mask("/h/.config", true)));
-        assert!(!leaves_absent(&v, &mask("/etc/shadow", false)));
-        assert!(!leaves_absent(&v, &mask("/h", false)));
+        assert!(!leaves_absent(&v, &mask("/h/.config", true), &mut none));
+        assert!(!leaves_absent(&v, &mask("/etc/shadow", false), &mut none));
+        assert!(!leaves_absent(&v, &mask("/h", false), &mut none));
+        // what the layer holds shows through the view: still masked
+        let mut claude = |r: &Path| r.starts_with(".claude");
+        assert!(!leaves_absent(
+            &v,
+            &mask("/h/.claude/.credentials.json", false),
+            &mut claude
+        ));
+        assert!(leaves_absent(&v, &mask("/h/.ssh", false), &mut claude));
+    }
+
+    #[test]
+    fn the_upper_dir_is_asked_once_per_folder_without_following() {
+        let t = tempfile::tempdir().unwrap();
+        let up = t.path();
+        std::fs::create_dir_all(up.join(".claude")).unwrap();
+        std::fs::write(up.join(".claude/.credentials.json"), "x").unwrap();
+        std::os::unix::fs::symlink("/nowhere", up.join(".dangling")).unwrap();
+        let mut seen = HashMap::new();
+        assert!(held_in(
+            up,
+            Path::new(".claude/.credentials.json"),
+            &mut seen
+        ));
+        assert!(
+            held_in(up, Path::new(".dangling"), &mut seen),
+            "a symlink counts as held"
+        );
+        assert!(
+            held_in(up, Path::new(".dangling/below"), &mut seen),
+            "and is not followed"
+        );
+        assert!(!held_in(up, Path::new(".claude/other"), &mut seen));
+        assert!(!held_in(up, Path::new("hidden/d1"), &mut seen));
+        assert!(!held_in(up, Path::new("hidden/d2"), &mut seen));
+        assert_eq!(seen.len(), 5, "{seen:?}");
     }
 
     #[test]
