@@ -879,10 +879,14 @@ impl Holder<'_> {
             // new spares are made when no exec runs in ours, capsule included (their CPU
             // work then competes with none), or at once when execs run side by side (see
             // `X`); two ready ones let execs back to back find one each
-            if served.is_empty() {
-                while spares.len() < SPARES {
-                    let Some(s) = make() else { break };
+            // one at a time, with a look for a waiting exec in between: making a spare that
+            // waits in cgroups takes the kernel's moves of it (tens of ms), and an exec
+            // that came meanwhile takes the one ready instead of waiting for both
+            let mut more = false;
+            if served.is_empty() && spares.len() < SPARES {
+                if let Some(s) = make() {
                     spares.push(s);
+                    more = spares.len() < SPARES;
                 }
             }
             let left = idle.saturating_sub(last.elapsed());
@@ -905,8 +909,9 @@ impl Holder<'_> {
                 left.min(Duration::from_secs(5))
             };
             let ms = wait.as_millis() as libc::c_int;
+            let ms = if more { 0 } else { ms.max(1) };
             // SAFETY: a valid array of pollfds.
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms.max(1)) };
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
             if n <= 0 || pfds[0].revents == 0 {
                 continue;
             }
