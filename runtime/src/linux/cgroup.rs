@@ -193,7 +193,20 @@ fn claim(base: &Path, name: &str, sweep: bool) -> io::Result<PathBuf> {
             } else if !sweep {
                 continue;
             } else if n.starts_with("warm-") {
-                warm.push(e.path());
+                // a spare's group is made before the spare moves itself in: only one that
+                // has been there a while can be a dead holder's
+                let old = e.metadata().ok().and_then(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    let age = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()?
+                        .as_secs() as i64
+                        - m.ctime();
+                    Some(age > 60)
+                });
+                if old == Some(true) {
+                    warm.push(e.path());
+                }
             } else if let Some(pid) = n.strip_prefix("exec-").and_then(|p| p.parse::<i32>().ok()) {
                 // SAFETY: signal 0 only checks for existence.
                 if unsafe { libc::kill(pid, 0) } != 0 {
@@ -448,9 +461,12 @@ fn v2_base(
 }
 
 impl ExecCgroups {
-    /// The cgroups enforcing `limits`' `memory` and `pids` for this exec (none asked: no
-    /// cgroup, nothing read). Everything asked for is enforced, or it is an error and
-    /// nothing is left behind.
+    /// The cgroups enforcing `limits`' `memory`, `pids` and `cpu` for this exec (none
+    /// asked: no cgroup, nothing read), named `exec-<pid>` in each hierarchy's `capsule/`
+    /// folder, which must be writable (else an error, and nothing is left behind). The
+    /// groups themselves are made only when the exec needs them ([`enter`]): an exec
+    /// whose warm spare waits in groups of its own takes those instead ([`enter_warm`]),
+    /// and making a memory cgroup costs the kernel ~1-2 ms (and removing it as much).
     pub fn create(limits: &Limits) -> Result<ExecCgroups, CgroupError> {
         let mut me = ExecCgroups {
             groups: Vec::new(),
@@ -458,32 +474,32 @@ impl ExecCgroups {
         };
         let name = format!("exec-{}", std::process::id());
         for base in bases(limits)? {
-            match claim(&base.dir, &name, true) {
-                Ok(dir) => me.groups.push(Group {
-                    version: base.version,
-                    controllers: base.controllers,
-                    dir,
-                    before: Vec::new(),
-                }),
-                Err(e) => {
-                    return Err(CgroupError {
-                        flag: flag_of(base.controllers[0]),
-                        why: format!("cannot make a cgroup in {} ({e})", base.dir.display()),
-                    })
-                }
+            if let Err(e) = nix::unistd::access(&base.dir, nix::unistd::AccessFlags::W_OK) {
+                return Err(CgroupError {
+                    flag: flag_of(base.controllers[0]),
+                    why: format!("cannot make a cgroup in {} ({e})", base.dir.display()),
+                });
             }
-        }
-        for g in &me.groups {
-            apply(&me.limits, g)?;
-        }
-        for g in &mut me.groups {
-            g.before = g
-                .controllers
-                .iter()
-                .filter_map(|c| Some((*c, event_count(g.version, &g.dir, c)?)))
-                .collect();
+            me.groups.push(Group {
+                version: base.version,
+                controllers: base.controllers,
+                dir: base.dir.join(&name),
+                before: Vec::new(),
+            });
         }
         Ok(me)
+    }
+
+    /// Make the groups now (claimed as [`enter`] does) with their limits: for checking
+    /// that they can be made ([`probe`]).
+    fn make_now(&self) -> Result<(), CgroupError> {
+        for g in &self.groups {
+            ensure(&g.dir, &self.limits).map_err(|e| CgroupError {
+                flag: flag_of(g.controllers[0]),
+                why: format!("cannot make a cgroup in {} ({e})", g.dir.display()),
+            })?;
+        }
+        Ok(())
     }
 
     /// Leave this exec's groups for the next exec to claim ([`claim`]): once a group is
@@ -667,20 +683,22 @@ impl ExecCgroups {
 /// again: the only honest test of write access (`capsule isolation`, never on exec).
 pub fn probe() -> Vec<(&'static str, Result<String, String>)> {
     let one = |limits: Limits, name: &'static str| {
-        let r = ExecCgroups::create(&limits).map(|c| {
-            c.groups
-                .iter()
-                .map(|g| {
-                    let v = match g.version {
-                        Version::V1 => "cgroup v1",
-                        Version::V2 => "cgroup v2",
-                    };
-                    let base = g.dir.parent().unwrap_or(&g.dir);
-                    format!("{v}, {}", base.display())
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        });
+        let r = ExecCgroups::create(&limits)
+            .and_then(|c| c.make_now().map(|_| c))
+            .map(|c| {
+                c.groups
+                    .iter()
+                    .map(|g| {
+                        let v = match g.version {
+                            Version::V1 => "cgroup v1",
+                            Version::V2 => "cgroup v2",
+                        };
+                        let base = g.dir.parent().unwrap_or(&g.dir);
+                        format!("{v}, {}", base.display())
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            });
         (name, r.map_err(|e| e.why))
     };
     vec![
@@ -730,13 +748,60 @@ impl Drop for ExecCgroups {
     }
 }
 
-/// Move process `pid` into every group of `files` (`cgroup.procs`).
-pub fn enter(files: &[PathBuf], pid: libc::pid_t) -> io::Result<()> {
+/// Move process `pid` into every group of `files` (their `cgroup.procs`), each made
+/// first if it is not there yet ([`ensure`]) and given `limits`.
+pub fn enter(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::Result<()> {
     for f in files {
+        if let Some(dir) = f.parent() {
+            ensure(dir, limits)?;
+        }
         std::fs::write(f, pid.to_string())
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.display())))?;
     }
     Ok(())
+}
+
+/// The group `dir` made when missing (a spare group of an earlier exec renamed, or a new
+/// one: see [`claim`]), then given `limits`.
+pub(crate) fn ensure(dir: &Path, limits: &Limits) -> io::Result<()> {
+    let (Some(base), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str())) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    if std::fs::symlink_metadata(dir).is_err() {
+        claim(base, name, true)?;
+    }
+    apply(limits, &group_at(dir, limits)).map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// The group at `dir` as this exec uses it: its hierarchy's version and the controllers
+/// of it that `limits` limits.
+pub(crate) fn group_at(dir: &Path, limits: &Limits) -> Group {
+    let version = if dir.join("cgroup.controllers").exists() {
+        Version::V2
+    } else {
+        Version::V1
+    };
+    let has = |f: &str| dir.join(f).exists();
+    let controllers: Vec<&'static str> = [
+        (
+            "memory",
+            limits.memory.is_some() && (has("memory.max") || has("memory.limit_in_bytes")),
+        ),
+        ("pids", limits.pids.is_some() && has("pids.max")),
+        (
+            "cpu",
+            limits.cpus_milli.is_some() && (has("cpu.max") || has("cpu.cfs_quota_us")),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(c, on)| on.then_some(c))
+    .collect();
+    Group {
+        version,
+        controllers,
+        dir: dir.to_path_buf(),
+        before: Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -411,7 +411,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // init into this exec's cgroups before it forks the command (a warm spare was moved
     // before its request)
     if warm_pidfd.is_none() && !plan.cgroup_procs.is_empty() {
-        if let Err(e) = cgroup::enter(&plan.cgroup_procs, pid) {
+        if let Err(e) = cgroup::enter(&plan.cgroup_procs, pid, &plan.limits) {
             // SAFETY: killing and reaping our own child.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);

@@ -862,11 +862,23 @@ impl Holder<'_> {
             watch.fd.as_raw_fd(),
         ];
         own.extend(cgroups.iter().flat_map(|c| c.fds()));
-        // each spare waits in cgroups of its own when the execs limit resources: moved
-        // there now, so that the exec does not wait for the move
+        // each spare waits in cgroups of its own when the execs limit resources: it moves
+        // itself there as it starts, so that neither the exec nor this holder waits for
+        // the move
         let make = || {
-            let mut s = warm::make(self.plan, rules, landlock, &own).ok()?;
-            s.cgroup = cgroups.and_then(|c| c.place(s.pid));
+            let groups = cgroups.and_then(|c| c.prepare());
+            let procs: Vec<RawFd> = groups
+                .iter()
+                .flat_map(|(_, f)| f.iter().map(|f| f.as_raw_fd()))
+                .collect();
+            let made = warm::make(self.plan, rules, landlock, &own, &procs);
+            let Ok(mut s) = made else {
+                if let (Some(c), Some((name, _))) = (cgroups, &groups) {
+                    c.remove(name);
+                }
+                return None;
+            };
+            s.cgroup = groups.map(|(name, _)| name);
             Some(s)
         };
         // spares ready (up to SPARES); the first one at once, for the exec that spawned us

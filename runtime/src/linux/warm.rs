@@ -156,6 +156,7 @@ pub(crate) fn make(
     rules: &LandlockRules,
     landlock: &serde_json::Value,
     holder_fds: &[RawFd],
+    cgroup_procs: &[RawFd],
 ) -> io::Result<Spare> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let (h, s) = socketpair(
@@ -182,7 +183,7 @@ pub(crate) fn make(
             sys::close(*fd);
         }
         drop(h);
-        spare_main(plan, rules, landlock, s)
+        spare_main(plan, rules, landlock, s, cgroup_procs)
     }
     drop(s);
     // SAFETY: pidfd_open of our own child.
@@ -210,9 +211,18 @@ fn spare_main(
     rules: &LandlockRules,
     landlock: &serde_json::Value,
     chan: OwnedFd,
+    cgroup_procs: &[RawFd],
 ) -> ! {
     // the holder's end is the spare's end too (it lives in the holder's pid namespace)
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
+    // into the groups the holder made for it, by itself: a move waits for an RCU grace
+    // period (~10 ms on cgroup v1), which the holder then does not wait for
+    for fd in cgroup_procs {
+        if sys::write_all(*fd, b"0").is_err() {
+            quit()
+        }
+        sys::close(*fd);
+    }
     if mounts::exec_mounts(&plan.mounts).is_err()
         || sys::sethostname(plan.hostname.as_bytes()).is_err()
     {

@@ -2,17 +2,18 @@
 //! that an exec with limits takes its spare's groups by rename instead of moving a
 //! process into a cgroup on its path (a move waits for an RCU grace period).
 
-use super::{apply, bases, claim, enter, Group, Version};
+use super::{apply, bases, claim, enter, group_at};
 use crate::limits::Limits;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The groups a prepared root's warm spares wait in, so that an exec with limits finds its
 /// init in a group already and only writes its limits there: moving a process into a
-/// cgroup waits for an RCU grace period (~8-12 ms measured here, cgroup v1), which is
-/// done by the holder when it makes a spare, not by the exec. The folders are opened
-/// before the holder enters its own root (where the host's cgroup folders are not) and
-/// used through `/proc/self/fd`.
+/// cgroup waits for an RCU grace period (~8-12 ms measured here, cgroup v1), which the
+/// spare waits for itself as it starts (see [`SpareCgroups::prepare`]), not the exec nor
+/// the holder. The folders are opened before the holder enters its own root (where the
+/// host's cgroup folders are not) and used through `/proc/self/fd`.
 pub struct SpareCgroups {
     dirs: Vec<std::os::fd::OwnedFd>,
 }
@@ -62,25 +63,36 @@ impl SpareCgroups {
             .collect()
     }
 
-    /// Move process `pid` (of the caller's pid namespace) into a group of its own in
-    /// every folder (a spare group reused, or a new one); its name, or `None` when that
-    /// failed (what was made is removed).
-    pub fn place(&self, pid: libc::pid_t) -> Option<String> {
+    /// Groups of their own for a spare about to be made, in every folder (a spare group
+    /// reused, or a new one): their name and their `cgroup.procs` files, opened for
+    /// writing, for the spare to move itself in (`write("0")`) while its holder goes on
+    /// serving; `None` when that failed (what was made is removed).
+    pub fn prepare(&self) -> Option<(String, Vec<std::os::fd::OwnedFd>)> {
         let name = warm_name();
-        let mut made = Vec::new();
+        let mut files = Vec::new();
         for base in self.paths("") {
-            let ok = claim(&base, &name, false)
-                .and_then(|dir| {
-                    made.push(dir.clone());
-                    std::fs::write(dir.join("cgroup.procs"), pid.to_string())
-                })
-                .is_ok();
-            if !ok {
-                self.remove(&name);
-                return None;
+            let opened = claim(&base, &name, false).and_then(|dir| {
+                // a fresh change time: an exec's sweep leaves a spare group younger than a
+                // minute alone (its spare may not have moved in yet); a renamed group keeps
+                // its old one otherwise
+                if let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) {
+                    // SAFETY: a valid C string; null times mean now.
+                    unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) };
+                }
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                    .open(dir.join("cgroup.procs"))
+            });
+            match opened {
+                Ok(f) => files.push(std::os::fd::OwnedFd::from(f)),
+                Err(_) => {
+                    self.remove(&name);
+                    return None;
+                }
             }
         }
-        Some(name)
+        Some((name, files))
     }
 
     /// Remove the (empty) groups `name`; one that holds a process stays.
@@ -110,46 +122,22 @@ pub fn enter_warm(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::R
             if !w.is_dir() {
                 return None;
             }
+            // this exec's own group is made only when it is needed: normally not there
             let aside = dir.with_file_name(format!("spare-{}-{n}", std::process::id()));
-            std::fs::rename(dir, &aside).ok()?;
+            let had = std::fs::rename(dir, &aside).is_ok();
             if std::fs::rename(&w, dir).is_err() {
-                let _ = std::fs::rename(&aside, dir);
+                if had {
+                    let _ = std::fs::rename(&aside, dir);
+                }
                 return None;
             }
             Some(())
         });
         if adopted.is_none() {
-            enter(std::slice::from_ref(f), pid)?;
+            enter(std::slice::from_ref(f), pid, limits)?;
             continue;
         }
-        let version = if dir.join("cgroup.controllers").exists() {
-            Version::V2
-        } else {
-            Version::V1
-        };
-        // the controllers of this group that this exec limits
-        let has = |f: &str| dir.join(f).exists();
-        let controllers: Vec<&'static str> = [
-            (
-                "memory",
-                limits.memory.is_some() && (has("memory.max") || has("memory.limit_in_bytes")),
-            ),
-            ("pids", limits.pids.is_some() && has("pids.max")),
-            (
-                "cpu",
-                limits.cpus_milli.is_some() && (has("cpu.max") || has("cpu.cfs_quota_us")),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(c, on)| on.then_some(c))
-        .collect();
-        let g = Group {
-            version,
-            controllers,
-            dir: dir.to_path_buf(),
-            before: Vec::new(),
-        };
-        apply(limits, &g).map_err(|e| io::Error::other(e.to_string()))?;
+        apply(limits, &group_at(dir, limits)).map_err(|e| io::Error::other(e.to_string()))?;
     }
     Ok(())
 }
