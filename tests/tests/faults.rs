@@ -4,8 +4,8 @@
 //!
 //! Iterations per runner: `CAPSULE_FAULT_ITERS` (default 10; `hack/faults.sh N` runs more).
 
+use capsule_e2e::faults::names;
 use capsule_e2e::*;
-use std::path::Path;
 use std::time::Duration;
 
 fn iters() -> u64 {
@@ -13,16 +13,6 @@ fn iters() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10)
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn kill_after(mut cmd: std::process::Command, after: Duration) {
