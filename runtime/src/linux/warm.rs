@@ -143,6 +143,22 @@ impl Spare {
     /// Hand the spare to capsule at the other end of `conn`: its pidfd to capsule, the
     /// connection to the spare. Returns its pid and the holder's own pidfd of it.
     pub fn hand_over(self, conn: &UnixStream) -> io::Result<(libc::pid_t, OwnedFd)> {
+        // the spare says when it sits in its cgroups (it moves itself there as it starts):
+        // an exec must never meet it on its way in, or the two moves race and the
+        // command could run outside the exec's limits
+        let mut p = libc::pollfd {
+            fd: self.chan.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut p, 1, 5000) } != 1 {
+            return Err(io::Error::other("the spare did not get ready"));
+        }
+        let mut b = [0u8; 1];
+        if !matches!(sys::read(self.chan.as_raw_fd(), &mut b), Ok(1)) || b[0] != b'r' {
+            return Err(io::Error::other("the spare did not get ready"));
+        }
         sys::send_fds(conn.as_raw_fd(), b"W", &[self.pidfd.as_raw_fd()])?;
         sys::send_fds(self.chan.as_raw_fd(), b"c", &[conn.as_raw_fd()])?;
         Ok((self.pid, self.pidfd))
@@ -222,6 +238,10 @@ fn spare_main(
             quit()
         }
         sys::close(*fd);
+    }
+    // ready to be handed out (see `Spare::hand_over`)
+    if sys::write_all(chan.as_raw_fd(), b"r").is_err() {
+        quit()
     }
     if mounts::exec_mounts(&plan.mounts).is_err()
         || sys::sethostname(plan.hostname.as_bytes()).is_err()
