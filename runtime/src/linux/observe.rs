@@ -185,20 +185,25 @@ pub fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// `len` bytes at `addr` in process `pid`'s memory (all of them, or `None`).
-fn read_bytes(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; len];
+/// Read process `pid`'s memory at `addr` into `buf` (`process_vm_readv`): the bytes
+/// read, or a negative number on error.
+fn read_into(pid: u32, addr: u64, buf: &mut [u8]) -> isize {
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
-        iov_len: len,
+        iov_len: buf.len(),
     };
     let remote = libc::iovec {
         iov_base: addr as *mut libc::c_void,
-        iov_len: len,
+        iov_len: buf.len(),
     };
-    // SAFETY: one local buffer of `len` bytes; the remote range is only read.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    (n == len as isize).then_some(buf)
+    // SAFETY: one local buffer of `buf.len()` bytes; the remote range is only read.
+    unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) }
+}
+
+/// `len` bytes at `addr` in process `pid`'s memory (all of them, or `None`).
+fn read_bytes(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    (read_into(pid, addr, &mut buf) == len as isize).then_some(buf)
 }
 
 /// The address a `connect(fd, addr, len)` of task `pid` names, read before the call is
@@ -353,16 +358,7 @@ fn read_string(pid: u32, addr: u64) -> Option<Vec<u8>> {
     while out.len() < libc::PATH_MAX as usize {
         let chunk = (PAGE - at % PAGE) as usize;
         let mut buf = vec![0u8; chunk];
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: chunk,
-        };
-        let remote = libc::iovec {
-            iov_base: at as *mut libc::c_void,
-            iov_len: chunk,
-        };
-        // SAFETY: one local buffer of `chunk` bytes; the remote range is only read.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        let n = read_into(pid, at, &mut buf);
         if n <= 0 {
             return None;
         }
