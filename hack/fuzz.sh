@@ -3,6 +3,8 @@
 # fractions allowed, e.g. 0.2) per target; prints per target the cases run, the seconds
 # taken and the findings (with proptest's minimal failing input when there is one).
 # Usage: hack/fuzz.sh [MINUTES]
+# FUZZ_SHARD=I/N runs only every Nth target from the Ith (0-based), so that N runs side by
+# side share the targets (e.g. `FUZZ_SHARD=0/2` and `FUZZ_SHARD=1/2` on two CPUs).
 set -u
 cd "$(dirname "$0")/.."
 MIN="${1:-1}"
@@ -42,7 +44,17 @@ cargo test -q --no-run --lib -p capsule-bundle -p capsule-policy -p capsule-runt
 }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-echo "$TARGETS" | while read -r crate test rate; do
+SHARD="${FUZZ_SHARD:-0/1}"
+case "$SHARD" in
+    [0-9]*/[0-9]*) ;;
+    *)
+        echo "hack/fuzz.sh: FUZZ_SHARD must be I/N (e.g. 0/2)" >&2
+        exit 2
+        ;;
+esac
+shard_i="${SHARD%/*}"
+shard_n="${SHARD#*/}"
+echo "$TARGETS" | grep . | awk -v i="$shard_i" -v n="$shard_n" '(NR - 1) % n == i' | while read -r crate test rate; do
     [ -n "$crate" ] || continue
     cases=$(awk -v m="$MIN" -v r="$rate" 'BEGIN { c = int(m * r); print (c < 1 ? 1 : c) }')
     limit=$(awk -v m="$MIN" 'BEGIN { print int(m * 60 * 3) + 60 }')
