@@ -117,15 +117,30 @@ fn credentials_on_no_list_are_absent_and_tools_config_is_there() {
 fn a_credential_made_on_the_host_later_is_absent_for_a_running_exec_and_a_prepared_spare() {
     each_runner(|r| {
         let c = Capsule::new(r);
+        // folders the view shows: a credential made in them later stays absent too
+        std::fs::create_dir_all(c.home.join(".cargo/bin")).unwrap();
+        std::fs::create_dir_all(c.home.join(".config/git")).unwrap();
+        std::fs::write(
+            c.home.join(".config/git/config"),
+            "[core]\n\tpager = less\n",
+        )
+        .unwrap();
+        c.runner.own(c.dir.path());
         // a first exec prepares the root and its warm spares
         ok(&c.sh("true"), "warm up");
-        let late = [".config/late-tool/token", ".late_history"];
+        let late = [
+            ".config/late-tool/token",
+            ".late_history",
+            ".cargo/credentials.toml",
+            ".config/git/credentials",
+        ];
         // the workspace is the one folder both sides see
         let gate = c.ws.join("gate");
         let script = format!(
-            "n=0; while [ ! -e '{g}' ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done\n{}",
+            "n=0; while [ ! -e '{g}' ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n+1)); done\n{}cat '{h}/.config/git/config'; ls -d '{h}/.cargo/bin'\n",
             probe(&c.home, &late),
-            g = gate.display()
+            g = gate.display(),
+            h = c.home.display()
         );
         // while an exec runs (in a spare prepared before), the operator writes a token
         let mut cmd = c.capsule();
@@ -142,6 +157,9 @@ fn a_credential_made_on_the_host_later_is_absent_for_a_running_exec_and_a_prepar
         let o = child.wait_with_output().unwrap();
         ok(&o, "running exec");
         assert_absent(&out(&o), &late);
+        // the folders holding them are shown
+        assert!(out(&o).contains("pager = less"), "{}", out(&o));
+        assert!(out(&o).contains(".cargo/bin"), "{}", out(&o));
         // and the next exec, from a spare prepared before the token was made
         let o = c.sh(&probe(&c.home, &late));
         ok(&o, "next exec");

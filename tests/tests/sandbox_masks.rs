@@ -3,11 +3,12 @@
 //! (the second wall) would refuse writes there even if a mask were writable.
 use capsule_e2e::sandbox::*;
 
-/// Mount options of the mount at `path`, as the command sees them in /proc/self/mountinfo.
-fn options_at(c: &Capsule, path: &str) -> String {
-    let o = c.sh(&format!(
-        "awk -v p='{path}' '$5 == p {{ print $6 }}' /proc/self/mountinfo | tail -n 1"
-    ));
+/// Mount options of the mount at `path`, as the command sees them in /proc/self/mountinfo,
+/// in an exec with `flags`.
+fn options_at(c: &Capsule, flags: &[&str], path: &str) -> String {
+    let script =
+        format!("awk -v p='{path}' '$5 == p {{ print $6 }}' /proc/self/mountinfo | tail -n 1");
+    let o = c.exec_with(flags, &["sh", "-c", &script]);
     ok(&o, "reading the mount table");
     out(&o).trim().to_string()
 }
@@ -16,13 +17,15 @@ fn options_at(c: &Capsule, path: &str) -> String {
 fn hidden_path_masks_are_read_only_and_nosuid() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        // a credential folder inside a folder the home shows (the rest of the home is
-        // not there at all: nothing to mask)
-        let ssh = c.home.join(".config/git/credentials");
-        std::fs::create_dir_all(&ssh).unwrap();
-        std::fs::write(ssh.join("store"), SECRET).unwrap();
+        // a hidden folder in a folder the sandbox shows as it is (the workspace; in the
+        // home, the view leaves hidden paths absent: nothing to mask there)
+        let creds = c.ws.join("creds");
+        std::fs::create_dir_all(&creds).unwrap();
+        std::fs::write(creds.join("store"), SECRET).unwrap();
         r.own(c.dir.path());
-        let opts = options_at(&c, &ssh.display().to_string());
+        let hide = creds.display().to_string();
+        let flags = ["--hide", hide.as_str()];
+        let opts = options_at(&c, &flags, &hide);
         assert!(!opts.is_empty(), "{}: no mask mounted there", r.label());
         let opts: Vec<&str> = opts.split(',').collect();
         assert!(opts.contains(&"ro"), "{}: mask options {opts:?}", r.label());
@@ -33,13 +36,13 @@ fn hidden_path_masks_are_read_only_and_nosuid() {
         );
         // the mask is empty, and the workspace (rw) is not masked that way: the check reads
         // real options
-        let ws = options_at(&c, &c.ws.display().to_string());
+        let ws = options_at(&c, &flags, &c.ws.display().to_string());
         assert!(
             ws.split(',').any(|o| o == "rw"),
             "{}: workspace {ws}",
             r.label()
         );
-        let o = c.sh(&format!("ls -A '{}' | wc -l", ssh.display()));
+        let o = c.exec_with(&flags, &["sh", "-c", &format!("ls -A '{hide}' | wc -l")]);
         assert_eq!(out(&o).trim(), "0", "{}", err(&o));
     });
 }

@@ -188,6 +188,7 @@ fn wire(
             MountStep::HomeView(view::HomeView {
                 entries: view::entries(&home, &plan.policy, &plan.env, login),
                 points: Vec::new(),
+                absent: Vec::new(),
                 src: home.clone(),
                 dst: home.clone(),
                 upper: paths.upper.clone(),
@@ -313,6 +314,7 @@ fn wire(
         let (head, later) = plan.mounts.split_at_mut(i + 1);
         if let Some(MountStep::HomeView(v)) = head.last_mut() {
             v.points = view::points(&v.dst, &v.entries, later);
+            v.absent = view::absent(v, later, &plan.policy, login);
             let v = v.clone();
             let mut seen = std::collections::HashMap::new();
             let mut in_upper = |rel: &Path| view::held_in(&v.upper, rel, &mut seen);

@@ -22,7 +22,9 @@
 
 pub use crate::linux::plan::view::{works_dir, Entry, EntryKind, HomeView, Point, MAX_FILE};
 use crate::linux::plan::{within, MountStep};
-use capsule_bundle::policy::{env_dirs, SandboxPolicy, HOME_VISIBLE};
+use capsule_bundle::policy::{
+    env_dirs, SandboxPolicy, HOME_AGENT_LOGINS, HOME_CREDENTIALS, HOME_VISIBLE,
+};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -203,8 +205,76 @@ pub fn points(home: &Path, entries: &[Entry], steps: &[MountStep]) -> Vec<Point>
     out
 }
 
+/// The paths inside the view's folder entries that it keeps absent ([`HomeView::absent`]):
+/// each credential and agent login of the lists (but the exec's own `login` paths) and
+/// each hidden path of `policy`, when it lies strictly inside a folder entry and nothing
+/// else is mounted on the way: another entry between the two or below it, or a later step
+/// of the plan (`later`, plain masks aside) at, above or below it (such a path keeps its
+/// mask, as before). Absent then whatever the host has there, also when it is made after
+/// the root was built: a credential the operator saves while an exec runs (`cargo login`
+/// writing `~/.cargo/credentials.toml`) is not in the running sandbox either.
+pub fn absent(
+    v: &HomeView,
+    later: &[MountStep],
+    policy: &SandboxPolicy,
+    login: &[&str],
+) -> Vec<PathBuf> {
+    let names = HOME_CREDENTIALS
+        .iter()
+        .chain(HOME_AGENT_LOGINS)
+        .filter(|n| !login.contains(n))
+        .map(PathBuf::from)
+        .chain(
+            policy
+                .hidden
+                .iter()
+                .filter_map(|h| h.path.strip_prefix(&v.src).ok().map(Path::to_path_buf)),
+        );
+    let mounted: Vec<&Path> = later
+        .iter()
+        .filter(|s| {
+            !matches!(
+                s,
+                MountStep::Mask {
+                    carve_outs: false,
+                    ..
+                }
+            )
+        })
+        .filter_map(|s| s.dst().strip_prefix(&v.dst).ok())
+        .collect();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for rel in names {
+        if rel.as_os_str().is_empty() || rel.is_absolute() {
+            continue;
+        }
+        let Some(e) = v
+            .entries
+            .iter()
+            .find(|e| e.kind == EntryKind::Dir && within(&rel, &e.rel) && rel != e.rel)
+        else {
+            continue;
+        };
+        let entry_clash = v.entries.iter().any(|x| {
+            x.rel != e.rel
+                && (within(&x.rel, &rel) || (within(&rel, &x.rel) && within(&x.rel, &e.rel)))
+        });
+        let mount_clash = mounted.iter().any(|m| within(m, &rel) || within(&rel, m));
+        if !entry_clash && !mount_clash {
+            out.push(rel);
+        }
+    }
+    out.sort();
+    out.dedup();
+    // a path below another one kept absent is absent with it
+    let all = out.clone();
+    out.retain(|p| !all.iter().any(|a| a != p && within(p, a)));
+    out
+}
+
 /// `step` is a mask (without carve-outs) of a path below the view's home that no entry
-/// or point of `v` shows and that the layer's upper dir does not hold now (`in_upper`,
+/// or point of `v` shows (a path an entry holds but [`HomeView::absent`] keeps out is not
+/// shown) and that the layer's upper dir does not hold now (`in_upper`,
 /// asked with the path relative to the home): the view leaves it absent, whatever it is
 /// on the host. What the layer holds (another agent's login a task left there) shows
 /// through the view and keeps its mask.
@@ -224,7 +294,7 @@ pub fn leaves_absent(
         return false;
     };
     !rel.as_os_str().is_empty()
-        && !v.entries.iter().any(|e| within(rel, &e.rel))
+        && (v.keeps_absent(rel) || !v.entries.iter().any(|e| within(rel, &e.rel)))
         && !v.points.iter().any(|p| within(rel, &p.rel))
         && !in_upper(rel)
 }
@@ -386,6 +456,7 @@ mod tests {
                 rel: "proj".into(),
                 src: Some("/h/proj".into()),
             }],
+            absent: vec![],
         };
         let mask = |d: &str, carve_outs: bool| MountStep::Mask {
             dst: d.into(),
@@ -413,6 +484,89 @@ mod tests {
             &mut claude
         ));
         assert!(leaves_absent(&v, &mask("/h/.ssh", false), &mut claude));
+    }
+
+    #[test]
+    fn credentials_inside_folder_entries_are_kept_absent_unless_something_is_mounted_there() {
+        let home = Path::new("/h");
+        let entry = |rel: &str, kind| Entry {
+            rel: rel.into(),
+            src: home.join(rel),
+            kind,
+        };
+        let mut v = HomeView {
+            src: home.into(),
+            dst: home.into(),
+            upper: "/u".into(),
+            work: "/w".into(),
+            works: "/v".into(),
+            entries: vec![
+                entry(".cargo", EntryKind::Dir),
+                entry(".config/git", EntryKind::Dir),
+                entry(".docker-tool", EntryKind::LinkedDir),
+            ],
+            points: vec![],
+            absent: vec![],
+        };
+        let mut p = policy(home);
+        p.hidden.push(HiddenPath {
+            path: home.join(".cargo/private"),
+            reason: HiddenReason::Credentials,
+        });
+        p.hidden.push(HiddenPath {
+            path: home.join(".cargo/private/deeper"),
+            reason: HiddenReason::Credentials,
+        });
+        p.hidden.push(HiddenPath {
+            path: home.join(".docker-tool/token"),
+            reason: HiddenReason::Credentials,
+        });
+        let later = [
+            // a cache inside the entry, and a reveal of git's credentials
+            MountStep::Overlay {
+                lower: vec![],
+                upper: "/c/u".into(),
+                work: "/c/w".into(),
+                dst: home.join(".cargo/registry"),
+            },
+            MountStep::Bind {
+                src: home.join(".config/git/credentials"),
+                dst: home.join(".config/git/credentials"),
+                rw: false,
+                optional: false,
+            },
+            MountStep::Mask {
+                dst: home.join(".cargo/credentials.toml"),
+                carve_outs: false,
+            },
+        ];
+        v.absent = absent(&v, &later, &p, &[]);
+        let rels: Vec<&str> = v.absent.iter().filter_map(|a| a.to_str()).collect();
+        // the lists' names and the policy's hidden paths inside the folder entry; not the
+        // revealed one, nothing below another, nothing in a bound (linked) folder
+        assert_eq!(
+            rels,
+            [
+                ".cargo/credentials",
+                ".cargo/credentials.toml",
+                ".cargo/private"
+            ]
+        );
+        // their masks go: the view leaves them absent (unless the layer holds them)
+        let mask = MountStep::Mask {
+            dst: home.join(".cargo/credentials.toml"),
+            carve_outs: false,
+        };
+        assert!(leaves_absent(&v, &mask, &mut |_: &Path| false));
+        assert!(!leaves_absent(&v, &mask, &mut |_: &Path| true));
+        let other = MountStep::Mask {
+            dst: home.join(".cargo/config.toml"),
+            carve_outs: false,
+        };
+        assert!(!leaves_absent(&v, &other, &mut |_: &Path| false));
+        // an exec's own agent login is never kept out
+        let login = absent(&v, &later, &p, &[".cargo/credentials"]);
+        assert!(!login.iter().any(|a| a == Path::new(".cargo/credentials")));
     }
 
     #[test]

@@ -32,6 +32,10 @@ use std::path::Path;
 /// The view's directory in the setup root.
 const VIEW: &str = "/home-view";
 
+/// The whiteout layers of the folder entries, in the setup root: one folder each, named
+/// like the entry's work dir.
+const ABSENT: &str = "/home-view-absent";
+
 /// Step of the plan: build the view of `v` (see the module docs).
 pub(super) fn apply(v: &HomeView) -> R<()> {
     let what = |s: &str| {
@@ -137,9 +141,52 @@ pub(super) fn apply(v: &HomeView) -> R<()> {
         )?;
         let work = ctx(under(OLD, &v.works.join(view::work_name(&e.rel))), &w)?;
         ctx(mkdir_p(work.as_bytes()), &w)?;
-        ctx(overlay(&dst, &[lower], &up, &work), &w)?;
+        // the paths of the entry kept absent: a layer of whiteouts between the layer's
+        // folder and the real one, so that they are absent whatever the host makes there
+        let mut lowers = Vec::with_capacity(2);
+        if let Some(wh) = ctx(whiteouts(v, e), &w)? {
+            lowers.push(wh);
+        }
+        lowers.push(lower);
+        ctx(overlay(&dst, &lowers, &up, &work), &w)?;
     }
     Ok(())
+}
+
+/// The whiteout layer of the folder entry `e`: a folder of the setup root holding a
+/// whiteout (the character device 0/0 overlayfs reads as "removed", which an unprivileged
+/// user may make since Linux 5.8) at each of its paths [`HomeView::absent`] keeps out,
+/// and the folders on the way; `None` when it has none.
+fn whiteouts(v: &HomeView, e: &view::Entry) -> io::Result<Option<CString>> {
+    let rels: Vec<&Path> = v
+        .absent
+        .iter()
+        .filter_map(|a| a.strip_prefix(&e.rel).ok())
+        .filter(|r| !r.as_os_str().is_empty())
+        .collect();
+    if rels.is_empty() {
+        return Ok(None);
+    }
+    let dir = format!("{ABSENT}/{}", view::work_name(&e.rel));
+    mkdir_p(dir.as_bytes())?;
+    for r in rels {
+        let at = under(&dir, &Path::new("/").join(r))?;
+        if let Some(parent) = Path::new(std::ffi::OsStr::from_bytes(at.as_bytes())).parent() {
+            mkdir_p(parent.as_os_str().as_bytes())?;
+        }
+        // SAFETY: a valid C string; mknod of a whiteout device in our own setup root.
+        if unsafe { libc::mknod(at.as_ptr(), libc::S_IFCHR, 0) } != 0 {
+            let err = io::Error::last_os_error();
+            return Err(io::Error::new(
+                err.kind(),
+                format!(
+                    "making the whiteout of {} (Linux 5.8 or later needed): {err}",
+                    r.display()
+                ),
+            ));
+        }
+    }
+    Ok(Some(cstr(dir.as_bytes())?))
 }
 
 /// Copy the file `src` (no symlink followed) to a new file `dst`, mode kept (set-id bits

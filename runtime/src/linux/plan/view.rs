@@ -56,6 +56,18 @@ pub struct HomeView {
     pub works: PathBuf,
     pub entries: Vec<Entry>,
     pub points: Vec<Point>,
+    /// Paths inside folder entries (relative to the home) that the view keeps absent
+    /// whatever the host has there, then or later: credentials and agent logins of the
+    /// lists and the policy's hidden paths (e.g. `.cargo/credentials.toml`). Each folder
+    /// entry's overlay gets a layer of whiteouts for them.
+    pub absent: Vec<PathBuf>,
+}
+
+impl HomeView {
+    /// Is `rel` (relative to the home) at or below one of [`Self::absent`]?
+    pub fn keeps_absent(&self, rel: &Path) -> bool {
+        self.absent.iter().any(|a| within(rel, a))
+    }
 }
 
 /// The work dir name of a folder entry's overlay.
@@ -71,7 +83,8 @@ pub fn works_dir(work: &Path) -> PathBuf {
 }
 
 /// For a rendering that cannot build the view (an OCI `config.json`): the paths of the
-/// home that exist now and lie on no way to an entry or a point, to mask instead.
+/// home that exist now and lie on no way to an entry or a point, and those the view keeps
+/// absent inside its entries ([`HomeView::absent`]), to mask instead.
 pub fn not_shown_now(v: &HomeView) -> Vec<PathBuf> {
     let keep: Vec<&Path> = v
         .entries
@@ -91,8 +104,10 @@ pub fn not_shown_now(v: &HomeView) -> Vec<PathBuf> {
             let rel = d.join(&n);
             if keep.iter().any(|k| within(k, &rel) && *k != rel) {
                 dirs.push(rel); // on the way to an entry: look inside
-            } else if !keep.iter().any(|k| within(&rel, k)) {
+            } else if !keep.iter().any(|k| within(&rel, k)) || v.keeps_absent(&rel) {
                 out.push(v.src.join(rel));
+            } else if v.absent.iter().any(|a| within(a, &rel)) {
+                dirs.push(rel); // a folder entry holding a path kept absent: look inside
             }
         }
     }
