@@ -19,8 +19,8 @@
 //! runs. The per-exec cgroup is `exec-<capsule's pid>`, removed when the exec is done if
 //! it is empty by then; a warm spare's init lingers in it until capsule has exited, so
 //! those (empty) groups are removed by the next exec with limits ([`claim`]). Making a
-//! memory cgroup costs ~0.5 ms: each exec with limits leaves a spare group for the next
-//! one, made after it is done ([`ExecCgroups::make_spares`]).
+//! memory cgroup costs ~0.5 ms: each exec with limits leaves its groups as spares for the
+//! next one, renamed when it is done ([`ExecCgroups::make_spares`]).
 
 use crate::limits::{show_size, Limits};
 use std::io;
@@ -502,131 +502,29 @@ impl ExecCgroups {
         Ok(())
     }
 
-    /// Leave this exec's groups for the next exec to claim ([`claim`]): once a group is
-    /// empty (a warm spare's init lingers until capsule has exited), its memory charges
-    /// are dropped (v1 `memory.force_empty`) and it is renamed `spare-<pid>`; one where a
-    /// limit was reached is removed instead (a spare's counters are those of a new group). Making and
-    /// removing a memory cgroup costs the kernel ~1-2 ms of CPU each; a rename costs
-    /// nothing, so an exec with limits makes no cgroup while spares are left. Done in a
-    /// child process of its own so that nobody waits for it: call when this exec is done,
-    /// just before capsule exits. Nothing when this exec used no cgroup.
+    /// Leave this exec's groups for the next exec (or a prepared root's next spare) to
+    /// claim ([`claim`]): each one where no limit was reached is renamed `spare-<pid>`
+    /// now (a spare's counters must be those of a new group, so one where a limit was
+    /// reached stays, for `Drop` or a later exec's sweep to remove); its limits are
+    /// whatever its claimer writes. Making and removing a memory cgroup costs the kernel
+    /// ~1-2 ms of CPU each, a rename costs nothing, so an exec with limits makes no cgroup
+    /// while spares are left. A warm spare's init may still be in it for a moment (it
+    /// lingers until capsule has exited): a claimer does not mind, its own process moves
+    /// in beside it. Call when this exec is done, just before capsule exits. Nothing when
+    /// this exec used no cgroup.
     pub fn make_spares(mut self) {
-        use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
-        let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).ok();
-        struct Leave {
-            dir: CString,
-            procs: CString,
-            force_empty: Option<CString>,
-            /// Files written once it is empty, in order, so that a spare group holds no
-            /// limit of this exec's (as a new group; memory+swap before memory in v1).
-            reset: Vec<(CString, &'static [u8])>,
-            spare: CString,
-            /// No limit was reached in it: its counters are still those of a new group.
-            reuse: bool,
-        }
-        let leave: Vec<Leave> = self
-            .groups
-            .iter()
-            .filter_map(|g| {
-                let v1_memory = g.version == Version::V1 && g.controllers.contains(&"memory");
-                Some(Leave {
-                    dir: c(&g.dir)?,
-                    procs: c(&g.dir.join("cgroup.procs"))?,
-                    reset: {
-                        let files: &[(&str, &'static [u8])] = match g.version {
-                            Version::V1 => &[
-                                ("memory.memsw.limit_in_bytes", b"-1"),
-                                ("memory.limit_in_bytes", b"-1"),
-                                ("pids.max", b"max"),
-                                ("cpu.cfs_quota_us", b"-1"),
-                            ],
-                            Version::V2 => &[
-                                ("memory.max", b"max"),
-                                ("memory.swap.max", b"max"),
-                                ("pids.max", b"max"),
-                                ("cpu.max", b"max"),
-                            ],
-                        };
-                        files
-                            .iter()
-                            .filter(|(f, _)| g.dir.join(f).exists())
-                            .filter_map(|(f, v)| Some((c(&g.dir.join(f))?, *v)))
-                            .collect()
-                    },
-                    force_empty: if v1_memory {
-                        Some(c(&g.dir.join("memory.force_empty"))?)
-                    } else {
-                        None
-                    },
-                    spare: c(&g
-                        .dir
-                        .with_file_name(format!("spare-{}", std::process::id())))?,
-                    reuse: g
-                        .controllers
-                        .iter()
-                        .all(|k| event_count(g.version, &g.dir, k).unwrap_or(0) <= g.seen(k)),
-                })
-            })
-            .collect();
-        // what this exec used is the child's to leave now, not `Drop`'s to remove
-        self.groups.clear();
-        const MOST: usize = 8;
-        if leave.is_empty() || leave.len() > MOST {
-            return;
-        }
-        // SAFETY: the child makes only close_range, setsid, open, read, write, close,
-        // rename, rmdir, usleep and _exit calls on memory prepared before the fork
-        // (async-signal-safe, whatever other threads held).
-        unsafe {
-            if libc::fork() == 0 {
-                // nothing of capsule's stays open in it (its output, the exec lock)
-                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-                libc::setsid();
-                let empty = |procs: &CString| {
-                    let fd = libc::open(procs.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return false;
-                    }
-                    let mut b = [0u8; 16];
-                    let n = libc::read(fd, b.as_mut_ptr().cast(), b.len());
-                    libc::close(fd);
-                    n == 0
-                };
-                let mut done = [false; MOST];
-                // for at most ~2 s; a group left then is removed by a later exec's sweep
-                for _ in 0..200 {
-                    for (i, l) in leave.iter().enumerate() {
-                        if done[i] || !empty(&l.procs) {
-                            continue;
-                        }
-                        for (f, v) in &l.reset {
-                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                            if fd >= 0 {
-                                libc::write(fd, v.as_ptr().cast(), v.len());
-                                libc::close(fd);
-                            }
-                        }
-                        if let Some(f) = &l.force_empty {
-                            let fd = libc::open(f.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                            if fd >= 0 {
-                                libc::write(fd, b"0".as_ptr().cast(), 1);
-                                libc::close(fd);
-                            }
-                        }
-                        if !l.reuse || libc::rename(l.dir.as_ptr(), l.spare.as_ptr()) != 0 {
-                            libc::rmdir(l.dir.as_ptr());
-                        }
-                        done[i] = true;
-                    }
-                    if done[..leave.len()].iter().all(|d| *d) {
-                        break;
-                    }
-                    libc::usleep(10_000);
-                }
-                libc::_exit(0);
-            }
-        }
+        let spare = |g: &Group| {
+            g.dir
+                .with_file_name(format!("spare-{}", std::process::id()))
+        };
+        self.groups.retain(|g| {
+            let reuse = g
+                .controllers
+                .iter()
+                .all(|k| event_count(g.version, &g.dir, k).unwrap_or(0) <= g.seen(k));
+            // kept for `Drop` unless it went back to the spares
+            !(reuse && std::fs::rename(&g.dir, spare(g)).is_ok())
+        });
     }
 
     /// The `cgroup.procs` files init (or a warm spare) is written into.

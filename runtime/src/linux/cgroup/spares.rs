@@ -16,14 +16,29 @@ use std::path::{Path, PathBuf};
 /// host's cgroup folders are not) and used through `/proc/self/fd`.
 pub struct SpareCgroups {
     dirs: Vec<std::os::fd::OwnedFd>,
+    /// The limits of the prepared root's execs, written into each spare's groups before
+    /// the spare moves in.
+    limits: Limits,
 }
 
-/// A spare's group name in every folder: `warm-<random>`.
-fn warm_name() -> String {
+/// A spare's group name in every folder: `warm-<random>-<tag of its limits>`.
+fn warm_name(limits: &Limits) -> String {
     let mut b = [0u8; 8];
     // SAFETY: getrandom into a buffer of ours.
     unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    format!("warm-{}", hex::encode(b))
+    format!("warm-{}-{}", hex::encode(b), limits_tag(limits))
+}
+
+/// A short digest of the cgroup limits in `limits` (memory, processes, CPU), the last part
+/// of a spare group's name: an exec whose limits give the same tag finds them written in
+/// its spare's groups already and writes nothing.
+pub(super) fn limits_tag(limits: &Limits) -> String {
+    use sha2::{Digest, Sha256};
+    let key = format!(
+        "m{:?} p{:?} c{:?}",
+        limits.memory, limits.pids, limits.cpus_milli
+    );
+    hex::encode(&Sha256::digest(key.as_bytes())[..4])
 }
 
 impl SpareCgroups {
@@ -47,7 +62,10 @@ impl SpareCgroups {
                 .ok()
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(SpareCgroups { dirs })
+        Some(SpareCgroups {
+            dirs,
+            limits: *limits,
+        })
     }
 
     /// The descriptors to keep open.
@@ -68,10 +86,14 @@ impl SpareCgroups {
     /// writing, for the spare to move itself in (`write("0")`) while its holder goes on
     /// serving; `None` when that failed (what was made is removed).
     pub fn prepare(&self) -> Option<(String, Vec<std::os::fd::OwnedFd>)> {
-        let name = warm_name();
+        let name = warm_name(&self.limits);
         let mut files = Vec::new();
         for base in self.paths("") {
             let opened = claim(&base, &name, false).and_then(|dir| {
+                // the execs' limits, in place before the spare moves in: the exec that
+                // takes the spare writes nothing (its limits give the name's tag)
+                apply(&self.limits, &group_at(&dir, &self.limits))
+                    .map_err(|e| io::Error::other(e.to_string()))?;
                 // a fresh change time: an exec's sweep leaves a spare group younger than a
                 // minute alone (its spare may not have moved in yet); a renamed group keeps
                 // its old one otherwise
@@ -106,8 +128,8 @@ impl SpareCgroups {
 /// This exec's groups (`files`: their `cgroup.procs`) for the warm spare `pid`: when the
 /// spare waits in a group of its own next to one of them ([`SpareCgroups`]), that group
 /// becomes this exec's (the two are swapped by rename: this exec's, still empty, goes
-/// back to the spares) and gets this exec's `limits`; otherwise the spare is moved into
-/// this exec's group.
+/// back to the spares) and gets this exec's `limits` (unless its name's tag says they
+/// are written there already); otherwise the spare is moved into this exec's group.
 pub fn enter_warm(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::Result<()> {
     let theirs = super::read_proc(&format!("/proc/{pid}/cgroup"));
     let warm: Vec<&str> = theirs
@@ -117,7 +139,7 @@ pub fn enter_warm(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::R
         .collect();
     for f in files {
         let Some(dir) = f.parent() else { continue };
-        let adopted = warm.iter().find_map(|n| {
+        let adopted = warm.iter().find_map(|n| -> Option<bool> {
             let w = dir.with_file_name(n);
             if !w.is_dir() {
                 return None;
@@ -131,13 +153,14 @@ pub fn enter_warm(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::R
                 }
                 return None;
             }
-            Some(())
+            Some(n.ends_with(&format!("-{}", limits_tag(limits))))
         });
-        if adopted.is_none() {
-            enter(std::slice::from_ref(f), pid, limits)?;
-            continue;
+        match adopted {
+            None => enter(std::slice::from_ref(f), pid, limits)?,
+            Some(true) => {}
+            Some(false) => apply(limits, &group_at(dir, limits))
+                .map_err(|e| io::Error::other(e.to_string()))?,
         }
-        apply(limits, &group_at(dir, limits)).map_err(|e| io::Error::other(e.to_string()))?;
     }
     Ok(())
 }
