@@ -165,6 +165,7 @@ fn serve(
         Err(_) => return,
     };
     drop(sock);
+    sync_wake_up(listener.as_raw_fd());
     if !wait(listener.as_raw_fd(), stop.as_raw_fd()) {
         return;
     }
@@ -174,6 +175,29 @@ fn serve(
         if !wait(listener.as_raw_fd(), stop.as_raw_fd()) {
             break;
         }
+    }
+}
+
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): the task that notifies waits for the
+/// answer anyway, so the kernel wakes this thread on that task's CPU and the task on
+/// ours when it is answered, instead of waking an idle CPU each way. Every write call of
+/// a build is a notification: this is most of what listing costs there. Best effort
+/// (older kernels refuse the flag; notifications work as before).
+fn sync_wake_up(listener: RawFd) {
+    const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: libc::c_ulong = 1;
+    // SAFETY: an ioctl on our own listener; its argument is the flags value itself.
+    let r = unsafe {
+        libc::ioctl(
+            listener,
+            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+            SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+        )
+    };
+    if r != 0 {
+        tracing::debug!(
+            "seccomp listener: no synchronous wake-up ({})",
+            io::Error::last_os_error()
+        );
     }
 }
 
