@@ -10,6 +10,11 @@
 #   3. a refusal storm: 100,000 refused `keyctl` calls, and 100,000 refused writes
 #      (`open("/etc/x", O_WRONLY)`), this binary vs BASE_BIN.
 #
+# The fair BASE is this same tree with listing turned off and nothing else changed: build
+# it with `listen: false` in `SeccompProgram::build_for` (runtime/src/linux/seccomp.rs;
+# the plain filter then answers EPERM itself and no notification is sent) and copy the
+# binary aside. An older binary as BASE also differs in every other feature since.
+#
 # Prints medians and ratios. Not a test: run by hand,
 #   BASE_BIN=/path/to/capsule-without-listing hack/bench-refusals.sh [RUNS] [BUILDS] [FILES]
 # BIN defaults to the release build (hack/build-release.sh); BIN=target/debug/capsule

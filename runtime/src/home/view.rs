@@ -337,6 +337,16 @@ mod tests {
     use super::*;
     use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
 
+    /// `rels` (below `home`) added to `p`'s hidden paths.
+    fn hide(p: &mut SandboxPolicy, home: &Path, rels: &[&str]) {
+        for r in rels {
+            p.hidden.push(HiddenPath {
+                path: home.join(r),
+                reason: HiddenReason::Credentials,
+            });
+        }
+    }
+
     fn policy(home: &Path) -> SandboxPolicy {
         SandboxPolicy {
             version: 1,
@@ -411,14 +421,7 @@ mod tests {
             std::fs::create_dir_all(home.join(d)).unwrap();
         }
         let mut p = policy(&home);
-        p.hidden.push(HiddenPath {
-            path: home.join(".config"),
-            reason: HiddenReason::Credentials,
-        });
-        p.hidden.push(HiddenPath {
-            path: home.join(".rustup"),
-            reason: HiddenReason::Credentials,
-        });
+        hide(&mut p, &home, &[".config", ".rustup"]);
         let e = entries(&home, &p, &[], &[]);
         let rels: Vec<&str> = e.iter().map(|e| e.rel.to_str().unwrap()).collect();
         assert_eq!(rels, [".cargo"]);
@@ -509,18 +512,15 @@ mod tests {
             absent: vec![],
         };
         let mut p = policy(home);
-        p.hidden.push(HiddenPath {
-            path: home.join(".cargo/private"),
-            reason: HiddenReason::Credentials,
-        });
-        p.hidden.push(HiddenPath {
-            path: home.join(".cargo/private/deeper"),
-            reason: HiddenReason::Credentials,
-        });
-        p.hidden.push(HiddenPath {
-            path: home.join(".docker-tool/token"),
-            reason: HiddenReason::Credentials,
-        });
+        hide(
+            &mut p,
+            home,
+            &[
+                ".cargo/private",
+                ".cargo/private/deeper",
+                ".docker-tool/token",
+            ],
+        );
         let later = [
             // a cache inside the entry, and a reveal of git's credentials
             MountStep::Overlay {
