@@ -14,14 +14,14 @@
 # interleaved (one of each per round), so load from elsewhere on the machine slows them
 # alike and the ratios stay meaningful. BASE_BIN=/path/to/older/capsule adds that binary's
 # rows, for before/after comparisons of a change. Not a test: run it by hand
-# (`[BASE_BIN=...] hack/bench-exec.sh [RUNS]`); needs bubblewrap
+# (`[BIN=...] [BASE_BIN=...] hack/bench-exec.sh [RUNS]`; BIN defaults to the release build); needs bubblewrap
 # (`apt-get install -y bubblewrap`), optionally runc (`apt-get install -y runc`, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-200}"
 
 # the binary as installed (hack/build-release.sh: release profile, static-pie on Linux)
-BIN="$(hack/build-release.sh)"
+BIN="${BIN:-$(hack/build-release.sh)}"
 command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
 
 # shellcheck source=hack/bench-capsule.sh
