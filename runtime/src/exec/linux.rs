@@ -237,7 +237,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     // refuses the exec unless weaker isolation was accepted (then it is recorded)
     let mut limits = a.limits;
     let t_cg = Instant::now();
-    let cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
+    let mut cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
         Ok(c) => c,
         Err(e) if settings.accept_weaker => {
             eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
@@ -345,6 +345,15 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     rec.degradation = degradation;
 
+    if let Ok(o) = &result {
+        // a warm spare's own groups, taken as they are: what it reached is read there
+        if !o.cgroup_dirs.is_empty() {
+            cgroups.ran_in(&o.cgroup_dirs);
+            if let Some(l) = rec.limits.as_mut() {
+                l["cgroups"] = cgroups.record();
+            }
+        }
+    }
     let code = match &result {
         Ok(o) => {
             rec.applied = serde_json::to_value(&o.applied).ok();

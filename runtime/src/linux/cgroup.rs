@@ -16,7 +16,9 @@
 //!
 //! A cgroup that cannot be made is an error ([`CgroupError`]): the caller decides whether
 //! the exec may run without the limit (only with weaker isolation accepted) or nothing
-//! runs. The per-exec cgroup is `exec-<capsule's pid>`, removed when the exec is done if
+//! runs. An exec served by a warm spare runs in the spare's own groups, named
+//! `warm-<random>-<tag of their limits>` ([`SpareCgroups`]), as they are. Otherwise the
+//! per-exec cgroup is `exec-<capsule's pid>`, removed when the exec is done if
 //! it is empty by then; a warm spare's init lingers in it until capsule has exited, so
 //! those (empty) groups are removed by the next exec with limits ([`claim`]). Making a
 //! memory cgroup costs ~0.5 ms: each exec with limits leaves its groups as spares for the
@@ -525,6 +527,17 @@ impl ExecCgroups {
             // kept for `Drop` unless it went back to the spares
             !(reuse && std::fs::rename(&g.dir, spare(g)).is_ok())
         });
+    }
+
+    /// The groups the exec ran in instead of its own (`dirs`, one per group, as
+    /// [`crate::linux::ExecOutcome::cgroup_dirs`] gives them: a warm spare's): what it
+    /// reached is read there, and they are what [`Self::make_spares`] hands on.
+    pub fn ran_in(&mut self, dirs: &[PathBuf]) {
+        if dirs.len() == self.groups.len() {
+            for (g, d) in self.groups.iter_mut().zip(dirs) {
+                g.dir = d.clone();
+            }
+        }
     }
 
     /// The `cgroup.procs` files init (or a warm spare) is written into.

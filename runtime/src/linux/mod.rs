@@ -305,6 +305,8 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     });
     let mut pid: libc::c_long = -1;
     let mut warm_pidfd = None;
+    // the groups the sandbox runs in, when a warm spare's own were taken
+    let mut cgroup_dirs = Vec::new();
     if let Some(w) = warm.as_mut() {
         // the spare is init: into this exec's cgroups before it forks the command (it
         // does when it gets the request)
@@ -312,13 +314,16 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         if !plan.cgroup_procs.is_empty() {
             let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
                 .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits));
-            if let Err(e) = moved {
-                drop(child.take());
-                restore(&old_mask);
-                for fd in [rep_r, rep_w, sync_r, sync_w] {
-                    sys::close(fd);
+            match moved {
+                Ok(dirs) => cgroup_dirs = dirs,
+                Err(e) => {
+                    drop(child.take());
+                    restore(&old_mask);
+                    for fd in [rep_r, rep_w, sync_r, sync_w] {
+                        sys::close(fd);
+                    }
+                    return Err(setup("placing the sandbox in its cgroup", e));
                 }
-                return Err(setup("placing the sandbox in its cgroup", e));
             }
         }
         // the spare is init: send it this exec
@@ -515,6 +520,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         termination,
         duration: start.elapsed(),
         applied,
+        cgroup_dirs,
     })
 }
 

@@ -67,6 +67,9 @@ pub struct ExecOutcome {
     pub termination: Termination,
     pub duration: Duration,
     pub applied: Applied,
+    /// The cgroups the sandbox ran in, one per entry of the plan's `cgroup_procs`, when
+    /// they are not those (a warm spare's own groups, taken as they are); else empty.
+    pub cgroup_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Messages on the report pipe, one JSON line each.

@@ -126,41 +126,47 @@ impl SpareCgroups {
 }
 
 /// This exec's groups (`files`: their `cgroup.procs`) for the warm spare `pid`: when the
-/// spare waits in a group of its own next to one of them ([`SpareCgroups`]), that group
-/// becomes this exec's (the two are swapped by rename: this exec's, still empty, goes
-/// back to the spares) and gets this exec's `limits` (unless its name's tag says they
-/// are written there already); otherwise the spare is moved into this exec's group.
-pub fn enter_warm(files: &[PathBuf], pid: libc::pid_t, limits: &Limits) -> io::Result<()> {
+/// spare waits in a group of its own next to one of them ([`SpareCgroups`]), this exec
+/// runs in that group as it is, with this exec's `limits` (written only when its name's
+/// tag says they are not there already); otherwise the spare is moved into this exec's
+/// group. Returns the group each of `files` stands for now. Nothing is renamed on the
+/// way: a cgroup rename waits for `cgroup_mutex`, which the kernel holds while it moves
+/// another spare into its groups (an RCU grace period, up to ~20 ms measured here).
+pub fn enter_warm(
+    files: &[PathBuf],
+    pid: libc::pid_t,
+    limits: &Limits,
+) -> io::Result<Vec<PathBuf>> {
     let theirs = super::read_proc(&format!("/proc/{pid}/cgroup"));
     let warm: Vec<&str> = theirs
         .lines()
         .filter_map(|l| l.rsplit('/').next())
         .filter(|n| n.starts_with("warm-"))
         .collect();
+    let mut used = Vec::with_capacity(files.len());
     for f in files {
         let Some(dir) = f.parent() else { continue };
-        let adopted = warm.iter().find_map(|n| -> Option<bool> {
-            let w = dir.with_file_name(n);
-            if !w.is_dir() {
-                return None;
-            }
-            // this exec's own group is made only when it is needed: normally not there
-            let aside = dir.with_file_name(format!("spare-{}-{n}", std::process::id()));
-            let had = std::fs::rename(dir, &aside).is_ok();
-            if std::fs::rename(&w, dir).is_err() {
-                if had {
-                    let _ = std::fs::rename(&aside, dir);
-                }
-                return None;
-            }
-            Some(n.ends_with(&format!("-{}", limits_tag(limits))))
-        });
+        let adopted = warm
+            .iter()
+            .map(|n| dir.with_file_name(n))
+            .find(|w| w.is_dir());
         match adopted {
-            None => enter(std::slice::from_ref(f), pid, limits)?,
-            Some(true) => {}
-            Some(false) => apply(limits, &group_at(dir, limits))
-                .map_err(|e| io::Error::other(e.to_string()))?,
+            Some(w) => {
+                let tagged = w
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(&format!("-{}", limits_tag(limits))));
+                if !tagged {
+                    apply(limits, &group_at(&w, limits))
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                }
+                used.push(w);
+            }
+            None => {
+                enter(std::slice::from_ref(f), pid, limits)?;
+                used.push(dir.to_path_buf());
+            }
         }
     }
-    Ok(())
+    Ok(used)
 }
