@@ -219,6 +219,17 @@ pub fn absent(
     policy: &SandboxPolicy,
     login: &[&str],
 ) -> Vec<PathBuf> {
+    // the folder entries as the host names them: a hidden path is looked at only when it
+    // lies in one (a byte comparison; hundreds of hidden paths lie elsewhere)
+    let folders: Vec<PathBuf> = v
+        .entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::Dir)
+        .map(|e| v.src.join(&e.rel))
+        .collect();
+    if folders.is_empty() {
+        return Vec::new();
+    }
     let names = HOME_CREDENTIALS
         .iter()
         .chain(HOME_AGENT_LOGINS)
@@ -228,6 +239,7 @@ pub fn absent(
             policy
                 .hidden
                 .iter()
+                .filter(|h| folders.iter().any(|f| within(&h.path, f)))
                 .filter_map(|h| h.path.strip_prefix(&v.src).ok().map(Path::to_path_buf)),
         );
     let mounted: Vec<&Path> = later
