@@ -331,9 +331,11 @@ fn tracked(
                 Err(e) => return Err(ws.err(&rel, e)),
             },
         };
+        // a path gone from the worktree (or behind a symlink, never looked through) is
+        // removed, whether or not its entry is a conflict
         let kind = match &st {
-            _ if conflict => Some("changed"),
             None => Some("removed"),
+            _ if conflict => Some("changed"),
             Some(st) => differs(e, st),
         };
         if let Some(kind) = kind {
@@ -808,6 +810,34 @@ mod tests {
             read_at(&ws, dir.fd(), b"target", "target", 6),
             Ok(Some(b"secret".to_vec()))
         );
+    }
+
+    /// Found by `hack/fuzz.sh 10` (a corrupted index whose entry became a conflict): a
+    /// conflicted entry behind a symlinked folder was reported "changed", as if the path
+    /// were there; it is not looked at through the symlink, so it is "removed".
+    #[test]
+    fn a_conflicted_entry_behind_a_symlink_is_removed() {
+        use gix::index::entry::{Flags, Mode, Stage, Stat};
+        let d = tempfile::tempdir_in("/dev/shm").unwrap();
+        let ws = d.path().join("ws");
+        std::fs::create_dir_all(ws.join(".git/refs/heads")).unwrap();
+        std::fs::create_dir_all(d.path().join("outside")).unwrap();
+        std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(d.path().join("outside/secret"), "secret").unwrap();
+        std::os::unix::fs::symlink("../outside", ws.join("l")).unwrap();
+        let mut state = gix::index::State::new(gix::hash::Kind::Sha1);
+        let id = gix::ObjectId::empty_blob(gix::hash::Kind::Sha1);
+        for stage in [Stage::Base, Stage::Ours] {
+            let flags = Flags::from_stage(stage);
+            state.dangerously_push_entry(Stat::default(), id, flags, Mode::FILE, "l/secret".into());
+        }
+        state.sort_entries();
+        let mut bytes = Vec::new();
+        state.write_to(&mut bytes, Default::default()).unwrap();
+        bytes.extend_from_slice(&[0; 20]);
+        std::fs::write(ws.join(".git/index"), &bytes).unwrap();
+        let s = take(&ws, None).unwrap();
+        assert_eq!(s.paths["l/secret"].kind, "removed", "{:?}", s.paths);
     }
 
     #[test]
