@@ -143,6 +143,7 @@ pub fn enter_warm(
         .filter_map(|l| l.rsplit('/').next())
         .filter(|n| n.starts_with("warm-"))
         .collect();
+    let tag = format!("-{}", limits_tag(limits));
     let mut used = Vec::with_capacity(files.len());
     for f in files {
         let Some(dir) = f.parent() else { continue };
@@ -155,7 +156,7 @@ pub fn enter_warm(
                 let tagged = w
                     .file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.ends_with(&format!("-{}", limits_tag(limits))));
+                    .is_some_and(|n| n.ends_with(&tag));
                 if !tagged {
                     apply(limits, &group_at(&w, limits))
                         .map_err(|e| io::Error::other(e.to_string()))?;
@@ -169,4 +170,35 @@ pub fn enter_warm(
         }
     }
     Ok(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tag_tells_limits_apart_and_ends_the_spare_name() {
+        let l = |memory, pids, cpus_milli| Limits {
+            memory,
+            pids,
+            cpus_milli,
+            ..Limits::default()
+        };
+        let a = l(Some(64 << 20), Some(64), None);
+        assert_eq!(limits_tag(&a), limits_tag(&a));
+        for b in [
+            l(Some(65 << 20), Some(64), None),
+            l(Some(64 << 20), Some(65), None),
+            l(Some(64 << 20), Some(64), Some(1500)),
+            l(None, Some(64), None),
+        ] {
+            assert_ne!(limits_tag(&a), limits_tag(&b), "{b:?}");
+        }
+        // the rlimits are the command's own, not the groups': the same tag
+        let mut c = a;
+        c.fds = Some(100);
+        assert_eq!(limits_tag(&a), limits_tag(&c));
+        assert!(warm_name(&a).ends_with(&format!("-{}", limits_tag(&a))));
+        assert!(warm_name(&a).starts_with("warm-"));
+    }
 }

@@ -181,7 +181,7 @@ fn whiteouts(v: &HomeView, e: &view::Entry) -> io::Result<Option<CString>> {
                 err.kind(),
                 format!(
                     "making the whiteout of {} (Linux 5.8 or later needed): {err}",
-                    r.display()
+                    capsule_bundle::escape::path(r)
                 ),
             ));
         }
