@@ -48,3 +48,24 @@ fn launch_policy_denial_starts_nothing() {
         assert!(c.ws.join("ran.txt").exists());
     });
 }
+
+/// capsule ends with nothing of its own left behind: the child that takes over the
+/// teardown of its address space at exit (so that the caller learns of the end sooner) is
+/// gone soon after, and holds none of capsule's descriptors (else reading the output to
+/// its end, as `output()` does here, would wait for it).
+#[test]
+fn nothing_of_capsule_outlives_an_exec() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let marker = format!("capsule-outlives-{}", std::process::id());
+        let o = c.exec(&["sh", "-c", &format!("echo done # {marker}")]);
+        ok(&o, "exec");
+        assert_eq!(out(&o).trim(), "done");
+        let left = || capsule_e2e::procs::host_procs(&marker);
+        assert!(
+            capsule_e2e::procs::wait_until(|| left().is_empty(), 5),
+            "processes left after the exec: {:?}",
+            left()
+        );
+    });
+}

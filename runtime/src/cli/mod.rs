@@ -82,6 +82,13 @@ pub enum Command {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt before any thread exists. One malloc arena for every thread: the
+    // exec's two short-lived helper threads then allocate from it instead of mapping and
+    // touching an arena of their own each (their allocations are few and small).
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
     init_tracing();
     let cli = match parse(std::env::args_os().collect()) {
         Ok(c) => c,
@@ -101,10 +108,17 @@ pub fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    match run(cli) {
+    let exec = matches!(cli.command, Command::Exec(_));
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => exit::report(&e),
+    };
+    #[cfg(target_os = "linux")]
+    if exec {
+        // whoever waits for the exec learns of its end before the address space is gone
+        crate::linux::sys::exit_lightly();
     }
+    code
 }
 
 /// The command line, parsed. `capsule exec …` runs once per sandboxed command, so its

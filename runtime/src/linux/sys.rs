@@ -615,6 +615,63 @@ pub(crate) fn rlimits() -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Leave the teardown of this process's address space to a child that shares it, so that
+/// whoever waits for this process learns of its end without waiting for the kernel to
+/// unmap the (large, static) binary and free its pages (~0.4 ms at every `capsule exec`
+/// here). The child shares only the memory: it closes its copy of every descriptor at
+/// once (so no pipe or lock outlives this process through it), asks to be killed when
+/// this process ends, and then does nothing. Best effort: when the clone fails, the
+/// process simply ends as usual. Call it last, right before exiting.
+pub fn exit_lightly() {
+    const STACK: usize = 64 * 1024;
+    // SAFETY: an anonymous private mapping of our own, used only as the child's stack and
+    // never unmapped (the address space it lives in goes away with the child).
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return;
+    }
+    extern "C" fn hold(parent: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: only async-signal-safe system calls on our own descriptors and state; no
+        // allocation, no lock (the memory is the parent's, which may be anywhere in exit).
+        // The thread pointer is the parent's too, so a failing call would write the
+        // parent's `errno`: none of these fails here (close_range with valid bounds, a
+        // valid prctl, getppid; pause returns only for a caught signal, and none is
+        // caught: the only one coming is SIGKILL).
+        unsafe {
+            libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent as libc::pid_t {
+                libc::syscall(libc::SYS_exit, 0);
+            }
+            loop {
+                libc::pause();
+            }
+        }
+    }
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    // SAFETY: a child sharing the memory, on its own stack, running `hold`, which touches
+    // nothing of the parent's memory but its own stack; not a thread (it has its own
+    // descriptor table, signal handlers and pid) and sending no signal at its end.
+    unsafe {
+        libc::clone(
+            hold,
+            (stack as *mut u8).add(STACK) as *mut libc::c_void,
+            libc::CLONE_VM,
+            me as usize as *mut libc::c_void,
+        );
+    }
+}
+
 #[cfg(test)]
 mod canonicalize_tests {
     #[test]

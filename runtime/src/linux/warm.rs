@@ -108,14 +108,23 @@ pub(crate) fn send(
 
 /// This process's umask (read without changing it, from /proc).
 fn umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
+    // one read: the line is near the start of the file
+    let mut buf = [0u8; 512];
+    let n = std::fs::File::open("/proc/self/status")
+        .and_then(|mut f| f.read(&mut buf))
+        .unwrap_or(0);
+    umask_of(&buf[..n]).unwrap_or(0o022)
+}
+
+/// The `Umask:` of a `/proc/<pid>/status` text.
+fn umask_of(status: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(status).ok().or_else(|| {
+        // a read that ended inside a multi-byte character: the valid prefix
+        std::str::from_utf8(&status[..std::str::from_utf8(status).err()?.valid_up_to()]).ok()
+    })?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
 }
 
 /// A spare, as its holder sees it.
@@ -231,8 +240,8 @@ fn spare_main(
 ) -> ! {
     // the holder's end is the spare's end too (it lives in the holder's pid namespace)
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
-    // into the groups the holder made for it, by itself: a move waits for an RCU grace
-    // period (~10 ms on cgroup v1), which the holder then does not wait for
+    // into the groups the holder made for it, by itself and while single-threaded (no
+    // global lock, no RCU grace period on cgroup v1: see `cgroup::move_self_file`)
     for fd in cgroup_procs {
         if sys::write_all(*fd, b"0").is_err() {
             quit()
@@ -456,5 +465,32 @@ pub(crate) fn recv_pidfd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
         Ok(fds.into_iter().next())
     } else {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_umask_is_read_from_the_status_text() {
+        assert_eq!(
+            umask_of(b"Name:\tcapsule\nUmask:\t0027\nState:\tR\n"),
+            Some(0o027)
+        );
+        assert_eq!(umask_of(b"Name:\tcapsule\nState:\tR\n"), None);
+        // cut inside a multi-byte character after the line: still found
+        assert_eq!(umask_of(b"Umask:\t0077\nName:\t\xc3"), Some(0o077));
+    }
+
+    #[test]
+    fn the_umask_is_this_processs_own() {
+        // SAFETY: umask swaps the process's mask; put back at once (a test-only read).
+        let own = unsafe {
+            let m = libc::umask(0o022);
+            libc::umask(m);
+            m
+        };
+        assert_eq!(umask(), own as u32);
     }
 }

@@ -1,6 +1,6 @@
 //! The cgroups of warm spares: a prepared root's spares wait in groups of their own, so
-//! that an exec with limits takes its spare's groups by rename instead of moving a
-//! process into a cgroup on its path (a move waits for an RCU grace period).
+//! that an exec with limits runs in its spare's groups as they are instead of moving a
+//! process into a cgroup on its path.
 
 use super::{apply, bases, claim, enter, group_at};
 use crate::limits::Limits;
@@ -9,11 +9,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The groups a prepared root's warm spares wait in, so that an exec with limits finds its
-/// init in a group already and only writes its limits there: moving a process into a
-/// cgroup waits for an RCU grace period (~8-12 ms measured here, cgroup v1), which the
-/// spare waits for itself as it starts (see [`SpareCgroups::prepare`]), not the exec nor
-/// the holder. The folders are opened before the holder enters its own root (where the
-/// host's cgroup folders are not) and used through `/proc/self/fd`.
+/// init in a group already and writes nothing there: the spare moved itself in as it
+/// started (see [`SpareCgroups::prepare`] and [`move_self_file`], the way that takes no
+/// global lock), not the exec nor the holder. The folders are opened before the holder
+/// enters its own root (where the host's cgroup folders are not) and used through
+/// `/proc/self/fd`.
 pub struct SpareCgroups {
     dirs: Vec<std::os::fd::OwnedFd>,
     /// The limits of the prepared root's execs, written into each spare's groups before
@@ -82,8 +82,8 @@ impl SpareCgroups {
     }
 
     /// Groups of their own for a spare about to be made, in every folder (a spare group
-    /// reused, or a new one): their name and their `cgroup.procs` files, opened for
-    /// writing, for the spare to move itself in (`write("0")`) while its holder goes on
+    /// reused, or a new one): their name and the files the spare moves itself in by
+    /// (`write("0")`, see [`move_self_file`]), opened for writing, while its holder goes on
     /// serving; `None` when that failed (what was made is removed).
     pub fn prepare(&self) -> Option<(String, Vec<std::os::fd::OwnedFd>)> {
         let name = warm_name(&self.limits);
@@ -92,8 +92,8 @@ impl SpareCgroups {
             let opened = claim(&base, &name, false).and_then(|dir| {
                 // the execs' limits, in place before the spare moves in: the exec that
                 // takes the spare writes nothing (its limits give the name's tag)
-                apply(&self.limits, &group_at(&dir, &self.limits))
-                    .map_err(|e| io::Error::other(e.to_string()))?;
+                let group = group_at(&dir, &self.limits);
+                apply(&self.limits, &group).map_err(|e| io::Error::other(e.to_string()))?;
                 // a fresh change time: an exec's sweep leaves a spare group younger than a
                 // minute alone (its spare may not have moved in yet); a renamed group keeps
                 // its old one otherwise
@@ -104,7 +104,7 @@ impl SpareCgroups {
                 std::fs::OpenOptions::new()
                     .write(true)
                     .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-                    .open(dir.join("cgroup.procs"))
+                    .open(dir.join(move_self_file(group.version)))
             });
             match opened {
                 Ok(f) => files.push(std::os::fd::OwnedFd::from(f)),
@@ -122,6 +122,21 @@ impl SpareCgroups {
         for d in self.paths(name) {
             let _ = std::fs::remove_dir(d);
         }
+    }
+}
+
+/// The file of a group that a single-threaded process moves itself in by, writing `0`.
+/// On cgroup v1 it is `tasks`: a thread that moves itself there is the one case in which
+/// the kernel does not take its global lock of every thread group
+/// (`cgroup_threadgroup_rwsem`, whose write side waits for an RCU grace period while every
+/// `fork` and `exit` on the machine waits for it: measured here, a move by `cgroup.procs`
+/// took a median 5.3 ms and made the next exec wait, by `tasks` 0.04 ms). A spare is
+/// single-threaded when it moves, so moving the thread moves the process. On cgroup v2,
+/// where `cgroup.threads` works only in threaded groups, it is `cgroup.procs`.
+pub(crate) fn move_self_file(version: super::Version) -> &'static str {
+    match version {
+        super::Version::V1 => "tasks",
+        super::Version::V2 => "cgroup.procs",
     }
 }
 
