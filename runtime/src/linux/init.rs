@@ -42,6 +42,10 @@ pub struct Ctx<'a> {
     pub t0: std::time::Instant,
     /// How the root comes to be.
     pub root: Root<'a>,
+    /// The files init moves itself into this exec's cgroups by, before it forks anything
+    /// ([`super::cgroup::open_self_moves`]; none for a warm spare, which waits in its
+    /// groups already).
+    pub cgroup_self: &'a [RawFd],
 }
 
 /// How init gets its root.
@@ -174,6 +178,11 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     let mut b = [0u8; 1];
     if !matches!(sys::read(cx.sync, &mut b), Ok(1)) {
         exit(crate::exit::SANDBOX_FAILED as i32);
+    }
+    // into this exec's cgroups while we are single-threaded and before anything is forked
+    // (what init starts is born there)
+    if let Err(e) = super::cgroup::move_self(cx.cgroup_self) {
+        fail(cx.report, format!("placing the sandbox in its cgroup: {e}"));
     }
     if full && !matches!(cx.root, Root::Warm(_)) {
         let built = match cx.root {

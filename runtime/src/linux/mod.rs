@@ -279,6 +279,28 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         },
         _ => None,
     };
+    // this exec's cgroups, for init to move itself in (a warm spare waits in its own)
+    let cgroup_self = if warm.is_none() && !plan.cgroup_procs.is_empty() {
+        match cgroup::open_self_moves(&plan.cgroup_procs, &plan.limits) {
+            Ok(f) => f,
+            Err(e) => {
+                if let Some(r) = relay.as_mut() {
+                    r.give_back();
+                }
+                restore(&old_mask);
+                for fd in [rep_r, rep_w, sync_r, sync_w] {
+                    sys::close(fd);
+                }
+                return Err(setup("placing the sandbox in its cgroup", e));
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let cgroup_self_fds: Vec<RawFd> = {
+        use std::os::fd::AsRawFd;
+        cgroup_self.iter().map(|f| f.as_raw_fd()).collect()
+    };
     // whether init runs in the prepared root (false again if joining it fails)
     let in_prepared = std::cell::Cell::new(joined.is_some());
     let mut child = Some(|| -> ! {
@@ -300,6 +322,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
                 (true, Some(j)) => init::Root::Joined(j),
                 _ => init::Root::Build,
             },
+            cgroup_self: &cgroup_self_fds,
         };
         init::main(ctx, hooks)
     });
@@ -413,21 +436,8 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             return Err(setup("writing the user namespace's id maps", e));
         }
     }
-    // init into this exec's cgroups before it forks the command (a warm spare was moved
-    // before its request)
-    if warm_pidfd.is_none() && !plan.cgroup_procs.is_empty() {
-        if let Err(e) = cgroup::enter(&plan.cgroup_procs, pid, &plan.limits) {
-            // SAFETY: killing and reaping our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-            restore(&old_mask);
-            sys::close(rep_r);
-            sys::close(sync_w);
-            return Err(setup("placing the sandbox in its cgroup", e));
-        }
-    }
+    // init has its copies of the cgroup files (it moves itself in after the byte below)
+    drop(cgroup_self);
     // one byte: the id maps are written; init builds the root meanwhile
     let _ = sys::write_all(sync_w, &[1]);
     drop(notify_theirs);

@@ -414,6 +414,7 @@ fn spare_main(
         namespaces: &namespaces,
         t0: std::time::Instant::now(),
         root: Root::Warm(&warm),
+        cgroup_self: &[],
     };
     init::main(cx, Hooks::default())
 }
