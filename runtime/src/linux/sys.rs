@@ -622,8 +622,17 @@ pub(crate) fn rlimits() -> Vec<(u64, u64)> {
 /// once (so no pipe or lock outlives this process through it), asks to be killed when
 /// this process ends, and then does nothing. Best effort: when the clone fails, the
 /// process simply ends as usual. Call it last, right before exiting.
+///
+/// Only in the machine's own pid namespace: that child outlives this process by a moment
+/// and is then reaped by whoever adopts orphans, which a machine's init does. A
+/// container's first process may never reap (`tail -f /dev/null` is a common one), and
+/// each exec would leave a zombie there; in any other pid namespace capsule ends as usual.
 pub fn exit_lightly() {
     const STACK: usize = 64 * 1024;
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+    if !in_the_initial_pid_namespace(ns.as_os_str().as_encoded_bytes()) {
+        return;
+    }
     // SAFETY: an anonymous private mapping of our own, used only as the child's stack and
     // never unmapped (the address space it lives in goes away with the child).
     let stack = unsafe {
@@ -669,6 +678,22 @@ pub fn exit_lightly() {
             libc::CLONE_VM,
             me as usize as *mut libc::c_void,
         );
+    }
+}
+
+/// Does `/proc/self/ns/pid`'s link text name the machine's initial pid namespace? Its
+/// inode number is fixed by the kernel (`PROC_PID_INIT_INO`, 0xEFFFFFFC).
+fn in_the_initial_pid_namespace(link: &[u8]) -> bool {
+    link == b"pid:[4026531836]"
+}
+
+#[cfg(test)]
+mod exit_tests {
+    #[test]
+    fn only_the_initial_pid_namespace_counts() {
+        assert!(super::in_the_initial_pid_namespace(b"pid:[4026531836]"));
+        assert!(!super::in_the_initial_pid_namespace(b"pid:[4026532412]"));
+        assert!(!super::in_the_initial_pid_namespace(b""));
     }
 }
 
