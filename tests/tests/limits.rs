@@ -564,3 +564,106 @@ fn tmp_size_bounds_tmp_and_var_tmp_together_per_exec() {
         assert_eq!(out(&o), "kept\n");
     });
 }
+
+/// The cgroup file `file` of the `controller` (v1) group that host process `pid` is in.
+fn cgroup_file_of(pid: i32, controller: &str, file: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text.lines().find_map(|l| {
+        l.split_once(&format!(":{controller}:"))
+            .map(|(_, p)| p.to_string())
+    })?;
+    std::fs::read_to_string(
+        std::path::Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(path.trim_start_matches('/'))
+            .join(file),
+    )
+    .ok()
+    .map(|s| s.trim().to_string())
+}
+
+/// With no limit given anywhere (flags, settings, spec), capsule's own defaults for memory
+/// (3/4 of the machine's) and processes (4096 here) hold where a cgroup can be made, in
+/// built roots and warm spares alike: the running command's own cgroups carry them. Where
+/// none can be made (`capsule-ci` here) the exec runs all the same, and the record says
+/// they were not applied.
+#[test]
+fn capsules_own_defaults_hold_where_a_cgroup_can_be_made() {
+    let mem_total: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        for built in [true, false] {
+            let marker = format!("defaults-{}-{built}", std::process::id());
+            let mut cmd = c.capsule();
+            if built {
+                cmd.env("CAPSULE_PREPARED_IDLE", "0");
+            }
+            cmd.args(["exec", NAME, "--", "sh", "-c"])
+                .arg(format!("sleep 2; : {marker}"))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let mut child = cmd.spawn().unwrap();
+            let mut seen = None;
+            capsule_e2e::procs::wait_until(
+                || {
+                    seen = capsule_e2e::procs::host_procs(&marker)
+                        .into_iter()
+                        .find_map(|p| Some((cgroup_file_of(p, "pids", "pids.max")?, p)));
+                    seen.is_some()
+                },
+                10,
+            );
+            let memory_in_cgroup = seen
+                .as_ref()
+                .and_then(|(_, p)| cgroup_file_of(*p, "memory", "memory.limit_in_bytes"));
+            let status = child.wait().unwrap();
+            assert!(status.success(), "built={built}: {status:?}");
+            let rec = last_record(&c);
+            let l = &rec["limits"];
+            assert!(
+                rec["requested"]["limits"].get("memory").is_none(),
+                "nothing was asked for: {rec}"
+            );
+            if cgroups_for(r) {
+                let pids = l["in_force"]["pids"].as_u64().unwrap_or(0);
+                let memory = l["in_force"]["memory"].as_u64().unwrap_or(0);
+                assert!(pids >= 4096, "built={built}: {rec}");
+                assert!(
+                    memory > mem_total / 100 * 74 && memory <= mem_total / 4 * 3,
+                    "built={built}: {memory} of {mem_total}: {rec}"
+                );
+                assert_eq!(l["capsule_defaults"]["pids"], pids, "{rec}");
+                // enforced: the running command's own groups hold them
+                let (pids_max, _) = seen.clone().expect("the command's pids cgroup");
+                assert_eq!(pids_max, pids.to_string(), "built={built}");
+                assert_eq!(memory_in_cgroup, Some(memory.to_string()), "built={built}");
+            } else {
+                assert!(l["in_force"].get("memory").is_none(), "{rec}");
+                assert!(l["in_force"].get("pids").is_none(), "{rec}");
+                assert_eq!(
+                    l["capsule_defaults_not_enforced"]
+                        .as_array()
+                        .map(|a| a.len()),
+                    Some(2),
+                    "{rec}"
+                );
+            }
+        }
+        // `capsule isolation` says what they are and whether they apply here
+        let mut cmd = c.capsule();
+        cmd.args(["isolation", "--json"]);
+        let o = bounded(&mut cmd, 30);
+        ok(&o, "capsule isolation --json");
+        let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+        let d = &v["capsule_default_limits"];
+        assert_eq!(d["pids"]["applied"], cgroups_for(r), "{d}");
+        assert_eq!(d["memory"]["applied"], cgroups_for(r), "{d}");
+    });
+}
