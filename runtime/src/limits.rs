@@ -57,31 +57,6 @@ impl Limits {
     }
 }
 
-/// capsule's own limits of an exec for which neither its flags, the operator's settings nor
-/// the spec give one: memory (three quarters of the machine's memory: a runaway task is
-/// killed inside its sandbox before the machine runs out) and processes (4096, or 256 per
-/// CPU on a machine with more than 16: far above what `cargo build -j` or `make -j`
-/// start, far below what a fork bomb needs to take the machine down). Nothing else:
-/// a CPU quota would slow every build, and the others change what programs see. Both need
-/// a cgroup; where none can be made they are not applied (the record says so) rather than
-/// refusing the exec, as a limit the operator asked for does.
-#[cfg(target_os = "linux")]
-pub fn builtin_defaults() -> Limits {
-    // SAFETY: sysinfo fills a struct of ours.
-    let memory = unsafe {
-        let mut si: libc::sysinfo = std::mem::zeroed();
-        (libc::sysinfo(&mut si) == 0 && si.totalram > 0)
-            .then(|| (si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64) / 4 * 3)
-    };
-    // SAFETY: sysconf has no memory effects.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
-    Limits {
-        memory: memory.map(|m| m & !0xfff),
-        pids: Some((256 * cpus).max(4096)),
-        ..Limits::default()
-    }
-}
-
 /// The command was killed by `signal`: the one-line message naming the limit that did it,
 /// if one of `limits` explains it (`SIGXFSZ` under `--file-size`).
 pub fn killed_by(limits: &Limits, signal: i32) -> Option<String> {

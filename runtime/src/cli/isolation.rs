@@ -69,7 +69,6 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             "exec_level": level,
             "exec_refused": error,
             "limits": limits_json(&limits),
-            "capsule_default_limits": default_limits_json(&limits),
             "refusals": {
                 "full": crate::refusals::listing::kinds(true, notify, false),
                 "weaker": crate::refusals::listing::kinds(false, notify, false),
@@ -130,52 +129,7 @@ fn limits_human(cg: &[(&str, Result<String, String>)]) -> String {
             ),
         }
     }
-    #[cfg(target_os = "linux")]
-    {
-        let d = crate::limits::builtin_defaults();
-        let applied = |flag: &str| cg.iter().any(|(f, r)| *f == flag && r.is_ok());
-        let mut parts = Vec::new();
-        if let Some(m) = d.memory {
-            let how = if applied("--memory") {
-                "applied"
-            } else {
-                "not applied here"
-            };
-            parts.push(format!("--memory {} ({how})", crate::limits::show_size(m)));
-        }
-        if let Some(n) = d.pids {
-            let how = if applied("--pids") {
-                "applied"
-            } else {
-                "not applied here"
-            };
-            parts.push(format!("--pids {n} ({how})"));
-        }
-        o += &format!(
-            "  capsule's own defaults where no flag, setting or spec gives one: {}\n",
-            parts.join(", ")
-        );
-    }
     o
-}
-
-/// capsule's own default limits and whether they apply on this machine (where the cgroup
-/// each needs can be made).
-fn default_limits_json(cg: &[(&str, Result<String, String>)]) -> serde_json::Value {
-    #[cfg(target_os = "linux")]
-    {
-        let d = crate::limits::builtin_defaults();
-        let applied = |flag: &str| cg.iter().any(|(f, r)| *f == flag && r.is_ok());
-        serde_json::json!({
-            "memory": {"value": d.memory, "applied": applied("--memory")},
-            "pids": {"value": d.pids, "applied": applied("--pids")},
-        })
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = cg;
-        serde_json::Value::Null
-    }
 }
 
 fn human(

@@ -23,19 +23,11 @@ use std::time::{Duration, Instant};
 /// The limits of an exec for the flags it does not give: the operator's defaults
 /// ([`Settings::limits`]) and the spec's `sandbox.limits` (`spec`), the lower of the two
 /// where both give one: a spec may lower a limit (or set one the operator left open),
-/// never raise one; the operator's flags decide over both. Where neither gives memory or
-/// processes, capsule's own ([`crate::limits::builtin_defaults`]), also returned alone.
+/// never raise one; the operator's flags decide over both.
 fn limits_now(
     settings: &Settings,
     spec: &LimitValues,
-) -> Result<
-    (
-        crate::limits::Limits,
-        Option<Duration>,
-        crate::limits::Limits,
-    ),
-    CliError,
-> {
+) -> Result<(crate::limits::Limits, Option<Duration>), CliError> {
     use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
     fn pick<T: PartialOrd>(
         settings: &LimitValues,
@@ -56,7 +48,7 @@ fn limits_now(
         })
     }
     let d = &settings.limits;
-    let mut l = crate::limits::Limits {
+    let l = crate::limits::Limits {
         memory: pick(d, spec, "memory", parse_size)?,
         pids: pick(d, spec, "pids", parse_count)?,
         cpus_milli: pick(d, spec, "cpus", parse_cpus)?,
@@ -65,30 +57,16 @@ fn limits_now(
         file_size: pick(d, spec, "file_size", parse_size)?,
     };
     let activity = pick(d, spec, "activity_timeout", parse_duration)?;
-    let own = crate::limits::builtin_defaults();
-    let builtin = crate::limits::Limits {
-        memory: own.memory.filter(|_| l.memory.is_none()),
-        pids: own.pids.filter(|_| l.pids.is_none()),
-        ..Default::default()
-    };
-    l.memory = l.memory.or(builtin.memory);
-    l.pids = l.pids.or(builtin.pids);
-    Ok((l, activity, builtin))
+    Ok((l, activity))
 }
 
-/// [`limits_now`] for the flags `a` does not give. Returns capsule's own defaults among
-/// them (applied where they can be enforced, see [`crate::limits::builtin_defaults`]).
+/// [`limits_now`] for the flags `a` does not give.
 fn with_default_limits(
     a: &mut ExecOptions,
     settings: &Settings,
     spec: &LimitValues,
-) -> Result<crate::limits::Limits, CliError> {
-    let (d, activity, builtin) = limits_now(settings, spec)?;
-    let builtin = crate::limits::Limits {
-        memory: builtin.memory.filter(|_| a.limits.memory.is_none()),
-        pids: builtin.pids.filter(|_| a.limits.pids.is_none()),
-        ..Default::default()
-    };
+) -> Result<(), CliError> {
+    let (d, activity) = limits_now(settings, spec)?;
     let l = &mut a.limits;
     l.memory = l.memory.or(d.memory);
     l.pids = l.pids.or(d.pids);
@@ -97,7 +75,7 @@ fn with_default_limits(
     l.fds = l.fds.or(d.fds);
     l.file_size = l.file_size.or(d.file_size);
     a.activity_timeout = a.activity_timeout.or(activity);
-    Ok(builtin)
+    Ok(())
 }
 
 /// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
@@ -149,7 +127,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     })?;
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-    let builtin = with_default_limits(&mut a, &settings, &cap.record.limits)?;
+    with_default_limits(&mut a, &settings, &cap.record.limits)?;
     let events = cap.bundle_file(bundle_files::EVENTS);
     let argv: Vec<String> = command
         .iter()
@@ -173,13 +151,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         "tty": a.tty,
         "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
         "activity_timeout_ms": a.activity_timeout.map(|t| t.as_millis() as u64),
-        // what the flags, settings and spec asked for (capsule's own defaults are in the
-        // record's `limits`)
-        "limits": crate::limits::Limits {
-            memory: a.limits.memory.filter(|_| builtin.memory.is_none()),
-            pids: a.limits.pids.filter(|_| builtin.pids.is_none()),
-            ..a.limits
-        },
+        "limits": a.limits,
     });
     let mut rec = ExecRecord {
         event: "exec",
@@ -262,29 +234,10 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             })
     };
     // memory and processes: this exec's cgroups, made now; one that cannot be made
-    // refuses the exec unless weaker isolation was accepted (then it is recorded), or
-    // unless it is capsule's own default, which is then not applied (and recorded)
+    // refuses the exec unless weaker isolation was accepted (then it is recorded)
     let mut limits = a.limits;
     let t_cg = Instant::now();
-    let mut defaults_not_enforced = Vec::new();
-    let made = loop {
-        let made = linux::cgroup::ExecCgroups::create(&limits);
-        let own = match &made {
-            Err(e) if e.flag == "--memory" && builtin.memory.is_some() => &mut limits.memory,
-            Err(e) if e.flag == "--pids" && builtin.pids.is_some() => &mut limits.pids,
-            _ => break made,
-        };
-        if own.take().is_none() {
-            break made;
-        }
-        if let Err(e) = made {
-            defaults_not_enforced.push(e.to_string());
-        }
-    };
-    // the plan carries only what is applied
-    a.limits.memory = a.limits.memory.filter(|_| limits.memory.is_some());
-    a.limits.pids = a.limits.pids.filter(|_| limits.pids.is_some());
-    let mut cgroups = match made {
+    let mut cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
         Ok(c) => c,
         Err(e) if settings.accept_weaker => {
             eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
@@ -311,19 +264,11 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     };
     tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
-    if !limits.is_empty() || a.limits.needs_cgroup() || !defaults_not_enforced.is_empty() {
-        let defaults = crate::limits::Limits {
-            memory: builtin.memory.filter(|_| limits.memory == builtin.memory),
-            pids: builtin.pids.filter(|_| limits.pids == builtin.pids),
-            ..Default::default()
-        };
+    if !limits.is_empty() || a.limits.needs_cgroup() {
         rec.limits = Some(serde_json::json!({
             "in_force": limits,
             "rlimits": limits.rlimits().map(|(_, f, v)| (f, v)).collect::<Vec<_>>(),
             "cgroups": cgroups.record(),
-            // which of those are capsule's own defaults, and the ones it could not apply
-            "capsule_defaults": defaults,
-            "capsule_defaults_not_enforced": defaults_not_enforced,
         }));
     }
     tracing::debug!("plan: inputs ready: {:?}", started.elapsed());
@@ -627,20 +572,7 @@ fn plan_for_rendering(
     let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
     let mut plan = ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
     // the limits of an exec with no flags: the operator's defaults and the spec's
-    let (mut limits, activity, builtin) = limits_now(&settings, &cap.record.limits)?;
-    // capsule's own defaults only where this user can enforce them, as an exec does (a
-    // runtime that cannot apply a bundle's resources refuses it)
-    if !builtin.is_empty() {
-        for (flag, r) in crate::linux::cgroup::probe() {
-            if r.is_err() {
-                match flag {
-                    "--memory" if builtin.memory.is_some() => limits.memory = None,
-                    "--pids" if builtin.pids.is_some() => limits.pids = None,
-                    _ => {}
-                }
-            }
-        }
-    }
+    let (limits, activity) = limits_now(&settings, &cap.record.limits)?;
     plan.limits = limits;
     plan.activity_timeout = activity;
     if let Some(size) = limits.tmp_size {
