@@ -82,13 +82,6 @@ pub enum Command {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt before any thread exists. One malloc arena for every thread: the
-    // exec's two short-lived helper threads then allocate from it instead of mapping and
-    // touching an arena of their own each (their allocations are few and small).
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
     init_tracing();
     let cli = match parse(std::env::args_os().collect()) {
         Ok(c) => c,

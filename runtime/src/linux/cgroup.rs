@@ -27,7 +27,6 @@
 use crate::limits::{show_size, Limits};
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 mod spares;
@@ -689,12 +688,11 @@ pub fn open_self_moves(files: &[PathBuf], limits: &Limits) -> io::Result<Vec<Own
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
         ensure(dir, limits)?;
-        let file = dir.join(spares::move_self_file(group_at(dir, limits).version));
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(&file)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", file.display())))?;
+        let version = group_at(dir, limits).version;
+        let opened = spares::open_move_self(dir, version).map_err(|e| {
+            let file = dir.join(spares::move_self_file(version));
+            io::Error::new(e.kind(), format!("{}: {e}", file.display()))
+        })?;
         out.push(OwnedFd::from(opened));
     }
     Ok(out)

@@ -284,9 +284,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         match cgroup::open_self_moves(&plan.cgroup_procs, &plan.limits) {
             Ok(f) => f,
             Err(e) => {
-                if let Some(r) = relay.as_mut() {
-                    r.give_back();
-                }
+                // (the relay, if any, gives capsule's stdio back as it is dropped)
                 restore(&old_mask);
                 for fd in [rep_r, rep_w, sync_r, sync_w] {
                     sys::close(fd);

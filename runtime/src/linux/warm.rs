@@ -118,10 +118,11 @@ fn umask() -> u32 {
 
 /// The `Umask:` of a `/proc/<pid>/status` text.
 fn umask_of(status: &[u8]) -> Option<u32> {
-    let text = std::str::from_utf8(status).ok().or_else(|| {
+    let text = match std::str::from_utf8(status) {
+        Ok(t) => t,
         // a read that ended inside a multi-byte character: the valid prefix
-        std::str::from_utf8(&status[..std::str::from_utf8(status).err()?.valid_up_to()]).ok()
-    })?;
+        Err(e) => std::str::from_utf8(&status[..e.valid_up_to()]).ok()?,
+    };
     text.lines()
         .find_map(|l| l.strip_prefix("Umask:"))
         .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())

@@ -101,10 +101,7 @@ impl SpareCgroups {
                     // SAFETY: a valid C string; null times mean now.
                     unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) };
                 }
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-                    .open(dir.join(move_self_file(group.version)))
+                open_move_self(&dir, group.version)
             });
             match opened {
                 Ok(f) => files.push(std::os::fd::OwnedFd::from(f)),
@@ -138,6 +135,14 @@ pub(crate) fn move_self_file(version: super::Version) -> &'static str {
         super::Version::V1 => "tasks",
         super::Version::V2 => "cgroup.procs",
     }
+}
+
+/// The [`move_self_file`] of the group at `dir`, opened for writing (never through a link).
+pub(crate) fn open_move_self(dir: &Path, version: super::Version) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(dir.join(move_self_file(version)))
 }
 
 /// This exec's groups (`files`: their `cgroup.procs`) for the warm spare `pid`: when the
