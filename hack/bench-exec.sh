@@ -23,6 +23,8 @@ RUNS="${1:-200}"
 # the binary as installed (hack/build-release.sh: release profile, static-pie on Linux)
 BIN="${BIN:-$(hack/build-release.sh)}"
 command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
+# how much of the link order (hack/build-release.sh) the measured binary still has
+if command -v nm >/dev/null; then BIN="$BIN" hack/exec-order.sh --check; fi
 
 # shellcheck source=hack/bench-capsule.sh
 . hack/bench-capsule.sh exec

@@ -21,9 +21,22 @@ cd "$(dirname "$0")/.."
 OUT=hack/exec-order.txt
 BIN="${BIN:-$(hack/build-release.sh)}"
 if [ "${1:-}" = --check ]; then
-  total=$(grep -vc '^#' "$OUT")
-  found=$(grep -v '^#' "$OUT" | sort -u | comm -12 - <(nm "$BIN" | awk '{print $NF}' | sort -u) | wc -l)
-  echo "$OUT: $found of $total functions are in $BIN"
+  nm -n -S "$BIN" | python3 -c '
+import sys
+listed = [l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+funcs = {}
+for line in sys.stdin:
+    f = line.split()
+    if len(f) == 4 and f[2] in "tTwW":
+        funcs.setdefault(f[3], (int(f[0], 16), int(f[1], 16)))
+found = [funcs[n] for n in listed if n in funcs]
+start = min(a for a, _ in funcs.values())
+span = sum(s for _, s in found)
+# (alignment pads the listed functions by a few per cent)
+first = sum(1 for a, _ in found if a < start + span + span // 8 + (64 << 10))
+print(f"{sys.argv[1]}: {len(found)} of {len(listed)} functions are in {sys.argv[2]}; "
+      f"{first} of them at the start of its code" + ("" if first == len(found) else " (not linked in this order?)"))
+' "$OUT" "$BIN"
   exit 0
 fi
 command -v gcc >/dev/null || { echo "gcc missing: apt-get install -y gcc" >&2; exit 1; }
