@@ -18,7 +18,8 @@
 # x86_64-unknown-linux-gnu): a warm `exec -- /bin/true` then takes ~70 fewer page faults
 # and ~0.5 ms less (hack/exec-order.sh says how the file is made). It is passed as a copy
 # named after its digest, so that a new order is a new RUSTFLAGS and cargo links again.
-# Where that link fails (another linker), the default order is used, said on stderr.
+# Where that link fails (another linker; a checkout path with spaces, which RUSTFLAGS
+# cannot carry), the default order is used, said on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 host="$(rustc -vV | sed -n 's/^host: //p')"

@@ -4,31 +4,34 @@
 # --symbol-ordering-file) so that they sit together at the start of the binary's code.
 #
 # Why: capsule is one 80+ MB static binary, and every exec is a fresh process that pages
-# in the code it runs. Spread over 12 MB of code, a warm `exec -- /bin/true` took ~95
-# page faults on code alone (each maps 64 KiB around the faulting address); with the code
-# it runs laid out together, ~25. Measured by hack/bench-exec.sh (see the README).
+# in the code it runs. Spread over 12 MB of code, a warm `exec -- /bin/true` took 95 page
+# faults on code alone (each maps 64 KiB around the faulting address); with the code it
+# runs laid out together, 23 (`perf record -e exceptions:page_fault_user`). What that
+# gives per exec: hack/bench-exec.sh, see the README.
 #
 # How: hack/steptrace.c single-steps execs of a scratch capsule (a warm one; as root, a
 # warm one with limits, whose spare waits in cgroups; and one that builds its sandbox's
 # root, which runs what the prepared roots' holder runs when it makes a spare) and records
-# every instruction address; the addresses are mapped to the binary's function symbols. A function renamed since is simply not found by the linker
-# (no error): regenerate when the exec path has changed much. `--check` only says how many
-# of the file's names the built binary still has.
+# every instruction address; the addresses are mapped to the binary's function symbols.
+# A function renamed since is simply not found by the linker (no error): regenerate when
+# the exec path has changed much. `--check` says how many of the file's functions a
+# binary has and whether they sit at the start of its code (it was linked in this order).
 #
 #   [BIN=...] hack/exec-order.sh [--check]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=hack/exec-order.txt
 BIN="${BIN:-$(hack/build-release.sh)}"
+# the binary's function symbols: address, size, type, name
+functions() { nm -n -S "$BIN" | awk 'NF == 4 && $3 ~ /^[tTwW]$/'; }
 if [ "${1:-}" = --check ]; then
-  nm -n -S "$BIN" | python3 -c '
+  functions | python3 -c '
 import sys
 listed = [l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
 funcs = {}
 for line in sys.stdin:
-    f = line.split()
-    if len(f) == 4 and f[2] in "tTwW":
-        funcs.setdefault(f[3], (int(f[0], 16), int(f[1], 16)))
+    addr, size, _, name = line.split()
+    funcs.setdefault(name, (int(addr, 16), int(size, 16)))
 found = [funcs[n] for n in listed if n in funcs]
 start = min(a for a, _ in funcs.values())
 span = sum(s for _, s in found)
@@ -57,7 +60,7 @@ fi
 runs="$runs built"
 CAPSULE_PREPARED_IDLE=0 "$W/steptrace" "$W/built" "$BIN" exec bench -- /bin/true
 cd - >/dev/null
-nm -n -S "$BIN" | awk 'NF == 4 && $3 ~ /^[tTwW]$/' >"$W/syms"
+functions >"$W/syms"
 python3 - "$W" "$BIN" "$OUT" "$runs" <<'PY'
 import bisect, os, sys
 w, binary, out, runs = sys.argv[1:]

@@ -106,6 +106,8 @@ int main(int argc, char **argv) {
       }
       sig = 0;
     } else if (sig == SIGSTOP) {
+      /* a new thread's or process's first stop; a SIGSTOP sent to the command is dropped
+       * too, which a traced exec never gets */
       sig = 0;
     }
     ptrace(PTRACE_SINGLESTEP, t, 0, sig);
