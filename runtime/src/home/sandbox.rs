@@ -311,17 +311,40 @@ fn wire(
     // absent): dropped, so that hundreds of hidden paths in the home cost the plan, its
     // digest and the prepared root's fingerprint nothing
     if let Some(i) = view_at {
+        // the hidden credentials the host has are shown as masks capsule watches, where it
+        // can (see `crate::linux::fusemask`): a read of one is then listed by name
+        if let Some(MountStep::HomeView(v)) = plan.mounts.get(i) {
+            let home = v.dst.clone();
+            plan.watched = crate::linux::fusemask::watched(&plan.policy, &home, &plan.mounts);
+        }
+        for w in &plan.watched {
+            let masked = plan
+                .mounts
+                .iter()
+                .any(|s| matches!(s, MountStep::Mask { dst, carve_outs: false } if dst == w));
+            if !masked {
+                let at = before_seals(&plan.mounts);
+                plan.mounts.insert(
+                    at,
+                    MountStep::Mask {
+                        dst: w.clone(),
+                        carve_outs: false,
+                    },
+                );
+            }
+        }
         let (head, later) = plan.mounts.split_at_mut(i + 1);
         if let Some(MountStep::HomeView(v)) = head.last_mut() {
-            v.points = view::points(&v.dst, &v.entries, later);
-            v.absent = view::absent(v, later, &plan.policy, login);
+            v.points = view::points(&v.dst, &v.entries, later, &plan.watched);
+            v.absent = view::absent(v, later, &plan.policy, login, &plan.watched);
             let v = v.clone();
             let mut seen = std::collections::HashMap::new();
             let mut in_upper = |rel: &Path| view::held_in(&v.upper, rel, &mut seen);
             let mut k = 0;
+            let watched = &plan.watched;
             plan.mounts.retain(|s| {
                 k += 1;
-                k <= i + 1 || !view::leaves_absent(&v, s, &mut in_upper)
+                k <= i + 1 || !view::leaves_absent(&v, s, watched, &mut in_upper)
             });
         }
     }

@@ -175,12 +175,22 @@ fn listing<'m>(map: &'m mut HashMap<PathBuf, Listing>, home: &Path, dir: &Path) 
 }
 
 /// The points of the view: `steps` (those after the view) that mount below `home`
-/// outside every folder entry.
-pub fn points(home: &Path, entries: &[Entry], steps: &[MountStep]) -> Vec<Point> {
+/// outside every folder entry. A `watched` mask ([`crate::linux::fusemask`]) is one too:
+/// it is shown where the host has it, as a folder or a file as the host has it.
+pub fn points(
+    home: &Path,
+    entries: &[Entry],
+    steps: &[MountStep],
+    watched: &[PathBuf],
+) -> Vec<Point> {
     let mut out: Vec<Point> = Vec::new();
     for s in steps {
         let src = match s {
             MountStep::Bind { src, .. } => Some(src.clone()),
+            MountStep::Mask {
+                dst,
+                carve_outs: false,
+            } if watched.contains(dst) => Some(dst.clone()),
             MountStep::Tmpfs { .. }
             | MountStep::Overlay { .. }
             | MountStep::Dir { .. }
@@ -218,6 +228,7 @@ pub fn absent(
     later: &[MountStep],
     policy: &SandboxPolicy,
     login: &[&str],
+    watched: &[PathBuf],
 ) -> Vec<PathBuf> {
     // the folder entries as the host names them: a hidden path is looked at only when it
     // lies in one (a byte comparison; hundreds of hidden paths lie elsewhere)
@@ -244,14 +255,12 @@ pub fn absent(
         );
     let mounted: Vec<&Path> = later
         .iter()
-        .filter(|s| {
-            !matches!(
-                s,
-                MountStep::Mask {
-                    carve_outs: false,
-                    ..
-                }
-            )
+        .filter(|s| match s {
+            MountStep::Mask {
+                carve_outs: false,
+                dst,
+            } => watched.contains(dst),
+            _ => true,
         })
         .filter_map(|s| s.dst().strip_prefix(&v.dst).ok())
         .collect();
@@ -293,6 +302,7 @@ pub fn absent(
 pub fn leaves_absent(
     v: &HomeView,
     step: &MountStep,
+    watched: &[PathBuf],
     in_upper: &mut dyn FnMut(&Path) -> bool,
 ) -> bool {
     let MountStep::Mask {
@@ -302,6 +312,9 @@ pub fn leaves_absent(
     else {
         return false;
     };
+    if watched.contains(dst) {
+        return false;
+    }
     let Ok(rel) = dst.strip_prefix(&v.dst) else {
         return false;
     };
@@ -478,27 +491,49 @@ mod tests {
             carve_outs,
         };
         let mut none = |_: &Path| false;
-        assert!(leaves_absent(&v, &mask("/h/.ssh", false), &mut none));
-        assert!(leaves_absent(&v, &mask("/h/hidden/d1", false), &mut none));
+        assert!(leaves_absent(&v, &mask("/h/.ssh", false), &[], &mut none));
+        assert!(leaves_absent(
+            &v,
+            &mask("/h/hidden/d1", false),
+            &[],
+            &mut none
+        ));
         // shown by an entry or a place of the view: still masked
         assert!(!leaves_absent(
             &v,
             &mask("/h/.cargo/credentials.toml", false),
+            &[],
             &mut none
         ));
-        assert!(!leaves_absent(&v, &mask("/h/proj/.env", false), &mut none));
+        assert!(!leaves_absent(
+            &v,
+            &mask("/h/proj/.env", false),
+            &[],
+            &mut none
+        ));
         // with carve-outs, outside the home, the home itself: kept
-        assert!(!leaves_absent(&v, &mask("/h/.config", true), &mut none));
-        assert!(!leaves_absent(&v, &mask("/etc/shadow", false), &mut none));
-        assert!(!leaves_absent(&v, &mask("/h", false), &mut none));
+        assert!(!leaves_absent(
+            &v,
+            &mask("/h/.config", true),
+            &[],
+            &mut none
+        ));
+        assert!(!leaves_absent(
+            &v,
+            &mask("/etc/shadow", false),
+            &[],
+            &mut none
+        ));
+        assert!(!leaves_absent(&v, &mask("/h", false), &[], &mut none));
         // what the layer holds shows through the view: still masked
         let mut claude = |r: &Path| r.starts_with(".claude");
         assert!(!leaves_absent(
             &v,
             &mask("/h/.claude/.credentials.json", false),
+            &[],
             &mut claude
         ));
-        assert!(leaves_absent(&v, &mask("/h/.ssh", false), &mut claude));
+        assert!(leaves_absent(&v, &mask("/h/.ssh", false), &[], &mut claude));
     }
 
     #[test]
@@ -552,7 +587,7 @@ mod tests {
                 carve_outs: false,
             },
         ];
-        v.absent = absent(&v, &later, &p, &[]);
+        v.absent = absent(&v, &later, &p, &[], &[]);
         let rels: Vec<&str> = v.absent.iter().filter_map(|a| a.to_str()).collect();
         // the lists' names and the policy's hidden paths inside the folder entry; not the
         // revealed one, nothing below another, nothing in a bound (linked) folder
@@ -569,15 +604,15 @@ mod tests {
             dst: home.join(".cargo/credentials.toml"),
             carve_outs: false,
         };
-        assert!(leaves_absent(&v, &mask, &mut |_: &Path| false));
-        assert!(!leaves_absent(&v, &mask, &mut |_: &Path| true));
+        assert!(leaves_absent(&v, &mask, &[], &mut |_: &Path| false));
+        assert!(!leaves_absent(&v, &mask, &[], &mut |_: &Path| true));
         let other = MountStep::Mask {
             dst: home.join(".cargo/config.toml"),
             carve_outs: false,
         };
-        assert!(!leaves_absent(&v, &other, &mut |_: &Path| false));
+        assert!(!leaves_absent(&v, &other, &[], &mut |_: &Path| false));
         // an exec's own agent login is never kept out
-        let login = absent(&v, &later, &p, &[".cargo/credentials"]);
+        let login = absent(&v, &later, &p, &[".cargo/credentials"], &[]);
         assert!(!login.iter().any(|a| a == Path::new(".cargo/credentials")));
     }
 
@@ -644,7 +679,7 @@ mod tests {
                 optional: true,
             },
         ];
-        let p = points(home, &entries, &steps);
+        let p = points(home, &entries, &steps, &[]);
         let rels: Vec<&str> = p.iter().map(|p| p.rel.to_str().unwrap()).collect();
         assert_eq!(rels, ["ws", ".local/share/capsule"]);
         assert_eq!(p[0].src.as_deref(), Some(Path::new("/h/ws")));

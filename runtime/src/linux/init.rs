@@ -46,6 +46,9 @@ pub struct Ctx<'a> {
     /// ([`super::cgroup::open_self_moves`]; none for a warm spare, which waits in its
     /// groups already).
     pub cgroup_self: &'a [RawFd],
+    /// The host's `/dev/fuse` (`O_PATH`, [`super::fusemask::device`]) when the plan has
+    /// watched masks and init mounts them; -1: none.
+    pub fuse_dev: RawFd,
 }
 
 /// How init gets its root.
@@ -191,6 +194,15 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         };
         if let Err(e) = built {
             fail(cx.report, e.to_string());
+        }
+        // the watched masks, to capsule before anything is forked (the command never
+        // holds their connections)
+        if cx.fuse_dev >= 0 {
+            let masks = super::fusemask::mount(&cx.plan.watched, cx.fuse_dev);
+            sys::close(cx.fuse_dev);
+            if let Some(sock) = cx.notify {
+                super::fusemask::send(sock, masks);
+            }
         }
         if let Err(e) = sys::sethostname(cx.plan.hostname.as_bytes()) {
             fail(cx.report, format!("setting the hostname: {e}"));

@@ -66,6 +66,7 @@
 
 mod activity;
 pub mod cgroup;
+pub mod fusemask;
 pub mod hooks;
 pub mod init;
 pub mod landlock;
@@ -299,6 +300,14 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         use std::os::fd::AsRawFd;
         cgroup_self.iter().map(|f| f.as_raw_fd()).collect()
     };
+    // the device init opens the watched masks' connections from (a warm spare has made
+    // its own)
+    let fuse_dev =
+        if warm.is_none() && !plan.watched.is_empty() && plan.isolation == Isolation::Full {
+            fusemask::device()
+        } else {
+            None
+        };
     // whether init runs in the prepared root (false again if joining it fails)
     let in_prepared = std::cell::Cell::new(joined.is_some());
     let mut child = Some(|| -> ! {
@@ -321,6 +330,10 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
                 _ => init::Root::Build,
             },
             cgroup_self: &cgroup_self_fds,
+            fuse_dev: fuse_dev.as_ref().map_or(-1, |f| {
+                use std::os::fd::AsRawFd;
+                f.as_raw_fd()
+            }),
         };
         init::main(ctx, hooks)
     });
@@ -449,15 +462,20 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let waited = std::thread::scope(|scope| {
         let allowed =
             || observe::Allowed::of_plan(plan, init::landlock_inputs(plan).1.extra_writable);
-        let seccomp_supervisor =
-            match notify::Supervisor::start(scope, notify_mine, refusals, allowed) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    // the command then gets ENOSYS for what the filter refuses: still refused
-                    tracing::warn!("cannot start the seccomp supervisor: {e}");
-                    None
-                }
-            };
+        let seccomp_supervisor = match notify::Supervisor::start(
+            scope,
+            notify_mine,
+            refusals,
+            plan.watched.clone(),
+            allowed,
+        ) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                // the command then gets ENOSYS for what the filter refuses: still refused
+                tracing::warn!("cannot start the seccomp supervisor: {e}");
+                None
+            }
+        };
         if let Some(f) = hooks_before_release {
             f();
         }

@@ -31,10 +31,11 @@
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
 use super::observe::{self, Allowed};
-use super::seccomp;
+use super::{fusemask, seccomp};
 use crate::refusals::{Collector, Event, Kind};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The socketpair the listener travels on: (capsule's end, the sandbox's end), both
@@ -81,6 +82,7 @@ impl<'scope> Supervisor<'scope> {
         scope: &'scope std::thread::Scope<'scope, 'env>,
         sock: OwnedFd,
         refusals: Arc<Collector>,
+        watched: Vec<PathBuf>,
         allowed: F,
     ) -> io::Result<Supervisor<'scope>>
     where
@@ -97,7 +99,9 @@ impl<'scope> Supervisor<'scope> {
         let thread = std::thread::Builder::new()
             .name("capsule-seccomp".into())
             .stack_size(64 * 1024)
-            .spawn_scoped(scope, move || serve(sock, stop_r, allowed, &refusals))?;
+            .spawn_scoped(scope, move || {
+                serve(sock, stop_r, allowed, &watched, &refusals)
+            })?;
         Ok(Supervisor {
             thread: Some(thread),
             stop,
@@ -113,68 +117,119 @@ impl<'scope> Supervisor<'scope> {
     }
 }
 
-/// Poll `fd` and `stop`; true when `fd` is readable (false: stop, or `fd` hung up).
-fn wait(fd: RawFd, stop: RawFd) -> bool {
-    loop {
-        let mut p = [
-            libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: stop,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds.
-        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, -1) };
-        if n < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return false;
-        }
-        if p[1].revents != 0 {
-            return false;
-        }
-        if p[0].revents & libc::POLLIN != 0 {
-            return true;
-        }
-        if p[0].revents != 0 {
-            return false;
-        }
-    }
+/// What the supervisor thread polls: the channel until the listener came, the listener,
+/// the watched masks' connections.
+struct Polled {
+    sock: Option<OwnedFd>,
+    listener: Option<OwnedFd>,
+    masks: Option<fusemask::serve::Masks>,
+    /// The masks' connections still open (indices into `masks`).
+    live: Vec<usize>,
 }
 
 fn serve(
     sock: OwnedFd,
     stop: Arc<OwnedFd>,
     allowed: impl FnOnce() -> Allowed,
+    watched: &[PathBuf],
     refusals: &Collector,
 ) {
-    if !wait(sock.as_raw_fd(), stop.as_raw_fd()) {
-        return;
-    }
-    let listener = match super::sys::recv_fds(sock.as_raw_fd(), &mut [0u8; 1]) {
-        Ok((_, fds)) => match fds.into_iter().next() {
-            Some(l) => l,
-            None => return,
-        },
-        Err(_) => return,
+    let mut st = Polled {
+        sock: Some(sock),
+        listener: None,
+        masks: None,
+        live: Vec::new(),
     };
-    drop(sock);
-    sync_wake_up(listener.as_raw_fd());
-    if !wait(listener.as_raw_fd(), stop.as_raw_fd()) {
-        return;
-    }
-    let (names, allowed) = (Names::new(), allowed());
+    let mut allowed = Some(allowed);
+    let mut judged: Option<(Names, Allowed, Vec<PathBuf>)> = None;
     loop {
-        answer_one(listener.as_raw_fd(), &names, &allowed, refusals);
-        if !wait(listener.as_raw_fd(), stop.as_raw_fd()) {
-            break;
+        let mut p: Vec<libc::pollfd> = Vec::with_capacity(3 + st.live.len());
+        let mut add = |fd: RawFd| {
+            p.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+        };
+        add(stop.as_raw_fd());
+        add(st.sock.as_ref().map_or(-1, |s| s.as_raw_fd()));
+        add(st.listener.as_ref().map_or(-1, |l| l.as_raw_fd()));
+        let fds = st.masks.as_ref().map(|m| m.fds()).unwrap_or_default();
+        let polled = st.live.clone();
+        for &i in &polled {
+            add(fds[i]);
         }
+        // SAFETY: valid pollfds (a negative fd is skipped by poll).
+        let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return;
+        }
+        if p[0].revents != 0 {
+            return;
+        }
+        if p[1].revents != 0 {
+            receive(&mut st, watched, refusals);
+        }
+        if p[2].revents & libc::POLLIN != 0 {
+            if let Some(l) = &st.listener {
+                let (names, allowed, served) = judged.get_or_insert_with(|| {
+                    let served = st.masks.as_ref().map(|m| m.paths()).unwrap_or_default();
+                    let a = allowed.take().map(|f| f()).unwrap_or_default();
+                    (Names::new(), a, served)
+                });
+                answer_one(l.as_raw_fd(), names, allowed, served, refusals);
+            }
+        } else if p[2].revents != 0 {
+            // the filter's last task is gone: the sandbox has ended
+            return;
+        }
+        let mut gone = Vec::new();
+        for (k, &i) in polled.iter().enumerate() {
+            if p[3 + k].revents == 0 {
+                continue;
+            }
+            let alive = p[3 + k].revents & libc::POLLIN != 0
+                && st.masks.as_mut().is_some_and(|m| m.answer(i, refusals));
+            if !alive {
+                gone.push(i);
+            }
+        }
+        st.live.retain(|i| !gone.contains(i));
+    }
+}
+
+/// One message on the listener's channel: the watched masks ([`fusemask::MESSAGE`]) or
+/// the listener, the last one (the channel is dropped then, and on its end).
+fn receive(st: &mut Polled, watched: &[PathBuf], refusals: &Collector) {
+    let Some(sock) = &st.sock else { return };
+    let Ok((body, fds)) = fusemask::recv(sock.as_raw_fd()) else {
+        st.sock = None;
+        return;
+    };
+    match body.first() {
+        Some(&fusemask::MESSAGE) if st.masks.is_none() => {
+            st.masks = fusemask::serve::Masks::from_message(&body, fds, watched);
+            st.live = (0..st.masks.as_ref().map_or(0, |m| m.fds().len())).collect();
+            // the kernel's first request (INIT) is waiting on each
+            for i in st.live.clone() {
+                if let Some(m) = st.masks.as_mut() {
+                    if !m.answer(i, refusals) {
+                        st.live.retain(|&j| j != i);
+                    }
+                }
+            }
+        }
+        Some(b'L') => {
+            if let Some(l) = fds.into_iter().next() {
+                sync_wake_up(l.as_raw_fd());
+                st.listener = Some(l);
+            }
+            st.sock = None;
+        }
+        _ => st.sock = None,
     }
 }
 
@@ -227,7 +282,13 @@ fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
 
 /// Receive one notification and answer it: a write call continues (observed,
 /// [`observe`]), anything else is a refusal of the table, answered `EPERM` and recorded.
-fn answer_one(listener: RawFd, names: &Names, allowed: &Allowed, refusals: &Collector) {
+fn answer_one(
+    listener: RawFd,
+    names: &Names,
+    allowed: &Allowed,
+    served: &[PathBuf],
+    refusals: &Collector,
+) {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctl fills n.
@@ -247,7 +308,16 @@ fn answer_one(listener: RawFd, names: &Names, allowed: &Allowed, refusals: &Coll
                 let named = observe::named(w, n.pid, &n.data.args);
                 if observe::is_read(w, &n.data.args) {
                     let listing = observe::is_listing(w, &n.data.args);
-                    observe::judge_read(named, allowed, listing)
+                    // a watched mask lists its own reads
+                    let watched = named
+                        .paths
+                        .iter()
+                        .any(|p| served.iter().any(|w| super::plan::within(p, w)));
+                    if watched {
+                        None
+                    } else {
+                        observe::judge_read(named, allowed, listing)
+                    }
                 } else {
                     observe::judge(w, named, allowed, String::new(), None)
                 }
@@ -410,7 +480,8 @@ mod tests {
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
             let mut b = [0u8; 1];
             std::thread::scope(|scope| {
-                let sup = Supervisor::start(scope, mine, c.clone(), Allowed::default).unwrap();
+                let sup = Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default)
+                    .unwrap();
                 assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                 sup.finish();
@@ -476,7 +547,8 @@ mod tests {
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
         let mut b = [0u8; 3];
         std::thread::scope(|scope| {
-            let sup = Supervisor::start(scope, mine, c.clone(), Allowed::default).unwrap();
+            let sup =
+                Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default).unwrap();
             assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             sup.finish();

@@ -388,7 +388,7 @@ fn base_dir(pid: u32, dirfd: Option<i32>) -> Option<PathBuf> {
 /// What the task named: the call's paths, made absolute. Read before the call is
 /// continued (its working directory may change after).
 pub struct Named {
-    paths: Vec<PathBuf>,
+    pub paths: Vec<PathBuf>,
 }
 
 /// Read the paths of write call `w` of task `pid` with arguments `args`.

@@ -145,6 +145,11 @@ pub struct ExecPlan {
     /// List reads of hidden paths too: every open is sent to capsule's seccomp supervisor
     /// ([`super::notify`]), which costs a round trip per open.
     pub list_reads: bool,
+    /// Hidden paths whose masks capsule watches ([`super::fusemask`]): each is a plain
+    /// [`MountStep::Mask`] of the plan, and each exec mounts a mask served by capsule over
+    /// it, which lists every lookup, listing and open in it. Empty where FUSE cannot be
+    /// used.
+    pub watched: Vec<PathBuf>,
 }
 
 /// The parts of an [`ExecPlan`] that decide policy, as [`ExecPlan::digest`] hashes them.
@@ -160,6 +165,8 @@ struct Decided<'a> {
     /// The filter a warm spare installs ahead of time depends on it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     list_reads: bool,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    watched: &'a [PathBuf],
 }
 
 impl ExecPlan {
@@ -181,6 +188,7 @@ impl ExecPlan {
             mounts: &self.mounts,
             policy: &self.policy,
             list_reads: self.list_reads,
+            watched: &self.watched,
         };
         // a plan of paths and flags always serializes
         let json = serde_json::to_vec(&decided).unwrap_or_default();
@@ -228,6 +236,7 @@ impl ExecPlan {
             cgroup_procs: Vec::new(),
             landlock_best_effort: false,
             list_reads: false,
+            watched: Vec::new(),
             prepared: None,
         }
     }

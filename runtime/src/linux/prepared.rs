@@ -769,6 +769,12 @@ impl Holder<'_> {
         set_title();
         // the folders its spares' cgroups go in, while the host's are still in view
         let cgroups = super::cgroup::SpareCgroups::open(&self.plan.limits);
+        // and the device its spares' watched masks are opened from
+        let fuse_dev = if self.plan.watched.is_empty() {
+            None
+        } else {
+            super::fusemask::device()
+        };
         if let Err(e) = mounts::build_root(&self.plan.mounts) {
             self.fail(format!("preparing the sandbox's root: {e}"));
         }
@@ -814,6 +820,7 @@ impl Holder<'_> {
         ];
         keep.extend(rules.fds());
         keep.extend(cgroups.iter().flat_map(|c| c.fds()));
+        keep.extend(fuse_dev.as_ref().map(|f| f.as_raw_fd()));
         close_all_but(&keep);
         // 0, 1 and 2 point at /dev/null: a descriptor received later never takes their
         // numbers (a spare dup2s the exec's stdio there)
@@ -832,7 +839,15 @@ impl Holder<'_> {
         let _ = sys::prctl(libc::PR_SET_DUMPABLE, 0, 0);
         let _ = sys::write_all(self.report, b"R\n");
         sys::close(self.report);
-        self.serve(&userns, &mntns, &rules, &landlock, cgroups.as_ref())
+        let fuse_dev = fuse_dev.as_ref().map_or(-1, |f| f.as_raw_fd());
+        self.serve(
+            &userns,
+            &mntns,
+            &rules,
+            &landlock,
+            cgroups.as_ref(),
+            fuse_dev,
+        )
     }
 
     fn serve(
@@ -842,6 +857,7 @@ impl Holder<'_> {
         rules: &LandlockRules,
         landlock: &serde_json::Value,
         cgroups: Option<&super::cgroup::SpareCgroups>,
+        fuse_dev: RawFd,
     ) -> ! {
         let idle = idle();
         let mut last = Instant::now();
@@ -871,7 +887,7 @@ impl Holder<'_> {
                 .iter()
                 .flat_map(|(_, f)| f.iter().map(|f| f.as_raw_fd()))
                 .collect();
-            let made = warm::make(self.plan, rules, landlock, &own, &procs);
+            let made = warm::make(self.plan, rules, landlock, &own, &procs, fuse_dev);
             let Ok(mut s) = made else {
                 if let (Some(c), Some((name, _))) = (cgroups, &groups) {
                     c.remove(name);

@@ -176,13 +176,15 @@ impl Spare {
 }
 
 /// Make a spare for `plan` (called by the holder, in its prepared root; single-threaded).
-/// `holder_fds` are the holder's own descriptors, closed in the spare.
+/// `holder_fds` are the holder's own descriptors, closed in the spare; `fuse_dev` the
+/// host's `/dev/fuse` for its watched masks (-1: none).
 pub(crate) fn make(
     plan: &ExecPlan,
     rules: &LandlockRules,
     landlock: &serde_json::Value,
     holder_fds: &[RawFd],
     cgroup_procs: &[RawFd],
+    fuse_dev: RawFd,
 ) -> io::Result<Spare> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let (h, s) = socketpair(
@@ -209,7 +211,7 @@ pub(crate) fn make(
             sys::close(*fd);
         }
         drop(h);
-        spare_main(plan, rules, landlock, s, cgroup_procs)
+        spare_main(plan, rules, landlock, s, cgroup_procs, fuse_dev)
     }
     drop(s);
     // SAFETY: pidfd_open of our own child.
@@ -238,6 +240,7 @@ fn spare_main(
     landlock: &serde_json::Value,
     chan: OwnedFd,
     cgroup_procs: &[RawFd],
+    fuse_dev: RawFd,
 ) -> ! {
     // the holder's end is the spare's end too (it lives in the holder's pid namespace)
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
@@ -257,6 +260,11 @@ fn spare_main(
         || sys::sethostname(plan.hostname.as_bytes()).is_err()
     {
         quit()
+    }
+    // this spare's watched masks, kept for the exec it serves
+    let masks = super::fusemask::mount(&plan.watched, fuse_dev);
+    if fuse_dev >= 0 {
+        sys::close(fuse_dev);
     }
     if plan.new_netns && !plan.network_off && sys::loopback_up().is_err() {
         quit()
@@ -318,7 +326,9 @@ fn spare_main(
         quit()
     }
     let (report, sync, capsule) = (fds[0], fds[1], fds[2]);
-    // the listener of the filter this spare installed, to capsule's supervisor
+    // the watched masks and the listener of the filter this spare installed, to
+    // capsule's supervisor (none of them is the command's)
+    super::fusemask::send(fds[3], masks);
     if let Some(l) = listener {
         let _ = super::notify::send_listener(fds[3], l.as_raw_fd());
     }
@@ -416,6 +426,7 @@ fn spare_main(
         t0: std::time::Instant::now(),
         root: Root::Warm(&warm),
         cgroup_self: &[],
+        fuse_dev: -1,
     };
     init::main(cx, Hooks::default())
 }

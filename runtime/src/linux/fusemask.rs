@@ -1,0 +1,270 @@
+//! Watched masks: hidden credentials of the home shown as empty, read-only entries that
+//! capsule itself serves over FUSE, so that every lookup, listing and open in one is
+//! listed as a refused read, by name (`refused read ~/.ssh/id_ed25519 (ssh); to allow:
+//! --reveal ~/.ssh`), at no cost to any other open.
+//!
+//! What a command sees: each hidden credential path of the home the host has
+//! ([`watched`]: `HOME_CREDENTIALS`, not revealed, at most [`MAX_WATCHED`]) is an empty
+//! folder (mode 0555) or an empty file (0444), read-only, `nosuid`, `nodev`, `noexec`,
+//! where the rest of the hidden home is absent. Its contents never reach the sandbox:
+//! below the watched mount lies the plain mask of the plan ([`super::MountStep::Mask`],
+//! made in the prepared root as always), and the server answers from constants only
+//! ([`serve`]).
+//!
+//! How one is made, per exec (a warm spare makes its own ahead of time):
+//! - a descriptor of the host's `/dev/fuse` (`O_PATH`, no access; [`device`]) is opened on
+//!   the host by capsule, or by the holder before it builds its root, and inherited by init
+//!   or the spare;
+//! - in the sandbox, after its own `/proc` is mounted, the process holding the mount
+//!   namespace's capabilities reopens it through `/proc/self/fd` (a FUSE descriptor must
+//!   be opened in the user namespace the mount belongs to), once per mask, and mounts each
+//!   over its mask ([`mount`]);
+//! - it sends the descriptors, with one of its `/proc`, to capsule on the seccomp
+//!   listener's channel ([`send`]) and closes its own, before the command is forked; the
+//!   command never holds one;
+//! - capsule's seccomp supervisor thread answers them ([`serve::Masks`]).
+//!
+//! Why the task can neither hang nor crash the server, nor learn anything from it: each
+//! request gets a constant answer at once (lookups `ENOENT`, listings `.` and `..`, reads
+//! end of file) and nothing of the host is read to make it; the descriptors are
+//! non-blocking; should the supervisor or capsule end, the kernel aborts the connection and
+//! every access gets `ENOTCONN`: still nothing shown. A storm of lookups costs the task a
+//! round trip each and leaves the record bounded (counts).
+//!
+//! Where it cannot be used, the view is as before (every hidden path of the home absent)
+//! and reads are listed only with `exec --list-reads`: without full isolation, when
+//! `/dev/fuse` cannot be opened by the user (on this project's test machines it is mode
+//! 0600, root's; most distributions make it 0666), or with `CAPSULE_FUSE_MASKS=0`. `capsule
+//! isolation` says which.
+
+pub mod serve;
+
+use super::plan::{within, MountStep};
+use super::sys;
+use capsule_bundle::policy::{HiddenReason, SandboxPolicy};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// At most this many watched masks per exec (a descriptor and a mount each); hidden
+/// credentials beyond are plain masks, absent in the home's view.
+pub const MAX_WATCHED: usize = 32;
+
+/// The message kind on the listener's channel ([`super::notify`]).
+pub const MESSAGE: u8 = b'F';
+
+/// `/dev/fuse`'s device number (misc 229).
+const FUSE_RDEV: (u32, u32) = (10, 229);
+
+/// Can this user serve watched masks here? `/dev/fuse` readable and writable for it, and
+/// not turned off (`CAPSULE_FUSE_MASKS=0`).
+pub fn usable() -> bool {
+    if std::env::var_os("CAPSULE_FUSE_MASKS").is_some_and(|v| v == "0") {
+        return false;
+    }
+    // SAFETY: access(2) on a constant path.
+    unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) == 0 }
+}
+
+/// The hidden credentials of the home at `home` that `policy` hides and the host has (a
+/// folder or a file, no symlink followed), when [`usable`]: at most [`MAX_WATCHED`], none
+/// revealed, none with another step of `steps` at or inside it (the filtered
+/// `~/.npmrc`, a bind).
+pub fn watched(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<PathBuf> {
+    if !usable() {
+        return Vec::new();
+    }
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in &policy.hidden {
+        if out.len() == MAX_WATCHED {
+            break;
+        }
+        let p = &h.path;
+        if h.reason != HiddenReason::Credentials || p == home || !within(p, home) {
+            continue;
+        }
+        if policy.revealed.iter().any(|r| within(p, r) || within(r, p)) {
+            continue;
+        }
+        let mounted_inside = steps.iter().any(|s| {
+            !matches!(
+                s,
+                MountStep::Mask {
+                    carve_outs: false,
+                    ..
+                } | MountStep::HomeView(_)
+            ) && within(s.dst(), p)
+        });
+        if mounted_inside || out.iter().any(|o| within(p, o) || within(o, p)) {
+            continue;
+        }
+        match std::fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() || m.is_file() => out.push(p.clone()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// An `O_PATH` descriptor of the host's `/dev/fuse` (close-on-exec), for [`mount`] to
+/// reopen in the sandbox; `None` when it is not the FUSE device.
+pub fn device() -> Option<OwnedFd> {
+    // SAFETY: open(2) of a constant path; the descriptor is ours.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/fuse".as_ptr(),
+            libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor just opened.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: zeroed stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our own descriptor.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFCHR
+        || (libc::major(st.st_rdev), libc::minor(st.st_rdev)) != FUSE_RDEV
+    {
+        return None;
+    }
+    Some(fd)
+}
+
+/// The watched masks one sandbox made, for capsule.
+#[derive(Default)]
+pub struct Mounted {
+    /// One FUSE connection per mounted mask, with its index in the plan's `watched` and
+    /// whether it is a folder.
+    conns: Vec<(OwnedFd, u16, bool)>,
+    /// The sandbox's `/proc` (`O_PATH`): the server names programs from it.
+    proc: Option<OwnedFd>,
+}
+
+impl Mounted {
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+}
+
+/// Mount a watched mask over each of `watched` that is a folder or a file here (in the
+/// sandbox's root, its own `/proc` mounted; by the process that holds the capabilities of
+/// the mount namespace's user namespace). `dev`: [`device`]'s descriptor. Best effort: a
+/// mask that cannot be watched stays the plain mask it is (nothing is shown either way),
+/// and its reads go unlisted.
+pub fn mount(watched: &[PathBuf], dev: RawFd) -> Mounted {
+    let mut m = Mounted::default();
+    if watched.is_empty() || dev < 0 {
+        return m;
+    }
+    // SAFETY: open(2) of a constant path.
+    let proc = unsafe {
+        libc::open(
+            c"/proc".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        )
+    };
+    if proc < 0 {
+        return m;
+    }
+    // SAFETY: a descriptor just opened.
+    m.proc = Some(unsafe { OwnedFd::from_raw_fd(proc) });
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let Ok(reopen) = CString::new(format!("/proc/self/fd/{dev}")) else {
+        return m;
+    };
+    for (i, w) in watched.iter().enumerate().take(MAX_WATCHED) {
+        let Ok(dst) = CString::new(w.as_os_str().as_bytes()) else {
+            continue;
+        };
+        let dir = match sys::kind(&dst) {
+            sys::Kind::Dir => true,
+            sys::Kind::File => false,
+            _ => continue,
+        };
+        // SAFETY: open(2) of a valid C string.
+        let fd = unsafe { libc::open(reopen.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            tracing::debug!(
+                "watched masks: reopening /dev/fuse: {}",
+                io::Error::last_os_error()
+            );
+            break;
+        }
+        // SAFETY: a descriptor just opened.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let opts = format!(
+            "fd={},rootmode={:o},user_id={uid},group_id={gid},allow_other,default_permissions",
+            fd.as_raw_fd(),
+            if dir { libc::S_IFDIR } else { libc::S_IFREG }
+        );
+        let Ok(opts) = CString::new(opts) else {
+            continue;
+        };
+        let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        match sys::mount(
+            Some(c"capsule-hidden"),
+            &dst,
+            Some(c"fuse"),
+            flags,
+            Some(&opts),
+        ) {
+            Ok(()) => m.conns.push((fd, i as u16, dir)),
+            Err(e) => tracing::debug!("watched masks: mounting at {}: {e}", w.display()),
+        }
+    }
+    m
+}
+
+/// Send `m` to capsule on the sandbox's end `sock` of the listener's channel, and close
+/// this process's copies (the connections then live on in capsule alone: should it not
+/// take them, they are aborted, never left unanswered). Never raises `SIGPIPE`.
+pub fn send(sock: RawFd, m: Mounted) {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let Some(proc) = &m.proc else { return };
+    if m.conns.is_empty() {
+        return;
+    }
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut body = vec![MESSAGE];
+    body.extend_from_slice(&uid.to_le_bytes());
+    body.extend_from_slice(&gid.to_le_bytes());
+    let mut fds = vec![proc.as_raw_fd()];
+    for (fd, i, dir) in &m.conns {
+        body.extend_from_slice(&i.to_le_bytes());
+        body.push(u8::from(*dir));
+        fds.push(fd.as_raw_fd());
+    }
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [io::IoSlice::new(&body)];
+    if let Err(e) = sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+        tracing::debug!("watched masks: sending them to capsule: {e}");
+    }
+}
+
+/// Receive one message from the listener's channel: its bytes and descriptors (room for a
+/// [`Mounted`]'s: `/proc` and [`MAX_WATCHED`] connections).
+pub fn recv(sock: RawFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut buf = vec![0u8; 16 + 3 * MAX_WATCHED];
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_WATCHED + 1]);
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(io::Error::from)?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: descriptors just received are ours to own.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let n = msg.bytes;
+    buf.truncate(n);
+    Ok((buf, fds))
+}
