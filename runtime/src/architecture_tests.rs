@@ -179,7 +179,7 @@ fn linux_layers_point_down() {
             "warm" => 5,
             "init" => 4,
             "oci" | "notify" => 3,
-            "mounts" | "observe" => 2,
+            "mounts" | "observe" | "fusemask" => 2,
             "plan" | "landlock" | "seccomp" | "cgroup" | "pty" | "activity" | "spawn" => 1,
             "sys" | "report" | "hooks" | "sockets" => 0,
             _ => return None,

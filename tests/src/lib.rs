@@ -171,6 +171,22 @@ impl Runner {
             Runner::User { uid, .. } => *uid,
         }
     }
+    /// Does capsule watch the home's hidden credentials for this runner (it can open
+    /// `/dev/fuse`: root, or a device mode that lets others read and write it)? On this
+    /// project's machines `/dev/fuse` is 0600 root's: root does, `capsule-ci` does not.
+    pub fn watches_masks(&self) -> bool {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if std::env::var_os("CAPSULE_FUSE_MASKS").is_some_and(|v| v == "0") {
+            return false;
+        }
+        let Ok(md) = std::fs::metadata("/dev/fuse") else {
+            return false;
+        };
+        md.file_type().is_char_device()
+            && (self.uid() == 0
+                || (md.uid() == self.uid() && md.mode() & 0o600 == 0o600)
+                || md.mode() & 0o006 == 0o006)
+    }
     /// Hand `path` (a scratch dir) to this runner so it can write there.
     pub fn own(&self, path: &Path) {
         if let Runner::User { uid, gid, .. } = self {

@@ -124,20 +124,28 @@ fn proxy_refusal_is_listed_with_its_grant() {
 fn ordinary_work_has_no_refusals() {
     each_runner(|r| {
         let c = Capsule::new(r);
-        let o = c.exec_with(
-            &["--list-reads"],
-            &[
-                "sh",
-                "-c",
-                "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m wip && \
-             python3 -m venv --without-pip /tmp/venv && /tmp/venv/bin/python -c 'print(1)' && \
-             cc -o /tmp/a src/main.c 2>/dev/null; ls -la ~ >/dev/null; true",
-            ],
-        );
-        ok(&o, "git commit, venv");
-        let rec = record(&c);
-        assert_eq!(refusals(&rec), Vec::<serde_json::Value>::new(), "{rec}");
-        assert!(!err(&o).contains("refused"), "{}", err(&o));
+        // by default (the home's hidden credentials watched where FUSE can be used), and
+        // with every open observed
+        for flags in [&[][..], &["--list-reads"]] {
+            let o = c.exec_with(
+                flags,
+                &[
+                    "sh",
+                    "-c",
+                    "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m wip && \
+                 python3 -m venv --without-pip /tmp/venv && /tmp/venv/bin/python -c 'print(1)' && \
+                 cc -o /tmp/a src/main.c 2>/dev/null; ls -la ~ >/dev/null; true",
+                ],
+            );
+            ok(&o, "git commit, venv");
+            let rec = record(&c);
+            assert_eq!(
+                refusals(&rec),
+                Vec::<serde_json::Value>::new(),
+                "{flags:?} {rec}"
+            );
+            assert!(!err(&o).contains("refused"), "{}", err(&o));
+        }
     });
 }
 
@@ -294,11 +302,16 @@ fn isolation_says_which_kinds_are_listed() {
         let o = c.capsule().arg("isolation").output().unwrap();
         ok(&o, "capsule isolation");
         let s = out(&o);
+        let read = if r.watches_masks() {
+            "read     listed: of the home's hidden credentials"
+        } else {
+            "read     NOT listed: only with `exec --list-reads`"
+        };
         for kind in [
             "syscall  listed",
             "write    listed",
             "connect  listed",
-            "read     NOT listed: only with `exec --list-reads`",
+            read,
             "exec     NOT listed",
         ] {
             assert!(s.contains(kind), "{kind}: {s}");
@@ -327,10 +340,17 @@ fn reads_of_hidden_paths_are_listed() {
         let script = format!(
             "cat {home}/.ssh/id_ed25519; python3 -c 'import os; os.listdir(\"{home}/.aws\")' 2>/dev/null; cat README.md {home}/notes.txt >/dev/null; true"
         );
-        // not listed unless asked (every open then goes through capsule)
+        // by default where capsule watches the credentials' masks (the same list), else
+        // only when asked (every open then goes through capsule)
         let o = c.sh(&script);
-        assert!(refusals(&record(&c)).is_empty(), "{}", err(&o));
-        let o = c.exec_with(&["--list-reads"], &["sh", "-c", &script]);
+        if !r.watches_masks() {
+            assert!(refusals(&record(&c)).is_empty(), "{}", err(&o));
+        }
+        let o = if r.watches_masks() {
+            o
+        } else {
+            c.exec_with(&["--list-reads"], &["sh", "-c", &script])
+        };
         assert!(!out(&o).contains(SECRET), "{}", out(&o));
         let rec = record(&c);
         let list = refusals(&rec);
@@ -395,50 +415,54 @@ fn each_refused_thing_once_gets_exactly_those_refusals() {
              python3 -c \"\nimport ctypes, os\ntry: open('/etc/x', 'w')\nexcept OSError: pass\ntry: os.rename('README.md', '/usr/stolen')\nexcept OSError: pass\nctypes.CDLL(None).syscall(250, 0, 0, 0, 0, 0)\n\"; \
              env NO_PROXY= no_proxy= curl -s -o /dev/null --max-time 20 http://127.0.0.1:9/; true"
         );
-        let mut cmd = c.capsule();
-        cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
-        cmd.args([
-            "exec",
-            NAME,
-            "--list-reads",
-            "--allow-host",
-            "listed.test:443",
-            "--",
-        ]);
-        cmd.args(["sh", "-c", &script]);
-        cmd.stdin(std::process::Stdio::null());
-        let o = cmd.output().unwrap();
-        ok(&o, "each refused thing");
-        let rec = record(&c);
-        let mut got: Vec<String> = refusals(&rec)
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {} ({}) {}",
-                    r["kind"].as_str().unwrap(),
-                    r["target"].as_str().unwrap().replace(&home, "~"),
-                    r["program"].as_str().unwrap(),
-                    r["grant"].as_str().unwrap_or("-").replace(&home, "~"),
-                )
-            })
-            .collect();
-        got.sort();
-        assert_eq!(
-            got,
-            [
-                "connect 127.0.0.1:9 () --allow-host 127.0.0.1:9",
-                "read ~/.aws (python3) --reveal ~/.aws",
-                "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh",
-                "syscall keyctl (python3) -",
-                "write /etc/x (python3) --allow-write /etc/x",
-                "write /usr/stolen (python3) --allow-write /usr",
-            ],
-            "{rec}"
-        );
-        let lines = err(&o)
-            .lines()
-            .filter(|l| l.starts_with("capsule: refused "))
-            .count();
-        assert_eq!(lines, 6, "{}", err(&o));
+        // with every open observed; and by default where the credentials' masks are
+        // watched (the reads are then listed by the masks alone)
+        for list_reads in [true, false] {
+            if !list_reads && !r.watches_masks() {
+                continue;
+            }
+            let mut cmd = c.capsule();
+            cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
+            cmd.args(["exec", NAME]);
+            if list_reads {
+                cmd.arg("--list-reads");
+            }
+            cmd.args(["--allow-host", "listed.test:443", "--"]);
+            cmd.args(["sh", "-c", &script]);
+            cmd.stdin(std::process::Stdio::null());
+            let o = cmd.output().unwrap();
+            ok(&o, "each refused thing");
+            let rec = record(&c);
+            let mut got: Vec<String> = refusals(&rec)
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} ({}) {}",
+                        r["kind"].as_str().unwrap(),
+                        r["target"].as_str().unwrap().replace(&home, "~"),
+                        r["program"].as_str().unwrap(),
+                        r["grant"].as_str().unwrap_or("-").replace(&home, "~"),
+                    )
+                })
+                .collect();
+            got.sort();
+            assert_eq!(
+                got,
+                [
+                    "connect 127.0.0.1:9 () --allow-host 127.0.0.1:9",
+                    "read ~/.aws (python3) --reveal ~/.aws",
+                    "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh",
+                    "syscall keyctl (python3) -",
+                    "write /etc/x (python3) --allow-write /etc/x",
+                    "write /usr/stolen (python3) --allow-write /usr",
+                ],
+                "{rec}"
+            );
+            let lines = err(&o)
+                .lines()
+                .filter(|l| l.starts_with("capsule: refused "))
+                .count();
+            assert_eq!(lines, 6, "{}", err(&o));
+        }
     });
 }

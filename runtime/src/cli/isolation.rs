@@ -49,8 +49,12 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
     let report = isolation::probe();
     #[cfg(target_os = "linux")]
     let notify = crate::linux::seccomp::continue_supported();
+    #[cfg(target_os = "linux")]
+    let watched = crate::linux::fusemask::usable();
     #[cfg(not(target_os = "linux"))]
     let notify = false;
+    #[cfg(not(target_os = "linux"))]
+    let watched = false;
     let decision = isolation::decide(&report, &settings);
     #[cfg(target_os = "linux")]
     let limits = crate::linux::cgroup::probe();
@@ -70,9 +74,9 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             "exec_refused": error,
             "limits": limits_json(&limits),
             "refusals": {
-                "full": crate::refusals::listing::kinds(true, notify, false),
-                "weaker": crate::refusals::listing::kinds(false, notify, false),
-                "full_with_list_reads": crate::refusals::listing::kinds(true, notify, true),
+                "full": crate::refusals::listing::kinds(true, notify, false, watched),
+                "weaker": crate::refusals::listing::kinds(false, notify, false, watched),
+                "full_with_list_reads": crate::refusals::listing::kinds(true, notify, true, watched),
             },
         }));
     } else {
@@ -81,7 +85,10 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             human(&report, &settings, &decision, args.accept_weaker)
         );
         print!("{}", limits_human(&limits));
-        print!("{}", crate::refusals::listing::human(report.full(), notify));
+        print!(
+            "{}",
+            crate::refusals::listing::human(report.full(), notify, watched)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -333,6 +333,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             isolation == Isolation::Full,
             linux::seccomp::continue_supported(),
             a.list_reads,
+            linux::fusemask::usable(),
         )
         .into_iter()
         .filter(|k| !k.listed)

@@ -249,19 +249,23 @@ impl Masks {
             FORGET | BATCH_FORGET | INTERRUPT => None,
             _ => Some(Err(libc::ENOSYS)),
         };
+        // who asked is read while it waits for the answer (it may be gone right after)
+        let event = event.map(|(target, reason)| (show(&target), reason, self.comm(pid)));
         if let Some(r) = reply {
             respond(fd, unique, r);
         }
-        if let Some((target, reason)) = event {
-            let grant = format!("--reveal {}", show(&c.path));
-            let program = self.comm(pid);
-            let known = refusals.knows(Kind::Read, &show(&target), &program);
+        if let Some((target, reason, program)) = event {
+            // a connect to a socket in the mask is listed as that connect already
+            if refusals.knows(Kind::Connect, &target, &program) {
+                return;
+            }
+            let known = refusals.knows(Kind::Read, &target, &program);
             refusals.add(Event {
                 kind: Kind::Read,
-                target: show(&target),
+                target,
                 program,
                 pid: (!known && pid != 0).then_some(pid as i32),
-                grant: Some(grant),
+                grant: Some(format!("--reveal {}", show(&c.path))),
                 reason: Some(reason.into()),
                 header: None,
             });
