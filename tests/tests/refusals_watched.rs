@@ -74,7 +74,7 @@ fn credential_reads_are_listed_by_default_in_each_kind_of_root() {
                 // shown as the empty, read-only entries they are
                 assert_eq!(
                     out(&o),
-                    ".\n..\n555 0\n444 0\n",
+                    ".\n..\n555 40\n444 0\n",
                     "{idle} {extra:?}: {}",
                     err(&o)
                 );
@@ -173,5 +173,57 @@ fn a_storm_of_lookups_keeps_the_record_bounded() {
         let line = serde_json::to_string(&rec).unwrap();
         assert!(line.len() < 128 * 1024, "{}", line.len());
         eprintln!("20,000 lookups in a watched mask: {:?}", t.elapsed());
+    });
+}
+
+/// A watched mask answers what a plain mask answers (a `--hide` folder in the workspace,
+/// a tmpfs-backed mask as before): kind, mode, links, owner, size, and a listing of `.`
+/// and `..` only.
+#[test]
+fn a_watched_mask_answers_as_a_plain_mask() {
+    each_runner(|r| {
+        if !r.watches_masks() {
+            return;
+        }
+        let c = planted(r);
+        std::fs::create_dir_all(c.ws.join("private")).unwrap();
+        std::fs::write(c.ws.join("private/notes"), SECRET).unwrap();
+        std::fs::write(c.ws.join("private.txt"), SECRET).unwrap();
+        c.runner.own(c.dir.path());
+        let home = c.home.display().to_string();
+        let ws = c.ws.display().to_string();
+        let o = c.exec_with(
+            &[
+                "--hide",
+                &format!("{ws}/private"),
+                "--hide",
+                &format!("{ws}/private.txt"),
+            ],
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "for p in {ws}/private {home}/.aws {ws}/private.txt {home}/.netrc; do \
+                     stat -c '%F %a %h %u %g %s' $p; ls -a $p | tr '\\n' ' '; echo; \
+                     cat $p/x 2>&1 | sed 's|.*: ||'; done"
+                ),
+            ],
+        );
+        ok(&o, "stat");
+        let text = out(&o);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 12, "{}", out(&o));
+        assert_eq!(lines[0..3], lines[3..6], "{}", out(&o));
+        // (a file's listing is its name)
+        assert_eq!((lines[6], lines[8]), (lines[9], lines[11]), "{}", out(&o));
+        assert!(lines[0].starts_with("directory 555 2 "), "{}", out(&o));
+        assert_eq!(lines[1], ". .. ", "{}", out(&o));
+        assert_eq!(lines[2], "No such file or directory");
+        assert!(
+            lines[6].starts_with("regular empty file 444 1 "),
+            "{}",
+            out(&o)
+        );
+        assert_eq!(lines[8], "Not a directory");
     });
 }

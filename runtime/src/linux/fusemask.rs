@@ -76,6 +76,11 @@ pub fn watched(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<
     if !usable() {
         return Vec::new();
     }
+    select(policy, home, steps)
+}
+
+/// [`watched`], wherever FUSE can be used.
+fn select(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for h in &policy.hidden {
         if out.len() == MAX_WATCHED {
@@ -214,7 +219,10 @@ pub fn mount(watched: &[PathBuf], dev: RawFd) -> Mounted {
             flags,
             Some(&opts),
         ) {
-            Ok(()) => m.conns.push((fd, i as u16, dir)),
+            Ok(()) => {
+                serve::answer_init(fd.as_raw_fd());
+                m.conns.push((fd, i as u16, dir))
+            }
             Err(e) => tracing::debug!("watched masks: mounting at {}: {e}", w.display()),
         }
     }
@@ -267,4 +275,63 @@ pub fn recv(sock: RawFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let n = msg.bytes;
     buf.truncate(n);
     Ok((buf, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsule_bundle::policy::HiddenPath;
+
+    #[test]
+    fn the_homes_credentials_the_host_has_are_watched() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().join("h");
+        for dir in [".ssh", ".aws", ".kube", ".docker/x", "Documents"] {
+            std::fs::create_dir_all(home.join(dir)).unwrap();
+        }
+        std::fs::write(home.join(".netrc"), "x").unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), home.join(".gnupg")).unwrap();
+        std::fs::create_dir_all(d.path().join("elsewhere/.ssh")).unwrap();
+        let hidden = |rel: &str, reason| HiddenPath {
+            path: if rel.starts_with('/') {
+                PathBuf::from(rel)
+            } else {
+                home.join(rel)
+            },
+            reason,
+        };
+        let mut policy: SandboxPolicy = serde_json::from_value(serde_json::json!({
+            "version": 1, "capsule_name": "c", "workspace": "/w", "read_only": [],
+            "tmp_dir": "/t", "writable": [], "hidden": [], "revealed": [], "pass_env": [],
+            "devices": [], "network": {"mode": "none"}
+        }))
+        .unwrap();
+        let elsewhere = d.path().join("elsewhere/.ssh");
+        policy.hidden = vec![
+            hidden(".ssh", HiddenReason::Credentials),
+            hidden(".aws", HiddenReason::Credentials),
+            hidden(".netrc", HiddenReason::Credentials),
+            hidden(".kube", HiddenReason::Credentials),
+            hidden(".docker", HiddenReason::Credentials),
+            hidden(".gnupg", HiddenReason::Credentials),
+            hidden(".azure", HiddenReason::Credentials),
+            hidden(".ssh/id_rsa", HiddenReason::Credentials),
+            hidden("Documents", HiddenReason::PersonalFiles),
+            hidden(elsewhere.to_str().unwrap(), HiddenReason::Credentials),
+        ];
+        policy.revealed = vec![home.join(".kube")];
+        let steps = vec![MountStep::Bind {
+            src: "/x".into(),
+            dst: home.join(".docker/x"),
+            rw: false,
+            optional: true,
+        }];
+        let got = select(&policy, &home, &steps);
+        // a folder and a file the host has; not revealed, not mounted inside, not a
+        // symlink, not absent, not inside another, not a personal folder, not elsewhere
+        assert_eq!(
+            got,
+            [home.join(".ssh"), home.join(".aws"), home.join(".netrc")]
+        );
+    }
 }

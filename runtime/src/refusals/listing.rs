@@ -39,7 +39,8 @@ pub fn kinds(namespaces: bool, notify: bool, reads: bool, watched: bool) -> Vec<
     }
     let watched = watched && namespaces;
     if notify && !reads && watched {
-        v.push(k("read", true, "of the home's hidden credentials (~/.ssh, ~/.aws, ...: each an empty, read-only mask served by capsule over FUSE, which lists every lookup, listing and open in it, at no cost to other opens); of other hidden paths only with `exec --list-reads` (every open then goes through capsule: a round trip each, measured +2.8 ms per warm exec and +38% on a C build here)"));
+        v.push(k("read", true, "of the home's hidden credentials (~/.ssh, ~/.aws, ...: each an empty, read-only mask served by capsule over FUSE, which lists every lookup, listing and open in it, at no cost to other opens)"));
+        v.push(k("read", false, "of other hidden paths: only with `exec --list-reads` (every open then goes through capsule: a round trip each, measured +2.8 ms per warm exec and +38% on a C build here)"));
     } else if notify && !reads {
         v.push(k("read", false, if namespaces {
             "only with `exec --list-reads`: every open then goes through capsule (a round trip each, measured +2.8 ms per warm exec and +38% on a C build here); reads of the home's hidden credentials would be listed without it, but /dev/fuse cannot be opened by this user here (or CAPSULE_FUSE_MASKS=0)"

@@ -4,7 +4,7 @@
 //! [`Collector`].
 //!
 //! Answers, as the plain mask below gives them: the root's attributes (mode 0555 folder
-//! or 0444 file, the sandbox's uid and gid, size 0, the time the server started), lookups
+//! or 0444 file, the sandbox's uid and gid, tmpfs's sizes, the time the server started), lookups
 //! `ENOENT`, listings `.` and `..`, reads end of file, extended attributes none, and
 //! `ENOSYS` for anything else (the mount is read-only: the kernel refuses writes before
 //! asking). Not `fuser`: its session owns a thread and a loop per mount, where these are
@@ -35,8 +35,9 @@ const BATCH_FORGET: u32 = 42;
 
 /// `struct fuse_in_header`.
 const IN_HEADER: usize = 40;
-/// What a read of `/dev/fuse` must have room for (the kernel refuses smaller buffers).
-const BUFFER: usize = (1 << 20) + 4096;
+/// What a read of `/dev/fuse` must have room for: the kernel refuses buffers smaller
+/// than 8 KiB or than a write request (`max_write` is 4 KiB here, and nothing writes).
+const BUFFER: usize = 16 * 1024;
 /// How long the kernel may keep the root's attributes.
 const ATTR_VALID_S: u64 = 24 * 3600;
 
@@ -150,30 +151,15 @@ impl Masks {
             a.copy_from_slice(&b[o..o + 8]);
             u64::from_le_bytes(a)
         };
-        let len = (u32_at(0) as usize).min(n);
+        // the kernel's length, within what was read (never below the header)
+        let len = (u32_at(0) as usize).clamp(IN_HEADER, n);
         let (op, unique, pid) = (u32_at(4), u64_at(8), u32_at(32));
         let body = &b[IN_HEADER..len];
         let c = &self.conns[i];
         let (fd, dir) = (c.fd.as_raw_fd(), c.dir);
         let mut event: Option<(PathBuf, &'static str)> = None;
         let reply: Option<Result<Vec<u8>, i32>> = match op {
-            INIT => {
-                let readahead = if body.len() >= 12 {
-                    u32::from_le_bytes([body[8], body[9], body[10], body[11]])
-                } else {
-                    0
-                };
-                let mut o = Vec::with_capacity(64);
-                for v in [7u32, 31, readahead, 0] {
-                    o.extend_from_slice(&v.to_le_bytes());
-                }
-                o.extend_from_slice(&16u16.to_le_bytes()); // max_background
-                o.extend_from_slice(&12u16.to_le_bytes()); // congestion_threshold
-                o.extend_from_slice(&4096u32.to_le_bytes()); // max_write
-                o.extend_from_slice(&1u32.to_le_bytes()); // time_gran
-                o.resize(64, 0);
-                Some(Ok(o))
-            }
+            INIT => Some(Ok(init_out(body))),
             LOOKUP => {
                 let name = body.split(|&x| x == 0).next().unwrap_or_default();
                 if !name.is_empty() {
@@ -276,7 +262,9 @@ impl Masks {
     fn attr(&self, dir: bool) -> Vec<u8> {
         let mut a = Vec::with_capacity(88);
         a.extend_from_slice(&1u64.to_le_bytes()); // ino
-        a.extend_from_slice(&[0u8; 16]); // size, blocks
+                                                  // size as tmpfs gives an empty folder (two entries) or file; no blocks
+        a.extend_from_slice(&(if dir { 40u64 } else { 0 }).to_le_bytes());
+        a.extend_from_slice(&0u64.to_le_bytes());
         for _ in 0..3 {
             a.extend_from_slice(&self.time.0.to_le_bytes());
         }
@@ -328,6 +316,57 @@ impl Masks {
         let b = &b[..n];
         String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(b)).into_owned()
     }
+}
+
+/// `struct fuse_init_out` for an `INIT` request's `body`: protocol 7.31, no optional
+/// feature, writes of at most 4 KiB (none come: the mount is read-only).
+fn init_out(body: &[u8]) -> Vec<u8> {
+    let readahead = if body.len() >= 12 {
+        u32::from_le_bytes([body[8], body[9], body[10], body[11]])
+    } else {
+        0
+    };
+    let mut o = Vec::with_capacity(64);
+    for v in [7u32, 31, readahead, 0] {
+        o.extend_from_slice(&v.to_le_bytes());
+    }
+    o.extend_from_slice(&16u16.to_le_bytes()); // max_background
+    o.extend_from_slice(&12u16.to_le_bytes()); // congestion_threshold
+    o.extend_from_slice(&4096u32.to_le_bytes()); // max_write
+    o.extend_from_slice(&1u32.to_le_bytes()); // time_gran
+    o.resize(64, 0);
+    o
+}
+
+/// Answer the `INIT` request a new mount queued on `fd` (by the process that mounted it,
+/// right after, so that capsule has one round trip less on the exec's way). Returns
+/// whether it was answered; if not, the server answers it as any request.
+pub(super) fn answer_init(fd: RawFd) -> bool {
+    let mut b = [0u8; 8192 + 256];
+    // SAFETY: fcntl and a nonblocking read of our own descriptor into our buffer.
+    let n = unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+            return false;
+        }
+        let n = libc::read(fd, b.as_mut_ptr().cast(), b.len());
+        libc::fcntl(fd, libc::F_SETFL, fl);
+        n
+    };
+    if n < IN_HEADER as isize {
+        return false;
+    }
+    let b = &b[..n as usize];
+    let op = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let mut u = [0u8; 8];
+    u.copy_from_slice(&b[8..16]);
+    if op != INIT {
+        // never left unanswered (the kernel sends INIT first: not seen)
+        respond(fd, u64::from_le_bytes(u), Err(libc::ENOSYS));
+        return false;
+    }
+    respond(fd, u64::from_le_bytes(u), Ok(init_out(&b[IN_HEADER..])));
+    true
 }
 
 /// Write the answer to request `unique`: its bytes, or an errno. A request the task gave
