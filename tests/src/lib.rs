@@ -179,7 +179,8 @@ impl Runner {
         if std::env::var_os("CAPSULE_FUSE_MASKS").is_some_and(|v| v == "0") {
             return false;
         }
-        let Ok(md) = std::fs::metadata("/dev/fuse") else {
+        let dev = std::env::var_os("CAPSULE_FUSE_TEST_DEVICE").unwrap_or("/dev/fuse".into());
+        let Ok(md) = std::fs::metadata(dev) else {
             return false;
         };
         md.file_type().is_char_device()

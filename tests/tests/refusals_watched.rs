@@ -227,3 +227,72 @@ fn a_watched_mask_answers_as_a_plain_mask() {
         assert_eq!(lines[8], "Not a directory");
     });
 }
+
+/// An unprivileged user who may open the FUSE device (most distributions make it 0666)
+/// gets the same listing: init opens and mounts the connections in the sandbox's user
+/// namespace, which that user owns. `/dev/fuse` is root's here, so the test gives
+/// `capsule-ci` a node of the same device that it may open (`CAPSULE_FUSE_TEST_DEVICE`,
+/// for tests only; capsule checks that it is the FUSE device).
+#[test]
+fn an_unprivileged_user_who_may_open_fuse_gets_the_listing_too() {
+    each_runner(|r| {
+        // made by the tests' root, for the unprivileged runner
+        if r.uid() == 0 || capsule_e2e::Runner::Current.uid() != 0 {
+            return;
+        }
+        let c = planted(r);
+        let dev = c.dir.path().join("fuse");
+        let st = std::process::Command::new("mknod")
+            .args(["-m", "0666"])
+            .arg(&dev)
+            .args(["c", "10", "229"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let home = c.home.display().to_string();
+        for idle in ["30", "0"] {
+            let mut cmd = c.capsule();
+            cmd.env("CAPSULE_FUSE_TEST_DEVICE", &dev);
+            cmd.env("CAPSULE_PREPARED_IDLE", idle);
+            cmd.args(["exec", NAME, "--", "sh", "-c"]);
+            cmd.arg(format!(
+                "cat {home}/.ssh/id_ed25519 2>/dev/null; ls {home}/.aws; true"
+            ));
+            cmd.stdin(std::process::Stdio::null());
+            let o = cmd.output().unwrap();
+            ok(&o, "as an unprivileged user");
+            assert!(!out(&o).contains(SECRET), "{}", out(&o));
+            assert_eq!(
+                refusals(&c),
+                [
+                    "read ~/.aws (ls) --reveal ~/.aws 1",
+                    "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh 1",
+                ],
+                "{idle}: {}",
+                err(&o)
+            );
+        }
+        // a node of another device is not used: the credentials are then absent, as
+        // without FUSE, and nothing is listed
+        std::fs::remove_file(&dev).unwrap();
+        let st = std::process::Command::new("mknod")
+            .args(["-m", "0666"])
+            .arg(&dev)
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut cmd = c.capsule();
+        cmd.env("CAPSULE_FUSE_TEST_DEVICE", &dev);
+        cmd.args(["exec", NAME, "--", "sh", "-c"]);
+        cmd.arg(format!(
+            "ls {home}/.aws 2>&1; cat {home}/.aws/credentials; true"
+        ));
+        cmd.stdin(std::process::Stdio::null());
+        let o = cmd.output().unwrap();
+        ok(&o, "another device");
+        assert!(!out(&o).contains(SECRET), "{}", out(&o));
+        assert!(out(&o).contains("No such file or directory"), "{}", out(&o));
+        assert!(refusals(&c).is_empty(), "{:?}", refusals(&c));
+    });
+}

@@ -58,14 +58,36 @@ pub const MESSAGE: u8 = b'F';
 /// `/dev/fuse`'s device number (misc 229).
 const FUSE_RDEV: (u32, u32) = (10, 229);
 
-/// Can this user serve watched masks here? `/dev/fuse` readable and writable for it, and
-/// not turned off (`CAPSULE_FUSE_MASKS=0`).
+/// The FUSE device's path: `/dev/fuse`, or **for tests only**
+/// `CAPSULE_FUSE_TEST_DEVICE` (another node of the same device, which [`device`] checks:
+/// the tests give an unprivileged user one it may open, as most distributions do).
+fn device_path() -> CString {
+    std::env::var_os("CAPSULE_FUSE_TEST_DEVICE")
+        .and_then(|p| CString::new(p.as_bytes()).ok())
+        .unwrap_or_else(|| c"/dev/fuse".to_owned())
+}
+
+/// Can this user serve watched masks here? `/dev/fuse` is the FUSE device, readable and
+/// writable for it, and they are not turned off (`CAPSULE_FUSE_MASKS=0`).
 pub fn usable() -> bool {
     if std::env::var_os("CAPSULE_FUSE_MASKS").is_some_and(|v| v == "0") {
         return false;
     }
-    // SAFETY: access(2) on a constant path.
-    unsafe { libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) == 0 }
+    let path = device_path();
+    // SAFETY: zeroed stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: stat(2) and access(2) on a valid C string.
+    unsafe {
+        libc::stat(path.as_ptr(), &mut st) == 0
+            && is_fuse(&st)
+            && libc::access(path.as_ptr(), libc::R_OK | libc::W_OK) == 0
+    }
+}
+
+/// Is this the FUSE device?
+fn is_fuse(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR
+        && (libc::major(st.st_rdev), libc::minor(st.st_rdev)) == FUSE_RDEV
 }
 
 /// The hidden credentials of the home at `home` that `policy` hides and the host has (a
@@ -116,10 +138,10 @@ fn select(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<PathB
 /// An `O_PATH` descriptor of the host's `/dev/fuse` (close-on-exec), for [`mount`] to
 /// reopen in the sandbox; `None` when it is not the FUSE device.
 pub fn device() -> Option<OwnedFd> {
-    // SAFETY: open(2) of a constant path; the descriptor is ours.
+    // SAFETY: open(2) of a valid C string; the descriptor is ours.
     let fd = unsafe {
         libc::open(
-            c"/dev/fuse".as_ptr(),
+            device_path().as_ptr(),
             libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW,
         )
     };
@@ -131,10 +153,7 @@ pub fn device() -> Option<OwnedFd> {
     // SAFETY: zeroed stat is a valid out-parameter.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on our own descriptor.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0
-        || st.st_mode & libc::S_IFMT != libc::S_IFCHR
-        || (libc::major(st.st_rdev), libc::minor(st.st_rdev)) != FUSE_RDEV
-    {
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || !is_fuse(&st) {
         return None;
     }
     Some(fd)
