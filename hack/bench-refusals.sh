@@ -15,8 +15,15 @@
 # the plain filter then answers EPERM itself and no notification is sent) and copy the
 # binary aside. An older binary as BASE also differs in every other feature since.
 #
+# The reads of the home's credentials are listed by watched masks (runtime/src/linux/
+# fusemask.rs), which cost nothing per open: for them the fair BASE is the same binary
+# with them off, `BASE_ENV=CAPSULE_FUSE_MASKS=0` (BASE_BIN then defaults to BIN; the
+# scratch home holds ~/.ssh, watched where FUSE can be used: as root here). A fourth part
+# then stores a lookup storm: 100,000 stats of names in ~/.ssh.
+#
 # Prints medians and ratios. Not a test: run by hand,
 #   BASE_BIN=/path/to/capsule-without-listing hack/bench-refusals.sh [RUNS] [BUILDS] [FILES]
+#   BASE_ENV=CAPSULE_FUSE_MASKS=0 hack/bench-refusals.sh [RUNS] [BUILDS] [FILES]
 # BIN defaults to the release build (hack/build-release.sh); BIN=target/debug/capsule
 # compares debug builds. Needs bubblewrap, make and cc.
 set -euo pipefail
@@ -24,8 +31,10 @@ cd "$(dirname "$0")/.."
 RUNS="${1:-300}"
 BUILDS="${2:-7}"
 FILES="${3:-60}"
-: "${BASE_BIN:?set BASE_BIN to a capsule binary without refusal listing, e.g. one built from main}"
 BIN="${BIN:-$(hack/build-release.sh)}"
+BASE_ENV="${BASE_ENV:-}"
+if [ -n "$BASE_ENV" ]; then BASE_BIN="${BASE_BIN:-$BIN}"; fi
+: "${BASE_BIN:?set BASE_BIN to a capsule binary without refusal listing, e.g. one built from main, or BASE_ENV}"
 command -v bwrap >/dev/null || { echo "bwrap missing: apt-get install -y bubblewrap" >&2; exit 1; }
 
 # shellcheck source=hack/bench-capsule.sh
@@ -61,14 +70,20 @@ with open(f"{p}/Makefile", "w") as m:
     m.write("clean:\n\trm -rf obj libf.a prog out.txt\n")
 EOF
 
-python3 - "$RUNS" "$BUILDS" "$BIN" "$BASE_BIN" "$WS" "${BWRAP[*]}" <<'EOF'
+python3 - "$RUNS" "$BUILDS" "$BIN" "$BASE_BIN" "$WS" "${BWRAP[*]}" "$BASE_ENV" "$HOME" <<'EOF'
 import os, random, shlex, statistics, subprocess, sys, time
 runs, builds, new, base, ws = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 bwrap = shlex.split(sys.argv[6])
 env = dict(os.environ)
+base_env = dict(env)
+for kv in sys.argv[7].split():
+    k, v = kv.split("=", 1)
+    base_env[k] = v
+home = sys.argv[8]
 def run(argv, cwd=ws):
     s = time.perf_counter()
-    subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    e = base_env if argv[0] == base else env
+    subprocess.run(argv, cwd=cwd, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return (time.perf_counter() - s) * 1000
 def rounds(variants, n, warm):
     rng = random.Random(7)
@@ -115,4 +130,13 @@ m = rounds(st, 3, 0)
 print("refusal storms, 3 interleaved rounds (medians):")
 for name, _ in st:
     print(f"  {name:34} {m[name]:9.1f} ms")
+if sys.argv[7]:
+    lstorm = f"import os\nfor i in range(100000):\n try: os.stat('{home}/.ssh/k%d' % (i % 1000))\n except OSError: pass"
+    ls = [
+        ("100k lookups in ~/.ssh, listing on", lambda: [new, "exec", "bench", "--quiet-refusals", "--", "python3", "-c", lstorm]),
+        ("100k lookups in ~/.ssh, BASE", lambda: [base, "exec", "bench", "--", "python3", "-c", lstorm]),
+    ]
+    m = rounds(ls, 3, 0)
+    for name, _ in ls:
+        print(f"  {name:34} {m[name]:9.1f} ms")
 EOF
