@@ -278,20 +278,12 @@ pub fn send(sock: RawFd, m: Mounted) {
 /// Receive one message from the listener's channel: its bytes and descriptors (room for a
 /// [`Mounted`]'s: `/proc` and [`MAX_WATCHED`] connections).
 pub fn recv(sock: RawFd) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut buf = vec![0u8; 16 + 3 * MAX_WATCHED];
-    let mut cmsg = nix::cmsg_space!([RawFd; MAX_WATCHED + 1]);
-    let mut iov = [io::IoSliceMut::new(&mut buf)];
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(io::Error::from)?;
-    let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            // SAFETY: descriptors just received are ours to own.
-            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-        }
-    }
-    let n = msg.bytes;
+    let (n, fds) = sys::recv_fds_into(
+        sock,
+        &mut buf,
+        &mut nix::cmsg_space!([RawFd; MAX_WATCHED + 1]),
+    )?;
     buf.truncate(n);
     Ok((buf, fds))
 }

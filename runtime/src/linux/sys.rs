@@ -271,11 +271,19 @@ pub fn send_fds(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
 /// `recvmsg(2)` of up to `buf.len()` bytes and the descriptors that came with them (made
 /// close-on-exec, owned by the caller); `(0, [])` at end of file.
 pub fn recv_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+    recv_fds_into(sock, buf, &mut nix::cmsg_space!([RawFd; 8]))
+}
+
+/// [`recv_fds`] with room for as many descriptors as `cmsg` (`nix::cmsg_space!`) holds.
+pub fn recv_fds_into(
+    sock: RawFd,
+    buf: &mut [u8],
+    cmsg: &mut [u8],
+) -> io::Result<(usize, Vec<std::os::fd::OwnedFd>)> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     use std::os::fd::{FromRawFd, OwnedFd};
-    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
     let mut iov = [io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+    let msg = recvmsg::<()>(sock, &mut iov, Some(cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
         .map_err(io::Error::from)?;
     let mut fds = Vec::new();
     for c in msg.cmsgs().map_err(io::Error::from)? {
