@@ -28,8 +28,12 @@
 //! request gets a constant answer at once (lookups `ENOENT`, listings `.` and `..`, reads
 //! end of file) and nothing of the host is read to make it; the descriptors are
 //! non-blocking; should the supervisor or capsule end, the kernel aborts the connection and
-//! every access gets `ENOTCONN`: still nothing shown. A storm of lookups costs the task a
-//! round trip each and leaves the record bounded (counts).
+//! every access gets `ENOTCONN`: still nothing shown. The supervisor thread that answers
+//! them also reads the task's memory for its seccomp notifications (`process_vm_readv`),
+//! which must never wait on this server: it cannot, since a file mask is empty (size 0,
+//! always), so no page of the task's memory can be backed by one. A storm of lookups costs
+//! the task a round trip each (~23 us measured, `hack/bench-refusals.sh` with `BASE_ENV`)
+//! and leaves the record bounded (counts).
 //!
 //! Where it cannot be used, the view is as before (every hidden path of the home absent)
 //! and reads are listed only with `exec --list-reads`: without full isolation, when
