@@ -492,6 +492,14 @@ mod tests {
         };
         let mut none = |_: &Path| false;
         assert!(leaves_absent(&v, &mask("/h/.ssh", false), &[], &mut none));
+        // a watched mask stays (see crate::linux::fusemask)
+        let watched = [PathBuf::from("/h/.ssh")];
+        assert!(!leaves_absent(
+            &v,
+            &mask("/h/.ssh", false),
+            &watched,
+            &mut none
+        ));
         assert!(leaves_absent(
             &v,
             &mask("/h/hidden/d1", false),
@@ -614,6 +622,17 @@ mod tests {
         // an exec's own agent login is never kept out
         let login = absent(&v, &later, &p, &[".cargo/credentials"], &[]);
         assert!(!login.iter().any(|a| a == Path::new(".cargo/credentials")));
+        // a watched mask is a mount of its own: its path is not kept out by a whiteout
+        let watched = [home.join(".cargo/credentials.toml")];
+        let w = absent(&v, &later, &p, &[], &watched);
+        assert!(
+            !w.iter().any(|a| a == Path::new(".cargo/credentials.toml")),
+            "{w:?}"
+        );
+        assert!(
+            w.iter().any(|a| a == Path::new(".cargo/credentials")),
+            "{w:?}"
+        );
     }
 
     #[test]
@@ -683,5 +702,10 @@ mod tests {
         let rels: Vec<&str> = p.iter().map(|p| p.rel.to_str().unwrap()).collect();
         assert_eq!(rels, ["ws", ".local/share/capsule"]);
         assert_eq!(p[0].src.as_deref(), Some(Path::new("/h/ws")));
+        // a watched mask has its place, of the kind the host has there
+        let p = points(home, &entries, &steps, &["/h/.ssh".into()]);
+        let rels: Vec<&str> = p.iter().map(|p| p.rel.to_str().unwrap()).collect();
+        assert_eq!(rels, ["ws", ".ssh", ".local/share/capsule"]);
+        assert_eq!(p[1].src.as_deref(), Some(Path::new("/h/.ssh")));
     }
 }
