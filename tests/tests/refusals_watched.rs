@@ -249,6 +249,16 @@ fn an_unprivileged_user_who_may_open_fuse_gets_the_listing_too() {
             .status()
             .unwrap();
         assert!(st.success());
+        // a scratch folder on a `nodev` mount cannot hold a usable node: nothing to test
+        if std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&dev)
+            .is_err()
+        {
+            eprintln!("skipped: {} cannot be opened (nodev?)", dev.display());
+            return;
+        }
         let home = c.home.display().to_string();
         for idle in ["30", "0"] {
             let mut cmd = c.capsule();
