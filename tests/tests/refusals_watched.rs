@@ -306,3 +306,37 @@ fn an_unprivileged_user_who_may_open_fuse_gets_the_listing_too() {
         assert!(refusals(&c).is_empty(), "{:?}", refusals(&c));
     });
 }
+
+/// A watched mask's mount point is resolved without following a symlink: a task that
+/// left `~/.config` in the home layer as a link to its workspace cannot make the mask of
+/// `~/.config/gh` (a credential the operator makes later) land on a folder of its choice.
+#[test]
+fn a_watched_mask_is_never_mounted_through_a_symlink_the_task_left() {
+    each_runner(|r| {
+        if !r.watches_masks() {
+            return;
+        }
+        let c = planted(r);
+        let ws = c.ws.display().to_string();
+        let o = c.sh(&format!(
+            "mkdir -p {ws}/gh && echo mine > {ws}/gh/kept && ln -s {ws} ~/.config && echo PLANTED"
+        ));
+        ok(&o, "plant");
+        assert!(out(&o).contains("PLANTED"), "{}", err(&o));
+        std::fs::create_dir_all(c.home.join(".config/gh")).unwrap();
+        std::fs::write(c.home.join(".config/gh/hosts.yml"), SECRET).unwrap();
+        c.runner.own(c.dir.path());
+        for idle in ["30", "0"] {
+            let mut cmd = c.capsule();
+            cmd.env("CAPSULE_PREPARED_IDLE", idle);
+            cmd.args(["exec", NAME, "--", "sh", "-c"]);
+            cmd.arg(format!(
+                "cat {ws}/gh/kept; cat ~/.config/gh/hosts.yml 2>/dev/null; true"
+            ));
+            cmd.stdin(std::process::Stdio::null());
+            let o = cmd.output().unwrap();
+            ok(&o, "exec after the credential appeared");
+            assert_eq!(out(&o), "mine\n", "{idle}: {}", err(&o));
+        }
+    });
+}

@@ -207,13 +207,25 @@ pub fn mount(watched: &[PathBuf], dev: RawFd) -> Mounted {
         return m;
     };
     for (i, w) in watched.iter().enumerate().take(MAX_WATCHED) {
-        let Ok(dst) = CString::new(w.as_os_str().as_bytes()) else {
+        // the mount point, resolved once and without following a symlink on the way (a
+        // folder of the home layer, which a task wrote, may be one); mounted on through
+        // its descriptor, so the mount lands on exactly what was resolved
+        let Some(at) = resolve(w) else {
             continue;
         };
-        let dir = match sys::kind(&dst) {
-            sys::Kind::Dir => true,
-            sys::Kind::File => false,
+        // SAFETY: zeroed stat is a valid out-parameter.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on our own descriptor.
+        if unsafe { libc::fstat(at.as_raw_fd(), &mut st) } != 0 {
+            continue;
+        }
+        let dir = match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => true,
+            libc::S_IFREG => false,
             _ => continue,
+        };
+        let Ok(dst) = CString::new(format!("/proc/self/fd/{}", at.as_raw_fd())) else {
+            continue;
         };
         // SAFETY: open(2) of a valid C string.
         let fd = unsafe { libc::open(reopen.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -250,6 +262,36 @@ pub fn mount(watched: &[PathBuf], dev: RawFd) -> Mounted {
         }
     }
     m
+}
+
+/// `O_PATH` of `path` (absolute), no symlink followed on the way (`openat2` with
+/// `RESOLVE_NO_SYMLINKS`); `None` if one is there, or the path is missing.
+fn resolve(path: &Path) -> Option<OwnedFd> {
+    let p = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: open_how is plain data; zeroed is its empty value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: openat2(2) with a valid C string and open_how of its own size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        tracing::debug!(
+            "watched masks: {}: {}",
+            path.display(),
+            io::Error::last_os_error()
+        );
+        return None;
+    }
+    // SAFETY: a descriptor just opened.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Send `m` to capsule on the sandbox's end `sock` of the listener's channel, and close
