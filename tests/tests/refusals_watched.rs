@@ -31,6 +31,22 @@ fn refusals(c: &Capsule) -> Vec<String> {
     v
 }
 
+/// `capsule exec NAME [flags] -- sh -c script` with `env` set, stdin from /dev/null.
+fn sh_with(
+    c: &Capsule,
+    env: &[(&str, &std::ffi::OsStr)],
+    flags: &[&str],
+    script: &str,
+) -> std::process::Output {
+    let mut cmd = c.capsule();
+    cmd.envs(env.iter().copied());
+    cmd.args(["exec", NAME]);
+    cmd.args(flags);
+    cmd.args(["--", "sh", "-c", script]);
+    cmd.stdin(std::process::Stdio::null());
+    cmd.output().unwrap()
+}
+
 fn planted(r: &Runner) -> Capsule {
     let c = Capsule::new(r);
     std::fs::write(c.home.join(".ssh/id_ed25519"), SECRET).unwrap();
@@ -60,13 +76,12 @@ fn credential_reads_are_listed_by_default_in_each_kind_of_root() {
             ("0", &[][..]),
             ("30", &["--allow-host", "listed.test:443"][..]),
         ] {
-            let mut cmd = c.capsule();
-            cmd.env("CAPSULE_PREPARED_IDLE", idle);
-            cmd.args(["exec", NAME]);
-            cmd.args(extra);
-            cmd.args(["--", "sh", "-c", &script]);
-            cmd.stdin(std::process::Stdio::null());
-            let o = cmd.output().unwrap();
+            let o = sh_with(
+                &c,
+                &[("CAPSULE_PREPARED_IDLE", idle.as_ref())],
+                extra,
+                &script,
+            );
             ok(&o, "reads of hidden credentials");
             assert!(!out(&o).contains(SECRET), "{}", out(&o));
             let got = refusals(&c);
@@ -124,6 +139,15 @@ fn watched_masks_are_read_only_and_a_reveal_shows_the_real_folder() {
              umount {home}/.ssh 2>/dev/null; chmod 700 {home}/.ssh 2>&1; ls -a {home}/.ssh; true"
         ));
         ok(&o, "writes");
+        // and they are the watched masks, not plain ones (those would list nothing)
+        let got = refusals(&c);
+        for want in [
+            "read ~/.ssh/new (touch) --reveal ~/.ssh",
+            "read ~/.aws/d (mkdir) --reveal ~/.aws",
+            "read ~/.ssh (ls) --reveal ~/.ssh",
+        ] {
+            assert!(got.iter().any(|g| g.starts_with(want)), "{want}: {got:?}");
+        }
         let s = out(&o);
         // touch, mkdir, chmod here; the shell's redirection on its stderr
         assert_eq!(s.matches("Read-only file system").count(), 3, "{s}");
@@ -225,6 +249,17 @@ fn a_watched_mask_answers_as_a_plain_mask() {
             out(&o)
         );
         assert_eq!(lines[8], "Not a directory");
+        // the watched ones said what they were asked; the plain ones said nothing
+        let got = refusals(&c);
+        assert!(
+            got.iter().any(|g| g.starts_with("read ~/.aws (ls) ")),
+            "{got:?}"
+        );
+        assert!(
+            got.iter().any(|g| g.starts_with("read ~/.aws/x (cat) ")),
+            "{got:?}"
+        );
+        assert!(!got.iter().any(|g| g.contains("private")), "{got:?}");
     });
 }
 
@@ -261,15 +296,15 @@ fn an_unprivileged_user_who_may_open_fuse_gets_the_listing_too() {
         }
         let home = c.home.display().to_string();
         for idle in ["30", "0"] {
-            let mut cmd = c.capsule();
-            cmd.env("CAPSULE_FUSE_TEST_DEVICE", &dev);
-            cmd.env("CAPSULE_PREPARED_IDLE", idle);
-            cmd.args(["exec", NAME, "--", "sh", "-c"]);
-            cmd.arg(format!(
-                "cat {home}/.ssh/id_ed25519 2>/dev/null; ls {home}/.aws; true"
-            ));
-            cmd.stdin(std::process::Stdio::null());
-            let o = cmd.output().unwrap();
+            let o = sh_with(
+                &c,
+                &[
+                    ("CAPSULE_FUSE_TEST_DEVICE", dev.as_os_str()),
+                    ("CAPSULE_PREPARED_IDLE", idle.as_ref()),
+                ],
+                &[],
+                &format!("cat {home}/.ssh/id_ed25519 2>/dev/null; ls {home}/.aws; true"),
+            );
             ok(&o, "as an unprivileged user");
             assert!(!out(&o).contains(SECRET), "{}", out(&o));
             assert_eq!(
@@ -292,14 +327,12 @@ fn an_unprivileged_user_who_may_open_fuse_gets_the_listing_too() {
             .status()
             .unwrap();
         assert!(st.success());
-        let mut cmd = c.capsule();
-        cmd.env("CAPSULE_FUSE_TEST_DEVICE", &dev);
-        cmd.args(["exec", NAME, "--", "sh", "-c"]);
-        cmd.arg(format!(
-            "ls {home}/.aws 2>&1; cat {home}/.aws/credentials; true"
-        ));
-        cmd.stdin(std::process::Stdio::null());
-        let o = cmd.output().unwrap();
+        let o = sh_with(
+            &c,
+            &[("CAPSULE_FUSE_TEST_DEVICE", dev.as_os_str())],
+            &[],
+            &format!("ls {home}/.aws 2>&1; cat {home}/.aws/credentials; true"),
+        );
         ok(&o, "another device");
         assert!(!out(&o).contains(SECRET), "{}", out(&o));
         assert!(out(&o).contains("No such file or directory"), "{}", out(&o));
@@ -327,14 +360,12 @@ fn a_watched_mask_is_never_mounted_through_a_symlink_the_task_left() {
         std::fs::write(c.home.join(".config/gh/hosts.yml"), SECRET).unwrap();
         c.runner.own(c.dir.path());
         for idle in ["30", "0"] {
-            let mut cmd = c.capsule();
-            cmd.env("CAPSULE_PREPARED_IDLE", idle);
-            cmd.args(["exec", NAME, "--", "sh", "-c"]);
-            cmd.arg(format!(
-                "cat {ws}/gh/kept; cat ~/.config/gh/hosts.yml 2>/dev/null; true"
-            ));
-            cmd.stdin(std::process::Stdio::null());
-            let o = cmd.output().unwrap();
+            let o = sh_with(
+                &c,
+                &[("CAPSULE_PREPARED_IDLE", idle.as_ref())],
+                &[],
+                &format!("cat {ws}/gh/kept; cat ~/.config/gh/hosts.yml 2>/dev/null; true"),
+            );
             ok(&o, "exec after the credential appeared");
             assert_eq!(out(&o), "mine\n", "{idle}: {}", err(&o));
         }

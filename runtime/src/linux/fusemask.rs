@@ -72,8 +72,14 @@ fn device_path() -> CString {
 }
 
 /// Can this user serve watched masks here? `/dev/fuse` is the FUSE device, readable and
-/// writable for it, and they are not turned off (`CAPSULE_FUSE_MASKS=0`).
+/// writable for it, and they are not turned off (`CAPSULE_FUSE_MASKS=0`). Asked once per
+/// process (an exec's plan and its record both ask).
 pub fn usable() -> bool {
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(probe)
+}
+
+fn probe() -> bool {
     if std::env::var_os("CAPSULE_FUSE_MASKS").is_some_and(|v| v == "0") {
         return false;
     }
@@ -171,12 +177,6 @@ pub struct Mounted {
     conns: Vec<(OwnedFd, u16, bool)>,
     /// The sandbox's `/proc` (`O_PATH`): the server names programs from it.
     proc: Option<OwnedFd>,
-}
-
-impl Mounted {
-    pub fn is_empty(&self) -> bool {
-        self.conns.is_empty()
-    }
 }
 
 /// Mount a watched mask over each of `watched` that is a folder or a file here (in the

@@ -123,8 +123,8 @@ struct Polled {
     sock: Option<OwnedFd>,
     listener: Option<OwnedFd>,
     masks: Option<fusemask::serve::Masks>,
-    /// The masks' connections still open (indices into `masks`).
-    live: Vec<usize>,
+    /// The masks' connections still open: (index into `masks`, descriptor).
+    live: Vec<(usize, RawFd)>,
 }
 
 fn serve(
@@ -142,23 +142,21 @@ fn serve(
     };
     let mut allowed = Some(allowed);
     let mut judged: Option<(Names, Allowed, Vec<PathBuf>)> = None;
+    let pollfd = |fd: RawFd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // one set of pollfds for the thread's life: a notification storm allocates nothing
+    let mut p: Vec<libc::pollfd> = Vec::with_capacity(3 + fusemask::MAX_WATCHED);
     loop {
-        let mut p: Vec<libc::pollfd> = Vec::with_capacity(3 + st.live.len());
-        let mut add = |fd: RawFd| {
-            p.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-        };
-        add(stop.as_raw_fd());
-        add(st.sock.as_ref().map_or(-1, |s| s.as_raw_fd()));
-        add(st.listener.as_ref().map_or(-1, |l| l.as_raw_fd()));
-        let fds = st.masks.as_ref().map(|m| m.fds()).unwrap_or_default();
-        let polled = st.live.clone();
-        for &i in &polled {
-            add(fds[i]);
-        }
+        p.clear();
+        p.push(pollfd(stop.as_raw_fd()));
+        p.push(pollfd(st.sock.as_ref().map_or(-1, |s| s.as_raw_fd())));
+        p.push(pollfd(st.listener.as_ref().map_or(-1, |l| l.as_raw_fd())));
+        p.extend(st.live.iter().map(|&(_, fd)| pollfd(fd)));
+        // the connections polled this round (`receive` may add some after the poll)
+        let polled = st.live.len();
         // SAFETY: valid pollfds (a negative fd is skipped by poll).
         let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, -1) };
         if n < 0 {
@@ -187,17 +185,20 @@ fn serve(
             return;
         }
         let mut gone = Vec::new();
-        for (k, &i) in polled.iter().enumerate() {
-            if p[3 + k].revents == 0 {
+        for (k, pfd) in p[3..3 + polled].iter().enumerate() {
+            if pfd.revents == 0 {
                 continue;
             }
-            let alive = p[3 + k].revents & libc::POLLIN != 0
+            let i = st.live[k].0;
+            let alive = pfd.revents & libc::POLLIN != 0
                 && st.masks.as_mut().is_some_and(|m| m.answer(i, refusals));
             if !alive {
                 gone.push(i);
             }
         }
-        st.live.retain(|i| !gone.contains(i));
+        if !gone.is_empty() {
+            st.live.retain(|(i, _)| !gone.contains(i));
+        }
     }
 }
 
@@ -212,12 +213,11 @@ fn receive(st: &mut Polled, watched: &[PathBuf], refusals: &Collector) {
     match body.first() {
         Some(&fusemask::MESSAGE) if st.masks.is_none() => {
             st.masks = fusemask::serve::Masks::from_message(&body, fds, watched);
-            st.live = (0..st.masks.as_ref().map_or(0, |m| m.fds().len())).collect();
-            // the kernel's first request (INIT) is waiting on each
-            for i in st.live.clone() {
-                if let Some(m) = st.masks.as_mut() {
-                    if !m.answer(i, refusals) {
-                        st.live.retain(|&j| j != i);
+            // whatever waits already (INIT, if the sandbox did not answer it)
+            if let Some(m) = st.masks.as_mut() {
+                for (i, fd) in m.fds().into_iter().enumerate() {
+                    if m.answer(i, refusals) {
+                        st.live.push((i, fd));
                     }
                 }
             }

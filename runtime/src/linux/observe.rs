@@ -29,7 +29,7 @@
 //! links are never judged.
 
 use super::seccomp::WriteCall;
-use crate::refusals::{Event, Kind};
+use crate::refusals::{path_target, Event, Kind};
 use std::path::{Component, Path, PathBuf};
 
 /// Where the command may write and connect, as it names paths and addresses.
@@ -332,11 +332,11 @@ pub fn judge_connect(
         (Peer::Inet { .. }, _) => return None,
         (Peer::Unix(p), _) => {
             allowed.hiding(&p)?;
-            let t = p
-                .to_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| capsule_bundle::escape::path(&p));
-            (t, "a unix socket in a hidden path".into(), None)
+            (
+                path_target(&p),
+                "a unix socket in a hidden path".into(),
+                None,
+            )
         }
     };
     Some(Event {
@@ -433,18 +433,13 @@ pub fn judge_read(named: Named, allowed: &Allowed, listing: bool) -> Option<Even
         .paths
         .iter()
         .find_map(|p| allowed.hiding(p).map(|h| (p.clone(), h.to_path_buf())))?;
-    let show = |p: &Path| {
-        p.to_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| capsule_bundle::escape::path(p))
-    };
     Some(Event {
         header: None,
         kind: Kind::Read,
-        target: show(&p),
+        target: path_target(&p),
         program: String::new(),
         pid: None,
-        grant: Some(format!("--reveal {}", show(&h))),
+        grant: Some(format!("--reveal {}", path_target(&h))),
         reason: Some(if listing {
             "listing a hidden folder".into()
         } else {
@@ -477,13 +472,7 @@ pub fn judge(
     Some(Event {
         header: None,
         kind: Kind::Write,
-        grant: Some(format!(
-            "--allow-write {}",
-            grant_path
-                .to_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| capsule_bundle::escape::path(&grant_path))
-        )),
+        grant: Some(format!("--allow-write {}", path_target(&grant_path))),
         target,
         program,
         pid,

@@ -282,6 +282,14 @@ fn say(line: &str) {
     let _ = std::io::stderr().lock().write_all(l.as_bytes());
 }
 
+/// A path as refusals name it: its bytes when they are UTF-8, else escaped (the record
+/// is JSON text; the terminal escapes every target again when it says it).
+pub fn path_target(p: &std::path::Path) -> String {
+    p.to_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| capsule_bundle::escape::path(p))
+}
+
 /// The grant that would allow reaching `host:port` through the proxy.
 pub fn connect_grant(target: &str) -> String {
     format!("--allow-host {target}")

@@ -11,10 +11,10 @@
 //! answered by the seccomp supervisor's one thread, beside its notifications, and a dozen
 //! fixed answers need no library.
 
-use crate::refusals::{Collector, Event, Kind};
+use crate::refusals::{path_target as show, Collector, Event, Kind};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const LOOKUP: u32 = 1;
 const FORGET: u32 = 2;
@@ -386,13 +386,6 @@ fn respond(fd: RawFd, unique: u64, r: Result<Vec<u8>, i32>) {
             tracing::debug!("watched masks: answering: {e}");
         }
     }
-}
-
-/// A path as the records show it.
-fn show(p: &Path) -> String {
-    p.to_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| capsule_bundle::escape::path(p))
 }
 
 #[cfg(test)]
