@@ -221,6 +221,45 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Some(prepared::Entry::Warm(w)) => (None, Some(w)),
         None => (None, None),
     };
+    // capsule's own default limits ([`ExecPlan::cgroups_found_here`]): the warm spare's
+    // groups as they are (nothing read or written on the way), or groups made now for init
+    // to move itself in; where neither can be, the exec runs without them (said in the
+    // outcome) and processes are bounded by `RLIMIT_NPROC` instead
+    let mut found = cgroup::Found::default();
+    let mut own_files = Vec::new();
+    let without_cgroups;
+    let plan: &ExecPlan = if plan.cgroups_found_here && plan.limits.needs_cgroup() {
+        match &warm {
+            Some(w) if !w.handed.groups.is_empty() => {
+                found.groups = w.handed.groups();
+                if let Err(e) = cgroup::fit(&found.groups, &plan.limits) {
+                    found.not_enforced = Some(e.to_string());
+                    found.groups.clear();
+                }
+            }
+            Some(w) => {
+                found.not_enforced =
+                    Some(w.handed.no_cgroups.clone().unwrap_or_else(|| {
+                        "the prepared root's spare waits in no cgroup".to_string()
+                    }))
+            }
+            None => match cgroup::ExecCgroups::create(&plan.limits) {
+                Ok(mut c) => {
+                    own_files = c.procs_files();
+                    found.groups = std::mem::take(&mut c.groups);
+                }
+                Err(e) => found.not_enforced = Some(e.to_string()),
+            },
+        }
+        if found.not_enforced.is_some() {
+            without_cgroups = plan.without_cgroup_limits();
+            &without_cgroups
+        } else {
+            plan
+        }
+    } else {
+        plan
+    };
     // the filter the command installs; a warm spare has its own installed already
     let seccomp = match plan.isolation {
         Isolation::None => None,
@@ -281,9 +320,20 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         _ => None,
     };
     // this exec's cgroups, for init to move itself in (a warm spare waits in its own)
-    let cgroup_self = if warm.is_none() && !plan.cgroup_procs.is_empty() {
-        match cgroup::open_self_moves(&plan.cgroup_procs, &plan.limits) {
+    let self_files = if own_files.is_empty() {
+        &plan.cgroup_procs
+    } else {
+        &own_files
+    };
+    let cgroup_self = if warm.is_none() && !self_files.is_empty() {
+        match cgroup::open_self_moves(self_files, &plan.limits) {
             Ok(f) => f,
+            Err(e) if !own_files.is_empty() => {
+                // capsule's defaults: run without them, said in the outcome
+                found.groups.clear();
+                found.not_enforced = Some(format!("placing the sandbox in its cgroup: {e}"));
+                Vec::new()
+            }
             Err(e) => {
                 // (the relay, if any, gives capsule's stdio back as it is dropped)
                 restore(&old_mask);
@@ -346,8 +396,15 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         // does when it gets the request)
         use std::os::fd::AsRawFd;
         if !plan.cgroup_procs.is_empty() {
-            let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
-                .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits));
+            let handed = w.handed.groups();
+            let moved = if handed.len() == plan.cgroup_procs.len() {
+                // the groups the spare waits in, as its holder named them
+                cgroup::fit(&handed, &plan.limits)
+                    .map(|_| handed.iter().map(|g| g.dir.clone()).collect())
+            } else {
+                sys::pidfd_pid(w.pidfd.as_raw_fd())
+                    .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits))
+            };
             match moved {
                 Ok(dirs) => cgroup_dirs = dirs,
                 Err(e) => {
@@ -547,6 +604,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         duration: start.elapsed(),
         applied,
         cgroup_dirs,
+        found,
     })
 }
 

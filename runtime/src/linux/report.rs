@@ -70,6 +70,9 @@ pub struct ExecOutcome {
     /// The cgroups the sandbox ran in, one per entry of the plan's `cgroup_procs`, when
     /// they are not those (a warm spare's own groups, taken as they are); else empty.
     pub cgroup_dirs: Vec<std::path::PathBuf>,
+    /// The cgroups of capsule's own default limits, found by the executor
+    /// ([`super::ExecPlan::cgroups_found_here`]), or why there are none.
+    pub found: super::cgroup::Found,
 }
 
 /// Messages on the report pipe, one JSON line each.
