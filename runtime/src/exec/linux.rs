@@ -193,6 +193,11 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     })?;
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
     let own = with_default_limits(&mut a, &settings, &cap.record.limits)?;
+    let disk_reserve = match &settings.disk_reserve {
+        Some(r) => linux::diskguard::Reserve::parse(r)
+            .map_err(|e| fail(format!("{}: {e}", layout.settings_file().display())))?,
+        None => linux::diskguard::Reserve::default(),
+    };
     let events = cap.bundle_file(bundle_files::EVENTS);
     let argv: Vec<String> = command
         .iter()
@@ -403,12 +408,15 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     plan.landlock_best_effort = landlock_best_effort;
     plan.cgroup_procs = cgroups.procs_files();
     plan.cgroups_found_here = found_here;
+    plan.disk_reserve = disk_reserve;
     task_env(&mut plan)?;
     tracing::debug!("plan: home, caches, reveals: {:?}", started.elapsed());
     net.apply(&mut plan);
     tracing::debug!("plan ready: {:?}", started.elapsed());
     // held while the command runs: `home apply|discard` refuse meanwhile
     let _exec_lock = crate::home::lock::exec_shared(&cap.bundle_dir);
+    // the record's room, taken before the command can fill the disk
+    let events_file = record::reserve_room(&events);
     let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
     tracing::debug!("command ended: {:?}", started.elapsed());
     if let Err(ExecError::Namespaces(msg)) = &result {
@@ -420,6 +428,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         plan.landlock_best_effort = landlock_best_effort;
         plan.cgroup_procs = cgroups.procs_files();
         plan.cgroups_found_here = found_here;
+        plan.disk_reserve = disk_reserve;
         task_env(&mut plan)?;
         net.apply(&mut plan);
         result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
@@ -508,6 +517,26 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
                 _ => None,
             };
             rec.limits_reached.extend(killed);
+            if let Some(b) = &o.disk_reserve_reached {
+                rec.limits_reached.push(b.message());
+                // and a refusal, with the grant that allows more
+                refusals.add(crate::refusals::Event {
+                    kind: crate::refusals::Kind::Write,
+                    target: crate::refusals::path_target(&b.path),
+                    program: String::new(),
+                    pid: None,
+                    grant: Some(
+                        "a smaller \"disk_reserve\" in $CAPSULE_ROOT/settings.json (\"1G\", \"1%\"; \"off\": no guard)"
+                            .into(),
+                    ),
+                    reason: Some(format!(
+                        "the filesystem's free space fell below the disk reserve of {}",
+                        crate::limits::show_size(b.reserve)
+                    )),
+                    header: None,
+                });
+                rec.refusals = refusals.refusals();
+            }
             rec.limits_reached.extend(cgroups.reached());
             for m in &rec.limits_reached {
                 eprintln!("capsule: {m}");
@@ -551,11 +580,20 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     tracing::debug!("changes computed: {:?}", started.elapsed());
     rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if let Err(e) = rec.append(&events) {
+    let appended = match &events_file {
+        Ok(f) => rec.append_into(f),
+        Err(_) => rec.append(&events),
+    };
+    let mut code = code;
+    if let Err(e) = appended {
+        // the command ran and its record is lost: the status says so (the command's own
+        // is on stderr)
         eprintln!(
-            "capsule: cannot append the exec record to {}: {e}",
-            events.display()
+            "capsule: cannot append the exec record to {}: {e}; the command's exit status was {code} (exit {})",
+            events.display(),
+            exit::RECORD_LOST
         );
+        code = exit::RECORD_LOST;
     }
     // the next exec's cgroups, made now that this one is done (none without limits)
     cgroups.make_spares();

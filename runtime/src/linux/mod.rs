@@ -66,6 +66,7 @@
 
 mod activity;
 pub mod cgroup;
+pub mod diskguard;
 pub mod fusemask;
 pub mod hooks;
 pub mod init;
@@ -516,6 +517,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // the seccomp supervisor runs beside the supervision of the sandbox, in a scope of
     // this exec (it borrows the plan, and works out what it needs of it only when the
     // first notification comes)
+    let mut breach = None;
     let waited = std::thread::scope(|scope| {
         let allowed =
             || observe::Allowed::of_plan(plan, init::landlock_inputs(plan).1.extra_writable);
@@ -540,7 +542,17 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         // second byte: the command may start
         let _ = sys::write_all(sync_w, &[2]);
         sys::close(sync_w);
-        let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
+        let mut guard = diskguard::Guard::new(plan, plan.disk_reserve, Instant::now());
+        let waited = supervise(
+            init_proc,
+            plan,
+            rep_r,
+            pty.as_mut(),
+            relay.as_mut(),
+            &mask,
+            guard.as_mut(),
+            &mut breach,
+        );
         if let Some(s) = seccomp_supervisor {
             s.finish();
         }
@@ -605,6 +617,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         applied,
         cgroup_dirs,
         found,
+        disk_reserve_reached: breach,
     })
 }
 
@@ -676,6 +689,8 @@ fn supervise(
     mut pty: Option<&mut pty::Pty>,
     mut out: Option<&mut activity::Relay>,
     mask: &SigSet,
+    mut guard: Option<&mut diskguard::Guard>,
+    breach: &mut Option<diskguard::Breach>,
 ) -> std::io::Result<(libc::c_int, Option<Termination>, Vec<u8>)> {
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use std::os::fd::AsRawFd;
@@ -737,6 +752,12 @@ fn supervise(
             (Some(d), Some(w)) => Some(d.min(w.deadline())),
             (d, w) => d.or(w.as_ref().map(|w| w.deadline())),
         };
+        // and the disk guard's next look
+        let next = match (next, guard.as_ref()) {
+            _ if timed_out => None,
+            (Some(d), Some(g)) => Some(d.min(g.due())),
+            (d, g) => d.or(g.map(|g| g.due())),
+        };
         let timeout_ms = match next {
             Some(d) => {
                 // rounded up: a poll that ends a little early only loops once more
@@ -755,6 +776,21 @@ fn supervise(
             return Err(e);
         }
         let now = Instant::now();
+        if !timed_out {
+            if let Some(b) = guard.as_mut().and_then(|g| g.check(now)) {
+                // below the reserve: the whole tree, before the disk is full
+                tracing::debug!("disk guard: {b:?}");
+                *breach = Some(b);
+                timed_out = true;
+                killed = Some(Termination::DiskReserve);
+                init.signal(if plan.isolation == Isolation::Full {
+                    libc::SIGKILL
+                } else {
+                    init::kill_all_signal()
+                });
+                continue;
+            }
+        }
         let silent = watch.as_ref().is_some_and(|w| now >= w.deadline());
         if !timed_out && (deadline.is_some_and(|d| now >= d) || silent) {
             timed_out = true;

@@ -140,6 +140,9 @@ pub struct ExecPlan {
     /// init), and where it cannot, runs without them and says why
     /// ([`super::ExecOutcome::found`]). `cgroup_procs` is empty then.
     pub cgroups_found_here: bool,
+    /// What the disk guard keeps free on every host filesystem the command can write
+    /// ([`super::diskguard`]).
+    pub disk_reserve: super::diskguard::Reserve,
     /// Landlock as far as the kernel's ABI allows, its lack recorded instead of refused:
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
     /// old or absent (`crate::exec::isolation_for`). False: every right the policy needs is required.
@@ -258,6 +261,7 @@ impl ExecPlan {
             limits: crate::limits::Limits::default(),
             cgroup_procs: Vec::new(),
             cgroups_found_here: false,
+            disk_reserve: super::diskguard::Reserve::default(),
             landlock_best_effort: false,
             list_reads: false,
             watched: Vec::new(),

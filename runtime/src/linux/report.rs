@@ -28,6 +28,9 @@ pub enum Termination {
     TimedOut,
     /// Killed by `--activity-timeout`: no output for that long.
     ActivityTimeout,
+    /// Killed by the disk guard: free space on a filesystem the task can write fell below
+    /// the reserve ([`super::diskguard`]).
+    DiskReserve,
 }
 
 impl Termination {
@@ -38,6 +41,8 @@ impl Termination {
             Termination::Exited(c) => (c & 0xff) as u8,
             Termination::Signaled(n) => (128 + n).clamp(0, 255) as u8,
             Termination::TimedOut | Termination::ActivityTimeout => crate::exit::TIMEOUT,
+            // killed, as by the kernel's memory limit
+            Termination::DiskReserve => 128 + libc::SIGKILL as u8,
         }
     }
 }
@@ -73,6 +78,8 @@ pub struct ExecOutcome {
     /// The cgroups of capsule's own default limits, found by the executor
     /// ([`super::ExecPlan::cgroups_found_here`]), or why there are none.
     pub found: super::cgroup::Found,
+    /// The disk guard stopped the tree: where and how far ([`super::diskguard`]).
+    pub disk_reserve_reached: Option<super::diskguard::Breach>,
 }
 
 /// Messages on the report pipe, one JSON line each.
