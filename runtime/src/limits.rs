@@ -72,7 +72,9 @@ impl Limits {
 ///   linker's), far below what a fork bomb needs to take the machine down (the kernel's
 ///   `pid_max` is 4,194,304 on 64-bit machines, `threads-max` ~190,000 for 24 GiB).
 ///
-/// Two system calls (`sysinfo`, `sched_getaffinity`), nothing read from a file. Both need
+/// Two system calls (`sysinfo`, `sched_getaffinity`), nothing read from a file.
+/// `CAPSULE_OWN_DEFAULTS=pids=64,memory=256M` gives other numbers (still defaults: not
+/// enforced where they cannot be, never a refusal). Both need
 /// a cgroup; where none can be made the exec runs without them (processes are then bounded
 /// by `RLIMIT_NPROC` in the sandbox's user namespace, which needs none), and the record's
 /// `degradation` and `capsule isolation` say so: a default is not a request.
@@ -96,11 +98,22 @@ pub fn machine_defaults() -> Limits {
             1
         }
     };
-    Limits {
+    let mut d = Limits {
         memory: memory_default(total),
         pids: Some(pids_default(cpus)),
         ..Limits::default()
+    };
+    // other numbers for the defaults, to try how they behave (the tests lower them)
+    if let Some(v) = std::env::var_os("CAPSULE_OWN_DEFAULTS") {
+        for kv in v.to_string_lossy().split(',') {
+            match kv.split_once('=') {
+                Some(("memory", m)) => d.memory = parse_size(m).ok(),
+                Some(("pids", n)) => d.pids = parse_count(n).ok(),
+                _ => {}
+            }
+        }
     }
+    d
 }
 
 /// The memory default of a machine with `total` bytes (see [`machine_defaults`]).

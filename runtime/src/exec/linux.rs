@@ -751,8 +751,25 @@ fn plan_for_rendering(
     let policy = with_current_hidden(cap, layout);
     let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
     let mut plan = ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
-    // the limits of an exec with no flags: the operator's defaults and the spec's
-    let (limits, activity) = limits_now(&settings, &cap.record.limits)?;
+    // the limits of an exec with no flags: the operator's defaults and the spec's, and
+    // capsule's own where this user can enforce them, as an exec does (a runtime that
+    // cannot apply a bundle's resources refuses it)
+    let (mut limits, activity) = limits_now(&settings, &cap.record.limits)?;
+    let own = own_defaults(&mut limits, &settings);
+    if own.needs_cgroup() {
+        for (flag, r) in linux::cgroup::probe() {
+            if r.is_err() {
+                match flag {
+                    "--memory" if own.memory.is_some() => limits.memory = None,
+                    "--pids" if own.pids.is_some() => {
+                        limits.pids = None;
+                        limits.nproc = own.pids;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
     plan.limits = limits;
     plan.activity_timeout = activity;
     if let Some(size) = limits.tmp_size {
