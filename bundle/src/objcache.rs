@@ -111,6 +111,8 @@ pub struct Objects {
     pub hit: bool,
     /// Objects read from the source and added to the cache.
     pub added: usize,
+    /// Making the new pack durable, then recording it (see [`Objects::settle`]).
+    pending: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 /// The cache of one source.
@@ -136,7 +138,9 @@ fn mkdir_private(p: &Path) -> Result<()> {
 }
 
 fn valid_sum(s: &str) -> bool {
-    s.len() == 40 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 40
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn valid_file(r: &PackRef) -> bool {
@@ -229,6 +233,7 @@ impl SourceCache {
                     tree_digest: rec.tree_digest.clone(),
                     hit: true,
                     added: 0,
+                    pending: None,
                 });
             }
         }
@@ -282,9 +287,34 @@ impl SourceCache {
             shallow: shallow_v.iter().map(|c| c.to_string()).collect(),
             tree_digest: None,
         };
-        self.write_record(&rec)?;
+        // the new pack is made durable before its record names it, while the workspace
+        // is checked out
+        let new_files: Vec<File> = match (copied.objects > 0, packs.last()) {
+            (true, Some(p)) => vec![
+                p.idx.try_clone().at(&self.dir)?,
+                p.pack.try_clone().at(&self.dir)?,
+            ],
+            _ => Vec::new(),
+        };
+        let records_dir = self.dir.join("records");
+        let packs_dir = self.dir.join("packs");
+        let pending = std::thread::Builder::new()
+            .name("objcache-sync".into())
+            .spawn(move || -> Result<()> {
+                for f in &new_files {
+                    f.sync_all().at(&packs_dir)?;
+                }
+                if !new_files.is_empty() {
+                    File::open(&packs_dir)
+                        .and_then(|d| d.sync_all())
+                        .at(&packs_dir)?;
+                }
+                write_record(&records_dir, &rec)
+            })
+            .at(&self.dir)?;
         self.records.insert(*commit);
         Ok(Objects {
+            pending: Some(pending),
             packs,
             shallow: shallow_v,
             tree_digest: None,
@@ -328,11 +358,9 @@ impl SourceCache {
             let from = pack_dir.join(format!("pack-{sum}.{ext}"));
             let f = File::open(&from).at(&from)?;
             crate::fsat::fchmod(f.as_raw_fd(), 0o444).at(&from)?;
-            f.sync_all().at(&from)?;
             let to = self.dir.join("packs").join(format!("{file}.{ext}"));
             std::fs::rename(&from, &to).at(&to)?;
         }
-        File::open(self.dir.join("packs")).and_then(|d| d.sync_all()).ok();
         let pack = self.open_pack_file(&file, "pack")?;
         let idx = self.open_pack_file(&file, "idx")?;
         let pst = crate::fsat::fstat(pack.as_raw_fd()).at(&self.dir)?;
@@ -365,25 +393,12 @@ impl SourceCache {
             return None;
         }
         let mut data = Vec::new();
-        File::from(f)
-            .take(MAX_RECORD)
-            .read_to_end(&mut data)
-            .ok()?;
+        File::from(f).take(MAX_RECORD).read_to_end(&mut data).ok()?;
         serde_json::from_slice(&data).ok()
     }
 
     fn write_record(&self, rec: &Record) -> Result<()> {
-        let data =
-            serde_json::to_vec_pretty(rec).map_err(|e| Error::other(format!("record: {e}")))?;
-        let dir = self.dir.join("records");
-        let tmp = tempfile::Builder::new()
-            .prefix(".rec-")
-            .tempfile_in(&dir)
-            .at(&dir)?;
-        std::fs::write(tmp.path(), data).at(tmp.path())?;
-        let to = dir.join(format!("{}.json", rec.commit));
-        tmp.persist(&to).map_err(|e| Error::io(&to, e.error))?;
-        Ok(())
+        write_record(&self.dir.join("records"), rec)
     }
 
     /// The record of `commit` and its packs, if it is trusted; an untrusted one is
@@ -419,9 +434,11 @@ impl SourceCache {
         if rec.packs.len() > MAX_PACKS || !rec.shallow.iter().all(|s| valid_sum(s)) {
             return Err(("malformed".into(), Vec::new()));
         }
-        if rec.tree_digest.as_ref().is_some_and(|d| {
-            d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit())
-        }) {
+        if rec
+            .tree_digest
+            .as_ref()
+            .is_some_and(|d| d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
             return Err(("malformed tree digest".into(), Vec::new()));
         }
         let mut packs = Vec::new();
@@ -429,33 +446,32 @@ impl SourceCache {
             if !valid_file(r) {
                 return Err((format!("bad pack name {:?}", r.file), Vec::new()));
             }
-            let open = |ext: &str, want: &Stamp| -> std::result::Result<File, (String, Vec<String>)> {
-                let name = format!("{}.{ext}", r.file);
-                let bad = |why: String| (format!("{name}: {why}"), vec![name.clone()]);
-                let f = self.open_pack_file(&r.file, ext).map_err(|e| bad(e.to_string()))?;
-                let st = crate::fsat::fstat(f.as_raw_fd()).map_err(|e| bad(e.to_string()))?;
-                if !crate::fsat::is_type(&st, libc::S_IFREG) {
-                    return Err(bad("not a regular file".into()));
-                }
-                if st.st_mode & 0o222 != 0 {
-                    return Err(bad("writable".into()));
-                }
-                if Stamp::of(&st) != *want {
-                    return Err(bad("changed since it was written".into()));
-                }
-                Ok(f)
-            };
+            let open =
+                |ext: &str, want: &Stamp| -> std::result::Result<File, (String, Vec<String>)> {
+                    let name = format!("{}.{ext}", r.file);
+                    let bad = |why: String| (format!("{name}: {why}"), vec![name.clone()]);
+                    let f = self
+                        .open_pack_file(&r.file, ext)
+                        .map_err(|e| bad(e.to_string()))?;
+                    let st = crate::fsat::fstat(f.as_raw_fd()).map_err(|e| bad(e.to_string()))?;
+                    if !crate::fsat::is_type(&st, libc::S_IFREG) {
+                        return Err(bad("not a regular file".into()));
+                    }
+                    if st.st_mode & 0o222 != 0 {
+                        return Err(bad("writable".into()));
+                    }
+                    if Stamp::of(&st) != *want {
+                        return Err(bad("changed since it was written".into()));
+                    }
+                    Ok(f)
+                };
             let pack = open("pack", &r.pack)?;
             let idx = open("idx", &r.idx)?;
             // the pack's trailer is its checksum, its name
             let mut trailer = [0u8; 20];
             let ok = r.pack.size >= 32
-                && std::os::unix::fs::FileExt::read_exact_at(
-                    &pack,
-                    &mut trailer,
-                    r.pack.size - 20,
-                )
-                .is_ok()
+                && std::os::unix::fs::FileExt::read_exact_at(&pack, &mut trailer, r.pack.size - 20)
+                    .is_ok()
                 && hex::encode(trailer) == r.sum;
             if !ok {
                 return Err((
@@ -471,6 +487,19 @@ impl SourceCache {
         }
         Ok((rec, packs))
     }
+}
+
+/// Write `rec` into the records folder `dir`, atomically.
+fn write_record(dir: &Path, rec: &Record) -> Result<()> {
+    let data = serde_json::to_vec_pretty(rec).map_err(|e| Error::other(format!("record: {e}")))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".rec-")
+        .tempfile_in(dir)
+        .at(dir)?;
+    std::fs::write(tmp.path(), data).at(tmp.path())?;
+    let to = dir.join(format!("{}.json", rec.commit));
+    tmp.persist(&to).map_err(|e| Error::io(&to, e.error))?;
+    Ok(())
 }
 
 fn parse_ids(v: &[String]) -> Vec<ObjectId> {
@@ -524,6 +553,20 @@ impl Have for CacheHave<'_> {
 }
 
 impl Objects {
+    /// Wait until a new pack is durable and recorded (a failure there only costs the
+    /// next open a walk: it is logged, not returned).
+    pub fn settle(&mut self) {
+        if let Some(t) = self.pending.take() {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("object cache: not recorded: {e}"),
+                Err(_) => {
+                    tracing::warn!("object cache: not recorded (the recording thread failed)")
+                }
+            }
+        }
+    }
+
     /// Copy (reflink where the filesystem can) the packs into `pack_dir`, a fresh
     /// repository's `objects/pack`, as `pack-<sum>.pack`/`.idx`, read-only.
     pub fn copy_into(&self, pack_dir: &Path) -> Result<()> {
@@ -565,7 +608,8 @@ trait NoFollow {
 impl NoFollow for std::fs::OpenOptions {
     fn custom_flags_nofollow(&mut self) -> &mut Self {
         use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).mode(0o444)
+        self.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o444)
     }
 }
 

@@ -110,7 +110,11 @@ fn import_objects(
     commit: &str,
     dst_git: &Path,
     what: &str,
-) -> Result<(crate::objcache::SourceCache, gix::ObjectId, Option<String>)> {
+) -> Result<(
+    crate::objcache::SourceCache,
+    crate::objcache::Objects,
+    gix::ObjectId,
+)> {
     let id = gix::ObjectId::from_hex(commit.as_bytes())
         .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
     let mut cache = crate::objcache::SourceCache::open(cache_root, src_git_objects)?;
@@ -131,17 +135,19 @@ fn import_objects(
             format!("{} objects added", objs.added)
         }
     );
-    Ok((cache, id, objs.tree_digest))
+    Ok((cache, objs, id))
 }
 
-/// Record the digest of a checkout made from the cache, when it was computed now.
+/// Once the cache has recorded the objects, the digest of a checkout made from them, when
+/// it was computed now.
 fn remember_digest(
     cache: &crate::objcache::SourceCache,
+    objs: &mut crate::objcache::Objects,
     id: &gix::ObjectId,
-    known: bool,
     digest: &Option<String>,
 ) {
-    if let (false, Some(d)) = (known, digest) {
+    objs.settle();
+    if let (None, Some(d)) = (&objs.tree_digest, digest) {
         if let Err(e) = cache.set_tree_digest(id, d) {
             tracing::debug!("object cache: the tree digest of {id} is not recorded: {e}");
         }
@@ -281,7 +287,7 @@ pub fn from_checkout(source: &Path, dest: &Path, object_cache: &Path) -> Result<
     drop(src);
     let t0 = std::time::Instant::now();
     let git_dir = init_repo(dest)?;
-    let (cache, id, known) = import_objects(
+    let (cache, mut objs, id) = import_objects(
         object_cache,
         &common.join("objects"),
         true,
@@ -292,9 +298,14 @@ pub fn from_checkout(source: &Path, dest: &Path, object_cache: &Path) -> Result<
     )?;
     tracing::debug!("--source: objects copied in {:?}", t0.elapsed());
     set_head(&git_dir, &head.commit, head.branch.as_deref())?;
-    let had = known.is_some();
-    let tree_digest = checkout_head(dest, known)?;
-    remember_digest(&cache, &id, had, &tree_digest);
+    let tree_digest = checkout_head(dest, objs.tree_digest.clone());
+    remember_digest(
+        &cache,
+        &mut objs,
+        &id,
+        tree_digest.as_ref().unwrap_or(&None),
+    );
+    let tree_digest = tree_digest?;
     tracing::debug!("--source: checked out at {:?}", t0.elapsed());
     Ok(Imported {
         commit: head.commit,
@@ -437,7 +448,7 @@ pub fn from_pinned(
     let entry = cache_entry(cache_dir, commit);
     let git_dir = init_repo(dest)?;
     let shallow = crate::ownobjects::read_shallow(&entry);
-    let (cache, id, known) = import_objects(
+    let (cache, mut objs, id) = import_objects(
         object_cache,
         &entry.join("objects"),
         false,
@@ -447,9 +458,14 @@ pub fn from_pinned(
         &format!("repository cache {}", entry.display()),
     )?;
     set_head(&git_dir, commit, Some(branch))?;
-    let had = known.is_some();
-    let tree_digest = checkout_head(dest, known)?;
-    remember_digest(&cache, &id, had, &tree_digest);
+    let tree_digest = checkout_head(dest, objs.tree_digest.clone());
+    remember_digest(
+        &cache,
+        &mut objs,
+        &id,
+        tree_digest.as_ref().unwrap_or(&None),
+    );
+    let tree_digest = tree_digest?;
     Ok(Imported {
         commit: commit.to_string(),
         branch: Some(branch.to_string()),

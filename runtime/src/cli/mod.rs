@@ -14,6 +14,7 @@ pub mod gate;
 pub mod home;
 pub mod isolation;
 pub mod materialize;
+pub mod progress;
 pub mod proxy;
 pub mod refusals;
 pub mod seatbelt;
