@@ -155,7 +155,7 @@ fn assert_real_checkout(ws: &Path, commits: &[String]) {
         b.contains(&format!("{} is the first bad commit", commits[2])),
         "{b}"
     );
-    git(ws, &["bisect", "reset", "-q"]);
+    git(ws, &["bisect", "reset"]);
 }
 
 fn sha(p: &Path) -> Vec<u8> {
