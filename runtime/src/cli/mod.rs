@@ -15,6 +15,7 @@ pub mod home;
 pub mod isolation;
 pub mod manuals;
 pub mod materialize;
+pub mod progress;
 pub mod proxy;
 pub mod refusals;
 pub mod seatbelt;
