@@ -412,9 +412,9 @@ impl SourceCache {
                     self.dir.display()
                 );
                 let name = format!("{commit}.json");
-                let _ = crate::fsat::remove_at(&self.records_fd, OsStr::new(&name));
+                let _ = crate::rmtree::remove_at(&self.records_fd, OsStr::new(&name));
                 for f in bad {
-                    let _ = crate::fsat::remove_at(&self.packs_fd, OsStr::new(&f));
+                    let _ = crate::rmtree::remove_at(&self.packs_fd, OsStr::new(&f));
                 }
                 None
             }
