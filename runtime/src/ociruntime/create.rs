@@ -164,8 +164,11 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
                     return Err(format!("linux.namespaces: joining the {typ} namespace: {}", std::io::Error::last_os_error()));
                 }
             }
-            // SAFETY: setsid cannot fail for a process that leads no group.
-            unsafe { libc::setsid() };
+            // a session of its own (with a terminal: made by attaching it)
+            if console.is_none() {
+                // SAFETY: setsid cannot fail for a process that leads no group.
+                unsafe { libc::setsid() };
+            }
             rootfs::build(spec, rootfs, rel, userns).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
                 crate::linux::sys::sethostname(h.as_bytes()).map_err(|e| format!("hostname {h:?}: {e}"))?;

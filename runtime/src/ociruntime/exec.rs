@@ -128,8 +128,11 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                     return Err(format!("joining the container's {k} namespace: {}", std::io::Error::last_os_error()));
                 }
             }
-            // SAFETY: a session of its own.
-            unsafe { libc::setsid() };
+            // a session of its own (with a terminal: made by attaching it)
+            if console.is_none() {
+                // SAFETY: setsid cannot fail for a process that leads no group.
+                unsafe { libc::setsid() };
+            }
             if let Some(c) = &console {
                 create::terminal(c.as_raw_fd(), p.console_size.as_ref().map(|s| (s.height, s.width)), false)?;
             }
