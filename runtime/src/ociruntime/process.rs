@@ -235,7 +235,7 @@ pub fn finish(p: Prepared) -> String {
     let e = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // Landlock (needs no_new_privs or CAP_SYS_ADMIN: the latter, still held, here)
     if let Some(l) = p.landlock {
-        if let Err(err) = l.restrict_self() {
+        if let Err(err) = l.restrict_self_with(p.no_new_privs) {
             return format!("Landlock: {err}");
         }
     }
