@@ -44,12 +44,17 @@ fn engine() -> Option<&'static Engine> {
     E.get_or_init(|| {
         // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("note: containerd needs root: the containerd tests are skipped for this user");
+            eprintln!(
+                "note: containerd needs root: the containerd tests are skipped for this user"
+            );
             return None;
         }
         for t in ["containerd", "ctr", "umoci", "busybox"] {
             if !have(t) {
-                assert!(!required(), "{t} is not installed (.ci/run installs containerd, umoci and busybox-static)");
+                assert!(
+                    !required(),
+                    "{t} is not installed (.ci/run installs containerd, umoci and busybox-static)"
+                );
                 eprintln!("note: {t} is not installed: the containerd tests are skipped");
                 return None;
             }
@@ -61,10 +66,14 @@ fn engine() -> Option<&'static Engine> {
 
 /// Remove what earlier runs of this file left (their containerd is gone with them).
 fn sweep() {
-    let Ok(d) = std::fs::read_dir("/dev/shm") else { return };
+    let Ok(d) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
     for e in d.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("capsule-ctd-") else { continue };
+        let Some(pid) = name.strip_prefix("capsule-ctd-") else {
+            continue;
+        };
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
@@ -113,7 +122,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut c = Command::new("containerd");
-        c.arg("--config").arg(&cfg).stdout(log.try_clone().unwrap()).stderr(log).stdin(Stdio::null());
+        c.arg("--config")
+            .arg(&cfg)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null());
         // SAFETY: prctl in the child before exec.
         unsafe {
             c.pre_exec(|| {
@@ -130,7 +143,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
     rx.recv().unwrap();
     let t0 = Instant::now();
     while !sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "containerd did not start: {}", std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "containerd did not start: {}",
+            std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let runc = dir.join("capsule-runc");
@@ -145,7 +162,12 @@ fn image(e: &Engine) {
     let img = e.dir.join("img");
     let b = e.dir.join("unpacked");
     let sh = |cmd: &str| {
-        let o = Command::new("sh").arg("-ec").arg(cmd).current_dir(&e.dir).output().unwrap();
+        let o = Command::new("sh")
+            .arg("-ec")
+            .arg(cmd)
+            .current_dir(&e.dir)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{cmd}: {}", stderr(&o));
     };
     sh(&format!(
@@ -156,7 +178,11 @@ fn image(e: &Engine) {
         img = img.display(),
         b = b.display()
     ));
-    let o = ctr(e).args(["image", "import", "--index-name", IMAGE]).arg(e.dir.join("img.tar")).output().unwrap();
+    let o = ctr(e)
+        .args(["image", "import", "--index-name", IMAGE])
+        .arg(e.dir.join("img.tar"))
+        .output()
+        .unwrap();
     assert!(o.status.success(), "ctr image import: {}", stderr(&o));
 }
 
@@ -183,14 +209,24 @@ fn run(e: &Engine, name: &str, opts: &[&str], script: &str) -> Output {
         .args(["sh", "-c", script])
         .output()
         .unwrap();
-    eprintln!("{name}: status {:?}\nstdout: {}\nstderr: {}", o.status.code(), stdout(&o), stderr(&o));
+    eprintln!(
+        "{name}: status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        stdout(&o),
+        stderr(&o)
+    );
     o
 }
 
 #[test]
 fn the_commands_output_and_exit_status_come_through() {
     let Some(e) = engine() else { return };
-    let o = run(e, "out", &[], "echo hello from capsule; echo to-stderr >&2; exit 7");
+    let o = run(
+        e,
+        "out",
+        &[],
+        "echo hello from capsule; echo to-stderr >&2; exit 7",
+    );
     assert_eq!(code(&o), 7);
     assert_eq!(stdout(&o).trim(), "hello from capsule");
     assert!(stderr(&o).contains("to-stderr"));
@@ -211,7 +247,11 @@ fn a_terminal_with_dash_t() {
         e.runc.display(),
         id("tty")
     );
-    let o = Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(Stdio::null()).output().unwrap();
+    let o = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     let out = stdout(&o);
     assert!(out.contains("TTY:/dev/pts/0"), "{out} {}", stderr(&o));
     assert_eq!(code(&o), 5, "{out}");
@@ -225,10 +265,35 @@ fn what_the_config_denies_is_denied() {
         e,
         "deny",
         &[
-            "--read-only", "--cap-drop", "CAP_CHOWN", "--cap-drop", "CAP_DAC_OVERRIDE", "--cap-drop", "CAP_FSETID",
-            "--cap-drop", "CAP_FOWNER", "--cap-drop", "CAP_MKNOD", "--cap-drop", "CAP_NET_RAW", "--cap-drop", "CAP_SETGID",
-            "--cap-drop", "CAP_SETUID", "--cap-drop", "CAP_SETFCAP", "--cap-drop", "CAP_SETPCAP", "--cap-drop",
-            "CAP_NET_BIND_SERVICE", "--cap-drop", "CAP_SYS_CHROOT", "--cap-drop", "CAP_KILL", "--cap-drop", "CAP_AUDIT_WRITE",
+            "--read-only",
+            "--cap-drop",
+            "CAP_CHOWN",
+            "--cap-drop",
+            "CAP_DAC_OVERRIDE",
+            "--cap-drop",
+            "CAP_FSETID",
+            "--cap-drop",
+            "CAP_FOWNER",
+            "--cap-drop",
+            "CAP_MKNOD",
+            "--cap-drop",
+            "CAP_NET_RAW",
+            "--cap-drop",
+            "CAP_SETGID",
+            "--cap-drop",
+            "CAP_SETUID",
+            "--cap-drop",
+            "CAP_SETFCAP",
+            "--cap-drop",
+            "CAP_SETPCAP",
+            "--cap-drop",
+            "CAP_NET_BIND_SERVICE",
+            "--cap-drop",
+            "CAP_SYS_CHROOT",
+            "--cap-drop",
+            "CAP_KILL",
+            "--cap-drop",
+            "CAP_AUDIT_WRITE",
         ],
         "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; \
          touch /newfile 2>&1 && echo WROTE-ROOT; \
@@ -240,16 +305,28 @@ fn what_the_config_denies_is_denied() {
     );
     let out = stdout(&o);
     assert_eq!(code(&o), 0);
-    for l in ["CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000"] {
+    for l in [
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+    ] {
         assert!(out.contains(l), "{l} in {out}");
     }
-    assert!(!out.contains("WROTE-ROOT") && out.contains("Read-only file system"), "{out}");
+    assert!(
+        !out.contains("WROTE-ROOT") && out.contains("Read-only file system"),
+        "{out}"
+    );
     assert!(out.contains("timer_list:0"), "{out}");
     assert!(out.contains("kcore:0"), "{out}");
     assert!(!out.contains("WROTE-PROC-SYS"), "{out}");
     assert!(out.contains("end"), "{out}");
     // the same image with its defaults: containerd's capabilities, a writable root
-    let o = run(e, "allow", &[], "grep ^CapEff /proc/self/status; touch /newfile && echo WROTE-ROOT");
+    let o = run(
+        e,
+        "allow",
+        &[],
+        "grep ^CapEff /proc/self/status; touch /newfile && echo WROTE-ROOT",
+    );
     let out = stdout(&o);
     assert!(out.contains("CapEff:\t00000000a80425fb"), "{out}");
     assert!(out.contains("WROTE-ROOT"), "{out}");
@@ -259,7 +336,10 @@ fn wait_status(e: &Engine, id: &str, want: &str) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(20) {
         let o = ctr(e).args(["task", "ls"]).output().unwrap();
-        if stdout(&o).lines().any(|l| l.starts_with(id) && l.contains(want)) {
+        if stdout(&o)
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains(want))
+        {
             return true;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -278,29 +358,59 @@ fn cleanup(e: &Engine, id: &str) {
 fn ctr_task_kill_stops_it_and_ctr_task_exec_runs_inside() {
     let Some(e) = engine() else { return };
     let cid = id("long");
-    let o = ctr(e).args(["run", "-d", "--runc-binary"]).arg(&e.runc).args([IMAGE, &cid, "sleep", "1000"]).output().unwrap();
+    let o = ctr(e)
+        .args(["run", "-d", "--runc-binary"])
+        .arg(&e.runc)
+        .args([IMAGE, &cid, "sleep", "1000"])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(wait_status(e, &cid, "RUNNING"));
     // exec: in the container's namespaces (its pid 1 is the sleep), its status back
     let o = ctr(e)
-        .args(["task", "exec", "--exec-id", "e1", &cid, "sh", "-c", "echo in-exec; cat /proc/1/cmdline | tr '\\0' ' '; echo; exit 3"])
+        .args([
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            &cid,
+            "sh",
+            "-c",
+            "echo in-exec; cat /proc/1/cmdline | tr '\\0' ' '; echo; exit 3",
+        ])
         .output()
         .unwrap();
     let out = stdout(&o);
-    assert!(out.contains("in-exec") && out.contains("sleep 1000"), "{out} {}", stderr(&o));
+    assert!(
+        out.contains("in-exec") && out.contains("sleep 1000"),
+        "{out} {}",
+        stderr(&o)
+    );
     assert_eq!(code(&o), 3, "{out}");
     let o = ctr(e).args(["task", "ps", &cid]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     // kill: SIGKILL to its init, containerd sees it stop
-    let o = ctr(e).args(["task", "kill", "-s", "SIGKILL", &cid]).output().unwrap();
+    let o = ctr(e)
+        .args(["task", "kill", "-s", "SIGKILL", &cid])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(wait_status(e, &cid, "STOPPED"), "{}", stdout(&ctr(e).args(["task", "ls"]).output().unwrap()));
+    assert!(
+        wait_status(e, &cid, "STOPPED"),
+        "{}",
+        stdout(&ctr(e).args(["task", "ls"]).output().unwrap())
+    );
     cleanup(e, &cid);
 }
 
 // ---- the lifecycle, driven directly (runtime-tools' lifecycle/state/kill cases) ----
 
-fn bundle(e: &Engine, name: &str, args: &[&str], extra: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+fn bundle(
+    e: &Engine,
+    name: &str,
+    args: &[&str],
+    extra: impl FnOnce(&mut serde_json::Value),
+) -> PathBuf {
     let b = e.dir.join(format!("bundle-{name}"));
     let _ = std::fs::remove_dir_all(&b);
     std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
@@ -321,12 +431,22 @@ fn bundle(e: &Engine, name: &str, args: &[&str], extra: impl FnOnce(&mut serde_j
                   "maskedPaths": ["/proc/timer_list"], "readonlyPaths": ["/proc/sys"]}
     });
     extra(&mut c);
-    std::fs::write(b.join("config.json"), serde_json::to_vec_pretty(&c).unwrap()).unwrap();
+    std::fs::write(
+        b.join("config.json"),
+        serde_json::to_vec_pretty(&c).unwrap(),
+    )
+    .unwrap();
     b
 }
 
 fn runc(e: &Engine, args: &[&str]) -> Output {
-    Command::new(&e.runc).arg("--root").arg(e.dir.join("runc-root")).args(args).stdin(Stdio::null()).output().unwrap()
+    Command::new(&e.runc)
+        .arg("--root")
+        .arg(e.dir.join("runc-root"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn state_of(e: &Engine, cid: &str) -> serde_json::Value {
@@ -356,30 +476,53 @@ fn create_state_start_kill_delete() {
         .stderr(std::fs::File::create(&errf).unwrap())
         .status()
         .unwrap();
-    assert!(o.success(), "create: {}", std::fs::read_to_string(&errf).unwrap_or_default());
+    assert!(
+        o.success(),
+        "create: {}",
+        std::fs::read_to_string(&errf).unwrap_or_default()
+    );
     let s = state_of(e, &cid);
     assert_eq!(s["status"], "created", "{s}");
-    let pid: i64 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let pid: i64 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(s["pid"], pid);
     assert_eq!(s["id"], cid.as_str());
     assert_eq!(s["bundle"], b.to_str().unwrap());
     // a second create of the same id is refused
     let o = runc(e, &["create", "--bundle", b.to_str().unwrap(), &cid]);
-    assert!(!o.status.success() && stderr(&o).contains("already exists"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("already exists"),
+        "{}",
+        stderr(&o)
+    );
     // not started yet: the command has not run (the init waits on the fifo)
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-    assert!(!cmdline.starts_with(b"sleep"), "{:?}", String::from_utf8_lossy(&cmdline));
+    assert!(
+        !cmdline.starts_with(b"sleep"),
+        "{:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
     assert!(runc(e, &["start", &cid]).status.success());
     assert_eq!(state_of(e, &cid)["status"], "running");
     let t0 = Instant::now();
-    while !std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default().starts_with(b"sleep") {
+    while !std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .starts_with(b"sleep")
+    {
         assert!(t0.elapsed() < Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(10));
     }
     // a second start is refused; delete of a running container without --force too
     assert!(!runc(e, &["start", &cid]).status.success());
     let o = runc(e, &["delete", &cid]);
-    assert!(!o.status.success() && stderr(&o).contains("not stopped"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("not stopped"),
+        "{}",
+        stderr(&o)
+    );
     // ps lists its init
     let o = runc(e, &["ps", "--format", "json", &cid]);
     let pids: Vec<i64> = serde_json::from_str(&stdout(&o)).unwrap();
@@ -389,14 +532,26 @@ fn create_state_start_kill_delete() {
     // not our child: the init is reaped by us here only as its parent's orphan
     let t0 = Instant::now();
     while state_of(e, &cid)["status"] != "stopped" {
-        assert!(t0.elapsed() < Duration::from_secs(10), "{}", state_of(e, &cid));
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{}",
+            state_of(e, &cid)
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let o = runc(e, &["kill", &cid, "TERM"]);
-    assert!(!o.status.success() && stderr(&o).contains("not running"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("not running"),
+        "{}",
+        stderr(&o)
+    );
     assert!(runc(e, &["delete", &cid]).status.success());
     let o = runc(e, &["state", &cid]);
-    assert!(!o.status.success() && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("does not exist"),
+        "{}",
+        stderr(&o)
+    );
     assert!(runc(e, &["delete", "--force", &cid]).status.success());
 }
 
@@ -404,10 +559,22 @@ fn create_state_start_kill_delete() {
 fn a_field_it_cannot_honour_fails_create_naming_it() {
     let Some(e) = engine() else { return };
     let cases: &[(&str, &dyn Fn(&mut serde_json::Value))] = &[
-        ("intelRdt", &|c| c["linux"]["intelRdt"] = serde_json::json!({"closID": "x"})),
-        ("rootfsPropagation", &|c| c["linux"]["rootfsPropagation"] = "rshared".into()),
-        ("listenerPath", &|c| c["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/x"})),
-        ("scheduler", &|c| c["process"]["scheduler"] = serde_json::json!({"policy": "SCHED_FIFO"})),
+        ("intelRdt", &|c| {
+            c["linux"]["intelRdt"] = serde_json::json!({"closID": "x"})
+        }),
+        ("rootfsPropagation", &|c| {
+            c["linux"]["rootfsPropagation"] = "rshared".into()
+        }),
+        (
+            "listenerPath",
+            &|c| {
+                c["linux"]["seccomp"] =
+                    serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/x"})
+            },
+        ),
+        ("scheduler", &|c| {
+            c["process"]["scheduler"] = serde_json::json!({"policy": "SCHED_FIFO"})
+        }),
     ];
     for (field, f) in cases {
         let b = bundle(e, "refuse", &["true"], f);
@@ -425,7 +592,10 @@ fn a_field_it_cannot_honour_fails_create_naming_it() {
             .unwrap();
         let err = stderr(&o);
         assert_eq!(code(&o), 1, "{field}: {err}");
-        assert!(err.contains(field) && err.lines().count() == 1, "{field}: {err}");
+        assert!(
+            err.contains(field) && err.lines().count() == 1,
+            "{field}: {err}"
+        );
         // the log as the shim reads it: a JSON line at level error
         let last = std::fs::read_to_string(&log).unwrap();
         let v: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();

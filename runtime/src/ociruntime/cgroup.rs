@@ -34,7 +34,9 @@ pub fn hierarchies() -> Vec<Hierarchy> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
     for line in info.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
         let mut r = right.split_whitespace();
         if r.next() != Some("cgroup") {
             continue;
@@ -43,30 +45,55 @@ pub fn hierarchies() -> Vec<Hierarchy> {
         let mount = left.split_whitespace().nth(4).unwrap_or("");
         let controllers: Vec<String> = opts
             .split(',')
-            .filter(|o| *o != "rw" && *o != "ro" && !o.starts_with("release_agent") && *o != "clone_children" && *o != "noprefix")
+            .filter(|o| {
+                *o != "rw"
+                    && *o != "ro"
+                    && !o.starts_with("release_agent")
+                    && *o != "clone_children"
+                    && *o != "noprefix"
+            })
             .map(String::from)
             .collect();
         if !mount.is_empty() {
-            out.push(Hierarchy { mount: mount.into(), controllers });
+            out.push(Hierarchy {
+                mount: mount.into(),
+                controllers,
+            });
         }
     }
     out
 }
 
 /// The cgroup path (relative to each hierarchy's root) of `cgroups_path` for container `id`.
-pub fn relative_path(cgroups_path: Option<&str>, id: &str, systemd: bool) -> Result<PathBuf, String> {
+pub fn relative_path(
+    cgroups_path: Option<&str>,
+    id: &str,
+    systemd: bool,
+) -> Result<PathBuf, String> {
     let p = cgroups_path.unwrap_or("");
     let rel = if systemd {
         // slice:prefix:name
-        let parts: Vec<&str> = if p.is_empty() { vec!["system.slice", "capsule", id] } else { p.split(':').collect() };
+        let parts: Vec<&str> = if p.is_empty() {
+            vec!["system.slice", "capsule", id]
+        } else {
+            p.split(':').collect()
+        };
         if parts.len() != 3 {
-            return Err(format!("linux.cgroupsPath {p:?}: --systemd-cgroup expects slice:prefix:name"));
+            return Err(format!(
+                "linux.cgroupsPath {p:?}: --systemd-cgroup expects slice:prefix:name"
+            ));
         }
-        let slice = if parts[0].is_empty() { "system.slice" } else { parts[0] };
+        let slice = if parts[0].is_empty() {
+            "system.slice"
+        } else {
+            parts[0]
+        };
         let mut path = PathBuf::new();
         if slice != "-.slice" {
             // a-b-c.slice lives in a.slice/a-b.slice/a-b-c.slice
-            let stem = slice.strip_suffix(".slice").ok_or_else(|| format!("linux.cgroupsPath: {slice:?} is not a slice"))?;
+            let stem = slice
+                .strip_suffix(".slice")
+                .ok_or_else(|| format!("linux.cgroupsPath: {slice:?} is not a slice"))?;
             let mut acc = String::new();
             for part in stem.split('-') {
                 if !acc.is_empty() {
@@ -83,18 +110,28 @@ pub fn relative_path(cgroups_path: Option<&str>, id: &str, systemd: bool) -> Res
     } else {
         PathBuf::from(p.trim_start_matches('/'))
     };
-    if rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-        return Err(format!("linux.cgroupsPath {p:?}: must not climb out of the hierarchy"));
+    if rel
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "linux.cgroupsPath {p:?}: must not climb out of the hierarchy"
+        ));
     }
     Ok(rel)
 }
 
 /// The container's directories, made, with the resources written.
 pub fn setup(rel: &Path, res: Option<&Resources>) -> Result<Vec<PathBuf>, String> {
+    if res.is_some_and(|r| !r.unified.is_empty()) {
+        // the unified files are not written by this version, v2 host or not
+        return Err("linux.resources.unified: not supported".into());
+    }
     let mut dirs = Vec::new();
     for h in hierarchies() {
         let dir = h.mount.join(rel);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
         if h.controllers.iter().any(|c| c == "cpuset") {
             // a new cpuset group is empty until given cpus and mems: its parent's
             for f in ["cpuset.cpus", "cpuset.mems"] {
@@ -125,8 +162,12 @@ fn inherit(mount: &Path, rel: &Path, file: &str) {
 }
 
 fn write(dir: &Path, file: &str, value: &str, field: &str) -> Result<(), String> {
-    std::fs::write(dir.join(file), value)
-        .map_err(|e| format!("linux.resources.{field}: writing {value:?} to {}: {e}", dir.join(file).display()))
+    std::fs::write(dir.join(file), value).map_err(|e| {
+        format!(
+            "linux.resources.{field}: writing {value:?} to {}: {e}",
+            dir.join(file).display()
+        )
+    })
 }
 
 fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), String> {
@@ -139,17 +180,34 @@ fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), Strin
             }
             if let Some(s) = m.swap {
                 if dir.join("memory.memsw.limit_in_bytes").exists() {
-                    write(dir, "memory.memsw.limit_in_bytes", &s.to_string(), "memory.swap")?;
+                    write(
+                        dir,
+                        "memory.memsw.limit_in_bytes",
+                        &s.to_string(),
+                        "memory.swap",
+                    )?;
                 } else if s != m.limit.unwrap_or(s) {
-                    return Err("linux.resources.memory.swap: this kernel has no swap accounting".into());
+                    return Err(
+                        "linux.resources.memory.swap: this kernel has no swap accounting".into(),
+                    );
                 }
             }
             if let Some(l) = m.reservation {
-                write(dir, "memory.soft_limit_in_bytes", &l.to_string(), "memory.reservation")?;
+                write(
+                    dir,
+                    "memory.soft_limit_in_bytes",
+                    &l.to_string(),
+                    "memory.reservation",
+                )?;
             }
         } else if v2 {
             if let Some(l) = m.limit {
-                write(dir, "memory.max", &if l < 0 { "max".into() } else { l.to_string() }, "memory.limit")?;
+                write(
+                    dir,
+                    "memory.max",
+                    &if l < 0 { "max".into() } else { l.to_string() },
+                    "memory.limit",
+                )?;
             }
         } else if m.limit.is_some() {
             return Err("linux.resources.memory: no memory controller on this host".into());
@@ -168,7 +226,12 @@ fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), Strin
             }
         } else if v2 {
             if let Some(q) = c.quota.filter(|q| *q > 0) {
-                write(dir, "cpu.max", &format!("{q} {}", c.period.unwrap_or(100_000)), "cpu.quota")?;
+                write(
+                    dir,
+                    "cpu.max",
+                    &format!("{q} {}", c.period.unwrap_or(100_000)),
+                    "cpu.quota",
+                )?;
             }
         }
         if has("cpuset") {
@@ -182,7 +245,11 @@ fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), Strin
     }
     if let Some(p) = &r.pids {
         if has("pids") || v2 {
-            let v = if p.limit > 0 { p.limit.to_string() } else { "max".into() };
+            let v = if p.limit > 0 {
+                p.limit.to_string()
+            } else {
+                "max".into()
+            };
             write(dir, "pids.max", &v, "pids.limit")?;
         }
     }
@@ -200,9 +267,16 @@ fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), Strin
 pub fn device_rules(rules: &[DeviceRule]) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     for r in rules {
-        let file = if r.allow { "devices.allow" } else { "devices.deny" };
+        let file = if r.allow {
+            "devices.allow"
+        } else {
+            "devices.deny"
+        };
         let t = r.typ.as_deref().unwrap_or("a");
-        let n = |v: Option<i64>| v.filter(|v| *v >= 0).map_or("*".to_string(), |v| v.to_string());
+        let n = |v: Option<i64>| {
+            v.filter(|v| *v >= 0)
+                .map_or("*".to_string(), |v| v.to_string())
+        };
         let access = r.access.as_deref().unwrap_or("rwm");
         if t == "a" {
             out.push((file, "a".to_string()));
@@ -210,7 +284,19 @@ pub fn device_rules(rules: &[DeviceRule]) -> Vec<(&'static str, String)> {
             out.push((file, format!("{t} {}:{} {access}", n(r.major), n(r.minor))));
         }
     }
-    for d in ["c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm", "c 5:0 rwm", "c 5:1 rwm", "c 5:2 rwm", "c 136:* rwm", "c *:* m", "b *:* m"] {
+    for d in [
+        "c 1:3 rwm",
+        "c 1:5 rwm",
+        "c 1:7 rwm",
+        "c 1:8 rwm",
+        "c 1:9 rwm",
+        "c 5:0 rwm",
+        "c 5:1 rwm",
+        "c 5:2 rwm",
+        "c 136:* rwm",
+        "c *:* m",
+        "b *:* m",
+    ] {
         out.push(("devices.allow", d.to_string()));
     }
     out
@@ -239,7 +325,9 @@ pub fn pids(dirs: &[PathBuf]) -> Vec<libc::pid_t> {
 
 /// The freezer's directory, if the container has one.
 pub fn freezer(dirs: &[PathBuf]) -> Option<PathBuf> {
-    dirs.iter().find(|d| d.join("freezer.state").exists() || d.join("cgroup.freeze").exists()).cloned()
+    dirs.iter()
+        .find(|d| d.join("freezer.state").exists() || d.join("cgroup.freeze").exists())
+        .cloned()
 }
 
 /// Freeze or thaw.
@@ -250,7 +338,8 @@ pub fn freeze(dirs: &[PathBuf], frozen: bool) -> Result<(), String> {
     } else {
         ("cgroup.freeze", if frozen { "1" } else { "0" })
     };
-    std::fs::write(d.join(file), v).map_err(|e| format!("writing {v} to {}: {e}", d.join(file).display()))?;
+    std::fs::write(d.join(file), v)
+        .map_err(|e| format!("writing {v} to {}: {e}", d.join(file).display()))?;
     if frozen && file == "freezer.state" {
         for _ in 0..1000 {
             let s = std::fs::read_to_string(d.join(file)).unwrap_or_default();
@@ -277,7 +366,9 @@ pub fn remove(dirs: &[PathBuf]) {
     for d in dirs {
         for _ in 0..50 {
             match std::fs::remove_dir(d) {
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => std::thread::sleep(std::time::Duration::from_millis(2)),
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(2))
+                }
                 _ => break,
             }
         }
@@ -290,7 +381,10 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert_eq!(relative_path(Some("/default/c1"), "c1", false).unwrap(), PathBuf::from("default/c1"));
+        assert_eq!(
+            relative_path(Some("/default/c1"), "c1", false).unwrap(),
+            PathBuf::from("default/c1")
+        );
         assert_eq!(
             relative_path(Some("kubepods-burstable-pod1.slice:cri-containerd:abc"), "abc", true).unwrap(),
             PathBuf::from("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-abc.scope")

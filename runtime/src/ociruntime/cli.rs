@@ -42,10 +42,21 @@ pub enum Op {
         console_socket: Option<PathBuf>,
         detach: bool,
     },
-    Start { id: String },
-    State { id: String },
-    Kill { id: String, signal: String, all: bool },
-    Delete { id: String, force: bool },
+    Start {
+        id: String,
+    },
+    State {
+        id: String,
+    },
+    Kill {
+        id: String,
+        signal: String,
+        all: bool,
+    },
+    Delete {
+        id: String,
+        force: bool,
+    },
     Exec {
         id: String,
         process: Option<PathBuf>,
@@ -57,10 +68,19 @@ pub enum Op {
         cwd: Option<String>,
         env: Vec<String>,
     },
-    Ps { id: String, json: bool },
-    Pause { id: String },
-    Resume { id: String },
-    List { json: bool },
+    Ps {
+        id: String,
+        json: bool,
+    },
+    Pause {
+        id: String,
+    },
+    Resume {
+        id: String,
+    },
+    List {
+        json: bool,
+    },
     Features,
     Version,
     Help,
@@ -77,9 +97,29 @@ pub const IGNORED: &[(&str, &str)] = &[
 
 /// Flags that take a value, by operation (besides the ones parsed into [`Op`]).
 const VALUE_FLAGS: &[&str] = &[
-    "--root", "--log", "--log-format", "--bundle", "-b", "--pid-file", "--console-socket",
-    "--process", "-p", "--format", "-f", "--cwd", "--env", "-e", "--preserve-fds", "--user",
-    "-u", "--criu", "--rootless", "--process-label", "--apparmor", "--cap", "-c",
+    "--root",
+    "--log",
+    "--log-format",
+    "--bundle",
+    "-b",
+    "--pid-file",
+    "--console-socket",
+    "--process",
+    "-p",
+    "--format",
+    "-f",
+    "--cwd",
+    "--env",
+    "-e",
+    "--preserve-fds",
+    "--user",
+    "-u",
+    "--criu",
+    "--rootless",
+    "--process-label",
+    "--apparmor",
+    "--cap",
+    "-c",
 ];
 
 /// Usage errors: one line naming what is wrong.
@@ -134,7 +174,11 @@ pub fn parse(args: &[String]) -> Result<(Global, Op), String> {
                         g.log_json = match value.as_deref() {
                             Some("json") => true,
                             Some("text") => false,
-                            v => return Err(format!("--log-format: unknown format {v:?} (json or text)")),
+                            v => {
+                                return Err(format!(
+                                    "--log-format: unknown format {v:?} (json or text)"
+                                ))
+                            }
                         }
                     }
                     "--systemd-cgroup" => g.systemd_cgroup = true,
@@ -185,10 +229,18 @@ pub fn parse(args: &[String]) -> Result<(Global, Op), String> {
     };
     for (n, v) in &flags {
         if n == "--preserve-fds" && v.as_deref().is_some_and(|v| v != "0") {
-            return Err(format!("{op}: --preserve-fds {} is not supported (only 0)", v.as_deref().unwrap_or("")));
+            return Err(format!(
+                "{op}: --preserve-fds {} is not supported (only 0)",
+                v.as_deref().unwrap_or("")
+            ));
         }
-        if matches!(n.as_str(), "--user" | "-u" | "--process-label" | "--apparmor" | "--cap" | "-c") {
-            return Err(format!("{op}: {n} is not supported: give the process in --process"));
+        if matches!(
+            n.as_str(),
+            "--user" | "-u" | "--process-label" | "--apparmor" | "--cap" | "-c"
+        ) {
+            return Err(format!(
+                "{op}: {n} is not supported: give the process in --process"
+            ));
         }
     }
     let id = |operands: &[String]| -> Result<String, String> {
@@ -199,7 +251,9 @@ pub fn parse(args: &[String]) -> Result<(Global, Op), String> {
         valid_id(&id)?;
         Ok(id)
     };
-    let bundle = val(&["--bundle", "-b"]).map(PathBuf::from).unwrap_or_else(|| ".".into());
+    let bundle = val(&["--bundle", "-b"])
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ".".into());
     Ok((
         g,
         match op.as_str() {
@@ -270,7 +324,9 @@ pub fn valid_id(id: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("invalid container id {id:?} (letters, digits and _ + - . only)"))
+        Err(format!(
+            "invalid container id {id:?} (letters, digits and _ + - . only)"
+        ))
     }
 }
 
@@ -285,7 +341,10 @@ mod tests {
     #[test]
     fn what_the_shim_sends() {
         let (g, op) = p("--root /run/containerd/runc/default --log /b/log.json --log-format json --systemd-cgroup create --bundle /b --pid-file /b/init.pid --console-socket /tmp/s --no-pivot c1").unwrap();
-        assert_eq!(g.root.as_deref(), Some(std::path::Path::new("/run/containerd/runc/default")));
+        assert_eq!(
+            g.root.as_deref(),
+            Some(std::path::Path::new("/run/containerd/runc/default"))
+        );
         assert!(g.log_json && g.systemd_cgroup);
         assert_eq!(
             op,
@@ -297,21 +356,47 @@ mod tests {
             }
         );
         let (_, op) = p("--root /r kill --all c1 9").unwrap();
-        assert_eq!(op, Op::Kill { id: "c1".into(), signal: "9".into(), all: true });
+        assert_eq!(
+            op,
+            Op::Kill {
+                id: "c1".into(),
+                signal: "9".into(),
+                all: true
+            }
+        );
         let (_, op) = p("--root /r delete --force c1").unwrap();
-        assert_eq!(op, Op::Delete { id: "c1".into(), force: true });
-        let (_, op) = p("--root=/r exec --process /tmp/p.json --detach --pid-file /b/e.pid c1").unwrap();
-        assert!(matches!(op, Op::Exec { detach: true, ref process, .. } if process.as_deref() == Some(std::path::Path::new("/tmp/p.json"))));
+        assert_eq!(
+            op,
+            Op::Delete {
+                id: "c1".into(),
+                force: true
+            }
+        );
+        let (_, op) =
+            p("--root=/r exec --process /tmp/p.json --detach --pid-file /b/e.pid c1").unwrap();
+        assert!(
+            matches!(op, Op::Exec { detach: true, ref process, .. } if process.as_deref() == Some(std::path::Path::new("/tmp/p.json")))
+        );
         let (_, op) = p("-root /r ps --format json c1").unwrap();
-        assert_eq!(op, Op::Ps { id: "c1".into(), json: true });
+        assert_eq!(
+            op,
+            Op::Ps {
+                id: "c1".into(),
+                json: true
+            }
+        );
         let (_, op) = p("exec c1 sh -c true").unwrap();
         assert!(matches!(op, Op::Exec { ref args, .. } if args == &["sh", "-c", "true"]));
     }
 
     #[test]
     fn bad_input_is_named() {
-        assert!(p("create --frobnicate c1").unwrap_err().contains("--frobnicate"));
-        assert!(p("create ../x").unwrap_err().contains("invalid container id"));
+        assert!(p("create --frobnicate c1")
+            .unwrap_err()
+            .contains("--frobnicate"));
+        assert!(p("create ../x")
+            .unwrap_err()
+            .contains("invalid container id"));
         assert!(p("start").unwrap_err().contains("missing"));
         assert!(p("--log-format yaml state c").unwrap_err().contains("yaml"));
         assert!(p("frob c").unwrap_err().contains("frob"));

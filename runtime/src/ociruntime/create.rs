@@ -48,32 +48,58 @@ pub fn console(path: &Path) -> Result<OwnedFd, String> {
 /// Make the pseudo-terminal in the container and send its master over `sock` (what runc
 /// does: SCM_RIGHTS on the console socket); the slave becomes stdio and `/dev/console`.
 pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Result<(), String> {
-    let (master, slave) = crate::linux::pty::open_here().map_err(|e| format!("opening a terminal in the container: {e}"))?;
+    let (master, slave) = crate::linux::pty::open_here()
+        .map_err(|e| format!("opening a terminal in the container: {e}"))?;
     if let Some((h, w)) = size {
-        let ws = libc::winsize { ws_row: h, ws_col: w, ws_xpixel: 0, ws_ypixel: 0 };
+        let ws = libc::winsize {
+            ws_row: h,
+            ws_col: w,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCSWINSZ with a valid struct.
         unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) };
     }
-    crate::linux::sys::send_fds(sock, b"/dev/ptmx", &[master]).map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
+    crate::linux::sys::send_fds(sock, b"/dev/ptmx", &[master])
+        .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
     crate::linux::sys::close(master);
     crate::linux::sys::close(sock);
     if console_bind {
         let src = CString::new(format!("/proc/self/fd/{slave}")).unwrap_or_default();
         // SAFETY: bind the terminal onto the /dev/console file made with the root.
-        unsafe { libc::mount(src.as_ptr(), c"/dev/console".as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) };
+        unsafe {
+            libc::mount(
+                src.as_ptr(),
+                c"/dev/console".as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
     }
-    crate::linux::pty::Pty::attach_slave(slave).map_err(|e| format!("attaching the terminal: {e}"))?;
+    crate::linux::pty::Pty::attach_slave(slave)
+        .map_err(|e| format!("attaching the terminal: {e}"))?;
     Ok(())
 }
 
 pub fn run(a: Args<'_>) -> Result<(), String> {
-    let bundle = std::fs::canonicalize(a.bundle).map_err(|e| format!("--bundle {}: {e}", a.bundle.display()))?;
+    let bundle = std::fs::canonicalize(a.bundle)
+        .map_err(|e| format!("--bundle {}: {e}", a.bundle.display()))?;
     let spec = super::spec::load(&bundle)?;
     let l = spec.linux.clone().unwrap_or_default();
     let proc_ = spec.process.clone().ok_or("process: missing")?;
-    let root_path = spec.root.as_ref().map(|r| r.path.clone()).unwrap_or_default();
-    let rootfs = if root_path.is_absolute() { root_path } else { bundle.join(root_path) };
-    let rootfs = std::fs::canonicalize(&rootfs).map_err(|e| format!("root.path {}: {e}", rootfs.display()))?;
+    let root_path = spec
+        .root
+        .as_ref()
+        .map(|r| r.path.clone())
+        .unwrap_or_default();
+    let rootfs = if root_path.is_absolute() {
+        root_path
+    } else {
+        bundle.join(root_path)
+    };
+    let rootfs = std::fs::canonicalize(&rootfs)
+        .map_err(|e| format!("root.path {}: {e}", rootfs.display()))?;
     if proc_.terminal && a.console_socket.is_none() {
         return Err("process.terminal is true but no --console-socket was given".into());
     }
@@ -81,7 +107,9 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     let dir = state::dir(a.root, a.id);
     match std::fs::create_dir(&dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(format!("container with id {} already exists", a.id)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(format!("container with id {} already exists", a.id))
+        }
         Err(e) => return Err(format!("making {}: {e}", dir.display())),
     }
     let rel = cgroup::relative_path(l.cgroups_path.as_deref(), a.id, a.systemd_cgroup);
@@ -98,30 +126,56 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     r
 }
 
-fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, rel: &Path, cg_dirs: &[PathBuf]) -> Result<(), String> {
+fn spawn(
+    a: &Args<'_>,
+    spec: &Spec,
+    bundle: &Path,
+    rootfs: &Path,
+    dir: &Path,
+    rel: &Path,
+    cg_dirs: &[PathBuf],
+) -> Result<(), String> {
     let l = spec.linux.clone().unwrap_or_default();
     let p = spec.process.clone().ok_or("process: missing")?;
     let fifo = dir.join("exec.fifo");
     let cf = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| "state path with NUL")?;
     // SAFETY: mkfifo of a C string path.
     if unsafe { libc::mkfifo(cf.as_ptr(), 0o622) } < 0 {
-        return Err(format!("making {}: {}", fifo.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "making {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     // SAFETY: open as O_PATH (no open of the fifo itself yet).
     let fifo_fd = unsafe { libc::open(cf.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if fifo_fd < 0 {
-        return Err(format!("opening {}: {}", fifo.display(), std::io::Error::last_os_error()));
+        return Err(format!(
+            "opening {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        ));
     }
     let console = a.console_socket.map(console).transpose()?;
     // namespaces: new ones by clone flags, given ones joined (pid before the clone)
     let mut flags: libc::c_int = 0;
     let mut join: Vec<(OwnedFd, libc::c_int, String)> = Vec::new();
     for n in &l.namespaces {
-        let f = NAMESPACES.iter().find(|(k, _)| *k == n.typ).map(|(_, f)| *f).unwrap_or(0);
+        let f = NAMESPACES
+            .iter()
+            .find(|(k, _)| *k == n.typ)
+            .map(|(_, f)| *f)
+            .unwrap_or(0);
         match &n.path {
             None => flags |= f,
             Some(path) => {
-                let fd = std::fs::File::open(path).map_err(|e| format!("linux.namespaces: {} namespace {}: {e}", n.typ, path.display()))?;
+                let fd = std::fs::File::open(path).map_err(|e| {
+                    format!(
+                        "linux.namespaces: {} namespace {}: {e}",
+                        n.typ,
+                        path.display()
+                    )
+                })?;
                 join.push((OwnedFd::from(fd), f, n.typ.clone()));
             }
         }
@@ -131,19 +185,35 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
     if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
         // SAFETY: setns of a namespace descriptor (our children are born in it).
         if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
-            return Err(format!("linux.namespaces: joining the pid namespace: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "linux.namespaces: joining the pid namespace: {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
-    let userns = flags & libc::CLONE_NEWUSER != 0 || join.iter().any(|(_, f, _)| *f == libc::CLONE_NEWUSER);
+    let userns =
+        flags & libc::CLONE_NEWUSER != 0 || join.iter().any(|(_, f, _)| *f == libc::CLONE_NEWUSER);
     let (err_r, err_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let hostname = spec.hostname.clone();
     let domainname = spec.domainname.clone();
     let sysctl = l.sysctl.clone();
     // SAFETY: clone without CLONE_VM: a fork into new namespaces (single-threaded here).
-    let pid = unsafe { libc::syscall(libc::SYS_clone, (flags | libc::SIGCHLD) as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
     if pid < 0 {
-        return Err(format!("cloning the container's init into its namespaces: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "cloning the container's init into its namespaces: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     if pid == 0 {
         drop(err_r);
@@ -161,7 +231,10 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
                 }
                 // SAFETY: setns of a namespace descriptor.
                 if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                    return Err(format!("linux.namespaces: joining the {typ} namespace: {}", std::io::Error::last_os_error()));
+                    return Err(format!(
+                        "linux.namespaces: joining the {typ} namespace: {}",
+                        std::io::Error::last_os_error()
+                    ));
                 }
             }
             // a session of its own (with a terminal: made by attaching it)
@@ -171,12 +244,16 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
             }
             rootfs::build(spec, rootfs, rel, userns).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
-                crate::linux::sys::sethostname(h.as_bytes()).map_err(|e| format!("hostname {h:?}: {e}"))?;
+                crate::linux::sys::sethostname(h.as_bytes())
+                    .map_err(|e| format!("hostname {h:?}: {e}"))?;
             }
             if let Some(d) = &domainname {
                 // SAFETY: buffer valid for its length.
                 if unsafe { libc::setdomainname(d.as_ptr() as *const libc::c_char, d.len()) } < 0 {
-                    return Err(format!("domainname {d:?}: {}", std::io::Error::last_os_error()));
+                    return Err(format!(
+                        "domainname {d:?}: {}",
+                        std::io::Error::last_os_error()
+                    ));
                 }
             }
             for (k, v) in &sysctl {
@@ -184,10 +261,17 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
                 std::fs::write(&path, v).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
             }
             if let Some(c) = &console {
-                terminal(c.as_raw_fd(), p.console_size.as_ref().map(|s| (s.height, s.width)), true)?;
+                terminal(
+                    c.as_raw_fd(),
+                    p.console_size.as_ref().map(|s| (s.height, s.width)),
+                    true,
+                )?;
             }
             process::setup(&p)?;
-            hooks::run_inside(&spec.hooks.clone().unwrap_or_default().create_container, "createContainer")?;
+            hooks::run_inside(
+                &spec.hooks.clone().unwrap_or_default().create_container,
+                "createContainer",
+            )?;
             process::prepare(&p, spec)
         })();
         let prepared = match res {
@@ -205,7 +289,10 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
         // SAFETY: open of our own descriptor's magic link.
         let f = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
         if f < 0 {
-            eprintln!("capsule-runc: waiting for start: {}", std::io::Error::last_os_error());
+            eprintln!(
+                "capsule-runc: waiting for start: {}",
+                std::io::Error::last_os_error()
+            );
             // SAFETY: leaving the child.
             unsafe { libc::_exit(127) }
         }
@@ -215,7 +302,10 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
             libc::close(f);
             libc::close(fifo_fd);
         }
-        if let Err(e) = hooks::run_inside(&spec.hooks.clone().unwrap_or_default().start_container, "startContainer") {
+        if let Err(e) = hooks::run_inside(
+            &spec.hooks.clone().unwrap_or_default().start_container,
+            "startContainer",
+        ) {
             eprintln!("capsule-runc: {e}");
             // SAFETY: leaving the child.
             unsafe { libc::_exit(127) }
@@ -269,7 +359,10 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
     };
     // prestart (deprecated) and createRuntime: in the runtime's namespaces, once the
     // container's exist
-    for (list, name) in [(&hk.prestart, "prestart"), (&hk.create_runtime, "createRuntime")] {
+    for (list, name) in [
+        (&hk.prestart, "prestart"),
+        (&hk.create_runtime, "createRuntime"),
+    ] {
         if let Err(e) = hooks::run(list, name, &st()) {
             kill();
             return Err(e);
@@ -282,7 +375,11 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
     if msg != b"\0ready" {
         kill();
         let text = String::from_utf8_lossy(&msg).trim().to_string();
-        return Err(if text.is_empty() { "the container's init ended before it was ready".into() } else { text });
+        return Err(if text.is_empty() {
+            "the container's init ended before it was ready".into()
+        } else {
+            text
+        });
     }
     state::save(a.root, &saved)?;
     if let Some(pf) = a.pid_file {
@@ -295,8 +392,14 @@ fn spawn(a: &Args<'_>, spec: &Spec, bundle: &Path, rootfs: &Path, dir: &Path, re
 }
 
 fn id_maps(pid: libc::pid_t, l: &super::spec::Linux) -> Result<(), String> {
-    let fmt = |m: &[super::spec::IdMapping]| m.iter().map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size)).collect::<String>();
-    std::fs::write(format!("/proc/{pid}/uid_map"), fmt(&l.uid_mappings)).map_err(|e| format!("linux.uidMappings: {e}"))?;
-    std::fs::write(format!("/proc/{pid}/gid_map"), fmt(&l.gid_mappings)).map_err(|e| format!("linux.gidMappings: {e}"))?;
+    let fmt = |m: &[super::spec::IdMapping]| {
+        m.iter()
+            .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
+            .collect::<String>()
+    };
+    std::fs::write(format!("/proc/{pid}/uid_map"), fmt(&l.uid_mappings))
+        .map_err(|e| format!("linux.uidMappings: {e}"))?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), fmt(&l.gid_mappings))
+        .map_err(|e| format!("linux.gidMappings: {e}"))?;
     Ok(())
 }

@@ -87,7 +87,10 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         if *f == libc::CLONE_NEWPID {
             // SAFETY: setns of a namespace descriptor.
             if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                return Err(format!("joining the container's {k} namespace: {}", std::io::Error::last_os_error()));
+                return Err(format!(
+                    "joining the container's {k} namespace: {}",
+                    std::io::Error::last_os_error()
+                ));
             }
         }
     }
@@ -125,7 +128,10 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                 }
                 // SAFETY: setns of a namespace descriptor.
                 if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                    return Err(format!("joining the container's {k} namespace: {}", std::io::Error::last_os_error()));
+                    return Err(format!(
+                        "joining the container's {k} namespace: {}",
+                        std::io::Error::last_os_error()
+                    ));
                 }
             }
             // a session of its own (with a terminal: made by attaching it)
@@ -134,7 +140,11 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                 unsafe { libc::setsid() };
             }
             if let Some(c) = &console {
-                create::terminal(c.as_raw_fd(), p.console_size.as_ref().map(|s| (s.height, s.width)), false)?;
+                create::terminal(
+                    c.as_raw_fd(),
+                    p.console_size.as_ref().map(|s| (s.height, s.width)),
+                    false,
+                )?;
             }
             process::setup(&p)?;
             process::prepare(&p, &spec)
@@ -167,7 +177,8 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         return Err(msg);
     }
     if let Some(pf) = a.pid_file {
-        std::fs::write(pf, pid.to_string()).map_err(|e| format!("--pid-file {}: {e}", pf.display()))?;
+        std::fs::write(pf, pid.to_string())
+            .map_err(|e| format!("--pid-file {}: {e}", pf.display()))?;
     }
     if a.detach {
         return Ok(0);
@@ -175,5 +186,9 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
     let mut st = 0;
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(pid, &mut st, 0) };
-    Ok(if libc::WIFEXITED(st) { libc::WEXITSTATUS(st) } else { 128 + libc::WTERMSIG(st) })
+    Ok(if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    })
 }

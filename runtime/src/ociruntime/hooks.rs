@@ -28,7 +28,10 @@ pub fn run(list: &[Hook], kind: &str, state: &serde_json::Value) -> Result<(), S
         if let Some(mut i) = child.stdin.take() {
             let _ = i.write_all(state.to_string().as_bytes());
         }
-        let deadline = h.timeout.filter(|t| *t > 0).map(|t| Instant::now() + Duration::from_secs(t as u64));
+        let deadline = h
+            .timeout
+            .filter(|t| *t > 0)
+            .map(|t| Instant::now() + Duration::from_secs(t as u64));
         let status = loop {
             match child.try_wait() {
                 Ok(Some(s)) => break s,
@@ -38,7 +41,10 @@ pub fn run(list: &[Hook], kind: &str, state: &serde_json::Value) -> Result<(), S
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{name}: timed out after {}s", h.timeout.unwrap_or(0)));
+                return Err(format!(
+                    "{name}: timed out after {}s",
+                    h.timeout.unwrap_or(0)
+                ));
             }
             std::thread::sleep(Duration::from_millis(2));
         };
@@ -54,5 +60,9 @@ pub fn run_inside(list: &[Hook], kind: &str) -> Result<(), String> {
     if list.is_empty() {
         return Ok(());
     }
-    run(list, kind, &serde_json::json!({"ociVersion": "1.0.2", "status": "creating"}))
+    run(
+        list,
+        kind,
+        &serde_json::json!({"ociVersion": "1.0.2", "status": "creating"}),
+    )
 }

@@ -33,18 +33,28 @@ use std::process::ExitCode;
 
 /// argv[0] names the runtime: `capsule-runc` (any path).
 pub fn is_runc(argv0: &std::ffi::OsStr) -> bool {
-    Path::new(argv0).file_name().is_some_and(|n| n == "capsule-runc")
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == "capsule-runc")
 }
 
 fn log(g: &cli::Global, level: &str, msg: &str) {
     let Some(p) = &g.log else { return };
-    let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(p) else {
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+    else {
         return;
     };
     let line = if g.log_json {
         serde_json::json!({"level": level, "msg": msg, "time": state::now_rfc3339()}).to_string()
     } else {
-        format!("time=\"{}\" level={level} msg={:?}", state::now_rfc3339(), msg)
+        format!(
+            "time=\"{}\" level={level} msg={:?}",
+            state::now_rfc3339(),
+            msg
+        )
     };
     let _ = writeln!(f, "{line}");
 }
@@ -78,14 +88,25 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             Ok(0)
         }
         Op::Version => {
-            println!("capsule-runc version {}\nspec: 1.0.2", env!("CARGO_PKG_VERSION"));
+            println!(
+                "capsule-runc version {}\nspec: 1.0.2",
+                env!("CARGO_PKG_VERSION")
+            );
             Ok(0)
         }
         Op::Features => {
-            println!("{}", serde_json::to_string_pretty(&features()).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&features()).unwrap_or_default()
+            );
             Ok(0)
         }
-        Op::Create { id, bundle, pid_file, console_socket } => {
+        Op::Create {
+            id,
+            bundle,
+            pid_file,
+            console_socket,
+        } => {
             create::run(create::Args {
                 root: &root,
                 id: &id,
@@ -96,7 +117,13 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             })?;
             Ok(0)
         }
-        Op::Run { id, bundle, pid_file, console_socket, detach } => {
+        Op::Run {
+            id,
+            bundle,
+            pid_file,
+            console_socket,
+            detach,
+        } => {
             create::run(create::Args {
                 root: &root,
                 id: &id,
@@ -115,17 +142,34 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             // SAFETY: waiting for our own child.
             unsafe { libc::waitpid(s.pid, &mut st, 0) };
             let _ = delete(&root, &id, true);
-            Ok(if libc::WIFEXITED(st) { libc::WEXITSTATUS(st) } else { 128 + libc::WTERMSIG(st) })
+            Ok(if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                128 + libc::WTERMSIG(st)
+            })
         }
         Op::Start { id } => start(&root, &id).map(|()| 0),
         Op::State { id } => {
             let s = state::load(&root, &id)?;
-            println!("{}", serde_json::to_string_pretty(&s.spec_state(&root)).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s.spec_state(&root)).unwrap_or_default()
+            );
             Ok(0)
         }
         Op::Kill { id, signal, all } => kill(&root, &id, &signal, all).map(|()| 0),
         Op::Delete { id, force } => delete(&root, &id, force).map(|()| 0),
-        Op::Exec { id, process, args, detach, pid_file, console_socket, tty, cwd, env } => exec::run(exec::Args {
+        Op::Exec {
+            id,
+            process,
+            args,
+            detach,
+            pid_file,
+            console_socket,
+            tty,
+            cwd,
+            env,
+        } => exec::run(exec::Args {
             root: &root,
             id: &id,
             process: process.as_deref(),
@@ -183,7 +227,13 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             } else {
                 println!("ID\tPID\tSTATUS\tBUNDLE");
                 for s in out {
-                    println!("{}\t{}\t{}\t{}", s["id"].as_str().unwrap_or(""), s["pid"], s["status"].as_str().unwrap_or(""), s["bundle"].as_str().unwrap_or(""));
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        s["id"].as_str().unwrap_or(""),
+                        s["pid"],
+                        s["status"].as_str().unwrap_or(""),
+                        s["bundle"].as_str().unwrap_or("")
+                    );
                 }
             }
             Ok(0)
@@ -200,12 +250,17 @@ fn start(root: &Path, id: &str) -> Result<(), String> {
         other => return Err(format!("cannot start a container that is {other}")),
     }
     // opening for reading releases the init, which writes one byte
-    let f = std::fs::OpenOptions::new().read(true).open(&fifo).map_err(|e| format!("starting {id}: {e}"))?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .open(&fifo)
+        .map_err(|e| format!("starting {id}: {e}"))?;
     let mut b = [0u8; 1];
     let n = std::io::Read::read(&mut &f, &mut b).map_err(|e| format!("starting {id}: {e}"))?;
     let _ = std::fs::remove_file(&fifo);
     if n != 1 {
-        return Err(format!("container {id}: the init ended before it was started"));
+        return Err(format!(
+            "container {id}: the init ended before it was started"
+        ));
     }
     if let Ok(spec) = spec::load(&s.bundle) {
         if let Some(h) = &spec.hooks {
@@ -273,7 +328,10 @@ fn kill(root: &Path, id: &str, sig: &str, all: bool) -> Result<(), String> {
     }
     // SAFETY: signalling the container's init.
     if unsafe { libc::kill(s.pid, n) } < 0 {
-        return Err(format!("signalling {id}: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "signalling {id}: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
@@ -288,7 +346,9 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
     };
     let status = s.status(root);
     if status != "stopped" && status != "created" && !force {
-        return Err(format!("cannot delete container {id} that is not stopped: {status}"));
+        return Err(format!(
+            "cannot delete container {id} that is not stopped: {status}"
+        ));
     }
     if s.alive() || !cgroup::pids(&s.cgroups).is_empty() {
         for p in cgroup::pids(&s.cgroups) {
@@ -315,15 +375,40 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
             }
         }
     }
-    std::fs::remove_dir_all(state::dir(root, id)).map_err(|e| format!("removing the state of {id}: {e}"))
+    std::fs::remove_dir_all(state::dir(root, id))
+        .map_err(|e| format!("removing the state of {id}: {e}"))
 }
 
 /// The runtime spec's features document.
 fn features() -> serde_json::Value {
     let mut opts: Vec<&str> = [
-        "ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "sync", "async", "dirsync", "noatime", "atime",
-        "nodiratime", "diratime", "relatime", "norelatime", "strictatime", "nostrictatime", "mand", "nomand", "bind", "rbind",
-        "silent", "loud", "private", "rprivate",
+        "ro",
+        "rw",
+        "nosuid",
+        "suid",
+        "nodev",
+        "dev",
+        "noexec",
+        "exec",
+        "sync",
+        "async",
+        "dirsync",
+        "noatime",
+        "atime",
+        "nodiratime",
+        "diratime",
+        "relatime",
+        "norelatime",
+        "strictatime",
+        "nostrictatime",
+        "mand",
+        "nomand",
+        "bind",
+        "rbind",
+        "silent",
+        "loud",
+        "private",
+        "rprivate",
     ]
     .to_vec();
     opts.sort_unstable();

@@ -108,8 +108,16 @@ fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
 
 /// Look the command up, build the layers. In the container's root, before the last steps.
 pub fn prepare(p: &Process, spec: &Spec) -> Result<Prepared, String> {
-    let argv: Vec<CString> = p.args.iter().map(|a| cstr(a.as_bytes(), "process.args")).collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = p.env.iter().map(|e| cstr(e.as_bytes(), "process.env")).collect::<Result<_, _>>()?;
+    let argv: Vec<CString> = p
+        .args
+        .iter()
+        .map(|a| cstr(a.as_bytes(), "process.args"))
+        .collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = p
+        .env
+        .iter()
+        .map(|e| cstr(e.as_bytes(), "process.env"))
+        .collect::<Result<_, _>>()?;
     let path = lookup(&p.args[0], &p.env, &p.cwd)?;
     let c = p.capabilities.clone().unwrap_or_default();
     let seccomp = match spec.linux.as_ref().and_then(|l| l.seccomp.as_ref()) {
@@ -147,9 +155,15 @@ fn lookup(cmd: &str, env: &[String], cwd: &str) -> Result<CString, String> {
         })
     };
     if cmd.contains('/') {
-        let full = if cmd.starts_with('/') { PathBuf::from(cmd) } else { Path::new(cwd).join(cmd) };
+        let full = if cmd.starts_with('/') {
+            PathBuf::from(cmd)
+        } else {
+            Path::new(cwd).join(cmd)
+        };
         if !is_exec(&full) {
-            return Err(format!("exec: {cmd:?}: no such executable file in the container"));
+            return Err(format!(
+                "exec: {cmd:?}: no such executable file in the container"
+            ));
         }
         return cstr(full.as_os_str().as_bytes(), "process.args[0]");
     }
@@ -172,10 +186,17 @@ fn lookup(cmd: &str, env: &[String], cwd: &str) -> Result<CString, String> {
 pub fn setup(p: &Process) -> Result<(), String> {
     for r in &p.rlimits {
         let res = super::spec::rlimit_resource(&r.typ).unwrap_or(libc::RLIMIT_NOFILE);
-        let lim = libc::rlimit { rlim_cur: r.soft, rlim_max: r.hard };
+        let lim = libc::rlimit {
+            rlim_cur: r.soft,
+            rlim_max: r.hard,
+        };
         // SAFETY: setrlimit with a valid struct.
         if unsafe { libc::setrlimit(res, &lim) } < 0 {
-            return Err(format!("process.rlimits {}: {}", r.typ, std::io::Error::last_os_error()));
+            return Err(format!(
+                "process.rlimits {}: {}",
+                r.typ,
+                std::io::Error::last_os_error()
+            ));
         }
     }
     if let Some(adj) = p.oom_score_adj {
@@ -184,10 +205,17 @@ pub fn setup(p: &Process) -> Result<(), String> {
     }
     if let Some(profile) = p.apparmor_profile.as_deref().filter(|s| !s.is_empty()) {
         if apparmor_enabled() {
-            let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() { "/proc/self/attr/apparmor/exec" } else { "/proc/self/attr/exec" };
-            std::fs::write(attr, format!("exec {profile}")).map_err(|e| format!("process.apparmorProfile {profile:?}: {e}"))?;
+            let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
+                "/proc/self/attr/apparmor/exec"
+            } else {
+                "/proc/self/attr/exec"
+            };
+            std::fs::write(attr, format!("exec {profile}"))
+                .map_err(|e| format!("process.apparmorProfile {profile:?}: {e}"))?;
         } else {
-            return Err(format!("process.apparmorProfile {profile:?}: AppArmor is not enabled on this host"));
+            return Err(format!(
+                "process.apparmorProfile {profile:?}: AppArmor is not enabled on this host"
+            ));
         }
     }
     if let Some(m) = p.user.umask {
@@ -197,13 +225,18 @@ pub fn setup(p: &Process) -> Result<(), String> {
     let cwd = cstr(p.cwd.as_bytes(), "process.cwd")?;
     // SAFETY: chdir to a C string.
     if unsafe { libc::chdir(cwd.as_ptr()) } < 0 {
-        return Err(format!("process.cwd {:?}: {}", p.cwd, std::io::Error::last_os_error()));
+        return Err(format!(
+            "process.cwd {:?}: {}",
+            p.cwd,
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(())
 }
 
 pub fn apparmor_enabled() -> bool {
-    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled").is_ok_and(|s| s.trim() == "Y")
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim() == "Y")
 }
 
 fn capset(effective: u64, permitted: u64, inheritable: u64) -> std::io::Result<()> {
@@ -218,10 +251,21 @@ fn capset(effective: u64, permitted: u64, inheritable: u64) -> std::io::Result<(
         permitted: u32,
         inheritable: u32,
     }
-    let hdr = Header { version: 0x2008_0522, pid: 0 };
+    let hdr = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
     let data = [
-        Data { effective: effective as u32, permitted: permitted as u32, inheritable: inheritable as u32 },
-        Data { effective: (effective >> 32) as u32, permitted: (permitted >> 32) as u32, inheritable: (inheritable >> 32) as u32 },
+        Data {
+            effective: effective as u32,
+            permitted: permitted as u32,
+            inheritable: inheritable as u32,
+        },
+        Data {
+            effective: (effective >> 32) as u32,
+            permitted: (permitted >> 32) as u32,
+            inheritable: (inheritable >> 32) as u32,
+        },
     ];
     // SAFETY: capset(2) v3 with a header and two data structs.
     if unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) } < 0 {
@@ -253,7 +297,9 @@ pub fn finish(p: Prepared) -> String {
             if libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) < 0 {
                 break;
             }
-            if p.bounding & (1 << cap) == 0 && libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+            if p.bounding & (1 << cap) == 0
+                && libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0
+            {
                 return e("process.capabilities.bounding");
             }
         }
@@ -276,9 +322,23 @@ pub fn finish(p: Prepared) -> String {
     }
     // SAFETY: prctl on our own process.
     unsafe {
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         for cap in 0..64u32 {
-            if p.ambient & (1 << cap) != 0 && libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong, cap as libc::c_ulong, 0, 0) < 0 {
+            if p.ambient & (1 << cap) != 0
+                && libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                    cap as libc::c_ulong,
+                    0,
+                    0,
+                ) < 0
+            {
                 return e("process.capabilities.ambient");
             }
         }

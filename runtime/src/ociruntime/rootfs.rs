@@ -20,7 +20,10 @@ use std::path::{Component, Path};
 type R<T> = Result<T, StepError>;
 
 fn err<T>(step: impl Into<String>, e: io::Error) -> R<T> {
-    Err(StepError { step: step.into(), error: e })
+    Err(StepError {
+        step: step.into(),
+        error: e,
+    })
 }
 
 fn cs(b: &[u8]) -> io::Result<CString> {
@@ -94,7 +97,11 @@ fn make_in(root: RawFd, dst: &Path, dir: bool) -> io::Result<OwnedFd> {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 // make it in the parent we resolved (never through a link)
                 let name = cs(c)?;
-                let parent = open_in(root, &sofar[..sofar.len() - c.len()], (libc::O_PATH | libc::O_DIRECTORY) as u64)?;
+                let parent = open_in(
+                    root,
+                    &sofar[..sofar.len() - c.len()],
+                    (libc::O_PATH | libc::O_DIRECTORY) as u64,
+                )?;
                 // SAFETY: mkdirat/mknodat relative to a directory descriptor of ours.
                 let rc = unsafe {
                     if is_last && !dir {
@@ -122,7 +129,13 @@ fn is_dir(fd: RawFd) -> bool {
     }
 }
 
-fn mount(src: Option<&CString>, dst: &CString, fstype: Option<&CString>, flags: libc::c_ulong, data: Option<&CString>) -> io::Result<()> {
+fn mount(
+    src: Option<&CString>,
+    dst: &CString,
+    fstype: Option<&CString>,
+    flags: libc::c_ulong,
+    data: Option<&CString>,
+) -> io::Result<()> {
     // SAFETY: C strings or null.
     let rc = unsafe {
         libc::mount(
@@ -156,7 +169,13 @@ fn options(opts: &[String]) -> (libc::c_ulong, libc::c_ulong, String) {
 /// One mount of config.json at its place in the root `root` (`/newroot`).
 fn apply(root: RawFd, m: &Mount, i: usize, cgroup_rel: &Path) -> R<()> {
     let typ = m.typ.as_deref().unwrap_or("");
-    let what = || format!("mounts[{i}] ({} at {})", if typ.is_empty() { "bind" } else { typ }, m.destination.display());
+    let what = || {
+        format!(
+            "mounts[{i}] ({} at {})",
+            if typ.is_empty() { "bind" } else { typ },
+            m.destination.display()
+        )
+    };
     let (set, _clear, data) = options(&m.options);
     let bind = set & libc::MS_BIND != 0 || typ == "bind";
     if typ == "cgroup" && !bind {
@@ -172,14 +191,38 @@ fn apply(root: RawFd, m: &Mount, i: usize, cgroup_rel: &Path) -> R<()> {
         }
         // SAFETY: ours.
         let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
-        let d = make_in(root, &m.destination, is_dir(sfd.as_raw_fd())).or_else(|e| err(what(), e))?;
-        let (sp, dp) = (fd_path(sfd.as_raw_fd()).or_else(|e| err(what(), e))?, fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?);
-        mount(Some(&sp), &dp, None, libc::MS_BIND | (set & libc::MS_REC), None).or_else(|e| err(what(), e))?;
-        let attrs = set & (libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_NOATIME | libc::MS_NODIRATIME | libc::MS_RELATIME | libc::MS_STRICTATIME);
+        let d =
+            make_in(root, &m.destination, is_dir(sfd.as_raw_fd())).or_else(|e| err(what(), e))?;
+        let (sp, dp) = (
+            fd_path(sfd.as_raw_fd()).or_else(|e| err(what(), e))?,
+            fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?,
+        );
+        mount(
+            Some(&sp),
+            &dp,
+            None,
+            libc::MS_BIND | (set & libc::MS_REC),
+            None,
+        )
+        .or_else(|e| err(what(), e))?;
+        let attrs = set
+            & (libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC
+                | libc::MS_NOATIME
+                | libc::MS_NODIRATIME
+                | libc::MS_RELATIME
+                | libc::MS_STRICTATIME);
         if attrs != 0 {
             // the new mount, as it is now at the destination (reopened: the old
             // descriptor names what was under it)
-            let d2 = open_in(root, m.destination.as_os_str().as_bytes(), libc::O_PATH as u64).or_else(|e| err(what(), e))?;
+            let d2 = open_in(
+                root,
+                m.destination.as_os_str().as_bytes(),
+                libc::O_PATH as u64,
+            )
+            .or_else(|e| err(what(), e))?;
             let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
             let mut a = 0u64;
             if attrs & libc::MS_RDONLY != 0 {
@@ -195,22 +238,33 @@ fn apply(root: RawFd, m: &Mount, i: usize, cgroup_rel: &Path) -> R<()> {
                 a |= 0x8; // MOUNT_ATTR_NOEXEC
             }
             if a != 0 {
-                crate::linux::sys::mount_setattr(&dp2, a, set & libc::MS_REC != 0).or_else(|e| err(what(), e))?;
+                crate::linux::sys::mount_setattr(&dp2, a, set & libc::MS_REC != 0)
+                    .or_else(|e| err(what(), e))?;
             }
         }
         return Ok(());
     }
     let d = make_in(root, &m.destination, true).or_else(|e| err(what(), e))?;
     let dp = fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?;
-    let src = cs(m.source.as_deref().unwrap_or(Path::new(typ)).as_os_str().as_bytes()).or_else(|e| err(what(), e))?;
+    let src = cs(m
+        .source
+        .as_deref()
+        .unwrap_or(Path::new(typ))
+        .as_os_str()
+        .as_bytes())
+    .or_else(|e| err(what(), e))?;
     let t = cs(typ.as_bytes()).or_else(|e| err(what(), e))?;
-    let dat = (!data.is_empty()).then(|| cs(data.as_bytes())).transpose().or_else(|e| err(what(), e))?;
+    let dat = (!data.is_empty())
+        .then(|| cs(data.as_bytes()))
+        .transpose()
+        .or_else(|e| err(what(), e))?;
     let r = mount(Some(&src), &dp, Some(&t), set & !libc::MS_REC, dat.as_ref());
     match r {
         // sysfs in a network namespace that is not ours to show (rootless): bind the host's
         Err(e) if typ == "sysfs" && e.raw_os_error() == Some(libc::EPERM) => {
             let s = cs(b"/oldroot/sys").or_else(|e| err(what(), e))?;
-            mount(Some(&s), &dp, None, libc::MS_BIND | libc::MS_REC, None).or_else(|e| err(what(), e))?;
+            mount(Some(&s), &dp, None, libc::MS_BIND | libc::MS_REC, None)
+                .or_else(|e| err(what(), e))?;
             Ok(())
         }
         Err(e) => err(what(), e),
@@ -226,13 +280,32 @@ fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
     let dp = fd_path(d.as_raw_fd())?;
     if super::cgroup::unified() {
         let t = cs(b"cgroup2")?;
-        return mount(Some(&t), &dp, Some(&t), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | if ro { libc::MS_RDONLY } else { 0 }, None);
+        return mount(
+            Some(&t),
+            &dp,
+            Some(&t),
+            libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC
+                | if ro { libc::MS_RDONLY } else { 0 },
+            None,
+        );
     }
     let t = cs(b"tmpfs")?;
-    mount(Some(&t), &dp, Some(&t), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some(&cs(b"mode=755")?))?;
+    mount(
+        Some(&t),
+        &dp,
+        Some(&t),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some(&cs(b"mode=755")?),
+    )?;
     for h in super::cgroup::hierarchies() {
-        let Some(name) = h.mount.file_name() else { continue };
-        let host = Path::new("/oldroot").join(h.mount.strip_prefix("/").unwrap_or(&h.mount)).join(rel);
+        let Some(name) = h.mount.file_name() else {
+            continue;
+        };
+        let host = Path::new("/oldroot")
+            .join(h.mount.strip_prefix("/").unwrap_or(&h.mount))
+            .join(rel);
         let sub = m.destination.join(name);
         let df = make_in(root, &sub, true)?;
         let s = cs(host.as_os_str().as_bytes())?;
@@ -240,26 +313,63 @@ fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
         mount(Some(&s), &dp2, None, libc::MS_BIND, None)?;
         if ro {
             let again = open_in(root, sub.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-            crate::linux::sys::mount_setattr(&fd_path(again.as_raw_fd())?, crate::linux::sys::MOUNT_ATTR_RDONLY | crate::linux::sys::MOUNT_ATTR_NOSUID | crate::linux::sys::MOUNT_ATTR_NODEV | 0x8, false)?;
+            crate::linux::sys::mount_setattr(
+                &fd_path(again.as_raw_fd())?,
+                crate::linux::sys::MOUNT_ATTR_RDONLY
+                    | crate::linux::sys::MOUNT_ATTR_NOSUID
+                    | crate::linux::sys::MOUNT_ATTR_NODEV
+                    | 0x8,
+                false,
+            )?;
         }
     }
     if ro {
-        let again = open_in(root, m.destination.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-        crate::linux::sys::mount_setattr(&fd_path(again.as_raw_fd())?, crate::linux::sys::MOUNT_ATTR_RDONLY, false)?;
+        let again = open_in(
+            root,
+            m.destination.as_os_str().as_bytes(),
+            libc::O_PATH as u64,
+        )?;
+        crate::linux::sys::mount_setattr(
+            &fd_path(again.as_raw_fd())?,
+            crate::linux::sys::MOUNT_ATTR_RDONLY,
+            false,
+        )?;
     }
     Ok(())
 }
 
 /// The devices every container gets (runtime spec: default devices), then the bundle's.
-const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)];
+const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
 
-fn device(root: RawFd, path: &Path, typ: &str, major: u32, minor: u32, mode: u32, owner: Option<(u32, u32)>, userns: bool) -> io::Result<()> {
+fn device(
+    root: RawFd,
+    path: &Path,
+    typ: &str,
+    major: u32,
+    minor: u32,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+    userns: bool,
+) -> io::Result<()> {
     let host = Path::new("/oldroot").join(path.strip_prefix("/").unwrap_or(path));
     if userns {
         // no mknod in a user namespace: the host's device, bound
         let s = cs(host.as_os_str().as_bytes())?;
         let d = make_in(root, path, false)?;
-        return mount(Some(&s), &fd_path(d.as_raw_fd())?, None, libc::MS_BIND, None);
+        return mount(
+            Some(&s),
+            &fd_path(d.as_raw_fd())?,
+            None,
+            libc::MS_BIND,
+            None,
+        );
     }
     let parent = path.parent().unwrap_or(Path::new("/"));
     let pfd = make_in(root, parent, true)?;
@@ -270,16 +380,33 @@ fn device(root: RawFd, path: &Path, typ: &str, major: u32, minor: u32, mode: u32
         _ => libc::S_IFCHR,
     };
     // reopen the parent as a real directory descriptor for mknodat
-    let dirfd = open_in(root, parent.as_os_str().as_bytes(), (libc::O_RDONLY | libc::O_DIRECTORY) as u64)?;
+    let dirfd = open_in(
+        root,
+        parent.as_os_str().as_bytes(),
+        (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
+    )?;
     drop(pfd);
     // SAFETY: calls on descriptors of ours.
     unsafe {
         libc::unlinkat(dirfd.as_raw_fd(), name.as_ptr(), 0);
-        if libc::mknodat(dirfd.as_raw_fd(), name.as_ptr(), kind | (mode & 0o7777), libc::makedev(major, minor)) < 0 {
+        if libc::mknodat(
+            dirfd.as_raw_fd(),
+            name.as_ptr(),
+            kind | (mode & 0o7777),
+            libc::makedev(major, minor),
+        ) < 0
+        {
             return Err(last());
         }
         if let Some((u, g)) = owner {
-            if libc::fchownat(dirfd.as_raw_fd(), name.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) < 0 {
+            if libc::fchownat(
+                dirfd.as_raw_fd(),
+                name.as_ptr(),
+                u,
+                g,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ) < 0
+            {
                 return Err(last());
             }
         }
@@ -292,21 +419,43 @@ fn device(root: RawFd, path: &Path, typ: &str, major: u32, minor: u32, mode: u32
 fn devices(root: RawFd, list: &[Device], userns: bool, terminal: bool) -> R<()> {
     for (n, maj, min) in DEFAULT_DEVICES {
         let p = Path::new("/dev").join(n);
-        device(root, &p, "c", *maj, *min, 0o666, None, userns).or_else(|e| err(format!("creating /dev/{n}"), e))?;
+        device(root, &p, "c", *maj, *min, 0o666, None, userns)
+            .or_else(|e| err(format!("creating /dev/{n}"), e))?;
     }
     for (i, d) in list.iter().enumerate() {
-        device(root, &d.path, &d.typ, d.major as u32, d.minor as u32, d.file_mode.unwrap_or(0o666), d.uid.zip(d.gid).or(d.uid.map(|u| (u, 0))), userns)
-            .or_else(|e| err(format!("linux.devices[{i}] ({})", d.path.display()), e))?;
+        device(
+            root,
+            &d.path,
+            &d.typ,
+            d.major as u32,
+            d.minor as u32,
+            d.file_mode.unwrap_or(0o666),
+            d.uid.zip(d.gid).or(d.uid.map(|u| (u, 0))),
+            userns,
+        )
+        .or_else(|e| err(format!("linux.devices[{i}] ({})", d.path.display()), e))?;
     }
     // the links every container has
-    let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64).or_else(|e| err("opening /dev", e))?;
-    for (link, target) in [("ptmx", "pts/ptmx"), ("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore")] {
-        let (l, t) = (cs(link.as_bytes()).unwrap_or_default(), cs(target.as_bytes()).unwrap_or_default());
+    let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64)
+        .or_else(|e| err("opening /dev", e))?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("core", "/proc/kcore"),
+    ] {
+        let (l, t) = (
+            cs(link.as_bytes()).unwrap_or_default(),
+            cs(target.as_bytes()).unwrap_or_default(),
+        );
         // SAFETY: symlinkat relative to our descriptor; an existing entry stays.
         unsafe { libc::symlinkat(t.as_ptr(), dev.as_raw_fd(), l.as_ptr()) };
     }
     if terminal {
-        make_in(root, Path::new("/dev/console"), false).or_else(|e| err("creating /dev/console", e))?;
+        make_in(root, Path::new("/dev/console"), false)
+            .or_else(|e| err("creating /dev/console", e))?;
     }
     Ok(())
 }
@@ -322,9 +471,21 @@ fn mask(root: RawFd, p: &Path) -> io::Result<()> {
     let dp = fd_path(fd.as_raw_fd())?;
     if is_dir(fd.as_raw_fd()) {
         let t = cs(b"tmpfs")?;
-        mount(Some(&t), &dp, Some(&t), libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, Some(&cs(b"size=0,mode=555")?))
+        mount(
+            Some(&t),
+            &dp,
+            Some(&t),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(&cs(b"size=0,mode=555")?),
+        )
     } else {
-        mount(Some(&cs(b"/oldroot/dev/null")?), &dp, None, libc::MS_BIND, None)
+        mount(
+            Some(&cs(b"/oldroot/dev/null")?),
+            &dp,
+            None,
+            libc::MS_BIND,
+            None,
+        )
     }
 }
 
@@ -338,7 +499,14 @@ fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
     let dp = fd_path(fd.as_raw_fd())?;
     mount(Some(&dp), &dp, None, libc::MS_BIND | libc::MS_REC, None)?;
     let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-    crate::linux::sys::mount_setattr(&fd_path(again.as_raw_fd())?, crate::linux::sys::MOUNT_ATTR_RDONLY | crate::linux::sys::MOUNT_ATTR_NOSUID | crate::linux::sys::MOUNT_ATTR_NODEV | 0x8, true)
+    crate::linux::sys::mount_setattr(
+        &fd_path(again.as_raw_fd())?,
+        crate::linux::sys::MOUNT_ATTR_RDONLY
+            | crate::linux::sys::MOUNT_ATTR_NOSUID
+            | crate::linux::sys::MOUNT_ATTR_NODEV
+            | 0x8,
+        true,
+    )
 }
 
 /// Build the whole root and switch to it. `rootfs` is the host path; runs in the
@@ -347,9 +515,15 @@ pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<(
     mounts::enter_setup_root()?;
     let s = mounts::under(mounts::OLD, rootfs).or_else(|e| err("the rootfs", e))?;
     let n = cs(mounts::NEW.as_bytes()).unwrap_or_default();
-    mount(Some(&s), &n, None, libc::MS_BIND | libc::MS_REC, None).or_else(|e| err(format!("binding the rootfs {}", rootfs.display()), e))?;
+    mount(Some(&s), &n, None, libc::MS_BIND | libc::MS_REC, None)
+        .or_else(|e| err(format!("binding the rootfs {}", rootfs.display()), e))?;
     // SAFETY: open of the new root we just mounted.
-    let rfd = unsafe { libc::open(n.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let rfd = unsafe {
+        libc::open(
+            n.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if rfd < 0 {
         return err("opening the new root", last());
     }
@@ -362,10 +536,12 @@ pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<(
     let terminal = spec.process.as_ref().is_some_and(|p| p.terminal);
     devices(root.as_raw_fd(), &l.devices, userns, terminal)?;
     for p in &l.masked_paths {
-        mask(root.as_raw_fd(), p).or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;
+        mask(root.as_raw_fd(), p)
+            .or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;
     }
     for p in &l.readonly_paths {
-        read_only(root.as_raw_fd(), p).or_else(|e| err(format!("linux.readonlyPaths: {}", p.display()), e))?;
+        read_only(root.as_raw_fd(), p)
+            .or_else(|e| err(format!("linux.readonlyPaths: {}", p.display()), e))?;
     }
     drop(root);
     mounts::finish_root_as(spec.root.as_ref().is_some_and(|r| r.readonly))

@@ -78,7 +78,9 @@ pub fn check(s: &Seccomp) -> Result<(), String> {
         return Err("linux.seccomp: not supported on this architecture yet".into());
     }
     if s.listener_path.is_some() || s.listener_metadata.is_some() {
-        return Err("linux.seccomp.listenerPath: seccomp user notification is not supported".into());
+        return Err(
+            "linux.seccomp.listenerPath: seccomp user notification is not supported".into(),
+        );
     }
     action(&s.default_action, s.default_errno_ret, libc::EPERM as u32)
         .map_err(|e| format!("linux.seccomp.defaultAction: {e}"))?;
@@ -92,10 +94,16 @@ pub fn check(s: &Seccomp) -> Result<(), String> {
             .map_err(|e| format!("linux.seccomp.syscalls[{i}].action: {e}"))?;
         for a in &r.args {
             if a.index > 5 {
-                return Err(format!("linux.seccomp.syscalls[{i}].args: index {} (0 to 5)", a.index));
+                return Err(format!(
+                    "linux.seccomp.syscalls[{i}].args: index {} (0 to 5)",
+                    a.index
+                ));
             }
             if op_of(&a.op).is_none() {
-                return Err(format!("linux.seccomp.syscalls[{i}].args: operator {:?} is not supported", a.op));
+                return Err(format!(
+                    "linux.seccomp.syscalls[{i}].args: operator {:?} is not supported",
+                    a.op
+                ));
             }
         }
     }
@@ -167,7 +175,12 @@ const JSET: u16 = 0x45;
 const RET: u16 = 0x06;
 
 fn ld(off: u32) -> Ins {
-    Ins { code: LD, k: off, jt: T::Rel(0), jf: T::Rel(0) }
+    Ins {
+        code: LD,
+        k: off,
+        jt: T::Rel(0),
+        jf: T::Rel(0),
+    }
 }
 fn j(code: u16, k: u32, jt: T, jf: T) -> Ins {
     Ins { code, k, jt, jf }
@@ -182,14 +195,34 @@ fn cond(a: &Arg, out: &mut Vec<Ins>) {
     let (ehi, elo) = ((a.value_two >> 32) as u32, a.value_two as u32);
     use T::*;
     match op {
-        Op::Eq => out.extend([ld(hi_off), j(JEQ, vhi, Rel(0), Fail), ld(lo_off), j(JEQ, vlo, Rel(0), Fail)]),
-        Op::Ne => out.extend([ld(hi_off), j(JEQ, vhi, Rel(0), Rel(2)), ld(lo_off), j(JEQ, vlo, Fail, Rel(0))]),
+        Op::Eq => out.extend([
+            ld(hi_off),
+            j(JEQ, vhi, Rel(0), Fail),
+            ld(lo_off),
+            j(JEQ, vlo, Rel(0), Fail),
+        ]),
+        Op::Ne => out.extend([
+            ld(hi_off),
+            j(JEQ, vhi, Rel(0), Rel(2)),
+            ld(lo_off),
+            j(JEQ, vlo, Fail, Rel(0)),
+        ]),
         Op::MaskedEq => out.extend([
             ld(hi_off),
-            Ins { code: AND, k: vhi, jt: Rel(0), jf: Rel(0) },
+            Ins {
+                code: AND,
+                k: vhi,
+                jt: Rel(0),
+                jf: Rel(0),
+            },
             j(JEQ, ehi, Rel(0), Fail),
             ld(lo_off),
-            Ins { code: AND, k: vlo, jt: Rel(0), jf: Rel(0) },
+            Ins {
+                code: AND,
+                k: vlo,
+                jt: Rel(0),
+                jf: Rel(0),
+            },
             j(JEQ, elo, Rel(0), Fail),
         ]),
         Op::Gt | Op::Ge => out.extend([
@@ -221,7 +254,11 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
     check(s)?;
     let default_errno = s.default_errno_ret.unwrap_or(libc::EPERM as u32);
     let default = action(&s.default_action, s.default_errno_ret, libc::EPERM as u32)?;
-    let native = if cfg!(target_arch = "aarch64") { AUDIT_ARCH_AARCH64 } else { AUDIT_ARCH_X86_64 };
+    let native = if cfg!(target_arch = "aarch64") {
+        AUDIT_ARCH_AARCH64
+    } else {
+        AUDIT_ARCH_X86_64
+    };
     let mut bpf: Vec<libc::sock_filter> = Vec::new();
     let raw = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
     bpf.push(raw(LD, 4, 0, 0));
@@ -258,7 +295,12 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
                 for a in g {
                     cond(a, &mut body);
                 }
-                body.push(Ins { code: RET, k: act, jt: T::Rel(0), jf: T::Rel(0) });
+                body.push(Ins {
+                    code: RET,
+                    k: act,
+                    jt: T::Rel(0),
+                    jf: T::Rel(0),
+                });
                 // the next block starts by loading the number again (conditions load args)
                 let reload = !g.is_empty();
                 let len = body.len();
@@ -283,10 +325,17 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
     }
     bpf.push(raw(RET, default, 0, 0));
     if bpf.len() > 4096 {
-        return Err(format!("linux.seccomp: {} instructions, more than the kernel's 4096", bpf.len()));
+        return Err(format!(
+            "linux.seccomp: {} instructions, more than the kernel's 4096",
+            bpf.len()
+        ));
     }
     let flags = s.flags.iter().filter_map(|f| flag(f)).fold(0, |a, b| a | b);
-    Ok(Program { bpf, flags, unknown })
+    Ok(Program {
+        bpf,
+        flags,
+        unknown,
+    })
 }
 
 impl Program {
@@ -338,7 +387,10 @@ mod tests {
             pc += 1;
             let jump = |c: bool| if c { f.jt as usize } else { f.jf as usize };
             match f.code {
-                LD => acc = u32::from_ne_bytes(data[f.k as usize..f.k as usize + 4].try_into().unwrap()),
+                LD => {
+                    acc =
+                        u32::from_ne_bytes(data[f.k as usize..f.k as usize + 4].try_into().unwrap())
+                }
                 AND => acc &= f.k,
                 JEQ => pc += jump(acc == f.k),
                 JGT => pc += jump(acc > f.k),
@@ -371,25 +423,63 @@ mod tests {
         let nr = |n: i64| n as u32;
         assert_eq!(eval(&p, nr(libc::SYS_read), [0; 6]), allow);
         assert_eq!(eval(&p, nr(libc::SYS_openat), [0; 6]), eperm);
-        assert_eq!(eval(&p, nr(libc::SYS_personality), [8, 0, 0, 0, 0, 0]), allow);
-        assert_eq!(eval(&p, nr(libc::SYS_personality), [0xffff_ffff, 0, 0, 0, 0, 0]), allow);
+        assert_eq!(
+            eval(&p, nr(libc::SYS_personality), [8, 0, 0, 0, 0, 0]),
+            allow
+        );
+        assert_eq!(
+            eval(&p, nr(libc::SYS_personality), [0xffff_ffff, 0, 0, 0, 0, 0]),
+            allow
+        );
         // the high word counts
-        assert_eq!(eval(&p, nr(libc::SYS_personality), [(1 << 32) | 8, 0, 0, 0, 0, 0]), eperm);
-        assert_eq!(eval(&p, nr(libc::SYS_clone), [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]), allow);
-        assert_eq!(eval(&p, nr(libc::SYS_clone), [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]), eperm);
-        assert_eq!(eval(&p, nr(libc::SYS_kill), [5, 9, 0, 0, 0, 0]), 0x0005_0000 | 38);
+        assert_eq!(
+            eval(
+                &p,
+                nr(libc::SYS_personality),
+                [(1 << 32) | 8, 0, 0, 0, 0, 0]
+            ),
+            eperm
+        );
+        assert_eq!(
+            eval(
+                &p,
+                nr(libc::SYS_clone),
+                [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]
+            ),
+            allow
+        );
+        assert_eq!(
+            eval(
+                &p,
+                nr(libc::SYS_clone),
+                [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]
+            ),
+            eperm
+        );
+        assert_eq!(
+            eval(&p, nr(libc::SYS_kill), [5, 9, 0, 0, 0, 0]),
+            0x0005_0000 | 38
+        );
         assert_eq!(eval(&p, nr(libc::SYS_kill), [5, 8, 0, 0, 0, 0]), eperm);
         assert_eq!(eval(&p, nr(libc::SYS_kill), [100, 9, 0, 0, 0, 0]), eperm);
-        assert_eq!(eval(&p, nr(libc::SYS_kill), [1 << 32, 15, 0, 0, 0, 0]), eperm);
+        assert_eq!(
+            eval(&p, nr(libc::SYS_kill), [1 << 32, 15, 0, 0, 0, 0]),
+            eperm
+        );
         assert_eq!(eval(&p, nr(libc::SYS_mkdir), [0, 0o777, 0, 0, 0, 0]), eperm);
-        assert_eq!(eval(&p, nr(libc::SYS_mkdir), [0, 0o700, 0, 0, 0, 0]), RET_KILL_PROCESS);
+        assert_eq!(
+            eval(&p, nr(libc::SYS_mkdir), [0, 0o700, 0, 0, 0, 0]),
+            RET_KILL_PROCESS
+        );
     }
 
     #[test]
     fn what_it_cannot_do_is_named() {
         let s: Seccomp = serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_NOTIFY"}"#).unwrap();
         assert!(check(&s).unwrap_err().contains("defaultAction"));
-        let s: Seccomp = serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/x"}"#).unwrap();
+        let s: Seccomp =
+            serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/x"}"#)
+                .unwrap();
         assert!(check(&s).unwrap_err().contains("listenerPath"));
     }
 }

@@ -270,8 +270,12 @@ pub struct HugepageLimit {
 pub fn load(bundle: &Path) -> Result<Spec, String> {
     let path = bundle.join("config.json");
     let text = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let spec: Spec = serde_json::from_slice(&text)
-        .map_err(|e| format!("{}: {e} (capsule-runc refuses fields it cannot enforce)", path.display()))?;
+    let spec: Spec = serde_json::from_slice(&text).map_err(|e| {
+        format!(
+            "{}: {e} (capsule-runc refuses fields it cannot enforce)",
+            path.display()
+        )
+    })?;
     check(&spec).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(spec)
 }
@@ -324,7 +328,10 @@ pub fn mount_flag(opt: &str) -> Option<(bool, libc::c_ulong)> {
 /// Values present that capsule-runc cannot honour: the first one, naming its field.
 pub fn check(spec: &Spec) -> Result<(), String> {
     if !spec.oci_version.starts_with("1.") {
-        return Err(format!("ociVersion {:?}: only 1.x is supported", spec.oci_version));
+        return Err(format!(
+            "ociVersion {:?}: only 1.x is supported",
+            spec.oci_version
+        ));
     }
     let Some(root) = &spec.root else {
         return Err("root: missing (a container needs a root filesystem)".into());
@@ -359,27 +366,39 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         ] {
             for n in names {
                 if n.parse::<caps::Capability>().is_err() {
-                    return Err(format!("process.capabilities.{set}: unknown capability {n:?}"));
+                    return Err(format!(
+                        "process.capabilities.{set}: unknown capability {n:?}"
+                    ));
                 }
             }
         }
     }
     for (i, m) in spec.mounts.iter().enumerate() {
         if !m.destination.is_absolute() {
-            return Err(format!("mounts[{i}].destination {:?}: must be absolute", m.destination));
+            return Err(format!(
+                "mounts[{i}].destination {:?}: must be absolute",
+                m.destination
+            ));
         }
         for o in &m.options {
-            if matches!(o.as_str(), "shared" | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable") {
+            if matches!(
+                o.as_str(),
+                "shared" | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable"
+            ) {
                 return Err(format!("mounts[{i}].options: propagation {o:?} is not supported (every mount of the container is private)"));
             }
-            if matches!(o.as_str(), "idmap" | "ridmap" | "tmpcopyup" | "remount") || o.starts_with("X-mount.") {
+            if matches!(o.as_str(), "idmap" | "ridmap" | "tmpcopyup" | "remount")
+                || o.starts_with("X-mount.")
+            {
                 return Err(format!("mounts[{i}].options: {o:?} is not supported"));
             }
         }
         let typ = m.typ.as_deref().unwrap_or("");
         let bind = m.options.iter().any(|o| o == "bind" || o == "rbind") || typ == "bind";
         if bind && m.source.as_ref().is_none_or(|s| !s.is_absolute()) {
-            return Err(format!("mounts[{i}].source: a bind mount needs an absolute source"));
+            return Err(format!(
+                "mounts[{i}].source: a bind mount needs an absolute source"
+            ));
         }
     }
     let Some(l) = &spec.linux else {
@@ -388,7 +407,10 @@ pub fn check(spec: &Spec) -> Result<(), String> {
     let mut seen = Vec::new();
     for n in &l.namespaces {
         if !NAMESPACES.iter().any(|(k, _)| *k == n.typ) {
-            return Err(format!("linux.namespaces: namespace type {:?} is not supported", n.typ));
+            return Err(format!(
+                "linux.namespaces: namespace type {:?} is not supported",
+                n.typ
+            ));
         }
         if seen.contains(&n.typ) {
             return Err(format!("linux.namespaces: {:?} given twice", n.typ));
@@ -396,30 +418,41 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         seen.push(n.typ.clone());
     }
     if !seen.iter().any(|t| t == "mount") {
-        return Err("linux.namespaces: a container without its own mount namespace is not supported".into());
+        return Err(
+            "linux.namespaces: a container without its own mount namespace is not supported".into(),
+        );
     }
-    if l.namespaces.iter().any(|n| n.typ == "mount" && n.path.is_some()) {
-        return Err("linux.namespaces: joining another mount namespace (path) is not supported".into());
+    if l.namespaces
+        .iter()
+        .any(|n| n.typ == "mount" && n.path.is_some())
+    {
+        return Err(
+            "linux.namespaces: joining another mount namespace (path) is not supported".into(),
+        );
     }
     let userns = seen.iter().any(|t| t == "user");
     if !userns && (!l.uid_mappings.is_empty() || !l.gid_mappings.is_empty()) {
         return Err("linux.uidMappings: mappings without a user namespace".into());
     }
-    if userns && l.namespaces.iter().any(|n| n.typ == "user" && n.path.is_none()) && l.uid_mappings.is_empty() {
+    if userns
+        && l.namespaces
+            .iter()
+            .any(|n| n.typ == "user" && n.path.is_none())
+        && l.uid_mappings.is_empty()
+    {
         return Err("linux.uidMappings: a new user namespace needs mappings".into());
     }
     if let Some(prop) = &l.rootfs_propagation {
         if !matches!(prop.as_str(), "private" | "rprivate" | "") {
-            return Err(format!("linux.rootfsPropagation {prop:?}: only private propagation is supported"));
+            return Err(format!(
+                "linux.rootfsPropagation {prop:?}: only private propagation is supported"
+            ));
         }
     }
     if l.mount_label.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err("linux.mountLabel: SELinux labels are not supported".into());
     }
     if let Some(r) = &l.resources {
-        if !r.unified.is_empty() && !super::cgroup::unified() {
-            return Err("linux.resources.unified: this host's cgroups are v1".into());
-        }
         if r.hugepage_limits.iter().any(|h| h.limit > 0) {
             return Err("linux.resources.hugepageLimits: not supported".into());
         }
@@ -428,7 +461,10 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         }
         if let Some(m) = &r.memory {
             if m.swappiness.is_some() || m.disable_oom_killer == Some(true) {
-                return Err("linux.resources.memory: swappiness and disableOOMKiller are not supported".into());
+                return Err(
+                    "linux.resources.memory: swappiness and disableOOMKiller are not supported"
+                        .into(),
+                );
             }
         }
     }
@@ -437,7 +473,10 @@ pub fn check(spec: &Spec) -> Result<(), String> {
             return Err(format!("linux.devices[{i}].type {:?}: c, u, b or p", d.typ));
         }
         if !d.path.starts_with("/dev/") {
-            return Err(format!("linux.devices[{i}].path {:?}: must be below /dev", d.path));
+            return Err(format!(
+                "linux.devices[{i}].path {:?}: must be below /dev",
+                d.path
+            ));
         }
     }
     for k in l.sysctl.keys() {
@@ -492,11 +531,21 @@ mod tests {
     fn a_field_it_cannot_honour_is_named() {
         assert!(spec("").is_ok());
         assert!(spec(r#","intelRdt":{}"#).unwrap_err().contains("intelRdt"));
-        assert!(spec(r#","rootfsPropagation":"rshared""#).unwrap_err().contains("rootfsPropagation"));
-        assert!(spec(r#","mountLabel":"system_u""#).unwrap_err().contains("mountLabel"));
-        assert!(spec(r#","resources":{"rdma":{}}"#).unwrap_err().contains("rdma"));
+        assert!(spec(r#","rootfsPropagation":"rshared""#)
+            .unwrap_err()
+            .contains("rootfsPropagation"));
+        assert!(spec(r#","mountLabel":"system_u""#)
+            .unwrap_err()
+            .contains("mountLabel"));
+        assert!(spec(r#","resources":{"rdma":{}}"#)
+            .unwrap_err()
+            .contains("rdma"));
         let mut s = spec("").unwrap();
-        s.linux.as_mut().unwrap().namespaces.retain(|n| n.typ != "mount");
+        s.linux
+            .as_mut()
+            .unwrap()
+            .namespaces
+            .retain(|n| n.typ != "mount");
         assert!(check(&s).unwrap_err().contains("mount namespace"));
     }
 }

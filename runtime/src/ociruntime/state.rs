@@ -41,7 +41,8 @@ pub fn save(root: &Path, s: &Saved) -> Result<(), String> {
     let tmp = d.join("state.json.tmp");
     let b = serde_json::to_vec(s).map_err(|e| e.to_string())?;
     std::fs::write(&tmp, b).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, d.join("state.json")).map_err(|e| format!("writing the state of {}: {e}", s.id))
+    std::fs::rename(&tmp, d.join("state.json"))
+        .map_err(|e| format!("writing the state of {}: {e}", s.id))
 }
 
 /// Start time of `pid` (0 if gone), and whether it is a zombie.
