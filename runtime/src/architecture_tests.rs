@@ -262,7 +262,9 @@ fn module_of(file: &Path) -> Vec<String> {
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    if m.last().is_some_and(|l| l == "mod" || l == "lib" || l == "main") {
+    if m.last()
+        .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+    {
         m.pop();
     }
     m
@@ -277,10 +279,12 @@ fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
                 let end = seg
                     .find(|c: char| !(c.is_alphanumeric() || c == '_'))
                     .unwrap_or(seg.len());
-                (end > 0 && end == seg.len()).then(|| seg.to_string()).or_else(|| {
-                    // the last segment, followed by something else (`f()`, `;`)
-                    (end > 0).then(|| seg[..end].to_string())
-                })
+                (end > 0 && end == seg.len())
+                    .then(|| seg.to_string())
+                    .or_else(|| {
+                        // the last segment, followed by something else (`f()`, `;`)
+                        (end > 0).then(|| seg[..end].to_string())
+                    })
             })
             .collect()
     };
@@ -360,9 +364,7 @@ fn no_two_modules_use_each_other() {
             if related(a, b) || a > b {
                 continue;
             }
-            let b_uses_a = uses
-                .iter()
-                .any(|(m, u)| m == b && u.iter().any(|x| x == a));
+            let b_uses_a = uses.iter().any(|(m, u)| m == b && u.iter().any(|x| x == a));
             if b_uses_a {
                 bad.push(format!("{} <-> {}", a.join("::"), b.join("::")));
             }
@@ -379,7 +381,10 @@ fn no_two_modules_use_each_other() {
 #[test]
 fn the_circle_scanner_sees_paths() {
     assert_eq!(
-        paths_after("use crate::{home::layer::Change, exit};\ncrate::a::b(x)", "crate::"),
+        paths_after(
+            "use crate::{home::layer::Change, exit};\ncrate::a::b(x)",
+            "crate::"
+        ),
         vec![
             vec!["home".to_string(), "layer".into(), "Change".into()],
             vec!["exit".to_string()],
