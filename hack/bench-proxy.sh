@@ -90,6 +90,7 @@ transfer() { # via dir [proxy-addr]
   c1=$(cpu $pid)
   awk -v a="$c0" -v b="$c1" -v n="$BYTES" 'BEGIN{printf "%.3f\n", (b-a)*1073741824/n}' >>"$work/cpu-$1-$2"
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # srt: $SRT, else `srt` on PATH; it needs bubblewrap, socat and ripgrep (apt-get install -y
@@ -130,7 +131,6 @@ for f in "$work"/tp-* "$work"/lat-* "$work"/p99-* "$work"/cpu-*; do
   k=$(basename "$f"); v=$(median <"$f")
   case $k in tp-*) tp[${k#tp-}]=$v;; lat-*) lat[${k#lat-}]=$v;; p99-*) p99[${k#p99-}]=$v;; cpu-*) cpu[${k#cpu-}]=$v;; esac
 done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 echo "proxy benchmark: $(( BYTES / 1048576 )) MiB per transfer, $REQUESTS requests per latency run, median of $ROUNDS rounds ($(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
 [ -n "${PIN_CLIENT:-}${PIN_SERVER:-}${PIN_PROXY:-}" ] && echo "pinned: client cpu ${PIN_CLIENT:-any}, servers cpu ${PIN_SERVER:-any}, proxy cpu ${PIN_PROXY:-any}"
 printf '%-28s %12s %12s %12s %12s %10s %10s\n' "throughput (MiB/s)" direct proxy relay floor proxy/dir relay/dir
@@ -209,7 +209,7 @@ terminated() { # which (new|base)
     new) $C -x "http://$TPROXY" --cacert "$work/ca/proxy-ca.pem" "https://$BIGTLS/" >>"$work/c-tls-terminated";;
     base) $C -x "http://$BPROXY" --cacert "$work/bca/proxy-ca.pem" "https://$BIGTLS/" >>"$work/c-tls-terminated-base";;
   esac
-  echo >>"$work/c-tls-terminated${1#new}"
+  if [ "$1" = new ]; then echo >>"$work/c-tls-terminated"; else echo >>"$work/c-tls-terminated-base"; fi
 }
 C="$(pin "${PIN_CLIENT:-}") curl -sS -o /dev/null -w %{speed_download}"
 for r in $(seq 1 "$ROUNDS"); do

@@ -134,6 +134,23 @@ impl<R: AsyncRead + Unpin> Up<'_, R> {
         let rest = self.buf.split_off(max as usize);
         Ok(Some(std::mem::replace(&mut self.buf, rest)))
     }
+
+    /// How much of at most `max` bytes is buffered, reading if nothing is (0: end of
+    /// file); the caller reads `buf[..n]` and [`Up::consume`]s it, so the buffer is kept.
+    async fn avail(&mut self, max: u64) -> Result<usize, Fail> {
+        if self.buf.is_empty() && self.fill().await.map_err(|_| Fail::Closed)? == 0 {
+            return Ok(0);
+        }
+        Ok((self.buf.len() as u64).min(max) as usize)
+    }
+
+    fn consume(&mut self, n: usize) {
+        if n == self.buf.len() {
+            self.buf.clear();
+        } else {
+            self.buf.drain(..n);
+        }
+    }
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -403,6 +420,25 @@ fn framed(out: &mut Vec<u8>, data: &[u8], chunks: bool) {
     }
 }
 
+/// Scrub `data` into `out`, as one chunk if `chunks` (none when nothing comes out yet).
+/// The chunk's size is written with a fixed width (leading zeros are valid), so the
+/// scrubbed bytes go straight into `out`, without a copy in between.
+fn pass(st: &mut Stream<'_>, data: &[u8], out: &mut Vec<u8>, chunks: bool) {
+    if !chunks {
+        return st.feed(data, out);
+    }
+    let at = out.len();
+    out.extend_from_slice(b"00000000\r\n");
+    st.feed(data, out);
+    let n = out.len() - at - 10;
+    if n == 0 {
+        return out.truncate(at);
+    }
+    // a piece is one read of the server's (well under 4 GiB)
+    out[at..at + 8].copy_from_slice(format!("{n:08x}").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Pass on one body framed by a length or chunks, scrubbed, as chunks or as it is.
 async fn body<R, W>(
     up: &mut Up<'_, R>,
@@ -417,18 +453,16 @@ where
 {
     let mut st = sc.stream();
     let mut out = Vec::new();
-    let mut piece = Vec::new();
-    let pass = |st: &mut Stream<'_>, data: &[u8], out: &mut Vec<u8>, piece: &mut Vec<u8>| {
-        piece.clear();
-        st.feed(data, piece);
-        framed(out, piece, chunks);
-    };
     match frame {
         Frame::Length(mut left) => {
             while left > 0 {
-                let b = up.some(left).await?.ok_or(Fail::Closed)?;
-                left -= b.len() as u64;
-                pass(&mut st, &b, &mut out, &mut piece);
+                let n = up.avail(left).await?;
+                if n == 0 {
+                    return Err(Fail::Closed);
+                }
+                pass(&mut st, &up.buf[..n], &mut out, chunks);
+                up.consume(n);
+                left -= n as u64;
                 send(client, &out).await?;
                 out.clear();
             }
@@ -449,9 +483,13 @@ where
                 break;
             }
             while left > 0 {
-                let b = up.some(left).await?.ok_or(Fail::Closed)?;
-                left -= b.len() as u64;
-                pass(&mut st, &b, &mut out, &mut piece);
+                let n = up.avail(left).await?;
+                if n == 0 {
+                    return Err(Fail::Closed);
+                }
+                pass(&mut st, &up.buf[..n], &mut out, chunks);
+                up.consume(n);
+                left -= n as u64;
             }
             if !up.line(2).await?.is_empty() {
                 return Err(Fail::Closed);
@@ -463,7 +501,7 @@ where
         },
         Frame::None | Frame::Close => {}
     }
-    piece.clear();
+    let mut piece = Vec::new();
     st.finish(&mut piece);
     framed(&mut out, &piece, chunks);
     let mut trailers = Vec::new();
@@ -499,9 +537,14 @@ where
     W: AsyncWrite + Unpin,
 {
     let mut out = Vec::new();
-    while let Some(b) = up.some(u64::MAX).await? {
+    loop {
+        let n = up.avail(u64::MAX).await?;
+        if n == 0 {
+            break;
+        }
         out.clear();
-        st.feed(&b, &mut out);
+        st.feed(&up.buf[..n], &mut out);
+        up.consume(n);
         send(client, &out).await?;
     }
     out.clear();
