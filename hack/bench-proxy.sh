@@ -211,7 +211,7 @@ terminated() { # which (new|base)
   esac
   if [ "$1" = new ]; then echo >>"$work/c-tls-terminated"; else echo >>"$work/c-tls-terminated-base"; fi
 }
-C="$(pin "${PIN_CLIENT:-}") curl -sS -o /dev/null -w %{speed_download}"
+C="$(pin "${PIN_CLIENT:-}") curl -sS --max-time 60 -o /dev/null -w %{speed_download}"
 for r in $(seq 1 "$ROUNDS"); do
   if [ "${ONLY:-}" != https ]; then
   $C --noproxy '*' "http://$BIGHTTP/" >>"$work/c-http-direct"; echo >>"$work/c-http-direct"
