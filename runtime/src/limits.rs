@@ -174,9 +174,100 @@ pub fn show_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// How much the disk guard keeps free on each filesystem the task can write
+/// ([`crate::linux::diskguard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskReserve {
+    /// The smaller of `percent` of the filesystem and `cap` bytes (default: 5% and 2 GiB).
+    Share { percent: u8, cap: u64 },
+    /// Exactly so many bytes.
+    Bytes(u64),
+    /// No guard.
+    Off,
+}
+
+impl Default for DiskReserve {
+    fn default() -> Self {
+        DiskReserve::Share {
+            percent: 5,
+            cap: 2 << 30,
+        }
+    }
+}
+
+impl DiskReserve {
+    /// `"5%"`, `"2G"` (sizes as for `--memory`), `"off"`, or a percentage with a cap
+    /// (`"5%,2G"`).
+    pub fn parse(s: &str) -> Result<DiskReserve, String> {
+        let s = s.trim();
+        if s == "off" || s == "0" {
+            return Ok(DiskReserve::Off);
+        }
+        let pct = |p: &str| -> Result<u8, String> {
+            p.trim()
+                .strip_suffix('%')
+                .and_then(|n| n.trim().parse::<u8>().ok())
+                .filter(|n| (1..=50).contains(n))
+                .ok_or_else(|| format!("disk_reserve: {p:?} is not a percentage of 1-50%"))
+        };
+        if let Some((p, cap)) = s.split_once(',') {
+            return Ok(DiskReserve::Share {
+                percent: pct(p)?,
+                cap: parse_size(cap.trim()).map_err(|e| format!("disk_reserve: {e}"))?,
+            });
+        }
+        if s.ends_with('%') {
+            return Ok(DiskReserve::Share {
+                percent: pct(s)?,
+                cap: u64::MAX,
+            });
+        }
+        parse_size(s)
+            .map(DiskReserve::Bytes)
+            .map_err(|e| format!("disk_reserve: {e}"))
+    }
+
+    /// The bytes to keep free on a filesystem of `size` bytes.
+    pub fn bytes(self, size: u64) -> u64 {
+        match self {
+            DiskReserve::Share { percent, cap } => (size / 100 * percent as u64).min(cap),
+            DiskReserve::Bytes(b) => b,
+            DiskReserve::Off => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reserve_is_the_smaller_of_a_share_and_a_cap() {
+        let r = DiskReserve::default();
+        assert_eq!(r.bytes(300 << 20), (300 << 20) / 100 * 5);
+        assert_eq!(r.bytes(1 << 40), 2 << 30);
+        assert_eq!(DiskReserve::parse("off"), Ok(DiskReserve::Off));
+        assert_eq!(DiskReserve::parse("1G"), Ok(DiskReserve::Bytes(1 << 30)));
+        assert_eq!(
+            DiskReserve::parse("10%"),
+            Ok(DiskReserve::Share {
+                percent: 10,
+                cap: u64::MAX
+            })
+        );
+        assert_eq!(
+            DiskReserve::parse("5%,2G"),
+            Ok(DiskReserve::Share {
+                percent: 5,
+                cap: 2 << 30
+            })
+        );
+        for bad in ["", "x", "0%", "90%", "-1G", "5%,x"] {
+            assert!(DiskReserve::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(DiskReserve::Off.bytes(1 << 30), 0);
+    }
 
     #[test]
     fn sizes_are_read_in_powers_of_1024() {

@@ -29,69 +29,8 @@ const MAX_INTERVAL: Duration = Duration::from_secs(1);
 /// was sent).
 const LOOKAHEAD: Duration = Duration::from_millis(10);
 
-/// How much to keep free on each filesystem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reserve {
-    /// The smaller of `percent` of the filesystem and `cap` bytes (default: 5% and 2 GiB).
-    Share { percent: u8, cap: u64 },
-    /// Exactly so many bytes.
-    Bytes(u64),
-    /// No guard.
-    Off,
-}
-
-impl Default for Reserve {
-    fn default() -> Self {
-        Reserve::Share {
-            percent: 5,
-            cap: 2 << 30,
-        }
-    }
-}
-
-impl Reserve {
-    /// `"5%"`, `"2G"` (sizes as for `--memory`), `"off"`, or a percentage with a cap
-    /// (`"5%,2G"`).
-    pub fn parse(s: &str) -> Result<Reserve, String> {
-        let s = s.trim();
-        if s == "off" || s == "0" {
-            return Ok(Reserve::Off);
-        }
-        let pct = |p: &str| -> Result<u8, String> {
-            p.trim()
-                .strip_suffix('%')
-                .and_then(|n| n.trim().parse::<u8>().ok())
-                .filter(|n| (1..=50).contains(n))
-                .ok_or_else(|| format!("disk_reserve: {p:?} is not a percentage of 1-50%"))
-        };
-        if let Some((p, cap)) = s.split_once(',') {
-            return Ok(Reserve::Share {
-                percent: pct(p)?,
-                cap: crate::limits::parse_size(cap.trim())
-                    .map_err(|e| format!("disk_reserve: {e}"))?,
-            });
-        }
-        if s.ends_with('%') {
-            return Ok(Reserve::Share {
-                percent: pct(s)?,
-                cap: u64::MAX,
-            });
-        }
-        crate::limits::parse_size(s)
-            .map(Reserve::Bytes)
-            .map_err(|e| format!("disk_reserve: {e}"))
-    }
-
-    /// The bytes to keep free on a filesystem of `size` bytes.
-    pub fn bytes(self, size: u64) -> u64 {
-        match self {
-            Reserve::Share { percent, cap } => (size / 100 * percent as u64).min(cap),
-            Reserve::Bytes(b) => b,
-            Reserve::Off => 0,
-        }
-    }
-}
+/// How much to keep free on each filesystem (settings.json's `disk_reserve`).
+pub use crate::limits::DiskReserve as Reserve;
 
 /// One watched filesystem.
 #[derive(Debug)]
@@ -256,33 +195,6 @@ pub fn writable_host_paths(plan: &ExecPlan) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_reserve_is_the_smaller_of_a_share_and_a_cap() {
-        let r = Reserve::default();
-        assert_eq!(r.bytes(300 << 20), (300 << 20) / 100 * 5);
-        assert_eq!(r.bytes(1 << 40), 2 << 30);
-        assert_eq!(Reserve::parse("off"), Ok(Reserve::Off));
-        assert_eq!(Reserve::parse("1G"), Ok(Reserve::Bytes(1 << 30)));
-        assert_eq!(
-            Reserve::parse("10%"),
-            Ok(Reserve::Share {
-                percent: 10,
-                cap: u64::MAX
-            })
-        );
-        assert_eq!(
-            Reserve::parse("5%,2G"),
-            Ok(Reserve::Share {
-                percent: 5,
-                cap: 2 << 30
-            })
-        );
-        for bad in ["", "x", "0%", "90%", "-1G", "5%,x"] {
-            assert!(Reserve::parse(bad).is_err(), "{bad:?}");
-        }
-        assert_eq!(Reserve::Off.bytes(1 << 30), 0);
-    }
 
     #[test]
     fn the_interval_follows_the_headroom() {

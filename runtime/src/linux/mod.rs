@@ -51,8 +51,8 @@
 //!   another user namespace), and for probes. The same isolation either way.
 //!
 //! Where the time goes (release build, `RUST_LOG=capsule_runtime=debug` prints the points)
-//! is measured side by side with bwrap and runc by `hack/bench-exec.sh`; see the README's
-//! benchmark table. A built root costs ~3 ms (55 mounts, 35 `mount_setattr`, one bind per
+//! is measured side by side with bwrap and runc by `hack/bench-exec.sh`; see
+//! docs/benchmarks.md. A built root costs ~3 ms (55 mounts, 35 `mount_setattr`, one bind per
 //! hidden path); a warm exec makes no mount, no namespace and no Landlock or seccomp call
 //! on its path (the spare did all of that ahead of time, and its teardown waits until
 //! capsule has exited): its cost is capsule's own start (a static-pie binary, see
@@ -75,6 +75,7 @@ pub mod mounts;
 pub mod notify;
 pub mod observe;
 pub mod oci;
+pub mod outcome;
 pub mod plan;
 pub mod prepared;
 pub mod pty;
@@ -86,9 +87,10 @@ pub mod sys;
 pub mod warm;
 
 pub use hooks::{Hooks, InitHook};
+pub use outcome::ExecOutcome;
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
 use report::Report;
-pub use report::{Applied, ExecError, ExecOutcome, Termination};
+pub use report::{Applied, ExecError, Termination};
 use spawn::{single_threaded, write_id_maps};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};

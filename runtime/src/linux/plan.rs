@@ -142,7 +142,7 @@ pub struct ExecPlan {
     pub cgroups_found_here: bool,
     /// What the disk guard keeps free on every host filesystem the command can write
     /// ([`super::diskguard`]).
-    pub disk_reserve: super::diskguard::Reserve,
+    pub disk_reserve: crate::limits::DiskReserve,
     /// Landlock as far as the kernel's ABI allows, its lack recorded instead of refused:
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
     /// old or absent (`crate::exec::isolation_for`). False: every right the policy needs is required.
@@ -261,7 +261,7 @@ impl ExecPlan {
             limits: crate::limits::Limits::default(),
             cgroup_procs: Vec::new(),
             cgroups_found_here: false,
-            disk_reserve: super::diskguard::Reserve::default(),
+            disk_reserve: crate::limits::DiskReserve::default(),
             landlock_best_effort: false,
             list_reads: false,
             watched: Vec::new(),

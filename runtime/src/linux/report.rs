@@ -3,7 +3,6 @@
 //! and the messages init and the command's setup send on the report pipe (`Report`).
 
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// Why a command could not be run (the sandbox was not set up, or `execve` failed).
 #[derive(Debug, thiserror::Error)]
@@ -64,22 +63,6 @@ pub struct Applied {
     /// shows it for an exec with no flags.
     #[serde(default)]
     pub plan_digest: String,
-}
-
-/// The result of a command that ran.
-#[derive(Debug, Clone)]
-pub struct ExecOutcome {
-    pub termination: Termination,
-    pub duration: Duration,
-    pub applied: Applied,
-    /// The cgroups the sandbox ran in, one per entry of the plan's `cgroup_procs`, when
-    /// they are not those (a warm spare's own groups, taken as they are); else empty.
-    pub cgroup_dirs: Vec<std::path::PathBuf>,
-    /// The cgroups of capsule's own default limits, found by the executor
-    /// ([`super::ExecPlan::cgroups_found_here`]), or why there are none.
-    pub found: super::cgroup::Found,
-    /// The disk guard stopped the tree: where and how far ([`super::diskguard`]).
-    pub disk_reserve_reached: Option<super::diskguard::Breach>,
 }
 
 /// Messages on the report pipe, one JSON line each.

@@ -12,6 +12,7 @@
 //! workspace without blocking is the `record::snapshot` module's to say.
 
 pub mod append;
+pub mod rotate;
 mod snapshot;
 
 use serde::Serialize;
@@ -204,12 +205,23 @@ fn is_zero(n: &u64) -> bool {
 /// starts: a task that fills the disk cannot take the space its record needs.
 pub const RECORD_ROOM: u64 = 256 << 10;
 
+/// The size of an exec record assumed when deciding, before it is written, whether the
+/// log must rotate first (records are ~1-10 KiB; the cap is a bound, not a size).
+const RECORD_LINE_GUESS: usize = 16 << 10;
+
 /// `events` (created if missing) opened for appending, with [`RECORD_ROOM`] bytes past
 /// its end allocated now without changing its size (`fallocate` with
 /// `FALLOC_FL_KEEP_SIZE`: a later append writes into blocks it already has, so a full
 /// disk does not refuse it). Where the filesystem cannot allocate ahead, the file is
 /// opened all the same.
+///
+/// The log is rotated first if it is near its cap (see [`rotate`]), so the room is made in
+/// the file the record will go to. Should another exec rotate it while this one runs, the
+/// record lands in `events.jsonl.1`, which readers read too.
 pub fn reserve_room(events: &Path) -> std::io::Result<std::fs::File> {
+    if let Err(e) = rotate::make_room(events, RECORD_LINE_GUESS, rotate::EVENTS_MAX) {
+        tracing::warn!("cannot rotate {}: {e}", events.display());
+    }
     let f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -234,22 +246,32 @@ pub fn reserve_room(events: &Path) -> std::io::Result<std::fs::File> {
 }
 
 impl ExecRecord {
-    /// Append as one line to `events` (created if missing).
+    /// Append as one line to `events` (created if missing; rotated past its cap, see
+    /// [`rotate`]).
     pub fn append(&self, events: &Path) -> std::io::Result<()> {
+        let line = self.line()?;
+        if let Err(e) = rotate::make_room(events, line.len(), rotate::EVENTS_MAX) {
+            tracing::warn!("cannot rotate {}: {e}", events.display());
+        }
         let f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(events)?;
-        self.append_into(&f)
+        // one write: concurrent execs append whole lines; a full disk leaves no torn one
+        append::append_whole(&f, &line)
     }
 
     /// Append as one line to `f`, `events.jsonl` opened for appending (see
     /// [`reserve_room`]).
     pub fn append_into(&self, f: &std::fs::File) -> std::io::Result<()> {
+        // one write: concurrent execs append whole lines; a full disk leaves no torn one
+        append::append_whole(f, &self.line()?)
+    }
+
+    fn line(&self) -> std::io::Result<Vec<u8>> {
         let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        // one write: concurrent execs append whole lines; a full disk leaves no torn one
-        append::append_whole(f, &line)
+        Ok(line)
     }
 }
 
