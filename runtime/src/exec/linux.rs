@@ -143,6 +143,24 @@ fn defaults_unheld(own: &crate::limits::Limits, why: &str) -> String {
     )
 }
 
+/// A limit's message `m` ([`linux::cgroup::ExecCgroups::reached`]), saying so when the
+/// limit reached was capsule's own default (`own`) and how to give another.
+fn said_as_default(
+    m: String,
+    own: &crate::limits::Limits,
+    limits: &crate::limits::Limits,
+) -> String {
+    let default = |l: Option<u64>, o: Option<u64>| o.is_some() && l == o;
+    let flag = if m.starts_with("killed: memory limit") && default(limits.memory, own.memory) {
+        "--memory"
+    } else if m.starts_with("pids limit") && default(limits.pids, own.pids) {
+        "--pids"
+    } else {
+        return m;
+    };
+    format!("{m} (capsule's default here; {flag} or settings.json's \"limits\" give another)")
+}
+
 /// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
 /// accepted) the capsule's tmp stays the bundle's folder, unbounded; said on stderr and
 /// in the record.
@@ -537,7 +555,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
                 });
                 rec.refusals = refusals.refusals();
             }
-            rec.limits_reached.extend(cgroups.reached());
+            rec.limits_reached.extend(
+                cgroups
+                    .reached()
+                    .into_iter()
+                    .map(|m| said_as_default(m, &own, &limits)),
+            );
             for m in &rec.limits_reached {
                 eprintln!("capsule: {m}");
             }
