@@ -10,32 +10,7 @@
 
 use capsule_e2e::faults::*;
 use capsule_e2e::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// A tmpfs of `size` mounted on `dir` (made), owned by `r`; unmounted on drop.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(dir: &Path, size: &str, r: &Runner) -> SmallFs {
-        std::fs::create_dir_all(dir).unwrap();
-        let o = run(Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={size},mode=0755"))
-            .arg("capsule-e2e-small")
-            .arg(dir));
-        assert_ok(&o, "mount a small tmpfs");
-        let fs = SmallFs(dir.to_path_buf());
-        r.own(dir);
-        fs
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
+use std::path::Path;
 
 /// A git checkout at `dir` holding `big` bytes of random data (incompressible, so its
 /// objects take as much room as its checkout).

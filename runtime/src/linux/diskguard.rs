@@ -129,7 +129,7 @@ impl Guard {
                     reserve: f.reserve,
                 });
             }
-            headroom = headroom.min(free - ahead - f.reserve);
+            headroom = headroom.min(free.saturating_sub(ahead).saturating_sub(f.reserve));
         }
         self.next = now + interval(headroom);
         None
