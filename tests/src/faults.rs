@@ -174,3 +174,35 @@ impl Drop for SmallFs {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// `capsule exec NAME` (as `r`, capsule root `root`) of a task that fills the disk of the
+/// capsule's workspace (`fill`) to its last block, the disk guard off for it
+/// (`settings.json`'s `disk_reserve`, written here; the guard would stop it before);
+/// asserts that the task got to its end.
+pub fn fill_the_disk(
+    r: &crate::Runner,
+    root: &Path,
+    name: &str,
+    label: &str,
+) -> std::process::Output {
+    let settings = root.join("settings.json");
+    std::fs::write(&settings, r#"{"disk_reserve": "off"}"#).unwrap();
+    r.own(&settings);
+    let o = crate::bounded(
+        r.capsule(root).args([
+            "exec",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "cat /dev/zero > fill 2>/dev/null; echo filled",
+        ]),
+        60,
+    );
+    assert!(
+        crate::stdout(&o).contains("filled"),
+        "[{label}] {}",
+        crate::stderr(&o)
+    );
+    o
+}

@@ -71,8 +71,10 @@ fn last_record(root: &Path) -> serde_json::Value {
     serde_json::from_str(text.lines().last().expect("a record")).unwrap()
 }
 
-#[test]
-fn a_writing_loop_is_stopped_with_the_reserve_still_free() {
+/// `f(runner, label, the tmpfs, the capsule root, the operator's bytes)` for each runner,
+/// on a capsule of its own on a small tmpfs ([`small_capsule`]); then the capsule is
+/// closed, the tmpfs unmounted, and nothing of it may run on.
+fn on_small_fs(f: impl Fn(&Runner, &str, &SmallFs, &Path, &[u8])) {
     if !is_root() {
         eprintln!("skipped: mounting a small tmpfs as the capsule root needs root");
         return;
@@ -81,13 +83,26 @@ fn a_writing_loop_is_stopped_with_the_reserve_still_free() {
         let label = r.label().to_string();
         let t = scratch();
         let (fs, root, data) = small_capsule(&r, t.path());
+        f(&r, &label, &fs, &root, &data);
+        assert_ok(
+            &bounded(r.capsule(&root).args(["close", "g", "--force"]), 60),
+            "close",
+        );
+        drop(fs);
+        assert_nothing_runs(t.path(), 15, &label);
+    }
+}
+
+#[test]
+fn a_writing_loop_is_stopped_with_the_reserve_still_free() {
+    on_small_fs(|r, label, fs, root, data| {
         // 8 MiB a write, in a loop, until something stops it (a full disk: exit 3)
         for (dir, what) in [(".", "the workspace"), ("/tmp", "/tmp")] {
             let script = format!(
                 "i=0; while :; do dd if=/dev/zero of={dir}/fill$i bs=8M count=1 2>/dev/null || exit 3; i=$((i+1)); done"
             );
             let o = bounded(
-                r.capsule(&root)
+                r.capsule(root)
                     .args(["exec", "g", "--", "sh", "-c", &script]),
                 60,
             );
@@ -107,7 +122,7 @@ fn a_writing_loop_is_stopped_with_the_reserve_still_free() {
                 "{e}"
             );
             assert!(said[0].contains("at the disk reserve of 12.8 MiB"), "{e}");
-            let rec = last_record(&root);
+            let rec = last_record(root);
             assert_eq!(
                 rec["limits_reached"],
                 serde_json::json!([said[0].trim_start_matches("capsule: ")]),
@@ -125,7 +140,7 @@ fn a_writing_loop_is_stopped_with_the_reserve_still_free() {
             );
             // the operator's file on the same filesystem is as it was
             assert!(
-                std::fs::read(fs.0.join(OPERATOR_FILE)).unwrap() == data,
+                std::fs::read(fs.0.join(OPERATOR_FILE)).unwrap() == *data,
                 "[{label}]"
             );
             // the space given back (the task's files are the user's to remove)
@@ -139,46 +154,20 @@ fn a_writing_loop_is_stopped_with_the_reserve_still_free() {
         }
         // with the space given back, the next exec runs
         assert_ok(
-            &bounded(r.capsule(&root).args(["exec", "g", "--", "true"]), 60),
+            &bounded(r.capsule(root).args(["exec", "g", "--", "true"]), 60),
             "exec after",
         );
-        assert_ok(
-            &bounded(r.capsule(&root).args(["close", "g", "--force"]), 60),
-            "close",
-        );
-        drop(fs);
-        assert_nothing_runs(t.path(), 15, &label);
-    }
+    });
 }
 
 #[test]
 fn the_record_survives_a_full_disk_and_its_loss_is_in_the_exit_status() {
-    if !is_root() {
-        eprintln!("skipped: mounting a small tmpfs as the capsule root needs root");
-        return;
-    }
-    for r in runners() {
-        let label = r.label().to_string();
-        let t = scratch();
-        let (fs, root, _) = small_capsule(&r, t.path());
-        std::fs::write(root.join("settings.json"), r#"{"disk_reserve": "off"}"#).unwrap();
-        r.own(&root.join("settings.json"));
+    on_small_fs(|r, label, fs, root, _| {
         // the task fills the disk to its last block: its record still goes in
-        let o = bounded(
-            r.capsule(&root).args([
-                "exec",
-                "g",
-                "--",
-                "sh",
-                "-c",
-                "cat /dev/zero > fill 2>/dev/null; echo filled",
-            ]),
-            60,
-        );
-        assert!(stdout(&o).contains("filled"), "[{label}] {}", stderr(&o));
+        let o = fill_the_disk(r, root, "g", label);
         assert!(free(&fs.0) < 1 << 20, "[{label}] the disk did not fill");
         assert_eq!(code(&o), 0, "[{label}] {}", stderr(&o));
-        let rec = last_record(&root);
+        let rec = last_record(root);
         assert_eq!(
             rec["argv"][0], "sh",
             "[{label}] the record of the exec that filled the disk is lost: {rec}"
@@ -187,7 +176,7 @@ fn the_record_survives_a_full_disk_and_its_loss_is_in_the_exit_status() {
         // exec takes stays after its record, so the operator's copy stands for a log
         // without it): the exec runs, its record cannot be written, and the exit status
         // says so
-        let before = assert_events_parse(&root, &label);
+        let before = assert_events_parse(root, label);
         let events = root.join("bundles/g/events.jsonl");
         std::fs::remove_file(root.join("workspaces/g/fill")).unwrap();
         let copy = root.join("bundles/g/events.copy");
@@ -198,7 +187,7 @@ fn the_record_survives_a_full_disk_and_its_loss_is_in_the_exit_status() {
         use std::io::Write;
         while grow.write_all(&[0u8; 4096]).is_ok() {}
         drop(grow);
-        let o = bounded(r.capsule(&root).args(["exec", "g", "--", "true"]), 60);
+        let o = bounded(r.capsule(root).args(["exec", "g", "--", "true"]), 60);
         let e = stderr(&o);
         assert_eq!(code(&o), 122, "[{label}] {e}");
         assert!(
@@ -208,13 +197,7 @@ fn the_record_survives_a_full_disk_and_its_loss_is_in_the_exit_status() {
                     && l.contains("the command's exit status was 0")),
             "[{label}] {e}"
         );
-        assert_eq!(assert_events_parse(&root, &label), before, "[{label}]");
+        assert_eq!(assert_events_parse(root, label), before, "[{label}]");
         std::fs::remove_file(root.join("workspaces/g/fill")).unwrap();
-        assert_ok(
-            &bounded(r.capsule(&root).args(["close", "g", "--force"]), 60),
-            "close",
-        );
-        drop(fs);
-        assert_nothing_runs(t.path(), 15, &label);
-    }
+    });
 }

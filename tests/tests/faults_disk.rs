@@ -132,21 +132,7 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
         }
         let before = std::fs::read_to_string(root.join("bundles/e/events.jsonl")).unwrap();
         assert_eq!(assert_events_parse(&root, &label), 2);
-        // the disk guard would stop the task before the disk is full (tests/tests/
-        // disk_guard.rs): off here, so that the disk fills
-        std::fs::write(root.join("settings.json"), r#"{"disk_reserve": "off"}"#).unwrap();
-        let o = bounded(
-            r.capsule(&root).args([
-                "exec",
-                "e",
-                "--",
-                "sh",
-                "-c",
-                "cat /dev/zero > fill 2>/dev/null; echo filled",
-            ]),
-            60,
-        );
-        assert!(stdout(&o).contains("filled"), "[{label}] {}", stderr(&o));
+        let o = fill_the_disk(&r, &root, "e", &label);
         // the records before are intact, and whatever was written of this one is whole
         let after = std::fs::read_to_string(root.join("bundles/e/events.jsonl")).unwrap();
         assert!(
@@ -173,7 +159,6 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
         } else {
             assert_eq!(o.status.code(), Some(0), "[{label}] {}", stderr(&o));
         }
-        std::fs::remove_file(root.join("settings.json")).unwrap();
         // room again: the next exec works and is recorded after the others
         std::fs::remove_file(root.join("workspaces/e/fill")).unwrap();
         assert_ok(
