@@ -27,6 +27,12 @@
 #   HTTPS         direct, a CONNECT tunnel through capsule's proxy (TLS untouched), and
 #                 a tunnel the proxy terminates (a secret for that host: the path a request
 #                 carrying a secret takes), each in MB/s, with ratios to direct.
+#
+#   ONLY=https hack/bench-proxy.sh    just the HTTPS downloads
+#   BASE_BIN=/path/to/capsule         also a terminated tunnel through that binary's proxy
+#                                     (e.g. main's), interleaved with this one's round by
+#                                     round (the order alternating), with the ratio new/base:
+#                                     what scrubbing responses costs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BYTES=${BYTES:-1073741824}
@@ -84,6 +90,7 @@ transfer() { # via dir [proxy-addr]
   c1=$(cpu $pid)
   awk -v a="$c0" -v b="$c1" -v n="$BYTES" 'BEGIN{printf "%.3f\n", (b-a)*1073741824/n}' >>"$work/cpu-$1-$2"
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # srt: $SRT, else `srt` on PATH; it needs bubblewrap, socat and ripgrep (apt-get install -y
@@ -99,6 +106,7 @@ if [ -n "$SRT" ] && [ -x "$SRT" ]; then
 fi
 
 declare -A tp lat p99 cpu
+if [ "${ONLY:-}" != https ]; then
 for r in $(seq 1 "$ROUNDS"); do
   for dir in up down; do
     transfer direct $dir
@@ -123,7 +131,6 @@ for f in "$work"/tp-* "$work"/lat-* "$work"/p99-* "$work"/cpu-*; do
   k=$(basename "$f"); v=$(median <"$f")
   case $k in tp-*) tp[${k#tp-}]=$v;; lat-*) lat[${k#lat-}]=$v;; p99-*) p99[${k#p99-}]=$v;; cpu-*) cpu[${k#cpu-}]=$v;; esac
 done
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 echo "proxy benchmark: $(( BYTES / 1048576 )) MiB per transfer, $REQUESTS requests per latency run, median of $ROUNDS rounds ($(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
 [ -n "${PIN_CLIENT:-}${PIN_SERVER:-}${PIN_PROXY:-}" ] && echo "pinned: client cpu ${PIN_CLIENT:-any}, servers cpu ${PIN_SERVER:-any}, proxy cpu ${PIN_PROXY:-any}"
 printf '%-28s %12s %12s %12s %12s %10s %10s\n' "throughput (MiB/s)" direct proxy relay floor proxy/dir relay/dir
@@ -151,6 +158,7 @@ printf 'added latency (median): proxy +%s us, relay+proxy +%s us\n' \
   "$(awk -v a="${lat[relay]}" -v b="${lat[direct]}" 'BEGIN{print a-b}')"
 pass=$(awk -v a="${cpu[relay-up]}" -v b="${cpu[floor-up]}" -v c="${cpu[relay-down]}" -v d="${cpu[floor-down]}" 'BEGIN{print (b > 0 && d > 0 && a/b<=1.25 && c/d<=1.25) ? "met" : "NOT met"}')
 echo "target (relay path CPU per GiB <= 1.25x the splice floor's): $pass"
+fi
 
 # ---- side by side with curl: plain HTTP (and srt), HTTPS direct / tunnelled / terminated
 if ! command -v curl >/dev/null || ! command -v python3 >/dev/null || ! command -v openssl >/dev/null; then
@@ -190,26 +198,53 @@ mkdir -p "$work/ca"
 start tproxy 1 env BENCH_TOKEN=bench CAPSULE_PROXY_TEST_UPSTREAM_CA="$work/ca.pem" $PX "$CAPSULE_BIN" proxy \
   --allow 127.0.0.1 --listen 127.0.0.1:0 --secret "BENCH_TOKEN=$BIGTLS" --ca-dir "$work/ca"
 TPROXY=$(awk '$3=="tcp"{print $4}' "$work/tproxy.out")
-C="$(pin "${PIN_CLIENT:-}") curl -sS -o /dev/null -w %{speed_download}"
+if [ -n "${BASE_BIN:-}" ]; then
+  mkdir -p "$work/bca"
+  start bproxy 1 env BENCH_TOKEN=bench CAPSULE_PROXY_TEST_UPSTREAM_CA="$work/ca.pem" $PX "$BASE_BIN" proxy \
+    --allow 127.0.0.1 --listen 127.0.0.1:0 --secret "BENCH_TOKEN=$BIGTLS" --ca-dir "$work/bca"
+  BPROXY=$(awk '$3=="tcp"{print $4}' "$work/bproxy.out")
+fi
+terminated() { # which (new|base)
+  case $1 in
+    new) $C -x "http://$TPROXY" --cacert "$work/ca/proxy-ca.pem" "https://$BIGTLS/" >>"$work/c-tls-terminated";;
+    base) $C -x "http://$BPROXY" --cacert "$work/bca/proxy-ca.pem" "https://$BIGTLS/" >>"$work/c-tls-terminated-base";;
+  esac
+  if [ "$1" = new ]; then echo >>"$work/c-tls-terminated"; else echo >>"$work/c-tls-terminated-base"; fi
+}
+C="$(pin "${PIN_CLIENT:-}") curl -sS --max-time 60 -o /dev/null -w %{speed_download}"
 for r in $(seq 1 "$ROUNDS"); do
+  if [ "${ONLY:-}" != https ]; then
   $C --noproxy '*' "http://$BIGHTTP/" >>"$work/c-http-direct"; echo >>"$work/c-http-direct"
   $C -x "http://$PROXY" "http://$BIGHTTP/" >>"$work/c-http-proxy"; echo >>"$work/c-http-proxy"
-  if [ -z "$srt_note" ]; then
+  fi
+  if [ -z "$srt_note" ] && [ "${ONLY:-}" != https ]; then
     # srt runs the command in its sandbox with its own proxy; loopback must be allowed there
     "$SRT" -s "$work/srt.json" -c "curl --noproxy '' -sS -o /dev/null -w '%{speed_download}' http://$BIGHTTP/" >>"$work/c-http-srt" 2>>"$work/srt.err" || srt_note="failed: $(tail -1 "$work/srt.err")"
     echo >>"$work/c-http-srt"
   fi
   $C --noproxy '*' --cacert "$work/ca.pem" "https://$BIGTLS/" >>"$work/c-tls-direct"; echo >>"$work/c-tls-direct"
   $C -x "http://$PROXY" --cacert "$work/ca.pem" "https://$BIGTLS/" >>"$work/c-tls-tunnel"; echo >>"$work/c-tls-tunnel"
-  $C -x "http://$TPROXY" --cacert "$work/ca/proxy-ca.pem" "https://$BIGTLS/" >>"$work/c-tls-terminated"; echo >>"$work/c-tls-terminated"
+  if [ -z "${BASE_BIN:-}" ]; then terminated new
+  elif [ $((r % 2)) = 1 ]; then terminated new; terminated base
+  else terminated base; terminated new
+  fi
 done
 mb() { median <"$work/c-$1" | awk '{printf "%.0f", $1/1e6}'; }
 echo "curl GET of $(( BYTES / 1048576 )) MiB (MB/s, median of $ROUNDS)"
+if [ "${ONLY:-}" != https ]; then
 printf '%-28s %12s %12s %12s %12s\n' "  plain HTTP" direct "capsule" srt "capsule/dir"
 printf '%-28s %12s %12s %12s %12s\n' "" "$(mb http-direct)" "$(mb http-proxy)" "$([ -z "$srt_note" ] && mb http-srt || echo -)" \
   "$(ratio "$(mb http-proxy)" "$(mb http-direct)")"
 [ -n "$srt_note" ] && echo "  srt: $srt_note"
 [ -z "$srt_note" ] && echo "  capsule/srt: $(ratio "$(mb http-proxy)" "$(mb http-srt)") (target >= 3)"
+fi
 printf '%-28s %12s %12s %12s %12s %12s\n' "  HTTPS" direct tunnel terminated tunnel/dir term/dir
 printf '%-28s %12s %12s %12s %12s %12s\n' "" "$(mb tls-direct)" "$(mb tls-tunnel)" "$(mb tls-terminated)" \
   "$(ratio "$(mb tls-tunnel)" "$(mb tls-direct)")" "$(ratio "$(mb tls-terminated)" "$(mb tls-direct)")"
+if [ -n "${BASE_BIN:-}" ]; then
+  printf '%-28s %12s %12s %12s\n' "  HTTPS terminated" this base this/base
+  printf '%-28s %12s %12s %12s\n' "" "$(mb tls-terminated)" "$(mb tls-terminated-base)" \
+    "$(ratio "$(mb tls-terminated)" "$(mb tls-terminated-base)")"
+  echo "  rounds, this (bytes/s): $(tr '\n' ' ' <"$work/c-tls-terminated")"
+  echo "  rounds, base (bytes/s): $(tr '\n' ' ' <"$work/c-tls-terminated-base")"
+fi

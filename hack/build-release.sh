@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build `capsule` the way it is meant to run: the release profile and, on Linux with glibc,
 # statically linked as a static-pie (ASLR kept). Prints the binary's path; with --install,
-# copies it to ${CARGO_HOME:-~/.cargo}/bin/capsule too.
+# copies it to ${CARGO_HOME:-~/.cargo}/bin/capsule too, and installs its man pages into
+# ${XDG_DATA_HOME:-~/.local/share}/man/man1 and its completions for bash, zsh and fish
+# into those shells' user folders (docs/cli.md lists them), printing each path.
 #
 # Why static: a dynamically linked capsule spends ~0.3 ms of every start in the dynamic
 # loader (mapping and relocating libc, libm and libgcc_s; `hack/bench-exec.sh` runs
@@ -66,6 +68,32 @@ if [ "${1:-}" = --install ]; then
   mkdir -p "$dest"
   install -m 0755 "$bin" "$dest/capsule"
   echo "$dest/capsule"
+  # the man pages and shell completions, made by the binary just installed from its own
+  # command line (`capsule man DIR`, `capsule completions SHELL`), into the user's
+  # directories that man and the shells search
+  data="${XDG_DATA_HOME:-$HOME/.local/share}"
+  config="${XDG_CONFIG_HOME:-$HOME/.config}"
+  man1="$data/man/man1"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  "$dest/capsule" man "$tmp/man1" >/dev/null
+  mkdir -p "$man1"
+  install -m 0644 "$tmp"/man1/*.1 "$man1/"
+  echo "$man1/capsule.1 (and $(($(ls "$tmp"/man1/*.1 | wc -l) - 1)) pages of its subcommands)"
+  for shell in bash zsh fish; do
+    case "$shell" in
+      bash) to="$data/bash-completion/completions/capsule" ;;  # bash-completion loads it on demand
+      zsh) to="$data/zsh/site-functions/_capsule" ;;           # needs that folder in fpath, see docs/cli.md
+      fish) to="$config/fish/completions/capsule.fish" ;;      # fish loads it on demand
+    esac
+    "$dest/capsule" completions "$shell" >"$tmp/$shell"
+    mkdir -p "$(dirname "$to")"
+    install -m 0644 "$tmp/$shell" "$to"
+    echo "$to"
+  done
+  if command -v man >/dev/null && ! man -w capsule >/dev/null 2>&1; then
+    echo "hack/build-release.sh: man does not search $data/man yet: add ~/.local/bin to PATH, or export MANPATH=\"$data/man:\$(manpath)\"" >&2
+  fi
 else
   echo "$bin"
 fi

@@ -7,7 +7,7 @@
 # in the code it runs. Spread over 12 MB of code, a warm `exec -- /bin/true` took 95 page
 # faults on code alone (each maps 64 KiB around the faulting address); with the code it
 # runs laid out together, 23 (`perf record -e exceptions:page_fault_user`). What that
-# gives per exec: hack/bench-exec.sh, see the README.
+# gives per exec: hack/bench-exec.sh, see docs/benchmarks.md.
 #
 # How: hack/steptrace.c single-steps execs of a scratch capsule (a warm one; as root, a
 # warm one with limits, whose spare waits in cgroups; and one that builds its sandbox's

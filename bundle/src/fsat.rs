@@ -301,13 +301,6 @@ pub fn unlink_at_c(dir: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<()
     check(unsafe { libc::unlinkat(dir, name.as_ptr(), flags) }).map(|_| ())
 }
 
-/// Remove `name` from `dir`: a file, symlink, device node, or a whole directory tree
-/// (walked without following symlinks, iteratively, with bounded descriptors, folders
-/// made writable first: [`crate::rmtree`]). Missing is fine.
-pub fn remove_at(dir: &OwnedFd, name: &OsStr) -> io::Result<()> {
-    crate::rmtree::remove_at(dir, name)
-}
-
 /// Set permission bits of an open descriptor.
 pub fn fchmod(fd: RawFd, mode: u32) -> io::Result<()> {
     // SAFETY: valid fd.

@@ -78,6 +78,10 @@ impl Layout {
     pub fn repo_cache_dir(&self) -> PathBuf {
         self.root.join("repo-cache")
     }
+    /// Per-source caches of verified objects (`crate::objcache`).
+    pub fn object_cache_dir(&self) -> PathBuf {
+        self.root.join("object-cache")
+    }
 }
 
 /// Files inside a bundle directory.

@@ -28,12 +28,14 @@ pub mod manifest;
 #[cfg(test)]
 mod manifest_props;
 pub mod materialize;
+pub mod objcache;
 pub mod oci;
 pub mod open;
 mod overlay;
 pub mod ownobjects;
 pub mod packwrite;
 pub mod policy;
+pub mod progress;
 pub mod reachcopy;
 pub mod rmtree;
 pub mod source;

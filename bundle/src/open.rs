@@ -247,6 +247,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
                 read_source = Some(read);
                 let imp = crate::source::from_pinned(
                     &clayout.repo_cache_dir(),
+                    &clayout.object_cache_dir(),
                     commit,
                     default_branch,
                     ws,
@@ -259,7 +260,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
             }
         },
         (None, Some(src)) => {
-            let imp = crate::source::from_checkout(src, ws)?;
+            let imp = crate::source::from_checkout(src, ws, &clayout.object_cache_dir())?;
             known_digest = imp.tree_digest.clone();
             (false, Some(src.display().to_string()), Some(imp.commit))
         }

@@ -280,7 +280,7 @@ pub const HOME_AGENT_LOGINS: &[&str] = &[
 /// shells' startup files and tool configuration that holds no credentials. Credential
 /// paths inside them ([`HOME_CREDENTIALS`], e.g. `.cargo/credentials.toml`) stay hidden.
 /// The package caches, the PATH and SDK folders, an agent's own login and revealed paths
-/// are added by the runtime. Why each entry is safe: the README's "What a command in the
+/// are added by the runtime. Why each entry is safe: docs/home.md, "The home a
 /// command sees".
 pub const HOME_VISIBLE: &[&str] = &[
     // toolchains and their bins

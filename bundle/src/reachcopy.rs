@@ -91,25 +91,57 @@ pub fn copy_reachable(
     dst_objects: &Path,
     what: &str,
 ) -> Result<Copied> {
+    copy_reachable_except(src, commit, shallow, dst_objects, what, &mut Nothing)
+}
+
+/// What the destination already has elsewhere (other packs), so the walk neither copies
+/// it nor walks past it: everything an object reaches must be had along with it.
+pub trait Have {
+    /// Whether `id` (a commit when `commit`) and all it reaches are had already.
+    fn has(&mut self, id: &ObjectId, commit: bool) -> bool;
+}
+
+/// Nothing is had: everything is copied.
+pub struct Nothing;
+
+impl Have for Nothing {
+    fn has(&mut self, _: &ObjectId, _: bool) -> bool {
+        false
+    }
+}
+
+/// [`copy_reachable`] of what `have` does not have (the new pack may be empty: then no
+/// pack is written and `objects` is 0).
+pub fn copy_reachable_except(
+    src: &OwnObjects,
+    commit: &ObjectId,
+    shallow: &HashSet<ObjectId>,
+    dst_objects: &Path,
+    what: &str,
+    have: &mut dyn Have,
+) -> Result<Copied> {
     let mut dst = PackWriter::new(dst_objects)?;
     let mut copied = Copied::default();
-    let mut walk = walk(src, commit, shallow, &mut dst, what, &mut copied)?;
+    let mut walk = walk(src, commit, shallow, &mut dst, what, &mut copied, have)?;
     copy_packed(src, &mut walk, &mut dst, &mut copied)
         .map_err(|e| Error::other(format!("{what}: {e}")))?;
     copied.objects = dst.finish()?;
-    if copied.objects != walk.seen.len() {
+    let walked = walk.seen.len() - walk.had.len();
+    if copied.objects != walked {
         return Err(EntryError::Count {
             written: copied.objects,
-            walked: walk.seen.len(),
+            walked,
         }
         .into());
     }
     Ok(copied)
 }
 
-/// What the walk found: every reachable id, and where the packed ones lie.
+/// What the walk found: every reachable id met, where the packed ones lie, and which of
+/// them the destination had already (not copied, not walked past).
 struct Walk {
     seen: gix::hashtable::HashSet<ObjectId>,
+    had: gix::hashtable::HashSet<ObjectId>,
     packed: Vec<(PackedAt, ObjectId)>,
     cache: DeltaCache,
 }
@@ -122,9 +154,11 @@ fn walk(
     dst: &mut PackWriter,
     what: &str,
     copied: &mut Copied,
+    have: &mut dyn Have,
 ) -> Result<Walk> {
     let mut w = Walk {
         seen: gix::hashtable::HashSet::default(),
+        had: gix::hashtable::HashSet::default(),
         packed: Vec::new(),
         cache: DeltaCache::default(),
     };
@@ -134,6 +168,11 @@ fn walk(
         if !w.seen.insert(id) {
             continue;
         }
+        if have.has(&id, want == Some(Kind::Commit)) {
+            w.had.insert(id);
+            continue;
+        }
+        crate::progress::inc(1);
         let mismatch = |kind: Kind, w: Kind| {
             Error::other(format!(
                 "{what}: object {id} is a {kind}, where commit {commit} needs a {w}"
@@ -277,7 +316,9 @@ fn copy_packed(
                     dst.add_raw(*id, bytes, crc)?;
                     true
                 }
-                Header::RefDelta { base_id } if walk.seen.contains(&base_id) => {
+                Header::RefDelta { base_id }
+                    if walk.seen.contains(&base_id) && !walk.had.contains(&base_id) =>
+                {
                     dst.add_raw(*id, bytes, crc)?;
                     copied.reused_deltas += 1;
                     true

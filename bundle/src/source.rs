@@ -99,6 +99,61 @@ fn copy_commit(
     Ok(())
 }
 
+/// The objects `commit` reaches, from the object cache of the store `src_git_objects`
+/// (filled from it first when the cache lacks them), copied into the fresh git directory
+/// `dst_git` with the `shallow` commits; and the tree digest the cache knows.
+fn import_objects(
+    cache_root: &Path,
+    src_git_objects: &Path,
+    follow_top: bool,
+    shallow: &std::collections::HashSet<gix::ObjectId>,
+    commit: &str,
+    dst_git: &Path,
+    what: &str,
+) -> Result<(
+    crate::objcache::SourceCache,
+    crate::objcache::Objects,
+    gix::ObjectId,
+)> {
+    let id = gix::ObjectId::from_hex(commit.as_bytes())
+        .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
+    let mut cache = crate::objcache::SourceCache::open(cache_root, src_git_objects)?;
+    let objs = cache.objects_for(
+        &id,
+        || crate::ownobjects::OwnObjects::open(src_git_objects, follow_top),
+        shallow,
+        what,
+    )?;
+    objs.copy_into(&dst_git.join("objects/pack"))?;
+    crate::ownobjects::write_shallow(dst_git, &objs.shallow)?;
+    tracing::debug!(
+        "{what}: objects of {commit} from the object cache {} ({})",
+        cache.dir().display(),
+        if objs.hit {
+            "all cached".to_string()
+        } else {
+            format!("{} objects added", objs.added)
+        }
+    );
+    Ok((cache, objs, id))
+}
+
+/// Once the cache has recorded the objects, the digest of a checkout made from them, when
+/// it was computed now.
+fn remember_digest(
+    cache: &crate::objcache::SourceCache,
+    objs: &mut crate::objcache::Objects,
+    id: &gix::ObjectId,
+    digest: &Option<String>,
+) {
+    objs.settle();
+    if let (None, Some(d)) = (&objs.tree_digest, digest) {
+        if let Err(e) = cache.set_tree_digest(id, d) {
+            tracing::debug!("object cache: the tree digest of {id} is not recorded: {e}");
+        }
+    }
+}
+
 /// Create an empty repository with a work tree at `dest` (isolated config).
 fn init_repo(dest: &Path) -> Result<PathBuf> {
     gix::ThreadSafeRepository::init_opts(
@@ -142,7 +197,7 @@ fn set_head(git_dir: &Path, commit: &str, branch: Option<&str>) -> Result<()> {
 /// and write the index. Returns the tree digest when it could be computed from the
 /// objects alongside the checkout (no `.gitattributes` that could convert content);
 /// `None` means: compute it from the files.
-fn checkout_head(dest: &Path) -> Result<Option<String>> {
+fn checkout_head(dest: &Path, known_digest: Option<String>) -> Result<Option<String>> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Error::other(format!("{}: checkout: {what}: {e}", dest.display()))
     };
@@ -162,7 +217,7 @@ fn checkout_head(dest: &Path) -> Result<Option<String>> {
         .iter()
         .any(|(p, _)| p == b".gitattributes" || p.ends_with(b"/.gitattributes"));
     let sync_repo = repo.clone().into_sync();
-    let digest_thread = (!convertible).then(|| {
+    let digest_thread = (!convertible && known_digest.is_none()).then(|| {
         std::thread::spawn(move || -> Option<String> {
             let repo = sync_repo.to_thread_local();
             crate::digest::digest_entries(entries.iter().map(|(p, id)| {
@@ -180,13 +235,18 @@ fn checkout_head(dest: &Path) -> Result<Option<String>> {
         .clone()
         .into_arc()
         .map_err(|e| fail("objects", &e))?;
-    let files = gix::progress::Discard;
+    crate::progress::phase(crate::progress::CHECKOUT, index.entries().len() as u64);
+    let files = crate::progress::Counter;
     let bytes = gix::progress::Discard;
     let interrupt = AtomicBool::new(false);
     let outcome =
         gix::worktree::state::checkout(&mut index, dest, objects, &files, &bytes, &interrupt, opts)
             .map_err(|e| fail("write files", &e))?;
-    let digest = digest_thread.and_then(|t| t.join().ok().flatten());
+    let digest = match digest_thread {
+        Some(t) => t.join().ok().flatten(),
+        None if !convertible => known_digest,
+        None => None,
+    };
     if let Some(first) = outcome.errors.first() {
         return Err(fail(
             "write files",
@@ -209,7 +269,8 @@ fn checkout_head(dest: &Path) -> Result<Option<String>> {
 }
 
 /// Make `dest` (an existing empty folder) a fresh clone of `source`'s HEAD.
-pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
+/// Objects come through the object cache under `object_cache` ([`crate::objcache`]).
+pub fn from_checkout(source: &Path, dest: &Path, object_cache: &Path) -> Result<Imported> {
     let src = gix::open_opts(source, gix::open::Options::isolated())
         .map_err(|e| Error::other(format!("{}: not a git checkout ({e})", source.display())))?;
     if src.workdir().is_none() {
@@ -226,7 +287,8 @@ pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
     drop(src);
     let t0 = std::time::Instant::now();
     let git_dir = init_repo(dest)?;
-    copy_commit(
+    let (cache, mut objs, id) = import_objects(
+        object_cache,
         &common.join("objects"),
         true,
         &shallow,
@@ -236,7 +298,14 @@ pub fn from_checkout(source: &Path, dest: &Path) -> Result<Imported> {
     )?;
     tracing::debug!("--source: objects copied in {:?}", t0.elapsed());
     set_head(&git_dir, &head.commit, head.branch.as_deref())?;
-    let tree_digest = checkout_head(dest)?;
+    let tree_digest = checkout_head(dest, objs.tree_digest.clone());
+    remember_digest(
+        &cache,
+        &mut objs,
+        &id,
+        tree_digest.as_ref().unwrap_or(&None),
+    );
+    let tree_digest = tree_digest?;
     tracing::debug!("--source: checked out at {:?}", t0.elapsed());
     Ok(Imported {
         commit: head.commit,
@@ -369,11 +438,18 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
 
 /// Make `dest` (an existing empty folder) a checkout of `commit` from the cache, on branch
 /// `branch`.
-pub fn from_pinned(cache_dir: &Path, commit: &str, branch: &str, dest: &Path) -> Result<Imported> {
+pub fn from_pinned(
+    cache_dir: &Path,
+    object_cache: &Path,
+    commit: &str,
+    branch: &str,
+    dest: &Path,
+) -> Result<Imported> {
     let entry = cache_entry(cache_dir, commit);
     let git_dir = init_repo(dest)?;
     let shallow = crate::ownobjects::read_shallow(&entry);
-    copy_commit(
+    let (cache, mut objs, id) = import_objects(
+        object_cache,
         &entry.join("objects"),
         false,
         &shallow,
@@ -382,7 +458,14 @@ pub fn from_pinned(cache_dir: &Path, commit: &str, branch: &str, dest: &Path) ->
         &format!("repository cache {}", entry.display()),
     )?;
     set_head(&git_dir, commit, Some(branch))?;
-    let tree_digest = checkout_head(dest)?;
+    let tree_digest = checkout_head(dest, objs.tree_digest.clone());
+    remember_digest(
+        &cache,
+        &mut objs,
+        &id,
+        tree_digest.as_ref().unwrap_or(&None),
+    );
+    let tree_digest = tree_digest?;
     Ok(Imported {
         commit: commit.to_string(),
         branch: Some(branch.to_string()),

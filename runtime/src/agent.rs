@@ -15,7 +15,6 @@
 //! and every other profile's login paths, and the default list of agent logins, stay
 //! hidden from it ([`other_logins`]).
 
-use crate::exit::CliError;
 use capsule_bundle::policy::{HiddenReason, SandboxPolicy, HOME_AGENT_LOGINS};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -357,35 +356,6 @@ pub fn unhide_login(p: &mut SandboxPolicy, b: &Profile) {
     p.hidden
         .retain(|h| !(h.reason == HiddenReason::AgentLogins && own.contains(&h.path)));
     p.revealed.retain(|r| !own.iter().any(|o| r.starts_with(o)));
-}
-
-/// The operator's profiles, from the tool's settings (none without a capsule root).
-pub fn operator_profiles() -> Result<Vec<Profile>, CliError> {
-    let Some(root) = capsule_bundle::layout::capsule_root() else {
-        return Ok(Vec::new());
-    };
-    let file = capsule_bundle::layout::Layout::new(root).settings_file();
-    crate::settings::Settings::load(&file)
-        .map(|s| s.agent_profiles)
-        .map_err(|e| CliError::failure(e.to_string()))
-}
-
-/// The profile named `name` (built-in or the operator's), validated.
-pub fn find_profile(name: &str) -> Result<Profile, CliError> {
-    let ops = operator_profiles()?;
-    let p = find(name, &ops).ok_or_else(|| {
-        let names: Vec<String> = all(&ops).into_iter().map(|p| p.name).collect();
-        CliError::new(
-            crate::exit::USAGE,
-            format!(
-                "{name:?}: no such agent profile (known: {}; add one with `capsule agent profile add`)",
-                names.join(", ")
-            ),
-        )
-    })?;
-    p.validate()
-        .map_err(|e| CliError::failure(format!("{e} (fix it in the tool's settings)")))?;
-    Ok(p)
 }
 
 /// The allowlist entry (`host:port`) of an `http(s)://` base URL; `None` for anything

@@ -253,3 +253,147 @@ fn the_scanners_find_paths() {
         vec!["mounts", "plan", "sys", "warm"]
     );
 }
+
+/// The module path of a source file (`home/layer/diff.rs` -> `home::layer::diff`,
+/// `home/mod.rs` -> `home`).
+fn module_of(file: &Path) -> Vec<String> {
+    let mut m: Vec<String> = file
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if m.last()
+        .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+    {
+        m.pop();
+    }
+    m
+}
+
+/// The path segments after each `prefix` in `code` (groups `{a, b::c}` one level deep).
+fn paths_after(code: &str, prefix: &str) -> Vec<Vec<String>> {
+    let segments = |s: &str| -> Vec<String> {
+        s.split("::")
+            .map_while(|seg| {
+                let seg = seg.trim();
+                let end = seg
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(seg.len());
+                (end > 0 && end == seg.len())
+                    .then(|| seg.to_string())
+                    .or_else(|| {
+                        // the last segment, followed by something else (`f()`, `;`)
+                        (end > 0).then(|| seg[..end].to_string())
+                    })
+            })
+            .collect()
+    };
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(prefix) {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            found.extend(group[..end].split(',').map(segments));
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            found.push(segments(&rest[..end]));
+        }
+    }
+    found
+}
+
+/// No two modules use each other: where two parts need each other, what they share is a
+/// module of its own below both. A file's own submodules (`home/layer.rs` and the files
+/// of `home/layer/`) are one part with it; a folder module (`home/mod.rs`) is not one
+/// part with its children.
+#[test]
+fn no_two_modules_use_each_other() {
+    let sources = all_sources();
+    let modules: Vec<Vec<String>> = sources.iter().map(|(f, _)| module_of(f)).collect();
+    // modules written as `x.rs` (their submodules are parts of them)
+    let file_modules: Vec<Vec<String>> = sources
+        .iter()
+        .filter(|(f, _)| !f.ends_with("mod.rs"))
+        .map(|(f, _)| module_of(f))
+        .collect();
+    let part = |m: &[String]| -> Vec<String> {
+        let mut m = m.to_vec();
+        while m.len() > 1 && file_modules.contains(&m[..m.len() - 1].to_vec()) {
+            m.pop();
+        }
+        m
+    };
+    // the part of the longest known module that a path names
+    let resolve = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|p| modules.contains(p))
+            .map(|m| part(&m))
+    };
+    let mut uses: Vec<(Vec<String>, Vec<Vec<String>>)> = Vec::new();
+    for ((file, code), own) in sources.iter().zip(&modules) {
+        if file == Path::new("architecture_tests.rs") {
+            continue;
+        }
+        let mut used = Vec::new();
+        for p in paths_after(code, "crate::") {
+            used.extend(resolve(&p));
+        }
+        // `super` of `a::b` (a file `a/b.rs` or `a/b/mod.rs`) is `a`
+        if let Some((_, parent)) = own.split_last() {
+            for p in paths_after(code, "super::") {
+                let mut full = parent.to_vec();
+                full.extend(p);
+                used.extend(resolve(&full));
+            }
+        }
+        uses.push((part(own), used));
+    }
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut bad = Vec::new();
+    for (a, used_by_a) in &uses {
+        for b in used_by_a {
+            if related(a, b) || a > b {
+                continue;
+            }
+            let b_uses_a = uses.iter().any(|(m, u)| m == b && u.iter().any(|x| x == a));
+            if b_uses_a {
+                bad.push(format!("{} <-> {}", a.join("::"), b.join("::")));
+            }
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(
+        bad.is_empty(),
+        "modules that use each other (move what they share below both): {bad:#?}"
+    );
+}
+
+#[test]
+fn the_circle_scanner_sees_paths() {
+    assert_eq!(
+        paths_after(
+            "use crate::{home::layer::Change, exit};\ncrate::a::b(x)",
+            "crate::"
+        ),
+        vec![
+            vec!["home".to_string(), "layer".into(), "Change".into()],
+            vec!["exit".to_string()],
+            vec!["a".to_string(), "b".into()],
+        ]
+    );
+    assert_eq!(
+        module_of(Path::new("home/layer/diff.rs")),
+        vec!["home", "layer", "diff"]
+    );
+    assert_eq!(module_of(Path::new("home/mod.rs")), vec!["home"]);
+}

@@ -51,6 +51,8 @@ pub mod linux;
 #[cfg(any(target_os = "macos", test))]
 pub mod macos;
 pub mod net;
+#[cfg(target_os = "linux")]
+pub mod ociruntime;
 pub mod record;
 pub mod refusals;
 pub mod settings;

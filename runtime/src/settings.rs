@@ -1,7 +1,11 @@
 //! The tool's own settings (`$CAPSULE_ROOT/settings.json`): knowing acceptance of weaker
-//! isolation and the projects revealed per source folder. Never stored in a repository,
+//! isolation, the projects revealed per source folder, the operator's default limits and
+//! agent profiles (and finding a profile by name among them and the built-in ones of
+//! [`crate::agent`]). Never stored in a repository,
 //! and not writable from inside a sandbox (the capsule root is hidden there).
 
+use crate::agent::{self, Profile};
+use crate::exit::CliError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +29,7 @@ pub struct Settings {
     /// The operator's own agent profiles (`capsule agent profile add`), beside the
     /// built-in ones ([`crate::agent`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub agent_profiles: Vec<crate::agent::Profile>,
+    pub agent_profiles: Vec<Profile>,
 }
 
 /// [`Settings::limits`]: each a number or a string, read as the flag's value is.
@@ -109,6 +113,35 @@ fn remove_stale_tmp(path: &Path) {
             let _ = std::fs::remove_file(e.path());
         }
     }
+}
+
+/// The operator's profiles, from the tool's settings (none without a capsule root).
+pub fn operator_profiles() -> Result<Vec<Profile>, CliError> {
+    let Some(root) = capsule_bundle::layout::capsule_root() else {
+        return Ok(Vec::new());
+    };
+    let file = capsule_bundle::layout::Layout::new(root).settings_file();
+    Settings::load(&file)
+        .map(|s| s.agent_profiles)
+        .map_err(|e| CliError::failure(e.to_string()))
+}
+
+/// The profile named `name` (built-in or the operator's), validated.
+pub fn find_profile(name: &str) -> Result<Profile, CliError> {
+    let ops = operator_profiles()?;
+    let p = agent::find(name, &ops).ok_or_else(|| {
+        let names: Vec<String> = agent::all(&ops).into_iter().map(|p| p.name).collect();
+        CliError::new(
+            crate::exit::USAGE,
+            format!(
+                "{name:?}: no such agent profile (known: {}; add one with `capsule agent profile add`)",
+                names.join(", ")
+            ),
+        )
+    })?;
+    p.validate()
+        .map_err(|e| CliError::failure(format!("{e} (fix it in the tool's settings)")))?;
+    Ok(p)
 }
 
 #[cfg(test)]

@@ -466,3 +466,65 @@ fn each_refused_thing_once_gets_exactly_those_refusals() {
         }
     });
 }
+
+/// The capsule's logs stay bounded across execs: one exec refusing 6,000 writes of 3 KB
+/// paths appends a bounded amount (it added 1.9 MB to the two logs before), and a log
+/// past its cap (`refusals.jsonl` 4 MiB, `events.jsonl` 8 MiB) is rotated to `NAME.1`
+/// by the next exec; `capsule refusals` reads both files.
+#[test]
+fn logs_stay_bounded_across_execs() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let refusals_log = c.bundle.join("refusals.jsonl");
+        let events_log = c.bundle.join("events.jsonl");
+        // logs as full as their caps, of old lines
+        let old_refusal = r#"{"time":"2026-01-01T00:00:00.000Z","kind":"syscall","target":"old","program":"sh","count":1}"#;
+        let n_old = (4 << 20) / (old_refusal.len() + 1) + 1;
+        std::fs::write(&refusals_log, format!("{old_refusal}\n").repeat(n_old)).unwrap();
+        let old_event = format!("{{\"old\":\"{}\"}}", "x".repeat(1000));
+        std::fs::write(
+            &events_log,
+            format!("{old_event}\n").repeat((8 << 20) / 1000 + 1),
+        )
+        .unwrap();
+        for p in [&refusals_log, &events_log] {
+            c.runner.own(p);
+        }
+        let script = "import os\nd='/'.join(['d' * 200] * 15)\n\
+             for i in range(6000):\n try: open('/etc/%d/' % i + d, 'w')\n except OSError: pass\n";
+        let o = c.exec_with(&["--quiet-refusals"], &["python3", "-c", script]);
+        ok(&o, "6,000 refused writes");
+        let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let added_refusals = size(&refusals_log);
+        let added_events = size(&events_log);
+        eprintln!("one exec of 6,000 refused 3 KB paths: refusals.jsonl +{added_refusals} B, events.jsonl +{added_events} B");
+        assert!(
+            added_refusals > 0 && added_refusals <= 256 << 10,
+            "{added_refusals}"
+        );
+        assert!(
+            added_events > 0 && added_events <= 256 << 10,
+            "{added_events}"
+        );
+        assert_eq!(
+            size(&c.bundle.join("refusals.jsonl.1")),
+            (n_old * (old_refusal.len() + 1)) as u64
+        );
+        assert!(size(&c.bundle.join("events.jsonl.1")) > 8 << 20);
+        assert_eq!(c.records().len(), 1);
+        // `capsule refusals` reads the rotated file, then the new one
+        let o = c
+            .capsule()
+            .args(["refusals", NAME, "--json"])
+            .output()
+            .unwrap();
+        ok(&o, "capsule refusals");
+        let lines: Vec<serde_json::Value> = serde_json::from_str(&out(&o)).unwrap();
+        assert_eq!(lines.len(), n_old + 256, "{}", err(&o));
+        assert_eq!(lines[0]["target"], "old");
+        assert_eq!(lines[n_old]["kind"], "write");
+        // the path is cut in the log, and a grant that would name a cut path is left out
+        assert!(lines[n_old]["target"].as_str().unwrap().len() < 600);
+        assert!(lines[n_old].get("grant").is_none(), "{}", lines[n_old]);
+    });
+}

@@ -362,3 +362,152 @@ python3 -c 'import os, urllib.request as u; print("py:", u.urlopen(u.Request("ht
         assert!(!s.contains(&real) && !err(&o).contains(&real));
     });
 }
+
+/// A server that reflects the request back, the value and all (what the proxy must
+/// scrub): `/headers` the request's headers in the body (and `X-Tok` in a header of its
+/// own), `/chunked` the same in 5-byte chunks, `/split/N` `N` dots then `X-Tok` cut in
+/// two writes 0.2 s apart (the proxy reads it in two pieces), `/gzip` the headers
+/// gzip-compressed whatever the request accepts.
+const REFLECT: &str = r#"
+import http.server, ssl, sys, gzip, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        echo = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items()).encode()
+        tok = self.headers.get("X-Tok", "").encode()
+        p = self.path
+        if p == "/headers":
+            self.send_response(200); self.send_header("X-Echo-Tok", tok.decode())
+            self.send_header("Content-Length", str(len(echo))); self.end_headers(); self.wfile.write(echo)
+        elif p == "/chunked":
+            self.send_response(200); self.send_header("Transfer-Encoding", "chunked"); self.end_headers()
+            for i in range(0, len(echo), 5):
+                c = echo[i:i+5]; self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c)); self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        elif p.startswith("/split/"):
+            body = b"." * int(p[7:]) + b"before " + tok + b" after\n"
+            cut = len(body) - len(tok) // 2 - 7
+            self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body[:cut]); self.wfile.flush(); time.sleep(0.2); self.wfile.write(body[cut:])
+        elif p == "/gzip":
+            body = gzip.compress(echo)
+            self.send_response(200); self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+        else:
+            self.send_error(404)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+if len(sys.argv) > 1:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    s.socket = ctx.wrap_socket(s.socket, server_side=True)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+fn start_reflect(dir: &Path, tls: Option<(&Path, &Path)>) -> Echo {
+    let script = dir.join("reflect.py");
+    std::fs::write(&script, REFLECT).unwrap();
+    let mut cmd = Command::new("python3");
+    cmd.arg("-u").arg(&script);
+    if let Some((cert, key)) = tls {
+        cmd.arg(cert).arg(key);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start python3 reflecting server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("port: {line:?}"));
+    Echo { child, port }
+}
+
+/// The issue's repro and its harder cases: a server of the secret's host reflecting the
+/// request (headers into the body, into a header, chunked in 5-byte pieces, cut across
+/// reads in a short body and in a long streamed one, compressed), over TLS (terminated)
+/// and plain HTTP (forwarded and in a CONNECT tunnel): the command sees the placeholder
+/// everywhere, never the value; a compressed answer is refused (502, saying why).
+#[test]
+fn a_secret_never_comes_back() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let real = format!("sk-echo-{}-value", std::process::id());
+        let (ca, cert, key) = test_pki(c.dir.path());
+        let t = start_reflect(c.dir.path(), Some((&cert, &key)));
+        let p = start_reflect(c.dir.path(), None);
+        let curl = r#"curl -sS --max-time 20 --compressed -H "X-Tok: $TOK""#;
+        let mut script = String::from("export NO_PROXY= no_proxy=\n");
+        for (name, base, extra) in [
+            ("tls", format!("https://127.0.0.1:{}", t.port), ""),
+            ("plain", format!("http://127.0.0.1:{}", p.port), ""),
+            ("tunnel", format!("http://127.0.0.1:{}", p.port), "-p"),
+        ] {
+            script.push_str(&format!(
+                r#"echo "== {name} headers"; {curl} {extra} -D - {base}/headers
+echo "== {name} chunked"; {curl} {extra} {base}/chunked
+echo "== {name} split short"; {curl} {extra} {base}/split/10 | tr -d .
+echo "== {name} split long"; {curl} {extra} {base}/split/300000 | tr -d .
+echo "== {name} gzip"; {curl} {extra} -w 'status=%{{http_code}}\n' {base}/gzip
+"#
+            ));
+        }
+        let mut cmd = c.capsule();
+        cmd.env("TOK", &real)
+            .env("CAPSULE_PROXY_TEST_UPSTREAM_CA", &ca)
+            .arg("exec")
+            .arg(NAME)
+            .args([
+                "--secret",
+                &format!("TOK=127.0.0.1:{},127.0.0.1:{}", t.port, p.port),
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdin(Stdio::null());
+        let o = cmd.output().unwrap();
+        ok(&o, "requests to reflecting servers");
+        let s = out(&o);
+        let e = err(&o);
+        assert!(!s.contains(&real), "the value came back:\n{s}");
+        assert!(!e.contains(&real));
+        let sections: Vec<&str> = s.split("== ").skip(1).collect();
+        assert_eq!(sections.len(), 15, "{s}\n{e}");
+        for sec in sections {
+            let (title, body) = sec.split_once('\n').unwrap();
+            if title.ends_with("gzip") {
+                assert!(body.contains("status=502"), "{title}: {body}");
+                assert!(
+                    body.contains("compressed (Content-Encoding `gzip`)"),
+                    "{title}: {body}"
+                );
+            } else if title.contains("split") {
+                assert!(
+                    body.contains("before capsule-secret-") && body.contains(" after"),
+                    "{title}: {body}"
+                );
+            } else {
+                assert!(body.contains("X-Tok: capsule-secret-"), "{title}: {body}");
+                // asked for no coding, whatever curl accepts
+                assert!(
+                    body.contains("Accept-Encoding: identity"),
+                    "{title}: {body}"
+                );
+            }
+            if title.ends_with("headers") {
+                assert!(
+                    body.contains("X-Echo-Tok: capsule-secret-"),
+                    "{title}: {body}"
+                );
+            }
+        }
+        let hits = files_containing(&c.root, real.as_bytes());
+        assert!(hits.is_empty(), "value written to {hits:?}");
+    });
+}

@@ -277,6 +277,7 @@ pub fn open(a: OpenArgs) -> CliResult {
             ))
         }
     };
+    let line = crate::cli::progress::Line::start(a.json);
     let opened = open_sandboxed(
         &layout,
         &OpenRequest {
@@ -285,7 +286,9 @@ pub fn open(a: OpenArgs) -> CliResult {
             dest: a.dest.clone(),
             accept,
         },
-    )?;
+    );
+    drop(line);
+    let opened = opened?;
     let c = &opened.capsule;
     if let Some(line) = opened.git_guard.summary_line() {
         eprintln!("{line}");
@@ -539,8 +542,13 @@ pub fn verify_capsule(cap: &OpenCapsule) -> Result<Verification, CliError> {
         }
     }
     if let Some(s) = &spec {
+        capsule_bundle::progress::phase(
+            capsule_bundle::progress::PROBES,
+            s.verify.probes.len() as u64,
+        );
         for p in &s.verify.probes {
             let r = run_probe(cap, p);
+            capsule_bundle::progress::inc(1);
             if !r.ok {
                 v.ok = false;
                 v.errors.push(format!(
@@ -584,10 +592,13 @@ fn print_verification(v: &Verification) {
     }
 }
 
-pub fn verify(a: VerifyArgs) -> CliResult {
-    let layout = layout()?;
-    let accept = acceptance(&a.accept_grants)?;
-    let v = match store::resolve(&layout, &a.target) {
+/// Verify an open capsule, or a spec opened in a temporary capsule root.
+fn verify_target(
+    layout: &Layout,
+    target: &str,
+    accept: Acceptance,
+) -> Result<Verification, CliError> {
+    Ok(match store::resolve(layout, target) {
         Ok(cap) => {
             let v = verify_capsule(&cap)?;
             // the results go into the manifest, as `kitsoki capsule verify` does (read-only
@@ -600,10 +611,10 @@ pub fn verify(a: VerifyArgs) -> CliResult {
         }
         Err(capsule_bundle::Error::NotFound(_)) => {
             // not an open capsule: a spec, opened in a temporary capsule root
-            let spec_path = capsule_bundle::spec::find_spec(&a.target).map_err(|e| {
+            let spec_path = capsule_bundle::spec::find_spec(target).map_err(|e| {
                 fail(format!(
                     "{}: neither an open capsule nor a spec ({e})",
-                    a.target
+                    target
                 ))
             })?;
             let tmp = tempfile::Builder::new()
@@ -625,7 +636,16 @@ pub fn verify(a: VerifyArgs) -> CliResult {
             v
         }
         Err(e) => return Err(fail(e)),
-    };
+    })
+}
+
+pub fn verify(a: VerifyArgs) -> CliResult {
+    let layout = layout()?;
+    let accept = acceptance(&a.accept_grants)?;
+    let line = crate::cli::progress::Line::start(a.json);
+    let v = verify_target(&layout, &a.target, accept);
+    drop(line);
+    let v = v?;
     if a.json {
         print_json(&serde_json::to_value(&v).unwrap_or_default());
     } else {

@@ -196,7 +196,7 @@ impl ExecArgs {
         };
         let agent_login = match &self.agent_login {
             None => None,
-            Some(b) => Some(crate::agent::find_profile(b)?),
+            Some(b) => Some(crate::settings::find_profile(b)?),
         };
         Ok(ExecOptions {
             allow_write: self.allow_write.clone(),

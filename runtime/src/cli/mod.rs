@@ -13,7 +13,9 @@ pub mod export;
 pub mod gate;
 pub mod home;
 pub mod isolation;
+pub mod manuals;
 pub mod materialize;
+pub mod progress;
 pub mod proxy;
 pub mod refusals;
 pub mod seatbelt;
@@ -72,6 +74,11 @@ pub enum Command {
     Refusals(refusals::RefusalsArgs),
     /// Print the macOS Seatbelt profile for a capsule.
     Seatbelt(seatbelt::SeatbeltArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manuals::CompletionsArgs),
+    /// Write the manual pages (capsule.1 and one per subcommand) into a folder.
+    #[command(hide = true)]
+    Man(manuals::ManArgs),
     /// Run the network allowlist proxy on its own (diagnostics, benchmarks).
     #[command(hide = true)]
     Proxy(proxy::ProxyArgs),
@@ -164,6 +171,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Reveal(c) => home::reveal(c),
         Command::Refusals(a) => refusals::refusals(a),
         Command::Seatbelt(a) => seatbelt::seatbelt(a),
+        Command::Completions(a) => manuals::completions(a),
+        Command::Man(a) => manuals::man(a),
         Command::Proxy(a) => proxy::run(a),
         Command::Materialize(a) => materialize::materialize_entry(a),
     }

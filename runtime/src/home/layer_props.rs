@@ -9,6 +9,7 @@
 //! diffs, applied to the real file, give the layer's file. Cases per run:
 //! `PROPTEST_CASES` (defaults below; `hack/fuzz.sh` runs more).
 
+use super::diff::unified;
 use super::*;
 use proptest::prelude::*;
 use std::ffi::CString;

@@ -3,6 +3,7 @@
 //!
 //! - [`reveal`]: folders a source folder's manifests name, and which are opened.
 //! - [`layer`]: the home layer (an overlayfs upper directory) — review, apply, discard;
+//!   [`change`]: one change of it, as diff shows it and the review binds it;
 //!   [`hostrun`]: which of its paths make programs run as the person once applied;
 //!   [`review`]: binding an apply to what `home diff` showed; [`lock`]: the exec lock that
 //!   keeps apply and discard from running while an exec does; [`applytmp`]: apply's
@@ -16,6 +17,7 @@
 pub mod applytmp;
 pub mod baseline;
 pub mod caches;
+pub mod change;
 pub mod devices;
 #[cfg(target_os = "linux")]
 pub mod display;

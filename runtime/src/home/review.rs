@@ -8,7 +8,7 @@
 //! and must give the reviewed sha256, or the copy is dropped before it takes the real
 //! file's name.
 
-use super::layer::{Change, ChangeKind, EntryType};
+use super::change::{Change, ChangeKind, EntryType};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;

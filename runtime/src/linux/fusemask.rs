@@ -22,7 +22,8 @@
 //! - it sends the descriptors, with one of its `/proc`, to capsule on the seccomp
 //!   listener's channel ([`send`]) and closes its own, before the command is forked; the
 //!   command never holds one;
-//! - capsule's seccomp supervisor thread answers them ([`serve::Masks`]).
+//! - capsule's seccomp supervisor thread answers them ([`serve::Masks`]), speaking the FUSE
+//!   protocol itself rather than through fuser (why: [`serve`]).
 //!
 //! Why the task can neither hang nor crash the server, nor learn anything from it: each
 //! request gets a constant answer at once (lookups `ENOENT`, listings `.` and `..`, reads

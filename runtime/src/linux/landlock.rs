@@ -786,12 +786,19 @@ impl LandlockRuleset {
     /// Enforce the ruleset on the calling thread (and what it executes). Sets
     /// `no_new_privs`. With no Landlock on this kernel this enforces nothing and says so.
     pub fn restrict_self(self) -> Result<LandlockReport, LandlockError> {
+        self.restrict_self_with(true)
+    }
+
+    /// [`LandlockRuleset::restrict_self`], setting `no_new_privs` or not (`false`: the
+    /// caller holds `CAP_SYS_ADMIN`, and set-id programs keep working, as an OCI bundle
+    /// without `noNewPrivileges` asks; `crate::ociruntime`).
+    pub fn restrict_self_with(self, no_new_privs: bool) -> Result<LandlockReport, LandlockError> {
         let mut report = self.report;
         let Some(created) = self.created else {
             report.status = Enforcement::NotEnforced;
             return Ok(report);
         };
-        let st = created.restrict_self()?;
+        let st = created.no_new_privs(no_new_privs).restrict_self()?;
         let enforced = match st.ruleset {
             RulesetStatus::FullyEnforced => Enforcement::FullyEnforced,
             RulesetStatus::PartiallyEnforced => Enforcement::PartiallyEnforced,

@@ -51,8 +51,8 @@
 //!   another user namespace), and for probes. The same isolation either way.
 //!
 //! Where the time goes (release build, `RUST_LOG=capsule_runtime=debug` prints the points)
-//! is measured side by side with bwrap and runc by `hack/bench-exec.sh`; see the README's
-//! benchmark table. A built root costs ~3 ms (55 mounts, 35 `mount_setattr`, one bind per
+//! is measured side by side with bwrap and runc by `hack/bench-exec.sh`; see
+//! docs/benchmarks.md. A built root costs ~3 ms (55 mounts, 35 `mount_setattr`, one bind per
 //! hidden path); a warm exec makes no mount, no namespace and no Landlock or seccomp call
 //! on its path (the spare did all of that ahead of time, and its teardown waits until
 //! capsule has exited): its cost is capsule's own start (a static-pie binary, see

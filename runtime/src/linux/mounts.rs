@@ -56,7 +56,7 @@ pub(super) fn cstr(bytes: &[u8]) -> io::Result<CString> {
 }
 
 /// `prefix` + absolute `p` as a C string.
-pub(super) fn under(prefix: &str, p: &Path) -> io::Result<CString> {
+pub(crate) fn under(prefix: &str, p: &Path) -> io::Result<CString> {
     let mut v = prefix.as_bytes().to_vec();
     let b = p.as_os_str().as_bytes();
     if !b.starts_with(b"/") {
@@ -66,8 +66,8 @@ pub(super) fn under(prefix: &str, p: &Path) -> io::Result<CString> {
     cstr(&v)
 }
 
-pub(super) const OLD: &str = "/oldroot";
-pub(super) const NEW: &str = "/newroot";
+pub(crate) const OLD: &str = "/oldroot";
+pub(crate) const NEW: &str = "/newroot";
 const MASK_DIR: &str = "/mask-dir";
 const MASK_FILE: &str = "/mask-file";
 
@@ -518,6 +518,12 @@ pub fn seal_dev(dst: &Path) -> R<()> {
 
 /// Step 3: detach the host root and make `/newroot` the root, read-only at its top.
 pub fn finish_root() -> R<()> {
+    finish_root_as(true)
+}
+
+/// [`finish_root`], the top of the new root read-only or not (an OCI bundle's
+/// `root.readonly` decides, `crate::ociruntime`).
+pub fn finish_root_as(read_only: bool) -> R<()> {
     ctx(sys::umount2(&c(OLD), libc::MNT_DETACH), || {
         "detaching the host root".into()
     })?;
@@ -530,10 +536,12 @@ pub fn finish_root() -> R<()> {
         "detaching the setup root".into()
     })?;
     ctx(sys::chdir(&c("/")), || "chdir /".into())?;
-    ctx(
-        sys::mount_setattr(&c("/"), sys::MOUNT_ATTR_RDONLY, false),
-        || "making / read-only".into(),
-    )?;
+    if read_only {
+        ctx(
+            sys::mount_setattr(&c("/"), sys::MOUNT_ATTR_RDONLY, false),
+            || "making / read-only".into(),
+        )?;
+    }
     Ok(())
 }
 

@@ -1,6 +1,11 @@
 //! The request path to a host a secret is for: every request on the connection is read
 //! (head and body framing), its placeholders replaced ([`Secrets::substitute`]), and
-//! written upstream; responses are copied back untouched.
+//! written upstream; responses come back scrubbed of the values ([`super::responses`]).
+//!
+//! The requests are rewritten so that what comes back can be scrubbed: they ask for no
+//! content coding (`Accept-Encoding: identity`, no `TE`), and for no part of a
+//! resource (`Range`, `If-Range` dropped: pieces of one response could otherwise carry
+//! a value past the scrubbing in slices).
 //!
 //! This is what a client gets after `CONNECT` (or SOCKS5) to such a host: TLS terminated
 //! by the proxy ([`super::tls`]) when the client starts a handshake, else plain HTTP in
@@ -14,11 +19,13 @@
 use super::allowlist::Host;
 use super::http::{self, RequestHead};
 use super::refusal::RefusalLog;
+use super::responses::{self, Asked};
 use super::secrets::Secrets;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// The destination a connection's requests go to.
 pub struct Site<'a> {
@@ -207,6 +214,18 @@ fn names_site(h: &RequestHead, host: &Host, port: u16) -> bool {
     }
 }
 
+/// Request headers dropped on the way to a secret's host (what the response is scrubbed
+/// for depends on it: see the module's comment); `Accept-Encoding: identity` is added.
+const DROPPED: [&str; 4] = ["accept-encoding", "te", "range", "if-range"];
+
+/// Ask for a response the scrubbing can read whole.
+fn plain_response(h: &mut RequestHead) {
+    h.headers
+        .retain(|(n, _)| !DROPPED.iter().any(|d| n.eq_ignore_ascii_case(d)));
+    h.headers
+        .push(("Accept-Encoding".to_string(), b"identity".to_vec()));
+}
+
 fn serialize(h: &RequestHead) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(format!("{} {} {}\r\n", h.method, h.target, h.version).as_bytes());
@@ -220,8 +239,14 @@ fn serialize(h: &RequestHead) -> Vec<u8> {
     out
 }
 
-/// Read requests from `input`, substitute, write them to `up`, until the client is done.
-async fn requests<R, W>(input: &mut Input<R>, up: &mut W, site: &Site<'_>) -> End
+/// Read requests from `input`, substitute, write them to `up`, until the client is done;
+/// what each implies for its response goes to `asked` first.
+async fn requests<R, W>(
+    input: &mut Input<R>,
+    up: &mut W,
+    site: &Site<'_>,
+    asked: &UnboundedSender<Asked>,
+) -> End
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -271,6 +296,11 @@ where
             return End::Refused(format!("capsule: refused: {leak}\n"));
         }
         let upgrade = !header(&head, "upgrade").is_empty();
+        plain_response(&mut head);
+        let _ = asked.send(Asked {
+            head_only: head.method.eq_ignore_ascii_case("HEAD"),
+            http10: head.version == "HTTP/1.0",
+        });
         if up.write_all(&serialize(&head)).await.is_err() {
             return End::Closed;
         }
@@ -326,7 +356,7 @@ where
 }
 
 /// Serve one client connection to `site` over `upstream` (both already connected, TLS
-/// or not): requests substituted on the way up, responses copied down.
+/// or not): requests substituted on the way up, responses scrubbed on the way down.
 pub async fn serve<C, U>(client: C, upstream: U, site: Site<'_>)
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -338,15 +368,23 @@ where
         r: cr,
         buf: Vec::new(),
     };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let end = {
-        let down = copy_idle(&mut ur, &mut cw, site.idle);
+        let d = responses::Down {
+            site: super::refusal::target(&site.host.to_string(), site.port),
+            scrub: site.secrets.scrubber(),
+            idle: site.idle,
+        };
+        let down = responses::serve(&mut ur, &mut cw, &mut rx, d);
         tokio::pin!(down);
-        let mut up = Box::pin(requests(&mut input, &mut uw, &site));
+        let mut up = Box::pin(requests(&mut input, &mut uw, &site, &tx));
         let end = tokio::select! {
             e = &mut up => e,
             _ = &mut down => return,
         };
         drop(up);
+        // no request follows: a response nobody asked for ends the responses
+        drop(tx);
         match end {
             End::Closed => {
                 let _ = uw.shutdown().await;

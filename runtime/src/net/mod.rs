@@ -28,6 +28,8 @@ pub mod refusal;
 #[cfg(target_os = "linux")]
 pub mod relay;
 pub mod resolve;
+pub mod responses;
+pub mod scrub;
 pub mod secrets;
 pub mod socks;
 #[cfg(target_os = "linux")]

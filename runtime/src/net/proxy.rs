@@ -296,6 +296,19 @@ impl Proxy {
             .filter(|s| s.secrets.for_host(host, port))
     }
 
+    fn site<'a>(&'a self, sc: &'a SecretsConfig, host: &'a Host, port: u16) -> Site<'a> {
+        let limits = &self.inner.cfg.limits;
+        Site {
+            host,
+            port,
+            secrets: &sc.secrets,
+            log: self.inner.cfg.refusal_log.as_ref(),
+            refusals: self.inner.cfg.refusals.as_ref(),
+            max_head: limits.max_head,
+            idle: limits.idle_timeout,
+        }
+    }
+
     /// Serve a tunnel to a host a secret is for: TLS terminated with the capsule's CA if
     /// the client starts a handshake (and the real server verified), else plain HTTP;
     /// every request read and substituted ([`intercept`]).
@@ -319,15 +332,7 @@ impl Proxy {
                 _ => return,
             }
         }
-        let site = Site {
-            host,
-            port,
-            secrets: &sc.secrets,
-            log: self.inner.cfg.refusal_log.as_ref(),
-            refusals: self.inner.cfg.refusals.as_ref(),
-            max_head: limits.max_head,
-            idle: limits.idle_timeout,
-        };
+        let site = self.site(sc, host, port);
         // a TLS handshake record
         if first[0] != 0x16 {
             return intercept::serve(Prefixed::new(first, client), upstream, site).await;
@@ -490,6 +495,12 @@ impl Proxy {
             } => {
                 let mut out = http::rewrite_origin(&head, authority, path);
                 out.extend_from_slice(&rest);
+                if let Some(sc) = self.secrets_for(host, port).cloned() {
+                    // its responses are scrubbed: the request (substituted above) and
+                    // what follows go through the same path as a tunnel's
+                    let site = self.site(&sc, host, port);
+                    return intercept::serve(Prefixed::new(out, client), upstream, site).await;
+                }
                 out
             }
         };

@@ -103,9 +103,29 @@ impl RefusalLog {
             Ok(f) => f,
             Err(p) => p.into_inner(),
         };
+        // bounded as the capsule's log is: rotated past its cap, then written anew
+        use crate::record::rotate;
+        if let Err(e) = rotate::make_room(&self.path, line.len(), rotate::REFUSALS_MAX) {
+            tracing::warn!("cannot rotate {}: {e}", self.path.display());
+        }
+        if !names(&self.path, &f) {
+            match RefusalLog::open(&self.path) {
+                Ok(l) => *f = l.file.into_inner().unwrap_or_else(|p| p.into_inner()),
+                Err(e) => tracing::warn!("cannot reopen {}: {e}", self.path.display()),
+            }
+        }
         if let Err(e) = f.write_all(&line) {
             tracing::warn!("cannot append to {}: {e}", self.path.display());
         }
+    }
+}
+
+/// Is `f` the file `path` names (not rotated away)?
+fn names(path: &Path, f: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::symlink_metadata(path), f.metadata()) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
     }
 }
 

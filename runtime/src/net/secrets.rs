@@ -11,11 +11,14 @@
 //!   request target (URL and query). A placeholder in a request to a host the secret is
 //!   not for is a [`Leak`]: the request is refused (403) and recorded with the host and
 //!   the header's name, never a value.
+//! - Responses from a secret's hosts come back with every value replaced by its
+//!   placeholder ([`Secrets::scrubber`], [`super::scrub`]).
 //! - The value lives in this process only: [`Secret`]'s `Debug` redacts it, and no error
 //!   of this module quotes it.
 
 use super::allowlist::{Allowlist, Entry, Host};
 use super::http::RequestHead;
+use super::scrub::{percent_encode, Scrubber};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
@@ -174,6 +177,8 @@ pub const TARGET: &str = "request target";
 #[derive(Debug, Default)]
 pub struct Secrets {
     list: Vec<Secret>,
+    /// Takes the values out of what their hosts answer.
+    scrub: Scrubber,
 }
 
 /// 20 random bytes as hex: the per-exec part of a placeholder.
@@ -263,7 +268,17 @@ impl Secrets {
                 hosts,
             });
         }
-        Ok(Secrets { list })
+        let scrub = Scrubber::new(
+            list.iter()
+                .map(|s| (s.value.as_slice(), s.placeholder.as_str())),
+        );
+        Ok(Secrets { list, scrub })
+    }
+
+    /// What replaces the values (and their reflected forms) with their placeholders in
+    /// responses ([`super::scrub`]).
+    pub fn scrubber(&self) -> &Scrubber {
+        &self.scrub
     }
 
     pub fn is_empty(&self) -> bool {
@@ -312,7 +327,7 @@ impl Secrets {
                 if !allowed {
                     return Err(leak(TARGET));
                 }
-                let enc = percent_encode(&s.value);
+                let enc = percent_encode(&s.value, true);
                 n += head.target.matches(&s.placeholder).count();
                 head.target = head.target.replace(&s.placeholder, &enc);
             }
@@ -359,19 +374,6 @@ fn replace_all(hay: &[u8], needle: &[u8], with: &[u8]) -> (Vec<u8>, usize) {
     }
     out.extend_from_slice(&hay[i..]);
     (out, n)
-}
-
-/// `v` fit for a request target: RFC 3986 unreserved bytes as they are, others `%XX`.
-fn percent_encode(v: &[u8]) -> String {
-    let mut s = String::with_capacity(v.len());
-    for &b in v {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            s.push(b as char);
-        } else {
-            s.push_str(&format!("%{b:02X}"));
-        }
-    }
-    s
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! workspace without blocking is the `record::snapshot` module's to say.
 
 pub mod append;
+pub mod rotate;
 mod snapshot;
 
 use serde::Serialize;
@@ -201,10 +202,14 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl ExecRecord {
-    /// Append as one line to `events` (created if missing).
+    /// Append as one line to `events` (created if missing; rotated past its cap, see
+    /// [`rotate`]).
     pub fn append(&self, events: &Path) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
         line.push(b'\n');
+        if let Err(e) = rotate::make_room(events, line.len(), rotate::EVENTS_MAX) {
+            tracing::warn!("cannot rotate {}: {e}", events.display());
+        }
         let f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

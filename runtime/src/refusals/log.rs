@@ -12,6 +12,10 @@
 //! with a single `write` on a file opened with `O_APPEND`, so concurrent execs of one
 //! capsule do not interleave. The file is capsule's own (the sandbox never sees the
 //! bundle); reading it is still bounded ([`MAX_READ`]).
+//!
+//! Bounded: one exec appends at most [`MAX_APPEND`] bytes (its first distinct refusals;
+//! the rest are counted on stderr), and the log is rotated to `refusals.jsonl.1` past
+//! [`crate::record::rotate::REFUSALS_MAX`]; [`read`] reads both.
 
 use super::Refusal;
 use serde::{Deserialize, Serialize};
@@ -53,12 +57,27 @@ impl Line {
     }
 }
 
-/// Append `lines` to `path` (created mode 0600; a symlink there is refused) in one write.
-pub fn append(path: &Path, lines: &[Line]) -> std::io::Result<()> {
+/// What one exec appends at most: the lines past it are left out (and counted).
+pub const MAX_APPEND: usize = 256 << 10;
+
+/// Append `lines` to `path` (created mode 0600; a symlink there is refused) in one write,
+/// at most [`MAX_APPEND`] bytes of them; the log is rotated past its cap first
+/// ([`crate::record::rotate`]). Returns how many lines were left out.
+pub fn append(path: &Path, lines: &[Line]) -> std::io::Result<usize> {
     let mut buf = Vec::new();
+    let mut left_out = 0;
     for l in lines {
-        serde_json::to_writer(&mut buf, l).map_err(std::io::Error::other)?;
-        buf.push(b'\n');
+        let mut one = serde_json::to_vec(l).map_err(std::io::Error::other)?;
+        one.push(b'\n');
+        if buf.len() + one.len() > MAX_APPEND {
+            left_out += 1;
+            continue;
+        }
+        buf.extend_from_slice(&one);
+    }
+    use crate::record::rotate;
+    if let Err(e) = rotate::make_room(path, buf.len(), rotate::REFUSALS_MAX) {
+        tracing::warn!("cannot rotate {}: {e}", path.display());
     }
     let f = std::fs::OpenOptions::new()
         .append(true)
@@ -67,12 +86,21 @@ pub fn append(path: &Path, lines: &[Line]) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     // whole lines or none: a full disk leaves no torn line
-    crate::record::append::append_whole(&f, &buf)
+    crate::record::append::append_whole(&f, &buf)?;
+    Ok(left_out)
 }
 
-/// The lines of `path` first seen at or after `since` (all when `None`); lines that do
-/// not parse are skipped. A missing log has none.
+/// The lines of the log at `path` (its rotated file, then `path`) first seen at or after
+/// `since` (all when `None`); lines that do not parse are skipped. A missing log has none.
 pub fn read(path: &Path, since: Option<SystemTime>) -> std::io::Result<Vec<Line>> {
+    let mut lines = Vec::new();
+    for p in crate::record::rotate::files(path) {
+        lines.extend(read_one(&p, since)?);
+    }
+    Ok(lines)
+}
+
+fn read_one(path: &Path, since: Option<SystemTime>) -> std::io::Result<Vec<Line>> {
     let mut f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)

@@ -206,7 +206,8 @@ impl Collector {
             program: key.2.clone(),
             pid: e.pid,
             count: 1,
-            grant: e.grant,
+            // a grant naming a path cut short would grant something else
+            grant: e.grant.filter(|g| g.len() <= 2 * MAX_TEXT),
             reason: e.reason,
             header: e.header,
         };
@@ -268,7 +269,15 @@ impl Collector {
             .map(|(r, first, last)| log::Line::new(r.clone(), *first, *last, exec_started_at))
             .collect();
         drop(st);
-        log::append(log, &lines)
+        let left_out = log::append(log, &lines)?;
+        if left_out > 0 && self.say != Say::Quiet {
+            say(&format!(
+                "{left_out} refusals not written to {} (at most {} KiB per exec)",
+                capsule_bundle::escape::path(log),
+                log::MAX_APPEND >> 10
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -7,9 +7,34 @@
 //! or 0444 file, the sandbox's uid and gid, tmpfs's sizes, the time the server started), lookups
 //! `ENOENT`, listings `.` and `..`, reads end of file, extended attributes none, and
 //! `ENOSYS` for anything else (the mount is read-only: the kernel refuses writes before
-//! asking). Not `fuser`: its session owns a thread and a loop per mount, where these are
-//! answered by the seccomp supervisor's one thread, beside its notifications, and a dozen
-//! fixed answers need no library.
+//! asking).
+//!
+//! Why not `fuser` (the project's chosen FUSE crate; its API checked on docs.rs for the
+//! current release and in its main branch): its server is a `Session`, which fits the
+//! descriptor part (`Session::from_fd` wraps a connection another process mounted) but
+//! nothing else of how these connections are served:
+//! - a session is served only by a loop of its own, `spawn()` (a thread per session, so
+//!   up to [`super::MAX_WATCHED`] threads per exec) or the blocking `run()`/`mount2` of
+//!   older releases, which reads until the connection ends and retries at once on
+//!   `EAGAIN` (a busy loop on these non-blocking descriptors). There is no public call
+//!   that handles one request the caller read, and the protocol's types and framing
+//!   (its `ll` module) are private, so they cannot be used alone. Here every connection
+//!   is one more descriptor in the seccomp supervisor's `poll`, answered by its one
+//!   thread between notifications ([`Masks::answer`]);
+//! - its handshake expects `INIT` as the first request and fails the session on
+//!   anything else; here `INIT` is answered in the sandbox, by the process that mounted
+//!   the connection, before the descriptor is sent ([`answer_init`]: a warm spare's masks
+//!   are ready before an exec claims the spare), so the first request the supervisor sees
+//!   is a lookup;
+//! - it reads into a 16 MiB buffer per session (its largest write request), 512 MiB of
+//!   buffers for 32 masks, where an empty read-only tree needs 16 KiB.
+//!
+//! What is left by hand is small and fixed: a dozen requests, each answered by a
+//! constant. Moving to fuser would take an upstream change first (a session that accepts
+//! a connection whose `INIT` was answered, and a public "dispatch this request" on a
+//! caller-owned descriptor); with it, the framing and answers here (about 300 lines) would
+//! become a `Filesystem` implementation of the same answers, and the supervisor's loop and
+//! the mounting in [`super`] would stay as they are.
 
 use crate::refusals::{path_target as show, Collector, Event, Kind};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

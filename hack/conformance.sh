@@ -1,0 +1,56 @@
+#!/bin/bash
+# The OCI runtime-tools validation suite (opencontainers/runtime-tools, validation/)
+# against capsule-runc, runc and crun, one table of pass/fail per case.
+#
+#   hack/conformance.sh RT_DIR [RUNTIME...]
+#
+# RT_DIR: a runtime-tools checkout with `make runtimetest validation-executables` built
+# (Go >= 1.19: commit 260e151 builds with Debian 12's go 1.19; later ones need go 1.21).
+# RUNTIME: capsule (target/debug/capsule as capsule-runc), runc, crun (default: all).
+# crun 1.8 refuses hybrid cgroup hosts; it runs here in a mount namespace without the
+# cgroup v2 mount (as tests/tests/oci_export.rs does). Root only. Each case's TAP output
+# goes to $OUT/<runtime>/<case>.tap (OUT defaults to /dev/shm/conformance).
+set -u
+rt_dir=${1:?usage: hack/conformance.sh RT_DIR [RUNTIME...]}
+shift
+runtimes=("$@")
+[ ${#runtimes[@]} -eq 0 ] && runtimes=(capsule runc crun)
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/dev/shm/conformance}
+mkdir -p "$out/bin"
+ln -sf "${CAPSULE_BIN:-$repo/target/debug/capsule}" "$out/bin/capsule-runc"
+cat > "$out/bin/crun-hybrid" <<'W'
+#!/bin/sh
+exec unshare -m sh -c 'umount /sys/fs/cgroup/unified 2>/dev/null; exec crun "$@"' crun "$@"
+W
+chmod +x "$out/bin/crun-hybrid"
+cd "$rt_dir" || exit 1
+declare -A result
+cases=$(ls validation/*/*.t | sort)
+for r in "${runtimes[@]}"; do
+  case $r in
+    capsule) bin=$out/bin/capsule-runc ;;
+    crun) bin=$out/bin/crun-hybrid ;;
+    *) bin=$(command -v "$r") ;;
+  esac
+  mkdir -p "$out/$r"
+  for t in $cases; do
+    name=$(basename "$t" .t)
+    RUNTIME=$bin timeout 60 "./$t" > "$out/$r/$name.tap" 2>&1
+    ok=$(grep -c '^ok' "$out/$r/$name.tap")
+    bad=$(grep -c '^not ok' "$out/$r/$name.tap")
+    skip=$(grep -c '# SKIP' "$out/$r/$name.tap")
+    if [ "$bad" = 0 ] && [ "$ok" -gt 0 ]; then result[$r,$name]="pass ($ok)"
+    elif [ "$ok" = 0 ] && [ "$bad" = 0 ]; then result[$r,$name]="none"
+    else result[$r,$name]="FAIL $bad/$((ok+bad))"; fi
+    [ "$skip" -gt 0 ] && result[$r,$name]="${result[$r,$name]} skip $skip"
+  done
+done
+printf '| case |'; for r in "${runtimes[@]}"; do printf ' %s |' "$r"; done; echo
+printf '|---|'; for r in "${runtimes[@]}"; do printf -- '---|'; done; echo
+for t in $cases; do
+  name=$(basename "$t" .t)
+  printf '| %s |' "$name"
+  for r in "${runtimes[@]}"; do printf ' %s |' "${result[$r,$name]}"; done
+  echo
+done

@@ -1,0 +1,394 @@
+//! The container's cgroups from `linux.cgroupsPath` and `linux.resources`: one directory
+//! per v1 hierarchy mounted on this host (or the one v2 directory on a unified host), the
+//! limits written before the container's init runs, the init moved in, and their
+//! removal at `delete`. `--systemd-cgroup` paths (`slice:prefix:name`) are expanded the
+//! way systemd names them and made directly in cgroupfs (no systemd unit is created).
+
+use super::spec::{DeviceRule, Resources};
+use std::path::{Path, PathBuf};
+
+/// One hierarchy: where it is mounted and which controllers it has.
+#[derive(Debug, Clone)]
+pub struct Hierarchy {
+    pub mount: PathBuf,
+    pub controllers: Vec<String>,
+}
+
+/// Is this host's `/sys/fs/cgroup` the unified (v2) hierarchy?
+pub fn unified() -> bool {
+    // SAFETY: statfs into a zeroed struct.
+    unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        libc::statfs(c"/sys/fs/cgroup".as_ptr(), &mut s) == 0 && s.f_type == 0x6367_7270
+    }
+}
+
+/// The v1 hierarchies mounted here (from mountinfo), or the v2 root.
+pub fn hierarchies() -> Vec<Hierarchy> {
+    if unified() {
+        return vec![Hierarchy {
+            mount: "/sys/fs/cgroup".into(),
+            controllers: vec![],
+        }];
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut r = right.split_whitespace();
+        if r.next() != Some("cgroup") {
+            continue;
+        }
+        let opts = r.nth(1).unwrap_or("");
+        let mount = left.split_whitespace().nth(4).unwrap_or("");
+        let controllers: Vec<String> = opts
+            .split(',')
+            .filter(|o| {
+                *o != "rw"
+                    && *o != "ro"
+                    && !o.starts_with("release_agent")
+                    && *o != "clone_children"
+                    && *o != "noprefix"
+            })
+            .map(String::from)
+            .collect();
+        if !mount.is_empty() {
+            out.push(Hierarchy {
+                mount: mount.into(),
+                controllers,
+            });
+        }
+    }
+    out
+}
+
+/// The cgroup path (relative to each hierarchy's root) of `cgroups_path` for container `id`.
+pub fn relative_path(
+    cgroups_path: Option<&str>,
+    id: &str,
+    systemd: bool,
+) -> Result<PathBuf, String> {
+    let p = cgroups_path.unwrap_or("");
+    let rel = if systemd {
+        // slice:prefix:name
+        let parts: Vec<&str> = if p.is_empty() {
+            vec!["system.slice", "capsule", id]
+        } else {
+            p.split(':').collect()
+        };
+        if parts.len() != 3 {
+            return Err(format!(
+                "linux.cgroupsPath {p:?}: --systemd-cgroup expects slice:prefix:name"
+            ));
+        }
+        let slice = if parts[0].is_empty() {
+            "system.slice"
+        } else {
+            parts[0]
+        };
+        let mut path = PathBuf::new();
+        if slice != "-.slice" {
+            // a-b-c.slice lives in a.slice/a-b.slice/a-b-c.slice
+            let stem = slice
+                .strip_suffix(".slice")
+                .ok_or_else(|| format!("linux.cgroupsPath: {slice:?} is not a slice"))?;
+            let mut acc = String::new();
+            for part in stem.split('-') {
+                if !acc.is_empty() {
+                    acc.push('-');
+                }
+                acc.push_str(part);
+                path.push(format!("{acc}.slice"));
+            }
+        }
+        path.push(format!("{}-{}.scope", parts[1], parts[2]));
+        path
+    } else if p.is_empty() {
+        PathBuf::from("capsule-runc").join(id)
+    } else {
+        PathBuf::from(p.trim_start_matches('/'))
+    };
+    if rel
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(format!(
+            "linux.cgroupsPath {p:?}: must not climb out of the hierarchy"
+        ));
+    }
+    Ok(rel)
+}
+
+/// The container's directories, made, with the resources written.
+pub fn setup(rel: &Path, res: Option<&Resources>) -> Result<Vec<PathBuf>, String> {
+    if res.is_some_and(|r| !r.unified.is_empty()) {
+        // the unified files are not written by this version, v2 host or not
+        return Err("linux.resources.unified: not supported".into());
+    }
+    let mut dirs = Vec::new();
+    for h in hierarchies() {
+        let dir = h.mount.join(rel);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
+        if h.controllers.iter().any(|c| c == "cpuset") {
+            // a new cpuset group is empty until given cpus and mems: its parent's
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                inherit(&h.mount, rel, f);
+            }
+        }
+        dirs.push(dir.clone());
+        if let Some(r) = res {
+            write_resources(&h, &dir, r)?;
+        }
+    }
+    Ok(dirs)
+}
+
+fn inherit(mount: &Path, rel: &Path, file: &str) {
+    let mut cur = mount.to_path_buf();
+    let mut value = std::fs::read_to_string(mount.join(file)).unwrap_or_default();
+    for c in rel.components() {
+        cur.push(c);
+        let f = cur.join(file);
+        let here = std::fs::read_to_string(&f).unwrap_or_default();
+        if here.trim().is_empty() {
+            let _ = std::fs::write(&f, value.trim());
+        } else {
+            value = here;
+        }
+    }
+}
+
+fn write(dir: &Path, file: &str, value: &str, field: &str) -> Result<(), String> {
+    std::fs::write(dir.join(file), value).map_err(|e| {
+        format!(
+            "linux.resources.{field}: writing {value:?} to {}: {e}",
+            dir.join(file).display()
+        )
+    })
+}
+
+fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), String> {
+    let has = |c: &str| h.controllers.iter().any(|x| x == c);
+    let v2 = h.controllers.is_empty() && unified();
+    if let Some(m) = &r.memory {
+        if has("memory") {
+            if let Some(l) = m.limit {
+                write(dir, "memory.limit_in_bytes", &l.to_string(), "memory.limit")?;
+            }
+            if let Some(s) = m.swap {
+                if dir.join("memory.memsw.limit_in_bytes").exists() {
+                    write(
+                        dir,
+                        "memory.memsw.limit_in_bytes",
+                        &s.to_string(),
+                        "memory.swap",
+                    )?;
+                } else if s != m.limit.unwrap_or(s) {
+                    return Err(
+                        "linux.resources.memory.swap: this kernel has no swap accounting".into(),
+                    );
+                }
+            }
+            if let Some(l) = m.reservation {
+                write(
+                    dir,
+                    "memory.soft_limit_in_bytes",
+                    &l.to_string(),
+                    "memory.reservation",
+                )?;
+            }
+        } else if v2 {
+            if let Some(l) = m.limit {
+                write(
+                    dir,
+                    "memory.max",
+                    &if l < 0 { "max".into() } else { l.to_string() },
+                    "memory.limit",
+                )?;
+            }
+        } else if m.limit.is_some() {
+            return Err("linux.resources.memory: no memory controller on this host".into());
+        }
+    }
+    if let Some(c) = &r.cpu {
+        if has("cpu") {
+            if let Some(s) = c.shares.filter(|s| *s > 0) {
+                write(dir, "cpu.shares", &s.to_string(), "cpu.shares")?;
+            }
+            if let Some(p) = c.period.filter(|p| *p > 0) {
+                write(dir, "cpu.cfs_period_us", &p.to_string(), "cpu.period")?;
+            }
+            if let Some(q) = c.quota.filter(|q| *q != 0) {
+                write(dir, "cpu.cfs_quota_us", &q.to_string(), "cpu.quota")?;
+            }
+        } else if v2 {
+            if let Some(q) = c.quota.filter(|q| *q > 0) {
+                write(
+                    dir,
+                    "cpu.max",
+                    &format!("{q} {}", c.period.unwrap_or(100_000)),
+                    "cpu.quota",
+                )?;
+            }
+        }
+        if has("cpuset") {
+            if let Some(s) = c.cpus.as_deref().filter(|s| !s.is_empty()) {
+                write(dir, "cpuset.cpus", s, "cpu.cpus")?;
+            }
+            if let Some(s) = c.mems.as_deref().filter(|s| !s.is_empty()) {
+                write(dir, "cpuset.mems", s, "cpu.mems")?;
+            }
+        }
+    }
+    if let Some(p) = &r.pids {
+        if has("pids") || v2 {
+            let v = if p.limit > 0 {
+                p.limit.to_string()
+            } else {
+                "max".into()
+            };
+            write(dir, "pids.max", &v, "pids.limit")?;
+        }
+    }
+    if has("devices") && !r.devices.is_empty() {
+        for rule in device_rules(&r.devices) {
+            let (file, line) = rule;
+            write(dir, file, &line, "devices")?;
+        }
+    }
+    Ok(())
+}
+
+/// The devices cgroup's lines: the bundle's rules, then the devices every container gets
+/// (as runc allows them: null zero full random urandom tty console ptmx, pts).
+pub fn device_rules(rules: &[DeviceRule]) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for r in rules {
+        let file = if r.allow {
+            "devices.allow"
+        } else {
+            "devices.deny"
+        };
+        let t = r.typ.as_deref().unwrap_or("a");
+        let n = |v: Option<i64>| {
+            v.filter(|v| *v >= 0)
+                .map_or("*".to_string(), |v| v.to_string())
+        };
+        let access = r.access.as_deref().unwrap_or("rwm");
+        if t == "a" {
+            out.push((file, "a".to_string()));
+        } else {
+            out.push((file, format!("{t} {}:{} {access}", n(r.major), n(r.minor))));
+        }
+    }
+    for d in [
+        "c 1:3 rwm",
+        "c 1:5 rwm",
+        "c 1:7 rwm",
+        "c 1:8 rwm",
+        "c 1:9 rwm",
+        "c 5:0 rwm",
+        "c 5:1 rwm",
+        "c 5:2 rwm",
+        "c 136:* rwm",
+        "c *:* m",
+        "b *:* m",
+    ] {
+        out.push(("devices.allow", d.to_string()));
+    }
+    out
+}
+
+/// Move `pid` into each directory.
+pub fn enter(dirs: &[PathBuf], pid: libc::pid_t) -> Result<(), String> {
+    for d in dirs {
+        std::fs::write(d.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| format!("moving {pid} into the cgroup {}: {e}", d.display()))?;
+    }
+    Ok(())
+}
+
+/// The pids in the container's cgroup (its first directory).
+pub fn pids(dirs: &[PathBuf]) -> Vec<libc::pid_t> {
+    let Some(d) = dirs.iter().find(|d| d.join("cgroup.procs").exists()) else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(d.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// The freezer's directory, if the container has one.
+pub fn freezer(dirs: &[PathBuf]) -> Option<PathBuf> {
+    dirs.iter()
+        .find(|d| d.join("freezer.state").exists() || d.join("cgroup.freeze").exists())
+        .cloned()
+}
+
+/// Freeze or thaw.
+pub fn freeze(dirs: &[PathBuf], frozen: bool) -> Result<(), String> {
+    let d = freezer(dirs).ok_or("this container has no freezer cgroup: pause is not possible")?;
+    let (file, v) = if d.join("freezer.state").exists() {
+        ("freezer.state", if frozen { "FROZEN" } else { "THAWED" })
+    } else {
+        ("cgroup.freeze", if frozen { "1" } else { "0" })
+    };
+    std::fs::write(d.join(file), v)
+        .map_err(|e| format!("writing {v} to {}: {e}", d.join(file).display()))?;
+    if frozen && file == "freezer.state" {
+        for _ in 0..1000 {
+            let s = std::fs::read_to_string(d.join(file)).unwrap_or_default();
+            if s.trim() == "FROZEN" {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    Ok(())
+}
+
+pub fn is_frozen(dirs: &[PathBuf]) -> bool {
+    freezer(dirs).is_some_and(|d| {
+        let s = std::fs::read_to_string(d.join("freezer.state"))
+            .or_else(|_| std::fs::read_to_string(d.join("cgroup.freeze")))
+            .unwrap_or_default();
+        matches!(s.trim(), "FROZEN" | "1")
+    })
+}
+
+/// Remove the directories (empty by now); a few tries while the kernel lets go.
+pub fn remove(dirs: &[PathBuf]) {
+    for d in dirs {
+        for _ in 0..50 {
+            match std::fs::remove_dir(d) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(2))
+                }
+                _ => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            relative_path(Some("/default/c1"), "c1", false).unwrap(),
+            PathBuf::from("default/c1")
+        );
+        assert_eq!(
+            relative_path(Some("kubepods-burstable-pod1.slice:cri-containerd:abc"), "abc", true).unwrap(),
+            PathBuf::from("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-abc.scope")
+        );
+        assert!(relative_path(Some("/a/../../etc"), "c", false).is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! `create`: the container's init is cloned into its new namespaces, placed in its
+//! cgroups, builds its root ([`super::rootfs`]), prepares its process
+//! ([`super::process::prepare`]), tells `create` it is ready and blocks opening the
+//! state directory's `exec.fifo` for writing; `start` opens it for reading, which
+//! releases the init to its last steps and `execve`. `create` exits as soon as the init
+//! is ready: the init is then a child of whoever reaps orphans (containerd's shim, a
+//! subreaper), which is what the shim expects of the pid it reads from `--pid-file`.
+//!
+//! Errors of the init before it is ready come back over a pipe as one line and fail
+//! `create`; after `start`, the init can only write its error to its stderr (the
+//! container's) and exit 127, as runc does.
+
+use super::spec::{Spec, NAMESPACES};
+use super::state::{self, Saved};
+use super::{cgroup, hooks, process, rootfs};
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+pub struct Args<'a> {
+    pub root: &'a Path,
+    pub id: &'a str,
+    pub bundle: &'a Path,
+    pub pid_file: Option<&'a Path>,
+    pub console_socket: Option<&'a Path>,
+    pub systemd_cgroup: bool,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: two new descriptors of ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Connect to the console socket the caller listens on.
+pub fn console(path: &Path) -> Result<OwnedFd, String> {
+    let s = std::os::unix::net::UnixStream::connect(path)
+        .map_err(|e| format!("--console-socket {}: {e}", path.display()))?;
+    Ok(OwnedFd::from(s))
+}
+
+/// Make the pseudo-terminal in the container and send its master over `sock` (what runc
+/// does: SCM_RIGHTS on the console socket); the slave becomes stdio and `/dev/console`.
+pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Result<(), String> {
+    let (master, slave) = crate::linux::pty::open_here()
+        .map_err(|e| format!("opening a terminal in the container: {e}"))?;
+    if let Some((h, w)) = size {
+        let ws = libc::winsize {
+            ws_row: h,
+            ws_col: w,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ with a valid struct.
+        unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) };
+    }
+    crate::linux::sys::send_fds(sock, b"/dev/ptmx", &[master])
+        .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
+    crate::linux::sys::close(master);
+    crate::linux::sys::close(sock);
+    if console_bind {
+        let src = CString::new(format!("/proc/self/fd/{slave}")).unwrap_or_default();
+        // SAFETY: bind the terminal onto the /dev/console file made with the root.
+        unsafe {
+            libc::mount(
+                src.as_ptr(),
+                c"/dev/console".as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+    }
+    crate::linux::pty::Pty::attach_slave(slave)
+        .map_err(|e| format!("attaching the terminal: {e}"))?;
+    Ok(())
+}
+
+pub fn run(a: Args<'_>) -> Result<(), String> {
+    let bundle = std::fs::canonicalize(a.bundle)
+        .map_err(|e| format!("--bundle {}: {e}", a.bundle.display()))?;
+    let spec = super::spec::load(&bundle)?;
+    let l = spec.linux.clone().unwrap_or_default();
+    let proc_ = spec.process.clone().ok_or("process: missing")?;
+    let root_path = spec
+        .root
+        .as_ref()
+        .map(|r| r.path.clone())
+        .unwrap_or_default();
+    let rootfs = if root_path.is_absolute() {
+        root_path
+    } else {
+        bundle.join(root_path)
+    };
+    let rootfs = std::fs::canonicalize(&rootfs)
+        .map_err(|e| format!("root.path {}: {e}", rootfs.display()))?;
+    if proc_.terminal && a.console_socket.is_none() {
+        return Err("process.terminal is true but no --console-socket was given".into());
+    }
+    std::fs::create_dir_all(a.root).map_err(|e| format!("--root {}: {e}", a.root.display()))?;
+    let dir = state::dir(a.root, a.id);
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(format!("container with id {} already exists", a.id))
+        }
+        Err(e) => return Err(format!("making {}: {e}", dir.display())),
+    }
+    let rel = cgroup::relative_path(l.cgroups_path.as_deref(), a.id, a.systemd_cgroup);
+    let mut cg_dirs = Vec::new();
+    let r = (|| {
+        let rel = rel?;
+        cg_dirs = cgroup::setup(&rel, l.resources.as_ref())?;
+        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs)
+    })();
+    if r.is_err() {
+        cgroup::remove(&cg_dirs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    r
+}
+
+fn spawn(
+    a: &Args<'_>,
+    spec: &Spec,
+    bundle: &Path,
+    rootfs: &Path,
+    dir: &Path,
+    rel: &Path,
+    cg_dirs: &[PathBuf],
+) -> Result<(), String> {
+    let l = spec.linux.clone().unwrap_or_default();
+    let p = spec.process.clone().ok_or("process: missing")?;
+    let fifo = dir.join("exec.fifo");
+    let cf = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| "state path with NUL")?;
+    // SAFETY: mkfifo of a C string path.
+    if unsafe { libc::mkfifo(cf.as_ptr(), 0o622) } < 0 {
+        return Err(format!(
+            "making {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: open as O_PATH (no open of the fifo itself yet).
+    let fifo_fd = unsafe { libc::open(cf.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fifo_fd < 0 {
+        return Err(format!(
+            "opening {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let console = a.console_socket.map(console).transpose()?;
+    // namespaces: new ones by clone flags, given ones joined (pid before the clone)
+    let mut flags: libc::c_int = 0;
+    let mut join: Vec<(OwnedFd, libc::c_int, String)> = Vec::new();
+    for n in &l.namespaces {
+        let f = NAMESPACES
+            .iter()
+            .find(|(k, _)| *k == n.typ)
+            .map(|(_, f)| *f)
+            .unwrap_or(0);
+        match &n.path {
+            None => flags |= f,
+            Some(path) => {
+                let fd = std::fs::File::open(path).map_err(|e| {
+                    format!(
+                        "linux.namespaces: {} namespace {}: {e}",
+                        n.typ,
+                        path.display()
+                    )
+                })?;
+                join.push((OwnedFd::from(fd), f, n.typ.clone()));
+            }
+        }
+    }
+    // a user namespace first, then the rest
+    join.sort_by_key(|(_, f, _)| *f != libc::CLONE_NEWUSER);
+    if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
+        // SAFETY: setns of a namespace descriptor (our children are born in it).
+        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
+            return Err(format!(
+                "linux.namespaces: joining the pid namespace: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    let userns =
+        flags & libc::CLONE_NEWUSER != 0 || join.iter().any(|(_, f, _)| *f == libc::CLONE_NEWUSER);
+    let (err_r, err_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let hostname = spec.hostname.clone();
+    let domainname = spec.domainname.clone();
+    let sysctl = l.sysctl.clone();
+    // SAFETY: clone without CLONE_VM: a fork into new namespaces (single-threaded here).
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(format!(
+            "cloning the container's init into its namespaces: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if pid == 0 {
+        drop(err_r);
+        drop(go_w);
+        let mut w = std::fs::File::from(err_w);
+        let res = (|| -> Result<process::Prepared, String> {
+            let mut b = [0u8; 1];
+            let mut g = std::fs::File::from(go_r);
+            if !matches!(g.read(&mut b), Ok(1)) {
+                return Err("create ended before the init was released".into());
+            }
+            for (fd, f, typ) in &join {
+                if *f == libc::CLONE_NEWPID {
+                    continue;
+                }
+                // SAFETY: setns of a namespace descriptor.
+                if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
+                    return Err(format!(
+                        "linux.namespaces: joining the {typ} namespace: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+            // a session of its own (with a terminal: made by attaching it)
+            if console.is_none() {
+                // SAFETY: setsid cannot fail for a process that leads no group.
+                unsafe { libc::setsid() };
+            }
+            rootfs::build(spec, rootfs, rel, userns).map_err(|e| e.to_string())?;
+            if let Some(h) = &hostname {
+                crate::linux::sys::sethostname(h.as_bytes())
+                    .map_err(|e| format!("hostname {h:?}: {e}"))?;
+            }
+            if let Some(d) = &domainname {
+                // SAFETY: buffer valid for its length.
+                if unsafe { libc::setdomainname(d.as_ptr() as *const libc::c_char, d.len()) } < 0 {
+                    return Err(format!(
+                        "domainname {d:?}: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+            for (k, v) in &sysctl {
+                let path = format!("/proc/sys/{}", k.replace('.', "/"));
+                std::fs::write(&path, v).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
+            }
+            if let Some(c) = &console {
+                terminal(
+                    c.as_raw_fd(),
+                    p.console_size.as_ref().map(|s| (s.height, s.width)),
+                    true,
+                )?;
+            }
+            process::setup(&p)?;
+            hooks::run_inside(
+                &spec.hooks.clone().unwrap_or_default().create_container,
+                "createContainer",
+            )?;
+            process::prepare(&p, spec)
+        })();
+        let prepared = match res {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = w.write_all(e.as_bytes());
+                // SAFETY: leaving the child.
+                unsafe { libc::_exit(1) }
+            }
+        };
+        let _ = w.write_all(b"\0ready");
+        drop(w);
+        // blocks until `start` opens the fifo for reading
+        let path = CString::new(format!("/proc/self/fd/{fifo_fd}")).unwrap_or_default();
+        // SAFETY: open of our own descriptor's magic link.
+        let f = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+        if f < 0 {
+            eprintln!(
+                "capsule-runc: waiting for start: {}",
+                std::io::Error::last_os_error()
+            );
+            // SAFETY: leaving the child.
+            unsafe { libc::_exit(127) }
+        }
+        // SAFETY: one byte to our own descriptor.
+        unsafe {
+            libc::write(f, b"0".as_ptr() as *const libc::c_void, 1);
+            libc::close(f);
+            libc::close(fifo_fd);
+        }
+        if let Err(e) = hooks::run_inside(
+            &spec.hooks.clone().unwrap_or_default().start_container,
+            "startContainer",
+        ) {
+            eprintln!("capsule-runc: {e}");
+            // SAFETY: leaving the child.
+            unsafe { libc::_exit(127) }
+        }
+        let e = process::finish(prepared);
+        eprintln!("capsule-runc: {e}");
+        // SAFETY: leaving the child.
+        unsafe { libc::_exit(127) }
+    }
+    let pid = pid as libc::pid_t;
+    drop(err_w);
+    drop(go_r);
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fifo_fd) };
+    drop(console);
+    let kill = || {
+        // SAFETY: killing and reaping our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    };
+    let setup = (|| -> Result<(), String> {
+        cgroup::enter(cg_dirs, pid)?;
+        if flags & libc::CLONE_NEWUSER != 0 {
+            id_maps(pid, &l)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        kill();
+        return Err(e);
+    }
+    let (start_time, _) = state::proc_start(pid);
+    let saved = Saved {
+        id: a.id.to_string(),
+        pid,
+        start_time,
+        bundle: bundle.to_path_buf(),
+        rootfs: rootfs.to_path_buf(),
+        created: state::now_rfc3339(),
+        cgroups: cg_dirs.to_vec(),
+        annotations: spec.annotations.clone(),
+    };
+    let hk = spec.hooks.clone().unwrap_or_default();
+    let st = || {
+        let mut v = saved.spec_state(a.root);
+        v["status"] = "creating".into();
+        v["pid"] = pid.into();
+        v
+    };
+    // prestart (deprecated) and createRuntime: in the runtime's namespaces, once the
+    // container's exist
+    for (list, name) in [
+        (&hk.prestart, "prestart"),
+        (&hk.create_runtime, "createRuntime"),
+    ] {
+        if let Err(e) = hooks::run(list, name, &st()) {
+            kill();
+            return Err(e);
+        }
+    }
+    let mut go = std::fs::File::from(go_w);
+    let _ = go.write_all(&[1]);
+    let mut msg = Vec::new();
+    let _ = std::fs::File::from(err_r).read_to_end(&mut msg);
+    if msg != b"\0ready" {
+        kill();
+        let text = String::from_utf8_lossy(&msg).trim().to_string();
+        return Err(if text.is_empty() {
+            "the container's init ended before it was ready".into()
+        } else {
+            text
+        });
+    }
+    state::save(a.root, &saved)?;
+    if let Some(pf) = a.pid_file {
+        std::fs::write(pf, pid.to_string()).map_err(|e| {
+            kill();
+            format!("--pid-file {}: {e}", pf.display())
+        })?;
+    }
+    Ok(())
+}
+
+fn id_maps(pid: libc::pid_t, l: &super::spec::Linux) -> Result<(), String> {
+    let fmt = |m: &[super::spec::IdMapping]| {
+        m.iter()
+            .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
+            .collect::<String>()
+    };
+    std::fs::write(format!("/proc/{pid}/uid_map"), fmt(&l.uid_mappings))
+        .map_err(|e| format!("linux.uidMappings: {e}"))?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), fmt(&l.gid_mappings))
+        .map_err(|e| format!("linux.gidMappings: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! `exec`: another process in a running container (`ctr task exec`, `kubectl exec`).
+//! It joins the init's namespaces (`setns`: the pid namespace by a fork), its cgroups,
+//! gets the container's Landlock set and the bundle's seccomp filter, its process's own
+//! user, capabilities, limits and terminal, then `execve`s. With `--detach` (what the
+//! shim passes) capsule-runc exits once the process runs, its pid in `--pid-file`; the
+//! process is then the shim's to reap. Without, capsule-runc waits and exits with its
+//! status.
+
+use super::spec::Process;
+use super::{create, process, state};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+pub struct Args<'a> {
+    pub root: &'a Path,
+    pub id: &'a str,
+    pub process: Option<&'a Path>,
+    pub args: &'a [String],
+    pub detach: bool,
+    pub pid_file: Option<&'a Path>,
+    pub console_socket: Option<&'a Path>,
+    pub tty: bool,
+    pub cwd: Option<&'a str>,
+    pub env: &'a [String],
+}
+
+const KINDS: &[(&str, libc::c_int)] = &[
+    ("user", libc::CLONE_NEWUSER),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("net", libc::CLONE_NEWNET),
+    ("pid", libc::CLONE_NEWPID),
+    ("cgroup", libc::CLONE_NEWCGROUP),
+    ("mnt", libc::CLONE_NEWNS),
+];
+
+fn ino(p: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0)
+}
+
+pub fn run(a: Args<'_>) -> Result<i32, String> {
+    let saved = state::load(a.root, a.id)?;
+    let status = saved.status(a.root);
+    if status != "running" && status != "created" {
+        return Err(format!("cannot exec in a container that is {status}"));
+    }
+    let spec = super::spec::load(&saved.bundle)?;
+    let base = spec.process.clone().ok_or("process: missing")?;
+    let p: Process = match a.process {
+        Some(f) => {
+            let b = std::fs::read(f).map_err(|e| format!("--process {}: {e}", f.display()))?;
+            serde_json::from_slice(&b).map_err(|e| format!("--process {}: {e}", f.display()))?
+        }
+        None => {
+            if a.args.is_empty() {
+                return Err("exec: no command given".into());
+            }
+            let mut p = base.clone();
+            p.args = a.args.to_vec();
+            p.terminal = a.tty;
+            if let Some(c) = a.cwd {
+                p.cwd = c.to_string();
+            }
+            p.env.extend(a.env.iter().cloned());
+            p
+        }
+    };
+    if p.args.is_empty() {
+        return Err("process.args: empty".into());
+    }
+    if p.terminal && a.console_socket.is_none() {
+        return Err("process.terminal is true but no --console-socket was given".into());
+    }
+    let mut ns = Vec::new();
+    for (k, f) in KINDS {
+        let theirs = format!("/proc/{}/ns/{k}", saved.pid);
+        if ino(&theirs) != ino(&format!("/proc/self/ns/{k}")) {
+            let fd = std::fs::File::open(&theirs).map_err(|e| format!("opening {theirs}: {e}"))?;
+            ns.push((OwnedFd::from(fd), *f, *k));
+        }
+    }
+    let console = a.console_socket.map(create::console).transpose()?;
+    // the pid namespace for the child to come
+    for (fd, f, k) in &ns {
+        if *f == libc::CLONE_NEWPID {
+            // SAFETY: setns of a namespace descriptor.
+            if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
+                return Err(format!(
+                    "joining the container's {k} namespace: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+    }
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into an array of two.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: new descriptors of ours.
+    let (err_r, err_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut gfds = [0; 2];
+    // SAFETY: as above.
+    if unsafe { libc::pipe2(gfds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    let (go_r, go_w) = unsafe { (OwnedFd::from_raw_fd(gfds[0]), OwnedFd::from_raw_fd(gfds[1])) };
+    // SAFETY: fork of a single-threaded process.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        drop(err_r);
+        drop(go_w);
+        let mut w = std::fs::File::from(err_w);
+        let r = (|| -> Result<process::Prepared, String> {
+            let mut b = [0u8; 1];
+            if !matches!(std::fs::File::from(go_r).read(&mut b), Ok(1)) {
+                return Err("exec ended before the process was released".into());
+            }
+            for (fd, f, k) in &ns {
+                if *f == libc::CLONE_NEWPID {
+                    continue;
+                }
+                // SAFETY: setns of a namespace descriptor.
+                if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
+                    return Err(format!(
+                        "joining the container's {k} namespace: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+            // a session of its own (with a terminal: made by attaching it)
+            if console.is_none() {
+                // SAFETY: setsid cannot fail for a process that leads no group.
+                unsafe { libc::setsid() };
+            }
+            if let Some(c) = &console {
+                create::terminal(
+                    c.as_raw_fd(),
+                    p.console_size.as_ref().map(|s| (s.height, s.width)),
+                    false,
+                )?;
+            }
+            process::setup(&p)?;
+            process::prepare(&p, &spec)
+        })();
+        let e = match r {
+            Ok(prep) => process::finish(prep),
+            Err(e) => e,
+        };
+        let _ = w.write_all(e.as_bytes());
+        // SAFETY: leaving the child.
+        unsafe { libc::_exit(127) }
+    }
+    drop(err_w);
+    drop(go_r);
+    drop(console);
+    if let Err(e) = super::cgroup::enter(&saved.cgroups, pid) {
+        // SAFETY: our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e);
+    }
+    let _ = std::fs::File::from(go_w).write_all(&[1]);
+    let mut msg = String::new();
+    let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
+    if !msg.is_empty() {
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        return Err(msg);
+    }
+    if let Some(pf) = a.pid_file {
+        std::fs::write(pf, pid.to_string())
+            .map_err(|e| format!("--pid-file {}: {e}", pf.display()))?;
+    }
+    if a.detach {
+        return Ok(0);
+    }
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut st, 0) };
+    Ok(if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    })
+}

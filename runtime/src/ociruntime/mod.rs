@@ -1,0 +1,435 @@
+//! capsule as an OCI runtime: the runc command line (`capsule-runc`, a symlink to
+//! `capsule`: the binary dispatches on argv[0]'s file name before anything else, so
+//! `capsule exec` pays one comparison), which containerd's `io.containerd.runc.v2` shim
+//! drives, and through it Kubernetes with a RuntimeClass (see `docs/oci.md`).
+//!
+//! One file per concern: [`cli`] the command line, [`spec`] config.json (a closed list
+//! of fields: what cannot be honoured fails `create` naming the field), [`state`] the
+//! state directory and the runtime spec's status, [`create`] the init and its release
+//! by `start`, [`rootfs`] the container's root over capsule's setup root
+//! (`linux::mounts`), [`process`] the process's last steps (Landlock over the writable
+//! mounts, capabilities, user, seccomp), [`seccomp`] config.json's filter as BPF,
+//! [`cgroup`] the container's cgroups (v1 here; v2 basics), [`hooks`], [`exec`]; the
+//! small operations (start, state, kill, delete, ps, pause, resume, features) are here.
+//!
+//! Errors are one line, on stderr and, with `--log`, in the log file as runc writes it
+//! (`--log-format json`: `{"level":"error","msg":…,"time":…}`), which is where the shim
+//! reads the reason a `create` failed. Exit status 1 on error, 2 on a usage error.
+
+pub mod cgroup;
+pub mod cli;
+pub mod create;
+pub mod exec;
+pub mod hooks;
+pub mod process;
+pub mod rootfs;
+pub mod seccomp;
+pub mod spec;
+pub mod state;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// argv[0] names the runtime: `capsule-runc` (any path).
+pub fn is_runc(argv0: &std::ffi::OsStr) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|n| n == "capsule-runc")
+}
+
+fn log(g: &cli::Global, level: &str, msg: &str) {
+    let Some(p) = &g.log else { return };
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+    else {
+        return;
+    };
+    let line = if g.log_json {
+        serde_json::json!({"level": level, "msg": msg, "time": state::now_rfc3339()}).to_string()
+    } else {
+        format!(
+            "time=\"{}\" level={level} msg={:?}",
+            state::now_rfc3339(),
+            msg
+        )
+    };
+    let _ = writeln!(f, "{line}");
+}
+
+/// The runtime's entry point (after argv[0] said so).
+pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (g, op) = match cli::parse(&args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("capsule-runc: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match dispatch(&g, op) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            log(&g, "error", &e);
+            eprintln!("capsule-runc: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
+    use cli::Op;
+    let root = g.root();
+    match op {
+        Op::Help => {
+            println!("capsule-runc: capsule as an OCI runtime (the runc command line)\n\nusage: capsule-runc [--root DIR] [--log FILE] [--log-format json|text] [--systemd-cgroup] OPERATION [OPTIONS] ID\n\noperations: create, start, run, state, kill, delete, exec, ps, pause, resume, list, features\nsee docs/oci.md");
+            Ok(0)
+        }
+        Op::Version => {
+            println!(
+                "capsule-runc version {}\nspec: 1.0.2",
+                env!("CARGO_PKG_VERSION")
+            );
+            Ok(0)
+        }
+        Op::Features => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&features()).unwrap_or_default()
+            );
+            Ok(0)
+        }
+        Op::Create {
+            id,
+            bundle,
+            pid_file,
+            console_socket,
+        } => {
+            create::run(create::Args {
+                root: &root,
+                id: &id,
+                bundle: &bundle,
+                pid_file: pid_file.as_deref(),
+                console_socket: console_socket.as_deref(),
+                systemd_cgroup: g.systemd_cgroup,
+            })?;
+            Ok(0)
+        }
+        Op::Run {
+            id,
+            bundle,
+            pid_file,
+            console_socket,
+            detach,
+        } => {
+            create::run(create::Args {
+                root: &root,
+                id: &id,
+                bundle: &bundle,
+                pid_file: pid_file.as_deref(),
+                console_socket: console_socket.as_deref(),
+                systemd_cgroup: g.systemd_cgroup,
+            })?;
+            start(&root, &id)?;
+            if detach {
+                return Ok(0);
+            }
+            let s = state::load(&root, &id)?;
+            // the init is our child: its status is the run's
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(s.pid, &mut st, 0) };
+            let _ = delete(&root, &id, true);
+            Ok(if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                128 + libc::WTERMSIG(st)
+            })
+        }
+        Op::Start { id } => start(&root, &id).map(|()| 0),
+        Op::State { id } => {
+            let s = state::load(&root, &id)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&s.spec_state(&root)).unwrap_or_default()
+            );
+            Ok(0)
+        }
+        Op::Kill { id, signal, all } => kill(&root, &id, &signal, all).map(|()| 0),
+        Op::Delete { id, force } => delete(&root, &id, force).map(|()| 0),
+        Op::Exec {
+            id,
+            process,
+            args,
+            detach,
+            pid_file,
+            console_socket,
+            tty,
+            cwd,
+            env,
+        } => exec::run(exec::Args {
+            root: &root,
+            id: &id,
+            process: process.as_deref(),
+            args: &args,
+            detach,
+            pid_file: pid_file.as_deref(),
+            console_socket: console_socket.as_deref(),
+            tty,
+            cwd: cwd.as_deref(),
+            env: &env,
+        }),
+        Op::Ps { id, json } => {
+            let s = state::load(&root, &id)?;
+            let mut pids = cgroup::pids(&s.cgroups);
+            if pids.is_empty() && s.alive() {
+                pids.push(s.pid);
+            }
+            if json {
+                println!("{}", serde_json::to_string(&pids).unwrap_or_default());
+            } else {
+                println!("PID");
+                for p in pids {
+                    println!("{p}");
+                }
+            }
+            Ok(0)
+        }
+        Op::Pause { id } => {
+            let s = state::load(&root, &id)?;
+            if s.status(&root) != "running" {
+                return Err(format!("container {id} is not running"));
+            }
+            cgroup::freeze(&s.cgroups, true).map(|()| 0)
+        }
+        Op::Resume { id } => {
+            let s = state::load(&root, &id)?;
+            if s.status(&root) != "paused" {
+                return Err(format!("container {id} is not paused"));
+            }
+            cgroup::freeze(&s.cgroups, false).map(|()| 0)
+        }
+        Op::List { json } => {
+            let mut out = Vec::new();
+            if let Ok(d) = std::fs::read_dir(&root) {
+                for e in d.flatten() {
+                    if let Some(id) = e.file_name().to_str() {
+                        if let Ok(s) = state::load(&root, id) {
+                            out.push(s.spec_state(&root));
+                        }
+                    }
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string(&out).unwrap_or_default());
+            } else {
+                println!("ID\tPID\tSTATUS\tBUNDLE");
+                for s in out {
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        s["id"].as_str().unwrap_or(""),
+                        s["pid"],
+                        s["status"].as_str().unwrap_or(""),
+                        s["bundle"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn start(root: &Path, id: &str) -> Result<(), String> {
+    let s = state::load(root, id)?;
+    let fifo = state::dir(root, id).join("exec.fifo");
+    match s.status(root) {
+        "created" => {}
+        "stopped" => return Err(format!("container {id} is stopped")),
+        other => return Err(format!("cannot start a container that is {other}")),
+    }
+    // opening for reading releases the init, which writes one byte
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .open(&fifo)
+        .map_err(|e| format!("starting {id}: {e}"))?;
+    let mut b = [0u8; 1];
+    let n = std::io::Read::read(&mut &f, &mut b).map_err(|e| format!("starting {id}: {e}"))?;
+    let _ = std::fs::remove_file(&fifo);
+    if n != 1 {
+        return Err(format!(
+            "container {id}: the init ended before it was started"
+        ));
+    }
+    if let Ok(spec) = spec::load(&s.bundle) {
+        if let Some(h) = &spec.hooks {
+            if let Err(e) = hooks::run(&h.poststart, "poststart", &s.spec_state(root)) {
+                log_warn(&e);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn log_warn(e: &str) {
+    eprintln!("capsule-runc: warning: {e}");
+}
+
+/// A signal by number or name (`9`, `KILL`, `SIGKILL`).
+pub fn signal(s: &str) -> Result<i32, String> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Ok(n);
+    }
+    let name = s.to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    let n = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        "WINCH" => libc::SIGWINCH,
+        "ALRM" => libc::SIGALRM,
+        "PIPE" => libc::SIGPIPE,
+        "CHLD" => libc::SIGCHLD,
+        "ABRT" => libc::SIGABRT,
+        "TSTP" => libc::SIGTSTP,
+        _ => return Err(format!("unknown signal {s:?}")),
+    };
+    Ok(n)
+}
+
+fn kill(root: &Path, id: &str, sig: &str, all: bool) -> Result<(), String> {
+    let s = state::load(root, id)?;
+    let n = signal(sig)?;
+    if all {
+        let pids = cgroup::pids(&s.cgroups);
+        if pids.is_empty() && !s.alive() {
+            return Err("container not running".into());
+        }
+        // frozen processes get a SIGKILL only once thawed
+        let frozen = cgroup::is_frozen(&s.cgroups);
+        for p in pids {
+            // SAFETY: signalling a process of the container.
+            unsafe { libc::kill(p, n) };
+        }
+        if frozen && n == libc::SIGKILL {
+            let _ = cgroup::freeze(&s.cgroups, false);
+        }
+        return Ok(());
+    }
+    if !s.alive() {
+        return Err("container not running".into());
+    }
+    // SAFETY: signalling the container's init.
+    if unsafe { libc::kill(s.pid, n) } < 0 {
+        return Err(format!(
+            "signalling {id}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
+    let s = match state::load(root, id) {
+        Ok(s) => s,
+        Err(e) if force && e.contains("does not exist") => {
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let status = s.status(root);
+    if status != "stopped" && status != "created" && !force {
+        return Err(format!(
+            "cannot delete container {id} that is not stopped: {status}"
+        ));
+    }
+    if s.alive() || !cgroup::pids(&s.cgroups).is_empty() {
+        for p in cgroup::pids(&s.cgroups) {
+            // SAFETY: killing a process of the container.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        // SAFETY: killing the container's init.
+        unsafe { libc::kill(s.pid, libc::SIGKILL) };
+        let _ = cgroup::freeze(&s.cgroups, false);
+        for _ in 0..500 {
+            if !s.alive() && cgroup::pids(&s.cgroups).is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    cgroup::remove(&s.cgroups);
+    if let Ok(spec) = spec::load(&s.bundle) {
+        if let Some(h) = &spec.hooks {
+            let mut st = s.spec_state(root);
+            st["status"] = "stopped".into();
+            if let Err(e) = hooks::run(&h.poststop, "poststop", &st) {
+                log_warn(&e);
+            }
+        }
+    }
+    std::fs::remove_dir_all(state::dir(root, id))
+        .map_err(|e| format!("removing the state of {id}: {e}"))
+}
+
+/// The runtime spec's features document.
+fn features() -> serde_json::Value {
+    let mut opts: Vec<&str> = [
+        "ro",
+        "rw",
+        "nosuid",
+        "suid",
+        "nodev",
+        "dev",
+        "noexec",
+        "exec",
+        "sync",
+        "async",
+        "dirsync",
+        "noatime",
+        "atime",
+        "nodiratime",
+        "diratime",
+        "relatime",
+        "norelatime",
+        "strictatime",
+        "nostrictatime",
+        "mand",
+        "nomand",
+        "bind",
+        "rbind",
+        "silent",
+        "loud",
+        "private",
+        "rprivate",
+    ]
+    .to_vec();
+    opts.sort_unstable();
+    serde_json::json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": "1.1.0",
+        "hooks": ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"],
+        "mountOptions": opts,
+        "linux": {
+            "namespaces": spec::NAMESPACES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "capabilities": caps::all().iter().map(|c| c.to_string()).collect::<std::collections::BTreeSet<_>>(),
+            "cgroup": {"v1": !cgroup::unified(), "v2": cgroup::unified(), "systemd": false, "systemdUser": false},
+            "seccomp": {
+                "enabled": true,
+                "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD", "SCMP_ACT_LOG", "SCMP_ACT_TRACE", "SCMP_ACT_TRAP"],
+                "operators": ["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE", "SCMP_CMP_LT", "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"],
+                "archs": [if cfg!(target_arch = "aarch64") { "SCMP_ARCH_AARCH64" } else { "SCMP_ARCH_X86_64" }],
+            },
+            "apparmor": {"enabled": process::apparmor_enabled()},
+            "selinux": {"enabled": false},
+        },
+        "annotations": {"dev.capsule.landlock": "the container may write only where its mounts are writable"},
+    })
+}

@@ -1,0 +1,373 @@
+//! The container process's last steps, shared by `create`'s init and `exec`: what can
+//! fail is prepared first ([`prepare`]: the executable looked up, the Landlock ruleset
+//! built, the seccomp program compiled), in the container's root, while create or exec
+//! can still report it; then [`finish`] runs the few system calls left before `execve`
+//! (after `start` for the init): Landlock, the user and its groups, the capability sets,
+//! `no_new_privs`, seccomp last.
+//!
+//! Landlock is capsule's addition to what the bundle asks: the container may write only
+//! where its mounts are writable (the root when `root.readonly` is false, read-write
+//! mounts), and read everywhere; `/dev` is left to the devices cgroup. Set
+//! `CAPSULE_OCI_LANDLOCK=0` in capsule-runc's environment to leave it out.
+
+use super::spec::{Process, Spec};
+use crate::linux::landlock::{LandlockOptions, LandlockRuleset};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+pub struct Prepared {
+    path: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+    bounding: u64,
+    effective: u64,
+    permitted: u64,
+    inheritable: u64,
+    ambient: u64,
+    no_new_privs: bool,
+    seccomp: Option<super::seccomp::Program>,
+    landlock: Option<LandlockRuleset>,
+}
+
+fn cstr(s: &[u8], what: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{what}: contains a NUL byte"))
+}
+
+fn mask(names: &[String]) -> u64 {
+    names
+        .iter()
+        .filter_map(|n| n.parse::<caps::Capability>().ok())
+        .fold(0u64, |m, c| m | (1u64 << c.index()))
+}
+
+/// The paths the container may write, as its mounts allow.
+pub fn writable_set(spec: &Spec) -> Vec<PathBuf> {
+    let mut w = Vec::new();
+    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
+        w.push(PathBuf::from("/"));
+    }
+    for m in &spec.mounts {
+        let ro = m.options.iter().any(|o| o == "ro");
+        let typ = m.typ.as_deref().unwrap_or("bind");
+        if !ro && !matches!(typ, "sysfs" | "cgroup" | "cgroup2") {
+            w.push(m.destination.clone());
+        }
+    }
+    w
+}
+
+fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
+    if std::env::var_os("CAPSULE_OCI_LANDLOCK").is_some_and(|v| v == "0") {
+        return Ok(None);
+    }
+    if crate::linux::landlock::abi_version() == 0 {
+        return Ok(None);
+    }
+    let mut w = writable_set(spec);
+    // the terminal and shared memory are always the container's own
+    w.push("/dev".into());
+    let (workspace, read_only) = match w.first() {
+        Some(p) => (p.clone(), vec![]),
+        None => (PathBuf::from("/"), vec![PathBuf::from("/")]),
+    };
+    let policy = capsule_bundle::policy::SandboxPolicy {
+        version: 1,
+        capsule_name: "oci".into(),
+        workspace: workspace.clone(),
+        read_only,
+        tmp_dir: workspace,
+        home: None,
+        home_layer: None,
+        cache_dir: None,
+        writable: w.iter().skip(1).cloned().collect(),
+        hidden: vec![],
+        revealed: vec![],
+        pass_env: vec![],
+        devices: vec![],
+        network: capsule_bundle::policy::NetworkPolicy {
+            mode: capsule_bundle::policy::NetworkMode::Open,
+            ..Default::default()
+        },
+    };
+    let opts = LandlockOptions {
+        namespaces: true,
+        list_ancestors: false,
+        extra_writable: vec![],
+        extra_readable: vec![],
+        all_devices: true,
+        tcp_connect_ports: vec![],
+    };
+    LandlockRuleset::build(&policy, &opts)
+        .map(Some)
+        .map_err(|e| format!("Landlock over the writable mounts: {e}"))
+}
+
+/// Look the command up, build the layers. In the container's root, before the last steps.
+pub fn prepare(p: &Process, spec: &Spec) -> Result<Prepared, String> {
+    let argv: Vec<CString> = p
+        .args
+        .iter()
+        .map(|a| cstr(a.as_bytes(), "process.args"))
+        .collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = p
+        .env
+        .iter()
+        .map(|e| cstr(e.as_bytes(), "process.env"))
+        .collect::<Result<_, _>>()?;
+    let path = lookup(&p.args[0], &p.env, &p.cwd)?;
+    let c = p.capabilities.clone().unwrap_or_default();
+    let seccomp = match spec.linux.as_ref().and_then(|l| l.seccomp.as_ref()) {
+        Some(s) => Some(super::seccomp::compile(s)?),
+        None => None,
+    };
+    Ok(Prepared {
+        path,
+        argv,
+        envp,
+        uid: p.user.uid,
+        gid: p.user.gid,
+        groups: p.user.additional_gids.clone(),
+        bounding: mask(&c.bounding),
+        effective: mask(&c.effective),
+        permitted: mask(&c.permitted),
+        inheritable: mask(&c.inheritable),
+        // as runc: an ambient capability is raised only where the kernel allows it, when
+        // it is inheritable and permitted as well (runc's default spec lists ambient
+        // capabilities without inheritable ones, and runs them without)
+        ambient: mask(&c.ambient) & mask(&c.inheritable) & mask(&c.permitted),
+        no_new_privs: p.no_new_privileges,
+        seccomp,
+        landlock: landlock_ruleset(spec)?,
+    })
+}
+
+/// `args[0]` as an executable path: as given with a `/`, else searched in the process's
+/// `PATH` (runc reports a missing command at create, and so does capsule-runc).
+fn lookup(cmd: &str, env: &[String], cwd: &str) -> Result<CString, String> {
+    let is_exec = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt;
+            m.is_file() && m.permissions().mode() & 0o111 != 0
+        })
+    };
+    if cmd.contains('/') {
+        let full = if cmd.starts_with('/') {
+            PathBuf::from(cmd)
+        } else {
+            Path::new(cwd).join(cmd)
+        };
+        if !is_exec(&full) {
+            return Err(format!(
+                "exec: {cmd:?}: no such executable file in the container"
+            ));
+        }
+        return cstr(full.as_os_str().as_bytes(), "process.args[0]");
+    }
+    let path = env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    for dir in path.split(':') {
+        let d = if dir.is_empty() { cwd } else { dir };
+        let full = Path::new(d).join(cmd);
+        if is_exec(&full) {
+            return cstr(full.as_os_str().as_bytes(), "process.args[0]");
+        }
+    }
+    Err(format!("exec: {cmd:?}: executable file not found in $PATH"))
+}
+
+/// Process steps that take place before the wait for `start` (limits, oom score,
+/// AppArmor, umask, the working directory).
+pub fn setup(p: &Process) -> Result<(), String> {
+    for r in &p.rlimits {
+        let res = super::spec::rlimit_resource(&r.typ).unwrap_or(libc::RLIMIT_NOFILE);
+        let lim = libc::rlimit {
+            rlim_cur: r.soft,
+            rlim_max: r.hard,
+        };
+        // SAFETY: setrlimit with a valid struct.
+        if unsafe { libc::setrlimit(res, &lim) } < 0 {
+            return Err(format!(
+                "process.rlimits {}: {}",
+                r.typ,
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    if let Some(adj) = p.oom_score_adj {
+        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
+            .map_err(|e| format!("process.oomScoreAdj: {e}"))?;
+    }
+    if let Some(profile) = p.apparmor_profile.as_deref().filter(|s| !s.is_empty()) {
+        if apparmor_enabled() {
+            let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
+                "/proc/self/attr/apparmor/exec"
+            } else {
+                "/proc/self/attr/exec"
+            };
+            std::fs::write(attr, format!("exec {profile}"))
+                .map_err(|e| format!("process.apparmorProfile {profile:?}: {e}"))?;
+        } else {
+            return Err(format!(
+                "process.apparmorProfile {profile:?}: AppArmor is not enabled on this host"
+            ));
+        }
+    }
+    if let Some(m) = p.user.umask {
+        // SAFETY: umask cannot fail.
+        unsafe { libc::umask(m as libc::mode_t) };
+    }
+    let cwd = cstr(p.cwd.as_bytes(), "process.cwd")?;
+    // SAFETY: chdir to a C string.
+    if unsafe { libc::chdir(cwd.as_ptr()) } < 0 {
+        return Err(format!(
+            "process.cwd {:?}: {}",
+            p.cwd,
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+pub fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim() == "Y")
+}
+
+fn capset(effective: u64, permitted: u64, inheritable: u64) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let hdr = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [
+        Data {
+            effective: effective as u32,
+            permitted: permitted as u32,
+            inheritable: inheritable as u32,
+        },
+        Data {
+            effective: (effective >> 32) as u32,
+            permitted: (permitted >> 32) as u32,
+            inheritable: (inheritable >> 32) as u32,
+        },
+    ];
+    // SAFETY: capset(2) v3 with a header and two data structs.
+    if unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The last steps and `execve`. Returns only the error that stopped it.
+pub fn finish(p: Prepared) -> String {
+    let e = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    // Landlock (needs no_new_privs or CAP_SYS_ADMIN: the latter, still held, here)
+    if let Some(l) = p.landlock {
+        if let Err(err) = l.restrict_self_with(p.no_new_privs) {
+            return format!("Landlock: {err}");
+        }
+    }
+    // a filter without no_new_privs needs CAP_SYS_ADMIN: installed while it is held
+    if !p.no_new_privs {
+        if let Some(s) = &p.seccomp {
+            if let Err(err) = s.install() {
+                return format!("linux.seccomp: installing the filter: {err}");
+            }
+        }
+    }
+    // SAFETY: plain system calls on our own process.
+    unsafe {
+        for cap in 0..64u32 {
+            if libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                break;
+            }
+            if p.bounding & (1 << cap) == 0
+                && libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0
+            {
+                return e("process.capabilities.bounding");
+            }
+        }
+        if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 {
+            return e("keeping capabilities across the user change");
+        }
+        if libc::setgroups(p.groups.len(), p.groups.as_ptr()) < 0 && last_errno() != libc::EPERM {
+            return e("process.user.additionalGids");
+        }
+        if libc::setresgid(p.gid, p.gid, p.gid) < 0 {
+            return e("process.user.gid");
+        }
+        if libc::setresuid(p.uid, p.uid, p.uid) < 0 {
+            return e("process.user.uid");
+        }
+        libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
+    }
+    if let Err(err) = capset(p.effective, p.permitted, p.inheritable) {
+        return format!("process.capabilities: {err}");
+    }
+    // SAFETY: prctl on our own process.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        for cap in 0..64u32 {
+            if p.ambient & (1 << cap) != 0
+                && libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                    cap as libc::c_ulong,
+                    0,
+                    0,
+                ) < 0
+            {
+                return e("process.capabilities.ambient");
+            }
+        }
+        if p.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return e("process.noNewPrivileges");
+        }
+    }
+    if p.no_new_privs {
+        if let Some(s) = &p.seccomp {
+            if let Err(err) = s.install() {
+                return format!("linux.seccomp: installing the filter: {err}");
+            }
+        }
+    }
+    let _ = crate::linux::sys::cloexec_from(3);
+    let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = p.envp.iter().map(|a| a.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // SAFETY: NULL-terminated arrays of C strings that outlive the call.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::execve(p.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+    e(&format!("exec {}", p.path.to_string_lossy()))
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}

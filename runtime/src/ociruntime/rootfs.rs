@@ -1,0 +1,548 @@
+//! The container's root: the bundle's rootfs bound over capsule's setup root
+//! (`linux::mounts::enter_setup_root`, the same first step as `capsule exec`'s), the
+//! bundle's mounts in order, the devices, the masked and read-only paths, then the switch
+//! with pivot_root (`linux::mounts::finish_root_as`).
+//!
+//! The rootfs is hostile input: every destination is resolved inside it with
+//! `openat2(RESOLVE_IN_ROOT)` (a symlink in the image cannot lead a mount out of it, as
+//! runc's CVE-2021-30465 did), missing directories are made there one component at a
+//! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
+//! reachable as `/oldroot/proc`).
+
+use super::spec::{mount_flag, Device, Mount, Spec};
+use crate::linux::mounts::{self, StepError};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+type R<T> = Result<T, StepError>;
+
+fn err<T>(step: impl Into<String>, e: io::Error) -> R<T> {
+    Err(StepError {
+        step: step.into(),
+        error: e,
+    })
+}
+
+fn cs(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn last() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// `openat2(dirfd, path, O_PATH, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS)`.
+fn open_in(root: RawFd, path: &[u8], flags: u64) -> io::Result<OwnedFd> {
+    let p = cs(path)?;
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow {
+        flags: flags | libc::O_CLOEXEC as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: a valid open_how of its own size and a C string.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root,
+            p.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(last());
+    }
+    // SAFETY: a new descriptor of ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The host-proc path of a descriptor, to mount on or from.
+fn fd_path(fd: RawFd) -> io::Result<CString> {
+    cs(format!("/oldroot/proc/self/fd/{fd}").as_bytes())
+}
+
+/// Resolve `dst` in the root `root`, making what is missing: directories on the way, the
+/// last one a directory (`dir`) or an empty file. Returns an `O_PATH` descriptor.
+fn make_in(root: RawFd, dst: &Path, dir: bool) -> io::Result<OwnedFd> {
+    let comps: Vec<&[u8]> = dst
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.as_bytes()),
+            _ => None,
+        })
+        .collect();
+    if dst.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: dup of a valid descriptor.
+    let mut cur = unsafe { OwnedFd::from_raw_fd(libc::fcntl(root, libc::F_DUPFD_CLOEXEC, 3)) };
+    let mut sofar: Vec<u8> = b"/".to_vec();
+    for (i, c) in comps.iter().enumerate() {
+        let is_last = i + 1 == comps.len();
+        if sofar.len() > 1 {
+            sofar.push(b'/');
+        }
+        sofar.extend_from_slice(c);
+        match open_in(root, &sofar, libc::O_PATH as u64) {
+            Ok(fd) => cur = fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                // make it in the parent we resolved (never through a link)
+                let name = cs(c)?;
+                let parent = open_in(
+                    root,
+                    &sofar[..sofar.len() - c.len()],
+                    (libc::O_PATH | libc::O_DIRECTORY) as u64,
+                )?;
+                // SAFETY: mkdirat/mknodat relative to a directory descriptor of ours.
+                let rc = unsafe {
+                    if is_last && !dir {
+                        libc::mknodat(parent.as_raw_fd(), name.as_ptr(), libc::S_IFREG | 0o644, 0)
+                    } else {
+                        libc::mkdirat(parent.as_raw_fd(), name.as_ptr(), 0o755)
+                    }
+                };
+                if rc < 0 && last().raw_os_error() != Some(libc::EEXIST) {
+                    return Err(last());
+                }
+                cur = open_in(root, &sofar, libc::O_PATH as u64)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(cur)
+}
+
+fn is_dir(fd: RawFd) -> bool {
+    // SAFETY: fstat into a zeroed struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+    }
+}
+
+fn mount(
+    src: Option<&CString>,
+    dst: &CString,
+    fstype: Option<&CString>,
+    flags: libc::c_ulong,
+    data: Option<&CString>,
+) -> io::Result<()> {
+    // SAFETY: C strings or null.
+    let rc = unsafe {
+        libc::mount(
+            src.map_or(std::ptr::null(), |s| s.as_ptr()),
+            dst.as_ptr(),
+            fstype.map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            data.map_or(std::ptr::null(), |d| d.as_ptr() as *const libc::c_void),
+        )
+    };
+    if rc < 0 {
+        Err(last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Flags and data of a mount's options.
+fn options(opts: &[String]) -> (libc::c_ulong, libc::c_ulong, String) {
+    let (mut set, mut clear, mut data) = (0, 0, Vec::new());
+    for o in opts {
+        match mount_flag(o) {
+            Some((true, f)) => set |= f,
+            Some((false, f)) => clear |= f,
+            None => data.push(o.as_str()),
+        }
+    }
+    (set, clear, data.join(","))
+}
+
+/// One mount of config.json at its place in the root `root` (`/newroot`).
+fn apply(root: RawFd, m: &Mount, i: usize, cgroup_rel: &Path) -> R<()> {
+    let typ = m.typ.as_deref().unwrap_or("");
+    let what = || {
+        format!(
+            "mounts[{i}] ({} at {})",
+            if typ.is_empty() { "bind" } else { typ },
+            m.destination.display()
+        )
+    };
+    let (set, _clear, data) = options(&m.options);
+    let bind = set & libc::MS_BIND != 0 || typ == "bind";
+    if typ == "cgroup" && !bind {
+        return cgroup_v1(root, m, cgroup_rel).or_else(|e| err(what(), e));
+    }
+    if bind {
+        let src = m.source.as_deref().unwrap_or(Path::new(""));
+        let s = mounts::under(mounts::OLD, src).or_else(|e| err(what(), e))?;
+        // SAFETY: open of a host path as O_PATH (the host's own, not the image's).
+        let sfd = unsafe { libc::open(s.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if sfd < 0 {
+            return err(format!("{}: source {}", what(), src.display()), last());
+        }
+        // SAFETY: ours.
+        let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+        let d =
+            make_in(root, &m.destination, is_dir(sfd.as_raw_fd())).or_else(|e| err(what(), e))?;
+        let (sp, dp) = (
+            fd_path(sfd.as_raw_fd()).or_else(|e| err(what(), e))?,
+            fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?,
+        );
+        mount(
+            Some(&sp),
+            &dp,
+            None,
+            libc::MS_BIND | (set & libc::MS_REC),
+            None,
+        )
+        .or_else(|e| err(what(), e))?;
+        let attrs = set
+            & (libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC
+                | libc::MS_NOATIME
+                | libc::MS_NODIRATIME
+                | libc::MS_RELATIME
+                | libc::MS_STRICTATIME);
+        if attrs != 0 {
+            // the new mount, as it is now at the destination (reopened: the old
+            // descriptor names what was under it)
+            let d2 = open_in(
+                root,
+                m.destination.as_os_str().as_bytes(),
+                libc::O_PATH as u64,
+            )
+            .or_else(|e| err(what(), e))?;
+            let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
+            let mut a = 0u64;
+            if attrs & libc::MS_RDONLY != 0 {
+                a |= crate::linux::sys::MOUNT_ATTR_RDONLY;
+            }
+            if attrs & libc::MS_NOSUID != 0 {
+                a |= crate::linux::sys::MOUNT_ATTR_NOSUID;
+            }
+            if attrs & libc::MS_NODEV != 0 {
+                a |= crate::linux::sys::MOUNT_ATTR_NODEV;
+            }
+            if attrs & libc::MS_NOEXEC != 0 {
+                a |= 0x8; // MOUNT_ATTR_NOEXEC
+            }
+            if a != 0 {
+                crate::linux::sys::mount_setattr(&dp2, a, set & libc::MS_REC != 0)
+                    .or_else(|e| err(what(), e))?;
+            }
+        }
+        return Ok(());
+    }
+    let d = make_in(root, &m.destination, true).or_else(|e| err(what(), e))?;
+    let dp = fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?;
+    let src = cs(m
+        .source
+        .as_deref()
+        .unwrap_or(Path::new(typ))
+        .as_os_str()
+        .as_bytes())
+    .or_else(|e| err(what(), e))?;
+    let t = cs(typ.as_bytes()).or_else(|e| err(what(), e))?;
+    let dat = (!data.is_empty())
+        .then(|| cs(data.as_bytes()))
+        .transpose()
+        .or_else(|e| err(what(), e))?;
+    let r = mount(Some(&src), &dp, Some(&t), set & !libc::MS_REC, dat.as_ref());
+    match r {
+        // sysfs in a network namespace that is not ours to show (rootless): bind the host's
+        Err(e) if typ == "sysfs" && e.raw_os_error() == Some(libc::EPERM) => {
+            let s = cs(b"/oldroot/sys").or_else(|e| err(what(), e))?;
+            mount(Some(&s), &dp, None, libc::MS_BIND | libc::MS_REC, None)
+                .or_else(|e| err(what(), e))?;
+            Ok(())
+        }
+        Err(e) => err(what(), e),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// A `cgroup` mount on a v1 host: a tmpfs with, for each hierarchy, the container's own
+/// directory bound (read-only when the mount is), as runc does without a cgroup namespace.
+fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
+    let ro = m.options.iter().any(|o| o == "ro");
+    let d = make_in(root, &m.destination, true)?;
+    let dp = fd_path(d.as_raw_fd())?;
+    if super::cgroup::unified() {
+        let t = cs(b"cgroup2")?;
+        return mount(
+            Some(&t),
+            &dp,
+            Some(&t),
+            libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC
+                | if ro { libc::MS_RDONLY } else { 0 },
+            None,
+        );
+    }
+    let t = cs(b"tmpfs")?;
+    mount(
+        Some(&t),
+        &dp,
+        Some(&t),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some(&cs(b"mode=755")?),
+    )?;
+    for h in super::cgroup::hierarchies() {
+        let Some(name) = h.mount.file_name() else {
+            continue;
+        };
+        let host = Path::new("/oldroot")
+            .join(h.mount.strip_prefix("/").unwrap_or(&h.mount))
+            .join(rel);
+        let sub = m.destination.join(name);
+        let df = make_in(root, &sub, true)?;
+        let s = cs(host.as_os_str().as_bytes())?;
+        let dp2 = fd_path(df.as_raw_fd())?;
+        mount(Some(&s), &dp2, None, libc::MS_BIND, None)?;
+        if ro {
+            let again = open_in(root, sub.as_os_str().as_bytes(), libc::O_PATH as u64)?;
+            crate::linux::sys::mount_setattr(
+                &fd_path(again.as_raw_fd())?,
+                crate::linux::sys::MOUNT_ATTR_RDONLY
+                    | crate::linux::sys::MOUNT_ATTR_NOSUID
+                    | crate::linux::sys::MOUNT_ATTR_NODEV
+                    | 0x8,
+                false,
+            )?;
+        }
+    }
+    if ro {
+        let again = open_in(
+            root,
+            m.destination.as_os_str().as_bytes(),
+            libc::O_PATH as u64,
+        )?;
+        crate::linux::sys::mount_setattr(
+            &fd_path(again.as_raw_fd())?,
+            crate::linux::sys::MOUNT_ATTR_RDONLY,
+            false,
+        )?;
+    }
+    Ok(())
+}
+
+/// The devices every container gets (runtime spec: default devices), then the bundle's.
+const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[
+    ("null", 1, 3),
+    ("zero", 1, 5),
+    ("full", 1, 7),
+    ("random", 1, 8),
+    ("urandom", 1, 9),
+    ("tty", 5, 0),
+];
+
+fn device(
+    root: RawFd,
+    path: &Path,
+    typ: &str,
+    major: u32,
+    minor: u32,
+    mode: u32,
+    owner: Option<(u32, u32)>,
+    userns: bool,
+) -> io::Result<()> {
+    let host = Path::new("/oldroot").join(path.strip_prefix("/").unwrap_or(path));
+    if userns {
+        // no mknod in a user namespace: the host's device, bound
+        let s = cs(host.as_os_str().as_bytes())?;
+        let d = make_in(root, path, false)?;
+        return mount(
+            Some(&s),
+            &fd_path(d.as_raw_fd())?,
+            None,
+            libc::MS_BIND,
+            None,
+        );
+    }
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let pfd = make_in(root, parent, true)?;
+    let name = cs(path.file_name().map(|n| n.as_bytes()).unwrap_or(b""))?;
+    let kind = match typ {
+        "b" => libc::S_IFBLK,
+        "p" => libc::S_IFIFO,
+        _ => libc::S_IFCHR,
+    };
+    // reopen the parent as a real directory descriptor for mknodat
+    let dirfd = open_in(
+        root,
+        parent.as_os_str().as_bytes(),
+        (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
+    )?;
+    drop(pfd);
+    // SAFETY: calls on descriptors of ours.
+    unsafe {
+        libc::unlinkat(dirfd.as_raw_fd(), name.as_ptr(), 0);
+        if libc::mknodat(
+            dirfd.as_raw_fd(),
+            name.as_ptr(),
+            kind | (mode & 0o7777),
+            libc::makedev(major, minor),
+        ) < 0
+        {
+            return Err(last());
+        }
+        if let Some((u, g)) = owner {
+            if libc::fchownat(
+                dirfd.as_raw_fd(),
+                name.as_ptr(),
+                u,
+                g,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ) < 0
+            {
+                return Err(last());
+            }
+        }
+        // mknod honours the umask: the mode as asked
+        libc::fchmodat(dirfd.as_raw_fd(), name.as_ptr(), mode & 0o7777, 0);
+    }
+    Ok(())
+}
+
+fn devices(root: RawFd, list: &[Device], userns: bool, terminal: bool) -> R<()> {
+    for (n, maj, min) in DEFAULT_DEVICES {
+        let p = Path::new("/dev").join(n);
+        device(root, &p, "c", *maj, *min, 0o666, None, userns)
+            .or_else(|e| err(format!("creating /dev/{n}"), e))?;
+    }
+    for (i, d) in list.iter().enumerate() {
+        device(
+            root,
+            &d.path,
+            &d.typ,
+            d.major as u32,
+            d.minor as u32,
+            d.file_mode.unwrap_or(0o666),
+            d.uid.zip(d.gid).or(d.uid.map(|u| (u, 0))),
+            userns,
+        )
+        .or_else(|e| err(format!("linux.devices[{i}] ({})", d.path.display()), e))?;
+    }
+    // the links every container has
+    let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64)
+        .or_else(|e| err("opening /dev", e))?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("core", "/proc/kcore"),
+    ] {
+        let (l, t) = (
+            cs(link.as_bytes()).unwrap_or_default(),
+            cs(target.as_bytes()).unwrap_or_default(),
+        );
+        // SAFETY: symlinkat relative to our descriptor; an existing entry stays.
+        unsafe { libc::symlinkat(t.as_ptr(), dev.as_raw_fd(), l.as_ptr()) };
+    }
+    if terminal {
+        make_in(root, Path::new("/dev/console"), false)
+            .or_else(|e| err("creating /dev/console", e))?;
+    }
+    Ok(())
+}
+
+/// `linux.maskedPaths`: an empty read-only tmpfs over a directory, `/dev/null` over
+/// anything else; missing paths are nothing to hide.
+fn mask(root: RawFd, p: &Path) -> io::Result<()> {
+    let fd = match open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let dp = fd_path(fd.as_raw_fd())?;
+    if is_dir(fd.as_raw_fd()) {
+        let t = cs(b"tmpfs")?;
+        mount(
+            Some(&t),
+            &dp,
+            Some(&t),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(&cs(b"size=0,mode=555")?),
+        )
+    } else {
+        mount(
+            Some(&cs(b"/oldroot/dev/null")?),
+            &dp,
+            None,
+            libc::MS_BIND,
+            None,
+        )
+    }
+}
+
+/// `linux.readonlyPaths`: bound onto itself, read-only (with what is below it).
+fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
+    let fd = match open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let dp = fd_path(fd.as_raw_fd())?;
+    mount(Some(&dp), &dp, None, libc::MS_BIND | libc::MS_REC, None)?;
+    let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
+    crate::linux::sys::mount_setattr(
+        &fd_path(again.as_raw_fd())?,
+        crate::linux::sys::MOUNT_ATTR_RDONLY
+            | crate::linux::sys::MOUNT_ATTR_NOSUID
+            | crate::linux::sys::MOUNT_ATTR_NODEV
+            | 0x8,
+        true,
+    )
+}
+
+/// Build the whole root and switch to it. `rootfs` is the host path; runs in the
+/// container's init, in its new mount namespace, before anything is forked.
+pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<()> {
+    mounts::enter_setup_root()?;
+    let s = mounts::under(mounts::OLD, rootfs).or_else(|e| err("the rootfs", e))?;
+    let n = cs(mounts::NEW.as_bytes()).unwrap_or_default();
+    mount(Some(&s), &n, None, libc::MS_BIND | libc::MS_REC, None)
+        .or_else(|e| err(format!("binding the rootfs {}", rootfs.display()), e))?;
+    // SAFETY: open of the new root we just mounted.
+    let rfd = unsafe {
+        libc::open(
+            n.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if rfd < 0 {
+        return err("opening the new root", last());
+    }
+    // SAFETY: ours.
+    let root = unsafe { OwnedFd::from_raw_fd(rfd) };
+    for (i, m) in spec.mounts.iter().enumerate() {
+        apply(root.as_raw_fd(), m, i, cgroup_rel)?;
+    }
+    let l = spec.linux.clone().unwrap_or_default();
+    let terminal = spec.process.as_ref().is_some_and(|p| p.terminal);
+    devices(root.as_raw_fd(), &l.devices, userns, terminal)?;
+    for p in &l.masked_paths {
+        mask(root.as_raw_fd(), p)
+            .or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;
+    }
+    for p in &l.readonly_paths {
+        read_only(root.as_raw_fd(), p)
+            .or_else(|e| err(format!("linux.readonlyPaths: {}", p.display()), e))?;
+    }
+    drop(root);
+    mounts::finish_root_as(spec.root.as_ref().is_some_and(|r| r.readonly))
+}

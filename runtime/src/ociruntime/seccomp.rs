@@ -1,0 +1,485 @@
+//! `linux.seccomp` of config.json compiled to a BPF program: the filter the bundle asks
+//! for, installed as the container process's last step before `execve` (capsule's own
+//! filter of `capsule exec` is not added: the bundle decides, as with runc).
+//!
+//! The program checks the architecture (anything but the native one kills the process,
+//! stricter than a profile that lists x86 or x32 too), then tries each rule in order:
+//! the first rule whose system call and argument conditions match decides; otherwise the
+//! default action. Conditions compare all 64 bits (two 32-bit words). As runc does, the
+//! conditions of one rule hold together, except when one argument has several: then each
+//! is a rule of its own. System calls this kernel's table does not name are skipped (as
+//! runc and libseccomp do), and listed in the log.
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Seccomp {
+    pub default_action: String,
+    pub default_errno_ret: Option<u32>,
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub flags: Vec<String>,
+    pub listener_path: Option<String>,
+    pub listener_metadata: Option<String>,
+    #[serde(default)]
+    pub syscalls: Vec<Syscall>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Syscall {
+    pub names: Vec<String>,
+    pub action: String,
+    pub errno_ret: Option<u32>,
+    #[serde(default)]
+    pub args: Vec<Arg>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Arg {
+    pub index: u32,
+    pub value: u64,
+    #[serde(default)]
+    pub value_two: u64,
+    pub op: String,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[path = "syscalls_x86_64.rs"]
+mod table;
+#[cfg(not(target_arch = "x86_64"))]
+mod table {
+    pub const SYSCALLS: &[(&str, u32)] = &[];
+}
+
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+
+fn action(name: &str, errno: Option<u32>, default_errno: u32) -> Result<u32, String> {
+    Ok(match name {
+        "SCMP_ACT_KILL" | "SCMP_ACT_KILL_THREAD" => 0,
+        "SCMP_ACT_KILL_PROCESS" => RET_KILL_PROCESS,
+        "SCMP_ACT_TRAP" => 0x0003_0000,
+        "SCMP_ACT_ERRNO" => 0x0005_0000 | (errno.unwrap_or(default_errno) & 0xffff),
+        "SCMP_ACT_TRACE" => 0x7ff0_0000 | (errno.unwrap_or(default_errno) & 0xffff),
+        "SCMP_ACT_LOG" => 0x7ffc_0000,
+        "SCMP_ACT_ALLOW" => 0x7fff_0000,
+        other => return Err(format!("action {other:?} is not supported")),
+    })
+}
+
+/// What cannot be honoured, naming the field.
+pub fn check(s: &Seccomp) -> Result<(), String> {
+    if table::SYSCALLS.is_empty() {
+        return Err("linux.seccomp: not supported on this architecture yet".into());
+    }
+    if s.listener_path.is_some() || s.listener_metadata.is_some() {
+        return Err(
+            "linux.seccomp.listenerPath: seccomp user notification is not supported".into(),
+        );
+    }
+    action(&s.default_action, s.default_errno_ret, libc::EPERM as u32)
+        .map_err(|e| format!("linux.seccomp.defaultAction: {e}"))?;
+    for f in &s.flags {
+        if flag(f).is_none() {
+            return Err(format!("linux.seccomp.flags: {f:?} is not supported"));
+        }
+    }
+    for (i, r) in s.syscalls.iter().enumerate() {
+        action(&r.action, r.errno_ret, libc::EPERM as u32)
+            .map_err(|e| format!("linux.seccomp.syscalls[{i}].action: {e}"))?;
+        for a in &r.args {
+            if a.index > 5 {
+                return Err(format!(
+                    "linux.seccomp.syscalls[{i}].args: index {} (0 to 5)",
+                    a.index
+                ));
+            }
+            if op_of(&a.op).is_none() {
+                return Err(format!(
+                    "linux.seccomp.syscalls[{i}].args: operator {:?} is not supported",
+                    a.op
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn flag(f: &str) -> Option<libc::c_ulong> {
+    Some(match f {
+        "SECCOMP_FILTER_FLAG_TSYNC" => 1,
+        "SECCOMP_FILTER_FLAG_LOG" => 2,
+        "SECCOMP_FILTER_FLAG_SPEC_ALLOW" => 4,
+        _ => return None,
+    })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    MaskedEq,
+}
+
+fn op_of(s: &str) -> Option<Op> {
+    Some(match s {
+        "SCMP_CMP_EQ" => Op::Eq,
+        "SCMP_CMP_NE" => Op::Ne,
+        "SCMP_CMP_LT" => Op::Lt,
+        "SCMP_CMP_LE" => Op::Le,
+        "SCMP_CMP_GT" => Op::Gt,
+        "SCMP_CMP_GE" => Op::Ge,
+        "SCMP_CMP_MASKED_EQ" => Op::MaskedEq,
+        _ => return None,
+    })
+}
+
+/// A compiled filter.
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub bpf: Vec<libc::sock_filter>,
+    pub flags: libc::c_ulong,
+    /// Names the kernel's table does not have (skipped).
+    pub unknown: Vec<String>,
+}
+
+// jump targets while building: the next block ("fail") or a relative skip
+#[derive(Clone, Copy)]
+enum T {
+    Rel(u8),
+    Fail,
+}
+
+struct Ins {
+    code: u16,
+    k: u32,
+    jt: T,
+    jf: T,
+}
+
+const LD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const AND: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+const JEQ: u16 = 0x15;
+const JGT: u16 = 0x25;
+const JGE: u16 = 0x35;
+const JSET: u16 = 0x45;
+const RET: u16 = 0x06;
+
+fn ld(off: u32) -> Ins {
+    Ins {
+        code: LD,
+        k: off,
+        jt: T::Rel(0),
+        jf: T::Rel(0),
+    }
+}
+fn j(code: u16, k: u32, jt: T, jf: T) -> Ins {
+    Ins { code, k, jt, jf }
+}
+
+/// Conditions of one arg as instructions (all pass: fall through; else jump to Fail).
+fn cond(a: &Arg, out: &mut Vec<Ins>) {
+    let op = op_of(&a.op).unwrap_or(Op::Eq);
+    let lo_off = 16 + 8 * a.index;
+    let hi_off = lo_off + 4;
+    let (vhi, vlo) = ((a.value >> 32) as u32, a.value as u32);
+    let (ehi, elo) = ((a.value_two >> 32) as u32, a.value_two as u32);
+    use T::*;
+    match op {
+        Op::Eq => out.extend([
+            ld(hi_off),
+            j(JEQ, vhi, Rel(0), Fail),
+            ld(lo_off),
+            j(JEQ, vlo, Rel(0), Fail),
+        ]),
+        Op::Ne => out.extend([
+            ld(hi_off),
+            j(JEQ, vhi, Rel(0), Rel(2)),
+            ld(lo_off),
+            j(JEQ, vlo, Fail, Rel(0)),
+        ]),
+        Op::MaskedEq => out.extend([
+            ld(hi_off),
+            Ins {
+                code: AND,
+                k: vhi,
+                jt: Rel(0),
+                jf: Rel(0),
+            },
+            j(JEQ, ehi, Rel(0), Fail),
+            ld(lo_off),
+            Ins {
+                code: AND,
+                k: vlo,
+                jt: Rel(0),
+                jf: Rel(0),
+            },
+            j(JEQ, elo, Rel(0), Fail),
+        ]),
+        Op::Gt | Op::Ge => out.extend([
+            ld(hi_off),
+            j(JGT, vhi, Rel(3), Rel(0)),
+            j(JEQ, vhi, Rel(0), Fail),
+            ld(lo_off),
+            j(if op == Op::Gt { JGT } else { JGE }, vlo, Rel(0), Fail),
+        ]),
+        Op::Lt | Op::Le => out.extend([
+            ld(hi_off),
+            j(JGT, vhi, Fail, Rel(0)),
+            j(JEQ, vhi, Rel(0), Rel(2)),
+            ld(lo_off),
+            j(if op == Op::Lt { JGE } else { JGT }, vlo, Fail, Rel(0)),
+        ]),
+    }
+}
+
+fn nr_of(name: &str) -> Option<u32> {
+    table::SYSCALLS
+        .binary_search_by(|(n, _)| n.cmp(&name))
+        .ok()
+        .map(|i| table::SYSCALLS[i].1)
+}
+
+/// Compile (allocates: call before the fork's last steps).
+pub fn compile(s: &Seccomp) -> Result<Program, String> {
+    check(s)?;
+    let default_errno = s.default_errno_ret.unwrap_or(libc::EPERM as u32);
+    let default = action(&s.default_action, s.default_errno_ret, libc::EPERM as u32)?;
+    let native = if cfg!(target_arch = "aarch64") {
+        AUDIT_ARCH_AARCH64
+    } else {
+        AUDIT_ARCH_X86_64
+    };
+    let mut bpf: Vec<libc::sock_filter> = Vec::new();
+    let raw = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
+    bpf.push(raw(LD, 4, 0, 0));
+    bpf.push(raw(JEQ, native, 1, 0));
+    bpf.push(raw(RET, RET_KILL_PROCESS, 0, 0));
+    bpf.push(raw(LD, 0, 0, 0));
+    if cfg!(target_arch = "x86_64") {
+        // x32 system calls (bit 30 of the number): not the native ABI
+        bpf.push(raw(JSET, 0x4000_0000, 0, 1));
+        bpf.push(raw(RET, RET_KILL_PROCESS, 0, 0));
+    }
+    let mut unknown = Vec::new();
+    for r in &s.syscalls {
+        let act = action(&r.action, r.errno_ret, default_errno)?;
+        // rules of conditions: together, or one each when an argument has several
+        let mut counts = [0u8; 6];
+        for a in &r.args {
+            counts[a.index as usize] += 1;
+        }
+        let groups: Vec<Vec<&Arg>> = if counts.iter().any(|c| *c > 1) {
+            r.args.iter().map(|a| vec![a]).collect()
+        } else {
+            vec![r.args.iter().collect()]
+        };
+        for name in &r.names {
+            let Some(nr) = nr_of(name) else {
+                if !unknown.contains(name) {
+                    unknown.push(name.clone());
+                }
+                continue;
+            };
+            for g in &groups {
+                let mut body: Vec<Ins> = Vec::new();
+                for a in g {
+                    cond(a, &mut body);
+                }
+                body.push(Ins {
+                    code: RET,
+                    k: act,
+                    jt: T::Rel(0),
+                    jf: T::Rel(0),
+                });
+                // the next block starts by loading the number again (conditions load args)
+                let reload = !g.is_empty();
+                let len = body.len();
+                if len > 250 {
+                    return Err(format!("linux.seccomp: the rule of {name} is too long"));
+                }
+                bpf.push(raw(JEQ, nr, 0, len as u8 + reload as u8));
+                for (i, ins) in body.iter().enumerate() {
+                    // the Fail target: the instruction after the body (the reload)
+                    let to_fail = (len - 1 - i) as u8;
+                    let t = |t: T| match t {
+                        T::Rel(n) => n,
+                        T::Fail => to_fail,
+                    };
+                    bpf.push(raw(ins.code, ins.k, t(ins.jt), t(ins.jf)));
+                }
+                if reload {
+                    bpf.push(raw(LD, 0, 0, 0));
+                }
+            }
+        }
+    }
+    bpf.push(raw(RET, default, 0, 0));
+    if bpf.len() > 4096 {
+        return Err(format!(
+            "linux.seccomp: {} instructions, more than the kernel's 4096",
+            bpf.len()
+        ));
+    }
+    let flags = s.flags.iter().filter_map(|f| flag(f)).fold(0, |a, b| a | b);
+    Ok(Program {
+        bpf,
+        flags,
+        unknown,
+    })
+}
+
+impl Program {
+    /// Install on the calling thread (no allocation).
+    pub fn install(&self) -> std::io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: self.bpf.len() as libc::c_ushort,
+            filter: self.bpf.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: a live BPF program the kernel copies.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                self.flags,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_sorted_and_knows_the_usual_calls() {
+        assert!(table::SYSCALLS.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(nr_of("read"), Some(libc::SYS_read as u32));
+        assert_eq!(nr_of("mkdirat"), Some(libc::SYS_mkdirat as u32));
+        assert_eq!(nr_of("no_such_call"), None);
+    }
+
+    /// Runs the program on one call, as the kernel would (a small BPF interpreter).
+    fn eval(p: &Program, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = vec![0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_ne_bytes());
+        data[4..8].copy_from_slice(&AUDIT_ARCH_X86_64.to_ne_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
+        }
+        let (mut acc, mut pc) = (0u32, 0usize);
+        loop {
+            let f = p.bpf[pc];
+            pc += 1;
+            let jump = |c: bool| if c { f.jt as usize } else { f.jf as usize };
+            match f.code {
+                LD => {
+                    acc =
+                        u32::from_ne_bytes(data[f.k as usize..f.k as usize + 4].try_into().unwrap())
+                }
+                AND => acc &= f.k,
+                JEQ => pc += jump(acc == f.k),
+                JGT => pc += jump(acc > f.k),
+                JGE => pc += jump(acc >= f.k),
+                JSET => pc += jump(acc & f.k != 0),
+                RET => return f.k,
+                c => panic!("unknown code {c:#x}"),
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn rules_decide_in_order_and_compare_64_bits() {
+        let s: Seccomp = serde_json::from_str(
+            r#"{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[
+              {"names":["read","write","no_such_call"],"action":"SCMP_ACT_ALLOW"},
+              {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":8,"op":"SCMP_CMP_EQ"}]},
+              {"names":["personality"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":4294967295,"op":"SCMP_CMP_EQ"}]},
+              {"names":["clone"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":2114060288,"valueTwo":0,"op":"SCMP_CMP_MASKED_EQ"}]},
+              {"names":["kill"],"action":"SCMP_ACT_ERRNO","errnoRet":38,"args":[{"index":1,"value":9,"op":"SCMP_CMP_GE"},{"index":0,"value":100,"op":"SCMP_CMP_LT"}]},
+              {"names":["mkdir"],"action":"SCMP_ACT_KILL_PROCESS","args":[{"index":1,"value":511,"op":"SCMP_CMP_NE"}]}
+            ]}"#,
+        )
+        .unwrap();
+        let p = compile(&s).unwrap();
+        assert_eq!(p.unknown, ["no_such_call"]);
+        let allow = 0x7fff_0000;
+        let eperm = 0x0005_0000 | libc::EPERM as u32;
+        let nr = |n: i64| n as u32;
+        assert_eq!(eval(&p, nr(libc::SYS_read), [0; 6]), allow);
+        assert_eq!(eval(&p, nr(libc::SYS_openat), [0; 6]), eperm);
+        assert_eq!(
+            eval(&p, nr(libc::SYS_personality), [8, 0, 0, 0, 0, 0]),
+            allow
+        );
+        assert_eq!(
+            eval(&p, nr(libc::SYS_personality), [0xffff_ffff, 0, 0, 0, 0, 0]),
+            allow
+        );
+        // the high word counts
+        assert_eq!(
+            eval(
+                &p,
+                nr(libc::SYS_personality),
+                [(1 << 32) | 8, 0, 0, 0, 0, 0]
+            ),
+            eperm
+        );
+        assert_eq!(
+            eval(
+                &p,
+                nr(libc::SYS_clone),
+                [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]
+            ),
+            allow
+        );
+        assert_eq!(
+            eval(
+                &p,
+                nr(libc::SYS_clone),
+                [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]
+            ),
+            eperm
+        );
+        assert_eq!(
+            eval(&p, nr(libc::SYS_kill), [5, 9, 0, 0, 0, 0]),
+            0x0005_0000 | 38
+        );
+        assert_eq!(eval(&p, nr(libc::SYS_kill), [5, 8, 0, 0, 0, 0]), eperm);
+        assert_eq!(eval(&p, nr(libc::SYS_kill), [100, 9, 0, 0, 0, 0]), eperm);
+        assert_eq!(
+            eval(&p, nr(libc::SYS_kill), [1 << 32, 15, 0, 0, 0, 0]),
+            eperm
+        );
+        assert_eq!(eval(&p, nr(libc::SYS_mkdir), [0, 0o777, 0, 0, 0, 0]), eperm);
+        assert_eq!(
+            eval(&p, nr(libc::SYS_mkdir), [0, 0o700, 0, 0, 0, 0]),
+            RET_KILL_PROCESS
+        );
+    }
+
+    #[test]
+    fn what_it_cannot_do_is_named() {
+        let s: Seccomp = serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_NOTIFY"}"#).unwrap();
+        assert!(check(&s).unwrap_err().contains("defaultAction"));
+        let s: Seccomp =
+            serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW","listenerPath":"/x"}"#)
+                .unwrap();
+        assert!(check(&s).unwrap_err().contains("listenerPath"));
+    }
+}

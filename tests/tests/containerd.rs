@@ -1,0 +1,627 @@
+//! capsule as the OCI runtime of the real engine: Debian's containerd, started by this
+//! file (one daemon for all its tests, on a scratch folder in /dev/shm, its own socket),
+//! a busybox image built here with umoci and imported with `ctr image import`, and
+//! `ctr run --runc-binary …/capsule-runc`, which goes through containerd's
+//! `io.containerd.runc.v2` shim exactly as a Kubernetes node's containers do.
+//!
+//! Root only (containerd needs it): as another user each test says so and passes. Where
+//! containerd, ctr or umoci are missing the tests say so and pass, unless
+//! `CAPSULE_TEST_REQUIRE_USER=1` (CI), where they fail.
+//!
+//! The lifecycle cases at the end drive `capsule-runc` directly on a bundle, as
+//! runtime-tools' validation suite does (create, state, start, kill, delete and the
+//! refusal of a field it cannot honour).
+
+use capsule_e2e::{capsule_bin, code, stderr, stdout};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const IMAGE: &str = "capsule.test/busybox:1";
+
+struct Engine {
+    dir: PathBuf,
+    sock: PathBuf,
+    runc: PathBuf,
+}
+
+fn required() -> bool {
+    std::env::var("CAPSULE_TEST_REQUIRE_USER").as_deref() == Ok("1")
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool} >/dev/null")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The shared engine, or `None` (said why) where it cannot run here.
+fn engine() -> Option<&'static Engine> {
+    static E: OnceLock<Option<Engine>> = OnceLock::new();
+    E.get_or_init(|| {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!(
+                "note: containerd needs root: the containerd tests are skipped for this user"
+            );
+            return None;
+        }
+        for t in ["containerd", "ctr", "umoci", "busybox"] {
+            if !have(t) {
+                assert!(
+                    !required(),
+                    "{t} is not installed (.ci/run installs containerd, umoci and busybox-static)"
+                );
+                eprintln!("note: {t} is not installed: the containerd tests are skipped");
+                return None;
+            }
+        }
+        Some(start())
+    })
+    .as_ref()
+}
+
+/// Remove what earlier runs of this file left (their containerd is gone with them).
+fn sweep() {
+    let Ok(d) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in d.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("capsule-ctd-") else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let p = e.path();
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut mounts: Vec<&str> = info
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(4))
+            .filter(|m| m.starts_with(p.to_str().unwrap_or("-")))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = Command::new("umount").arg("-l").arg(m).status();
+        }
+        let _ = std::fs::remove_dir_all(&p);
+    }
+}
+
+fn start() -> Engine {
+    sweep();
+    let dir = PathBuf::from(format!("/dev/shm/capsule-ctd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("containerd.sock");
+    let config = format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "{s}"
+[ttrpc]
+  address = "{s}.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+"#,
+        d = dir.display(),
+        s = sock.display()
+    );
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+    let cfg = dir.join("config.toml");
+    // containerd ends with the thread that started it (PDEATHSIG): a thread of its own
+    // that lives as long as the test process
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut c = Command::new("containerd");
+        c.arg("--config")
+            .arg(&cfg)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null());
+        // SAFETY: prctl in the child before exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = c.spawn().expect("starting containerd");
+        tx.send(child.id()).unwrap();
+        loop {
+            std::thread::park();
+        }
+    });
+    rx.recv().unwrap();
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "containerd did not start: {}",
+            std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let runc = dir.join("capsule-runc");
+    std::os::unix::fs::symlink(capsule_bin(), &runc).unwrap();
+    let e = Engine { dir, sock, runc };
+    image(&e);
+    e
+}
+
+/// A busybox image: an OCI layout made with umoci, imported with ctr.
+fn image(e: &Engine) {
+    let img = e.dir.join("img");
+    let b = e.dir.join("unpacked");
+    let sh = |cmd: &str| {
+        let o = Command::new("sh")
+            .arg("-ec")
+            .arg(cmd)
+            .current_dir(&e.dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd}: {}", stderr(&o));
+    };
+    sh(&format!(
+        "umoci init --layout {img}; umoci new --image {img}:1; umoci unpack --image {img}:1 {b}; \
+         mkdir -p {b}/rootfs/bin {b}/rootfs/tmp; cp /bin/busybox {b}/rootfs/bin/; \
+         for a in sh echo cat ls id sleep touch test grep tty ps wc head; do ln -s busybox {b}/rootfs/bin/$a; done; \
+         umoci repack --image {img}:1 {b}; cd {img} && tar cf ../img.tar .",
+        img = img.display(),
+        b = b.display()
+    ));
+    let o = ctr(e)
+        .args(["image", "import", "--index-name", IMAGE])
+        .arg(e.dir.join("img.tar"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "ctr image import: {}", stderr(&o));
+}
+
+fn ctr(e: &Engine) -> Command {
+    let mut c = Command::new("ctr");
+    c.arg("--address").arg(&e.sock).stdin(Stdio::null());
+    c
+}
+
+fn id(name: &str) -> String {
+    format!("{name}-{}", std::process::id())
+}
+
+/// `ctr run --rm --runc-binary capsule-runc [opts] IMAGE ID sh -c SCRIPT`.
+fn run(e: &Engine, name: &str, opts: &[&str], script: &str) -> Output {
+    let o = ctr(e)
+        .arg("run")
+        .arg("--rm")
+        .arg("--runc-binary")
+        .arg(&e.runc)
+        .args(opts)
+        .arg(IMAGE)
+        .arg(id(name))
+        .args(["sh", "-c", script])
+        .output()
+        .unwrap();
+    eprintln!(
+        "{name}: status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+#[test]
+fn the_commands_output_and_exit_status_come_through() {
+    let Some(e) = engine() else { return };
+    let o = run(
+        e,
+        "out",
+        &[],
+        "echo hello from capsule; echo to-stderr >&2; exit 7",
+    );
+    assert_eq!(code(&o), 7);
+    assert_eq!(stdout(&o).trim(), "hello from capsule");
+    assert!(stderr(&o).contains("to-stderr"));
+    assert_eq!(code(&run(e, "zero", &[], "true")), 0);
+}
+
+#[test]
+fn a_terminal_with_dash_t() {
+    let Some(e) = engine() else { return };
+    if !have("script") {
+        eprintln!("note: script(1) is not installed: the -t test is skipped");
+        return;
+    }
+    // ctr -t needs a terminal of its own: script gives it one
+    let cmd = format!(
+        "ctr --address {} run --rm -t --runc-binary {} {IMAGE} {} sh -c 'test -t 0 && test -t 1 && echo TTY:$(tty); exit 5'",
+        e.sock.display(),
+        e.runc.display(),
+        id("tty")
+    );
+    let o = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("TTY:/dev/pts/0"), "{out} {}", stderr(&o));
+    assert_eq!(code(&o), 5, "{out}");
+}
+
+#[test]
+fn what_the_config_denies_is_denied() {
+    let Some(e) = engine() else { return };
+    // a read-only root, no capability at all, the masked kernel files
+    let o = run(
+        e,
+        "deny",
+        &[
+            "--read-only",
+            "--cap-drop",
+            "CAP_CHOWN",
+            "--cap-drop",
+            "CAP_DAC_OVERRIDE",
+            "--cap-drop",
+            "CAP_FSETID",
+            "--cap-drop",
+            "CAP_FOWNER",
+            "--cap-drop",
+            "CAP_MKNOD",
+            "--cap-drop",
+            "CAP_NET_RAW",
+            "--cap-drop",
+            "CAP_SETGID",
+            "--cap-drop",
+            "CAP_SETUID",
+            "--cap-drop",
+            "CAP_SETFCAP",
+            "--cap-drop",
+            "CAP_SETPCAP",
+            "--cap-drop",
+            "CAP_NET_BIND_SERVICE",
+            "--cap-drop",
+            "CAP_SYS_CHROOT",
+            "--cap-drop",
+            "CAP_KILL",
+            "--cap-drop",
+            "CAP_AUDIT_WRITE",
+        ],
+        "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; \
+         touch /newfile 2>&1 && echo WROTE-ROOT; \
+         echo timer_list:$(head -c 20 /proc/timer_list | wc -c); \
+         head -c 10 /proc/kcore 2>/dev/null | wc -c | sed 's/^/kcore:/'; \
+         echo 1 > /proc/sys/kernel/domainname 2>&1 && echo WROTE-PROC-SYS; \
+         touch /tmp/x 2>&1 && echo WROTE-TMP; \
+         echo end",
+    );
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0);
+    for l in [
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+    ] {
+        assert!(out.contains(l), "{l} in {out}");
+    }
+    assert!(
+        !out.contains("WROTE-ROOT") && out.contains("Read-only file system"),
+        "{out}"
+    );
+    assert!(out.contains("timer_list:0"), "{out}");
+    assert!(out.contains("kcore:0"), "{out}");
+    assert!(!out.contains("WROTE-PROC-SYS"), "{out}");
+    assert!(out.contains("end"), "{out}");
+    // the same image with its defaults: containerd's capabilities, a writable root
+    let o = run(
+        e,
+        "allow",
+        &[],
+        "grep ^CapEff /proc/self/status; touch /newfile && echo WROTE-ROOT",
+    );
+    let out = stdout(&o);
+    assert!(out.contains("CapEff:\t00000000a80425fb"), "{out}");
+    assert!(out.contains("WROTE-ROOT"), "{out}");
+}
+
+fn wait_status(e: &Engine, id: &str, want: &str) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) {
+        let o = ctr(e).args(["task", "ls"]).output().unwrap();
+        if stdout(&o)
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains(want))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn cleanup(e: &Engine, id: &str) {
+    let _ = ctr(e).args(["task", "kill", "-s", "SIGKILL", id]).output();
+    let _ = wait_status(e, id, "STOPPED");
+    let _ = ctr(e).args(["task", "delete", id]).output();
+    let _ = ctr(e).args(["container", "delete", id]).output();
+}
+
+#[test]
+fn ctr_task_kill_stops_it_and_ctr_task_exec_runs_inside() {
+    let Some(e) = engine() else { return };
+    let cid = id("long");
+    let o = ctr(e)
+        .args(["run", "-d", "--runc-binary"])
+        .arg(&e.runc)
+        .args([IMAGE, &cid, "sleep", "1000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(wait_status(e, &cid, "RUNNING"));
+    // exec: in the container's namespaces (its pid 1 is the sleep), its status back
+    let o = ctr(e)
+        .args([
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            &cid,
+            "sh",
+            "-c",
+            "echo in-exec; cat /proc/1/cmdline | tr '\\0' ' '; echo; exit 3",
+        ])
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(
+        out.contains("in-exec") && out.contains("sleep 1000"),
+        "{out} {}",
+        stderr(&o)
+    );
+    assert_eq!(code(&o), 3, "{out}");
+    let o = ctr(e).args(["task", "ps", &cid]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // kill: SIGKILL to its init, containerd sees it stop
+    let o = ctr(e)
+        .args(["task", "kill", "-s", "SIGKILL", &cid])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        wait_status(e, &cid, "STOPPED"),
+        "{}",
+        stdout(&ctr(e).args(["task", "ls"]).output().unwrap())
+    );
+    cleanup(e, &cid);
+}
+
+// ---- the lifecycle, driven directly (runtime-tools' lifecycle/state/kill cases) ----
+
+fn bundle(
+    e: &Engine,
+    name: &str,
+    args: &[&str],
+    extra: impl FnOnce(&mut serde_json::Value),
+) -> PathBuf {
+    let b = e.dir.join(format!("bundle-{name}"));
+    let _ = std::fs::remove_dir_all(&b);
+    std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
+    std::fs::copy("/bin/busybox", b.join("rootfs/bin/busybox")).unwrap();
+    for a in ["sh", "sleep", "echo", "cat", "touch"] {
+        std::os::unix::fs::symlink("busybox", b.join("rootfs/bin").join(a)).unwrap();
+    }
+    let mut c = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {"user": {"uid": 0, "gid": 0}, "args": args, "env": ["PATH=/bin"], "cwd": "/",
+            "capabilities": {"bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"]}},
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "lifecycle",
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                   {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}],
+                  "cgroupsPath": format!("/capsule-test/{name}-{}", std::process::id()),
+                  "maskedPaths": ["/proc/timer_list"], "readonlyPaths": ["/proc/sys"]}
+    });
+    extra(&mut c);
+    std::fs::write(
+        b.join("config.json"),
+        serde_json::to_vec_pretty(&c).unwrap(),
+    )
+    .unwrap();
+    b
+}
+
+fn runc(e: &Engine, args: &[&str]) -> Output {
+    Command::new(&e.runc)
+        .arg("--root")
+        .arg(e.dir.join("runc-root"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn state_of(e: &Engine, cid: &str) -> serde_json::Value {
+    let o = runc(e, &["state", cid]);
+    assert!(o.status.success(), "state: {}", stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+#[test]
+fn create_state_start_kill_delete() {
+    let Some(e) = engine() else { return };
+    let b = bundle(e, "life", &["sleep", "1000"], |_| {});
+    let cid = id("life");
+    let pidfile = e.dir.join("life.pid");
+    // the init keeps create's stdio (as with runc): a file, not a pipe this test waits on
+    let errf = e.dir.join("life.err");
+    let o = Command::new(&e.runc)
+        .arg("--root")
+        .arg(e.dir.join("runc-root"))
+        .args(["create", "--bundle"])
+        .arg(&b)
+        .arg("--pid-file")
+        .arg(&pidfile)
+        .arg(&cid)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&errf).unwrap())
+        .status()
+        .unwrap();
+    assert!(
+        o.success(),
+        "create: {}",
+        std::fs::read_to_string(&errf).unwrap_or_default()
+    );
+    let s = state_of(e, &cid);
+    assert_eq!(s["status"], "created", "{s}");
+    let pid: i64 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(s["pid"], pid);
+    assert_eq!(s["id"], cid.as_str());
+    assert_eq!(s["bundle"], b.to_str().unwrap());
+    // a second create of the same id is refused
+    let o = runc(e, &["create", "--bundle", b.to_str().unwrap(), &cid]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("already exists"),
+        "{}",
+        stderr(&o)
+    );
+    // not started yet: the command has not run (the init waits on the fifo)
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(
+        !cmdline.starts_with(b"sleep"),
+        "{:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    assert!(runc(e, &["start", &cid]).status.success());
+    assert_eq!(state_of(e, &cid)["status"], "running");
+    let t0 = Instant::now();
+    while !std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .starts_with(b"sleep")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // a second start is refused; delete of a running container without --force too
+    assert!(!runc(e, &["start", &cid]).status.success());
+    let o = runc(e, &["delete", &cid]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("not stopped"),
+        "{}",
+        stderr(&o)
+    );
+    // ps lists its init
+    let o = runc(e, &["ps", "--format", "json", &cid]);
+    let pids: Vec<i64> = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(pids, [pid], "{}", stdout(&o));
+    // kill: the init (pid 1 of its namespace: SIGKILL reaches it)
+    assert!(runc(e, &["kill", &cid, "KILL"]).status.success());
+    // not our child: the init is reaped by us here only as its parent's orphan
+    let t0 = Instant::now();
+    while state_of(e, &cid)["status"] != "stopped" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{}",
+            state_of(e, &cid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = runc(e, &["kill", &cid, "TERM"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("not running"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(runc(e, &["delete", &cid]).status.success());
+    let o = runc(e, &["state", &cid]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("does not exist"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(runc(e, &["delete", "--force", &cid]).status.success());
+}
+
+#[test]
+fn a_field_it_cannot_honour_fails_create_naming_it() {
+    let Some(e) = engine() else { return };
+    let cases: &[(&str, &dyn Fn(&mut serde_json::Value))] = &[
+        ("intelRdt", &|c| {
+            c["linux"]["intelRdt"] = serde_json::json!({"closID": "x"})
+        }),
+        ("rootfsPropagation", &|c| {
+            c["linux"]["rootfsPropagation"] = "rshared".into()
+        }),
+        (
+            "listenerPath",
+            &|c| {
+                c["linux"]["seccomp"] =
+                    serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/x"})
+            },
+        ),
+        ("scheduler", &|c| {
+            c["process"]["scheduler"] = serde_json::json!({"policy": "SCHED_FIFO"})
+        }),
+    ];
+    for (field, f) in cases {
+        let b = bundle(e, "refuse", &["true"], f);
+        let cid = id("refuse");
+        let log = e.dir.join("refuse.log");
+        let o = Command::new(&e.runc)
+            .arg("--root")
+            .arg(e.dir.join("runc-root"))
+            .arg("--log")
+            .arg(&log)
+            .args(["--log-format", "json", "create", "--bundle"])
+            .arg(&b)
+            .arg(&cid)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 1, "{field}: {err}");
+        assert!(
+            err.contains(field) && err.lines().count() == 1,
+            "{field}: {err}"
+        );
+        // the log as the shim reads it: a JSON line at level error
+        let last = std::fs::read_to_string(&log).unwrap();
+        let v: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+        assert_eq!(v["level"], "error");
+        assert!(v["msg"].as_str().unwrap().contains(field));
+        // nothing half-made: no state is left
+        assert!(!e.dir.join("runc-root").join(&cid).exists());
+    }
+}
+
+#[test]
+fn run_enforces_the_bundle() {
+    let Some(e) = engine() else { return };
+    let b = bundle(
+        e,
+        "enforce",
+        &["sh", "-c", "cat /proc/self/status | grep ^CapEff; hostname 2>/dev/null; cat /proc/sys/kernel/hostname; echo x > /proc/sys/kernel/domainname && echo WROTE; touch /f && echo WROTE-ROOT; echo masked:$(cat /proc/timer_list | wc -c); exit 4"],
+        |c| {
+            c["process"]["rlimits"] = serde_json::json!([{"type": "RLIMIT_NOFILE", "hard": 77, "soft": 77}]);
+        },
+    );
+    let o = runc(e, &["run", "--bundle", b.to_str().unwrap(), &id("enforce")]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 4, "{out} {}", stderr(&o));
+    assert!(out.contains("CapEff:\t0000000000000020"), "{out}");
+    assert!(out.contains("lifecycle"), "{out}");
+    assert!(!out.contains("WROTE"), "{out}");
+    assert!(out.contains("masked:0"), "{out}");
+}
