@@ -38,6 +38,10 @@
 //!   does not follow a symlinked one either). Ignore rules are the command's to write, so
 //!   they cannot hide themselves: an untracked `.gitignore` is listed even when ignored,
 //!   and `.git/info/exclude` is reported as changed when its stat changed.
+//!   In the snapshot after a command ([`take`] given the paths of the one before), an
+//!   untracked file or symlink the snapshot before did not list is added without being
+//!   `lstat`ed (its type is its directory entry's; it is added whatever its stat, and
+//!   nothing compares that stat): an unpack of 50,000 files costs 50,000 fewer calls.
 //!
 //! Configuration is not read: the executable bit and symlinks are taken as meaningful
 //! (`core.fileMode`, `core.symlinks` true), case as significant (`core.ignoreCase` false).
@@ -96,8 +100,13 @@ impl std::fmt::Debug for Index {
 }
 
 /// Take a snapshot of `workspace` (a git work tree), as the module documents. `prev`: the
-/// index of an earlier snapshot, used again if the index's bytes have not changed.
-pub fn take(workspace: &Path, prev: Option<&Arc<Index>>) -> Result<Snapshot, String> {
+/// index of an earlier snapshot, used again if the index's bytes have not changed;
+/// `before`: the paths of the snapshot this one will be compared with, if any.
+pub fn take(
+    workspace: &Path,
+    prev: Option<&Arc<Index>>,
+    before: Option<&BTreeMap<String, Entry>>,
+) -> Result<Snapshot, String> {
     gitguard::check_git_dir(workspace).map_err(|e| e.to_string())?;
     let ws = Ws(workspace);
     let root = DirStream::open_path(workspace).map_err(|e| ws.err("", e))?;
@@ -137,6 +146,7 @@ pub fn take(workspace: &Path, prev: Option<&Arc<Index>>) -> Result<Snapshot, Str
         index,
         search,
         paths: &mut paths,
+        before,
     };
     walk.dir(&root, &mut Vec::new(), 0)?;
     Ok(Snapshot {
@@ -439,6 +449,8 @@ struct Walk<'a> {
     /// `.git/info/exclude`, then the `.gitignore` of each directory being walked
     search: gix::ignore::Search,
     paths: &'a mut BTreeMap<String, Entry>,
+    /// The paths of the snapshot before, when this is the one after.
+    before: Option<&'a BTreeMap<String, Entry>>,
 }
 
 impl Walk<'_> {
@@ -503,6 +515,7 @@ impl Walk<'_> {
         rel: &mut Vec<u8>,
         depth: usize,
     ) -> Result<(), String> {
+        let typed = t != libc::DT_UNKNOWN;
         let t = if t == libc::DT_UNKNOWN {
             match stat_at(dir.fd(), name) {
                 Ok(st) => dt_of(&st),
@@ -544,6 +557,22 @@ impl Walk<'_> {
                     || (self.ignored(rel, false) && name != b".gitignore")
                 {
                     return Ok(());
+                }
+                if typed {
+                    if let Some(before) = self.before {
+                        let path = path_string(rel);
+                        if !before.contains_key(&path) {
+                            // new: added whatever its stat, which nothing compares
+                            self.paths.insert(
+                                path,
+                                Entry {
+                                    kind: "added",
+                                    stat: None,
+                                },
+                            );
+                            return Ok(());
+                        }
+                    }
                 }
                 let st = match stat_at(dir.fd(), name) {
                     Ok(st) => st,
@@ -836,7 +865,7 @@ mod tests {
         state.write_to(&mut bytes, Default::default()).unwrap();
         bytes.extend_from_slice(&[0; 20]);
         std::fs::write(ws.join(".git/index"), &bytes).unwrap();
-        let s = take(&ws, None).unwrap();
+        let s = take(&ws, None, None).unwrap();
         assert_eq!(s.paths["l/secret"].kind, "removed", "{:?}", s.paths);
     }
 
