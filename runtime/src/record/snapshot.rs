@@ -64,6 +64,7 @@ use gix::index::entry::{Flags, Mode};
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io::{self, Read};
+use std::ops::Range;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -148,7 +149,7 @@ pub fn take(
         paths: &mut paths,
         before,
     };
-    walk.dir(&root, &mut Vec::new(), 0)?;
+    walk.dir(&root, &mut Vec::new(), 0, 0..index.entries().len())?;
     Ok(Snapshot {
         head,
         paths,
@@ -454,8 +455,33 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    /// Walk `dir`, at `rel` (empty for the workspace, else ending with `/`).
-    fn dir(&mut self, dir: &DirStream, rel: &mut Vec<u8>, depth: usize) -> Result<(), String> {
+    /// The index entries in `under` (a range of entries) whose paths start with `prefix`:
+    /// found by bisection, as entries are sorted by path.
+    fn below(&self, under: Range<usize>, prefix: &[u8]) -> Range<usize> {
+        let (index, entries) = (self.index, &self.index.entries()[under.clone()]);
+        let lo = entries.partition_point(|e| e.path(index).as_bytes() < prefix);
+        let n = entries[lo..].partition_point(|e| e.path(index).starts_with(prefix));
+        under.start + lo..under.start + lo + n
+    }
+
+    /// Is `rel` an entry of the index among those in `under`? Its position, if so.
+    fn tracked(&self, under: &Range<usize>, rel: &[u8]) -> Option<usize> {
+        let index = self.index;
+        self.index.entries()[under.clone()]
+            .binary_search_by(|e| e.path(index).as_bytes().cmp(rel))
+            .ok()
+            .map(|i| under.start + i)
+    }
+
+    /// Walk `dir`, at `rel` (empty for the workspace, else ending with `/`); `under`: the
+    /// index entries below it (membership is looked up among those only).
+    fn dir(
+        &mut self,
+        dir: &DirStream,
+        rel: &mut Vec<u8>,
+        depth: usize,
+        under: Range<usize>,
+    ) -> Result<(), String> {
         let names = dir
             .list()
             .map_err(|e| self.ws.err(&rel.to_str_lossy(), e))?;
@@ -494,7 +520,7 @@ impl Walk<'_> {
             }
             let len = rel.len();
             rel.extend_from_slice(name);
-            result = self.entry(dir, name, *t, rel, depth);
+            result = self.entry(dir, name, *t, rel, depth, &under);
             rel.truncate(len);
             if result.is_err() {
                 break;
@@ -514,6 +540,7 @@ impl Walk<'_> {
         t: u8,
         rel: &mut Vec<u8>,
         depth: usize,
+        under: &Range<usize>,
     ) -> Result<(), String> {
         let typed = t != libc::DT_UNKNOWN;
         let t = if t == libc::DT_UNKNOWN {
@@ -527,7 +554,7 @@ impl Walk<'_> {
         };
         match t {
             libc::DT_DIR => {
-                if let Ok(i) = self.index.entry_index_by_path(rel.as_bstr()) {
+                if let Some(i) = self.tracked(under, rel) {
                     // a submodule, or a sparse directory: not walked
                     if matches!(self.index.entry(i).mode, Mode::COMMIT | Mode::DIR) {
                         return Ok(());
@@ -548,12 +575,13 @@ impl Walk<'_> {
                     Err(e) => return Err(self.ws.err(&rel.to_str_lossy(), e)),
                 };
                 rel.push(b'/');
-                self.dir(&sub, rel, depth + 1)
+                let below = self.below(under.clone(), rel);
+                self.dir(&sub, rel, depth + 1, below)
             }
             libc::DT_REG | libc::DT_LNK => {
                 // a `.gitignore` is never hidden by ignore rules (its own, say `*`): new rules
                 // that would hide what the command added show up themselves
-                if self.index.entry_index_by_path(rel.as_bstr()).is_ok()
+                if self.tracked(under, rel).is_some()
                     || (self.ignored(rel, false) && name != b".gitignore")
                 {
                     return Ok(());
