@@ -54,8 +54,9 @@
 //! regular file and read up to a cap (the index [`INDEX_CAP`], `packed-refs`
 //! [`PACKED_REFS_CAP`], other files [`SMALL_CAP`]): over it, the snapshot is an error
 //! (the record's `changes_error`). Nothing can block, so a snapshot runs on the calling
-//! thread. Walks deeper than [`MAX_DEPTH`] directories are an error (one descriptor is held
-//! per level). Errors name the file and the cause and never quote what was read.
+//! thread; the `lstat`s of a large index's entries are shared with a few threads of its
+//! own, all joined before it returns. Walks deeper than [`MAX_DEPTH`] directories are an
+//! error (one descriptor is held per level). Errors name the file and the cause and never quote what was read.
 
 use super::{Entry, Snapshot, Stat};
 use capsule_bundle::{fsat, gitguard};
@@ -300,7 +301,16 @@ fn valid_index_path(path: &[u8]) -> bool {
             .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git"))
 }
 
-/// The tracked files whose worktree differs from the index, with their stat.
+/// Indexes at least this large are `lstat`ed by several threads ([`TRACKED_THREADS`]);
+/// in unit tests every index of two entries or more, so that their snapshots take that
+/// path (and must agree with gix's status).
+const TRACKED_PARALLEL: usize = if cfg!(test) { 2 } else { 16_384 };
+/// At most this many threads `lstat` the tracked files.
+const TRACKED_THREADS: usize = 4;
+
+/// The tracked files whose worktree differs from the index, with their stat. A large
+/// index is split in runs of entries (never inside one path's stages), one thread each
+/// (scoped: all joined here); the first error in index order is the one returned.
 fn tracked(
     ws: &Ws,
     root: BorrowedFd,
@@ -308,11 +318,60 @@ fn tracked(
     paths: &mut BTreeMap<String, Entry>,
 ) -> Result<(), String> {
     let entries = index.entries();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(TRACKED_THREADS);
+    if entries.len() < TRACKED_PARALLEL || threads < 2 {
+        return tracked_run(ws, root, index, 0..entries.len(), paths);
+    }
+    let mut bounds = vec![0];
+    for k in 1..threads {
+        let mut b = entries.len() * k / threads;
+        while b < entries.len() && entries[b].path(index) == entries[b - 1].path(index) {
+            b += 1;
+        }
+        bounds.push(b.max(*bounds.last().unwrap_or(&0)));
+    }
+    bounds.push(entries.len());
+    let runs: Vec<Result<BTreeMap<String, Entry>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = bounds
+            .windows(2)
+            .map(|w| {
+                let range = w[0]..w[1];
+                s.spawn(move || {
+                    let mut part = BTreeMap::new();
+                    tracked_run(ws, root, index, range, &mut part).map(|()| part)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(ws.msg(".git/index", "a thread reading it failed")))
+            })
+            .collect()
+    });
+    for run in runs {
+        paths.append(&mut run?);
+    }
+    Ok(())
+}
+
+/// [`tracked`] of the entries in `range`, on this thread.
+fn tracked_run(
+    ws: &Ws,
+    root: BorrowedFd,
+    index: &gix::index::State,
+    range: Range<usize>,
+    paths: &mut BTreeMap<String, Entry>,
+) -> Result<(), String> {
+    let entries = &index.entries()[..range.end];
     let mut dirs = Dirs {
         root,
         open: Vec::new(),
     };
-    let mut i = 0;
+    let mut i = range.start;
     while i < entries.len() {
         let e = &entries[i];
         let path = e.path(index);
