@@ -20,7 +20,9 @@
 # seconds per workload and variant and the ratios to bare and to bwrap, as a markdown table.
 # capsule rows: `capsule exec --quiet-refusals NAME -- CMD` (the exec record and its
 # workspace snapshots included, as a user pays them); BASE_BIN adds an older binary's rows;
-# CAPSULE_EXEC_ARGS adds options to every exec of BIN (e.g. "--no-list-writes").
+# CAPSULE_EXEC_ARGS adds options to every exec of BIN; the workloads in NO_LIST_WRITES
+# (default "unpack git-status") get a row of BIN with `--no-list-writes` too (refused writes
+# not listed: no supervisor round trip per write call).
 #
 # Usage: [BIN=...] [BASE_BIN=...] [WORKLOADS="unpack cargo git-status unittest"]
 #        hack/bench-work.sh [ROUNDS]      (ROUNDS default 5)
@@ -109,9 +111,10 @@ if [[ " $WORKLOADS " == *" git-status "* ]]; then
   "$BIN" open --source "$FIX" --name gits >/dev/null
 fi
 
-"$PY" - "$ROUNDS" "$BIN" "${BASE_BIN:-}" "$CAPSULE_ROOT" "$HOME" "$W" "$PY" "$TOOLBIN" "$GIT" "$WORKLOADS" "${CAPSULE_EXEC_ARGS:-}" <<'EOF'
+"$PY" - "$ROUNDS" "$BIN" "${BASE_BIN:-}" "$CAPSULE_ROOT" "$HOME" "$W" "$PY" "$TOOLBIN" "$GIT" "$WORKLOADS" "${CAPSULE_EXEC_ARGS:-}" "${NO_LIST_WRITES-unpack git-status}" <<'EOF'
 import os, random, shlex, shutil, statistics, subprocess, sys, time
-rounds, bin_, base, root, home, w, py, toolbin, git, workloads, extra = sys.argv[1:12]
+rounds, bin_, base, root, home, w, py, toolbin, git, workloads, extra, nolist = sys.argv[1:13]
+nolist = set(nolist.split())
 rounds = int(rounds)
 workloads = workloads.split()
 extra = shlex.split(extra)
@@ -158,6 +161,9 @@ def work(name):
     raise SystemExit(f"unknown workload {name}")
 
 variants = ["bare", "bwrap", "capsule"] + (["BASE capsule"] if base else [])
+NL = "capsule --no-list-writes"
+def variants_of(wl):
+    return variants + ([NL] if wl in nolist else [])
 def argv_env(variant, wl):
     cap, cmd, env_add, _, binds = work(wl)
     ws, tmp = ws_of(cap), tmp_of(cap)
@@ -165,20 +171,22 @@ def argv_env(variant, wl):
         return cmd(tmp), dict(base_env, TMPDIR=tmp, **env_add), ws
     if variant == "bwrap":
         return bwrap(ws, tmp, binds) + cmd("/tmp"), dict(base_env, TMPDIR="/tmp", **env_add), ws
-    b = bin_ if variant == "capsule" else base
+    b = base if variant == "BASE capsule" else bin_
     envs = []
     for k, v in dict(TMPDIR="/tmp", PATH=PATH, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null",
                      CARGO_TERM_QUIET="true", **env_add).items():
         envs += ["--env", f"{k}={v}"]
-    more = extra if variant == "capsule" else []
+    more = extra if variant != "BASE capsule" else []
+    if variant == NL:
+        more = more + ["--no-list-writes"]
     # the toolchains live in root's home, hidden by default: shown read-only
     reveal = ["--reveal", os.path.dirname(os.path.dirname(toolbin)), "--reveal", os.path.dirname(os.path.dirname(py))]
     return [b, "exec", "--quiet-refusals"] + reveal + more + envs + [cap, "--"] + cmd("/tmp"), dict(os.environ), ws
 
 rng = random.Random(29)
-times = {(wl, v): [] for wl in workloads for v in variants}
+times = {(wl, v): [] for wl in workloads for v in variants_of(wl)}
 for r in range(rounds + 1):
-    order = [(wl, v) for wl in workloads for v in variants]
+    order = list(times)
     rng.shuffle(order)
     for wl, v in order:
         work(wl)[3]()
@@ -196,13 +204,17 @@ for wl in workloads:
     work(wl)[3]()
 
 print(f"\n{rounds} interleaved rounds (shared 2-CPU machine), median seconds; ratios to bare and to bwrap\n")
-print("| workload | " + " | ".join(variants) + " | capsule/bare | capsule/bwrap | bwrap/bare |" + (" BASE/bare |" if base else ""))
-print("|---" * (len(variants) + 4 + (1 if base else 0)) + "|")
+cols = variants + ([NL] if nolist & set(workloads) else [])
+print("| workload | " + " | ".join(cols) + " | capsule/bare | capsule/bwrap | bwrap/bare |"
+      + (" BASE/bare |" if base else "") + (" no-list-writes/bare | no-list-writes/bwrap |" if NL in cols else ""))
+print("|---" * (len(cols) + 4 + (1 if base else 0) + (2 if NL in cols else 0)) + "|")
 for wl in workloads:
-    m = {v: statistics.median(times[(wl, v)]) for v in variants}
-    row = f"| {wl} | " + " | ".join(f"{m[v]:.3f}" for v in variants)
+    m = {v: statistics.median(times[(wl, v)]) for v in variants_of(wl)}
+    row = f"| {wl} | " + " | ".join(f"{m[v]:.3f}" if v in m else "" for v in cols)
     row += f" | {m['capsule'] / m['bare']:.2f} | {m['capsule'] / m['bwrap']:.2f} | {m['bwrap'] / m['bare']:.2f} |"
     if base:
         row += f" {m['BASE capsule'] / m['bare']:.2f} |"
+    if NL in cols:
+        row += (f" {m[NL] / m['bare']:.2f} | {m[NL] / m['bwrap']:.2f} |" if NL in m else " | |")
     print(row)
 EOF
