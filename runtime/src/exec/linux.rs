@@ -289,7 +289,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
 
     // the workspace snapshot the record compares against: taken when the command is
     // released (`before_release`, while init builds the sandbox), on this thread (it
-    // reads nothing that can block and starts no thread; see `record`). Taken on a
+    // reads nothing that can block; the threads it may start are joined before it
+    // returns; see `record`). Taken on a
     // thread started here instead, overlapping the gate and the plan, exec was no
     // faster (median 5.70 vs 5.64 ms, one-file workspace, warm spare)
     let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
@@ -490,6 +491,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             linux::fusemask::usable(),
         )
         .into_iter()
+        .chain(a.no_list_writes.then(crate::refusals::listing::writes_off))
         .filter(|k| !k.listed)
         .map(|k| format!("{}: {}", k.kind, k.how))
         .collect();
@@ -576,6 +578,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     };
     rec.exit_status = code;
+    if a.no_list_writes && code != 0 && a.refusals != crate::refusals::Say::Quiet {
+        // it may have failed on a write the sandbox refused: say that it would not show
+        eprintln!(
+            "capsule: refused writes are not listed in this exec (--no-list-writes): a write outside the writable paths failed unexplained (EACCES, EROFS); run it again without --no-list-writes to see them"
+        );
+    }
     if needs_display && code != 0 {
         use crate::home::display;
         let what = rec
@@ -861,6 +869,7 @@ fn build_plan(
         activity_timeout: a.activity_timeout,
         limits: a.limits,
         list_reads: a.list_reads,
+        list_writes: !a.no_list_writes,
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(bundle_dir)),
         ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())
