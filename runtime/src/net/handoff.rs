@@ -152,8 +152,10 @@ fn int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Res
 }
 
 /// Take `fd` as a client connection only if it is a connected TCP socket (see the module
-/// docs); returns it as a non-blocking std stream.
-pub fn check_client(fd: OwnedFd) -> Result<std::net::TcpStream, PassedFdError> {
+/// docs); returns it as a non-blocking std stream, with its peer's address.
+pub fn check_client(
+    fd: OwnedFd,
+) -> Result<(std::net::TcpStream, std::net::SocketAddr), PassedFdError> {
     let b = fd.as_fd();
     let ty = int_opt(b, libc::SOL_SOCKET, libc::SO_TYPE)
         .map_err(|e| PassedFdError::NotSocket(e.to_string()))?;
@@ -176,11 +178,12 @@ pub fn check_client(fd: OwnedFd) -> Result<std::net::TcpStream, PassedFdError> {
         return Err(PassedFdError::Listening);
     }
     let s = std::net::TcpStream::from(fd);
-    s.peer_addr()
+    let peer = s
+        .peer_addr()
         .map_err(|e| PassedFdError::NotConnected(e.to_string()))?;
     s.set_nonblocking(true)
         .map_err(|e| PassedFdError::Nonblocking(e.to_string()))?;
-    Ok(s)
+    Ok((s, peer))
 }
 
 #[cfg(test)]
@@ -194,7 +197,7 @@ mod tests {
         let (p, r) = channel().unwrap();
         send(r.as_fd(), fd).unwrap();
         match recv(p.as_fd()).unwrap() {
-            Received::Fd(f) => check_client(f),
+            Received::Fd(f) => check_client(f).map(|(s, _)| s),
             other => panic!("{other:?}"),
         }
     }

@@ -229,7 +229,7 @@ async fn connect_inside(channel: &OwnedFd, port: u16) -> io::Result<tokio::net::
             ))
         }
     };
-    let s = check_client(fd).map_err(|e| io::Error::other(e.to_string()))?;
+    let (s, _) = check_client(fd).map_err(|e| io::Error::other(e.to_string()))?;
     tokio::net::TcpStream::from_std(s)
 }
 
