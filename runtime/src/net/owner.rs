@@ -235,7 +235,7 @@ fn holder(pid: u32, want: &[u8], budget: &mut usize) -> Option<Owner> {
     let status = read("status", 8192).unwrap_or_default();
     Some(Owner {
         program: program(&comm, exe.as_ref().map(|e| e.as_bytes())),
-        pid: nspid(&status),
+        pid: crate::linux::notify::nspid_in(&status),
     })
 }
 
@@ -257,14 +257,6 @@ pub fn program(comm: &[u8], exe: Option<&[u8]>) -> String {
         s.pop();
     }
     s
-}
-
-/// The pid in the innermost pid namespace, from a `status` file's `NSpid:` line.
-pub fn nspid(status: &[u8]) -> Option<i32> {
-    String::from_utf8_lossy(status)
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))
-        .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
 }
 
 #[cfg(test)]
@@ -321,8 +313,6 @@ mod tests {
         let mut exe = b"/".to_vec();
         exe.extend_from_slice(&long);
         assert_eq!(program(&long[..15], Some(&exe)).len(), MAX_NAME);
-        assert_eq!(nspid(b"Name:\tx\nNSpid:\t4242\t7\n"), Some(7));
-        assert_eq!(nspid(b"Name:\tx\n"), None);
     }
 
     #[test]
@@ -346,7 +336,8 @@ mod tests {
             file.starts_with(&o.program) && !o.program.is_empty(),
             "{o:?} {file}"
         );
-        assert_eq!(o.pid, nspid(&std::fs::read("/proc/self/status").unwrap()));
+        let status = std::fs::read("/proc/self/status").unwrap();
+        assert_eq!(o.pid, crate::linux::notify::nspid_in(&status));
         // closed: nobody holds it any more
         drop(c);
         assert_eq!(find(ns, client, server), None);
