@@ -155,12 +155,12 @@ pub enum Verdict {
 }
 
 /// Who is behind a client connection the relay handed over, to be found only if it is
-/// refused ([`super::owner`]): the sandbox's network namespace and the connection's two
-/// addresses inside (copied, known at no cost when the socket is taken).
-#[derive(Debug, Clone, Copy)]
+/// refused ([`super::owner`]): what the proxy knows of the sandbox, and the connection's
+/// two addresses inside (known at no cost when the socket is taken).
+#[derive(Debug, Clone)]
 pub struct Who {
     #[cfg(target_os = "linux")]
-    netns: super::owner::Netns,
+    sandbox: Arc<super::owner::Sandbox>,
     client: SocketAddr,
     server: SocketAddr,
 }
@@ -168,15 +168,13 @@ pub struct Who {
 impl Who {
     /// The program behind `who` and its pid in the sandbox, for a refusal: looked up on a
     /// blocking thread, one lookup at a time in this process; ("", None) when unknown.
-    pub async fn asker(who: Option<Who>) -> (String, Option<i32>) {
+    pub async fn asker(who: Option<&Who>) -> (String, Option<i32>) {
         #[cfg(target_os = "linux")]
-        if let Some(w) = who {
+        if let Some(w) = who.cloned() {
             static ONE: Semaphore = Semaphore::const_new(1);
             let _one = ONE.acquire().await;
-            let found = tokio::task::spawn_blocking(move || {
-                super::owner::find(w.netns, w.client, w.server)
-            })
-            .await;
+            let found =
+                tokio::task::spawn_blocking(move || w.sandbox.find(w.client, w.server)).await;
             if let Ok(Some(o)) = found {
                 return (o.program, o.pid);
             }
@@ -198,10 +196,14 @@ struct Inner {
     services: Vec<SocketAddr>,
     host_addrs: HostAddrs,
     permits: Arc<Semaphore>,
-    /// The sandbox's network namespace, from the first socket the relay handed over
-    /// (`None` inside: it could not be told), when refusals are listed.
+    /// What is known of the sandbox to find who made a connection: its network
+    /// namespace, from the first client the relay handed over (`None` inside: it could not
+    /// be told), when refusals are listed.
     #[cfg(target_os = "linux")]
-    netns: std::sync::OnceLock<Option<super::owner::Netns>>,
+    sandbox: std::sync::OnceLock<Option<Arc<super::owner::Sandbox>>>,
+    /// Init's diagnostics socket, until the first client takes it into `sandbox`.
+    #[cfg(target_os = "linux")]
+    diag: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 impl Proxy {
@@ -219,7 +221,9 @@ impl Proxy {
                 host_addrs: HostAddrs::default(),
                 permits,
                 #[cfg(target_os = "linux")]
-                netns: std::sync::OnceLock::new(),
+                sandbox: std::sync::OnceLock::new(),
+                #[cfg(target_os = "linux")]
+                diag: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -296,7 +300,7 @@ impl Proxy {
 
     /// Record a refusal, naming the program behind `who` (call it before answering: the
     /// client then still holds its end).
-    async fn refuse_log(&self, host: &Host, port: u16, reason: &str, who: Option<Who>) {
+    async fn refuse_log(&self, host: &Host, port: u16, reason: &str, who: Option<&Who>) {
         tracing::info!(%host, port, reason, "proxy refused");
         if let Some(log) = &self.inner.cfg.refusal_log {
             log.record(&host.to_string(), port, reason);
@@ -316,7 +320,7 @@ impl Proxy {
         }
     }
 
-    async fn leak_log(&self, host: &Host, port: u16, leak: &Leak, who: Option<Who>) {
+    async fn leak_log(&self, host: &Host, port: u16, leak: &Leak, who: Option<&Who>) {
         tracing::info!(%host, port, secret = %leak.secret, header = %leak.header, "proxy refused a placeholder");
         let cfg = &self.inner.cfg;
         super::refusal::report_leak(
@@ -344,7 +348,7 @@ impl Proxy {
         sc: &'a SecretsConfig,
         host: &'a Host,
         port: u16,
-        who: Option<Who>,
+        who: Option<&'a Who>,
     ) -> Site<'a> {
         let limits = &self.inner.cfg.limits;
         Site {
@@ -441,7 +445,9 @@ impl Proxy {
         };
         first.truncate(n);
         if first[0] == socks::VERSION {
-            return self.handle_socks(client, first, deadline, who).await;
+            return self
+                .handle_socks(client, first, deadline, who.as_ref())
+                .await;
         }
         let read = tokio::time::timeout_at(
             deadline,
@@ -485,7 +491,7 @@ impl Proxy {
             let mut probe = head.clone();
             match sc.secrets.substitute(&mut probe, host, port) {
                 Err(leak) => {
-                    self.leak_log(host, port, &leak, who).await;
+                    self.leak_log(host, port, &leak, who.as_ref()).await;
                     let body = format!("capsule: refused {host}:{port}: {leak}\n");
                     return reply(&mut client, 403, "Forbidden", &body).await;
                 }
@@ -505,7 +511,7 @@ impl Proxy {
         let addrs = match self.check(host, port).await {
             Verdict::Allow(a) => a,
             Verdict::Refuse(reason) => {
-                self.refuse_log(host, port, &reason, who).await;
+                self.refuse_log(host, port, &reason, who.as_ref()).await;
                 let body = format!("capsule: refused {host}:{port}: {reason}\n");
                 return reply(&mut client, 403, "Forbidden", &body).await;
             }
@@ -539,7 +545,13 @@ impl Proxy {
                 }
                 if let Some(sc) = self.secrets_for(host, port).cloned() {
                     return self
-                        .intercept(&sc, client, rest, upstream, self.site(&sc, host, port, who))
+                        .intercept(
+                            &sc,
+                            client,
+                            rest,
+                            upstream,
+                            self.site(&sc, host, port, who.as_ref()),
+                        )
                         .await;
                 }
                 rest
@@ -552,7 +564,7 @@ impl Proxy {
                 if let Some(sc) = self.secrets_for(host, port).cloned() {
                     // its responses are scrubbed: the request (substituted above) and
                     // what follows go through the same path as a tunnel's
-                    let site = self.site(&sc, host, port, who);
+                    let site = self.site(&sc, host, port, who.as_ref());
                     return intercept::serve(Prefixed::new(out, client), upstream, site).await;
                 }
                 out
@@ -573,7 +585,7 @@ impl Proxy {
         mut client: S,
         first: Vec<u8>,
         deadline: tokio::time::Instant,
-        who: Option<Who>,
+        who: Option<&Who>,
     ) {
         use socks::{rep, SocksError};
         let negotiated = {
@@ -766,6 +778,7 @@ impl Proxy {
                 };
                 match guard.try_io(|c| recv(c.get_ref().as_fd())) {
                     Ok(Ok(Received::Fd(fd))) => break fd,
+                    Ok(Ok(Received::Diag(fd))) => self.keep_diag(fd),
                     Ok(Ok(Received::Nothing)) => {}
                     Ok(Ok(Received::Closed)) => return,
                     Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -798,7 +811,7 @@ impl Proxy {
             let me = self.clone();
             tokio::spawn(async move {
                 match service {
-                    Some(addr) => me.handle_service(client, addr, who).await,
+                    Some(addr) => me.handle_service(client, addr, who.as_ref()).await,
                     None => me.handle_from(client, who).await,
                 }
                 drop(permit);
@@ -812,22 +825,43 @@ impl Proxy {
     fn who(&self, client: &TcpStream, client_addr: SocketAddr, server: SocketAddr) -> Option<Who> {
         use std::os::fd::AsFd;
         self.inner.cfg.refusals.as_ref()?;
-        let netns = self.inner.netns.get_or_init(|| {
-            super::owner::Netns::of_socket(client.as_fd())
+        let sandbox = self.inner.sandbox.get_or_init(|| {
+            let netns = super::owner::Netns::of_socket(client.as_fd())
                 .map_err(|e| tracing::debug!("proxy: the sandbox's network namespace: {e}"))
-                .ok()
+                .ok()?;
+            let diag = match self.inner.diag.lock() {
+                Ok(mut d) => d.take(),
+                Err(p) => p.into_inner().take(),
+            };
+            Some(Arc::new(super::owner::Sandbox::new(netns, diag)))
         });
         Some(Who {
-            netns: (*netns)?,
+            sandbox: sandbox.clone()?,
             client: client_addr,
             server,
         })
     }
 
+    /// Keep init's diagnostics socket (the first one, if it is one; before any client).
+    #[cfg(target_os = "linux")]
+    fn keep_diag(&self, fd: std::os::fd::OwnedFd) {
+        use std::os::fd::AsFd;
+        if !super::owner::is_diag_socket(fd.as_fd()) || self.inner.sandbox.get().is_some() {
+            return tracing::warn!(
+                "proxy: ignored a descriptor sent as the relay's diagnostics socket"
+            );
+        }
+        let mut d = match self.inner.diag.lock() {
+            Ok(d) => d,
+            Err(p) => p.into_inner(),
+        };
+        d.get_or_insert(fd);
+    }
+
     /// Serve a client that connected to an allow-listed host service at its own address
     /// inside (`127.0.0.1:4873`): the same check, then the host's service at that address,
     /// requests substituted when a secret is for it, else bytes tunnelled.
-    async fn handle_service<S: Conn>(&self, client: S, addr: SocketAddr, who: Option<Who>) {
+    async fn handle_service<S: Conn>(&self, client: S, addr: SocketAddr, who: Option<&Who>) {
         let host = Host::Ip(addr.ip());
         let port = addr.port();
         let addrs = match self.check(&host, port).await {

@@ -153,7 +153,7 @@ pub async fn report_leak(
     host: &str,
     port: u16,
     leak: &super::secrets::Leak,
-    who: Option<super::proxy::Who>,
+    who: Option<&super::proxy::Who>,
 ) {
     if let Some(log) = log {
         log.record_leak(host, port, leak);
