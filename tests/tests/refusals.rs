@@ -127,7 +127,8 @@ fn proxy_refusal_is_listed_with_its_grant() {
 /// A connect the proxy refuses names the program that tried it, whatever it is called:
 /// a copy of curl under a long name (its `comm` is cut at 15 bytes: the executable's file
 /// name is given), one under a name with a terminal escape (faithful in the record,
-/// escaped on stderr), through HTTP and SOCKS5. The proxy only ever refuses: it connects
+/// escaped on stderr), through HTTP, CONNECT and SOCKS5, in the record (`--json`, the
+/// log) and on stderr. The proxy only ever refuses: it connects
 /// nowhere (the targets are the sandbox's loopback, off the allowlist).
 #[test]
 fn proxy_refusals_name_the_program_that_tried() {
@@ -141,13 +142,17 @@ fn proxy_refusals_name_the_program_that_tried() {
             curl -s -o /dev/null --max-time 20 -x socks5h://127.0.0.1:3128 http://127.0.0.1:11/ || true"#;
         let mut cmd = c.capsule();
         cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
-        cmd.args(["exec", NAME, "--allow-host", "listed.test:443", "--"]);
+        cmd.args(["exec", NAME, "--json", "--allow-host", "listed.test:443", "--"]);
         cmd.args(["sh", "-c", script]);
         cmd.stdin(std::process::Stdio::null());
         let o = cmd.output().unwrap();
         ok(&o, "refused connects");
-        assert_eq!(out(&o), "403\n", "{}", err(&o));
-        let rec = record(&c);
+        // the command's line, then the record (`--json`), as in events.jsonl
+        let stdout = out(&o);
+        let (first, json) = stdout.split_once('\n').unwrap();
+        assert_eq!(first, "403", "{}", err(&o));
+        let rec: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(refusals(&rec), refusals(&record(&c)));
         let mut got: Vec<(String, String)> = refusals(&rec)
             .iter()
             .map(|r| {

@@ -284,6 +284,23 @@ mod tests {
     }
 
     #[test]
+    fn init_diagnostics_socket_is_told_apart() {
+        let (p, r) = channel().unwrap();
+        let diag = super::super::owner::diag_socket().unwrap();
+        send_diag(r.as_fd(), diag.as_fd()).unwrap();
+        let Received::Diag(got) = recv(p.as_fd()).unwrap() else {
+            panic!("not told apart")
+        };
+        assert!(super::super::owner::is_diag_socket(got.as_fd()));
+        // and a client is still a client
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        send(r.as_fd(), accepted.as_fd()).unwrap();
+        assert!(matches!(recv(p.as_fd()).unwrap(), Received::Fd(_)));
+    }
+
+    #[test]
     fn messages_without_exactly_one_fd_are_ignored_and_close_is_seen() {
         let (p, r) = channel().unwrap();
         // no descriptor

@@ -523,6 +523,15 @@ mod tests {
         );
         let status = std::fs::read("/proc/self/status").unwrap();
         assert_eq!(o.pid, crate::linux::notify::nspid_in(&status));
+        // IPv6 too, where this machine has ::1
+        if let Ok(l6) = TcpListener::bind("[::1]:0") {
+            let c6 = TcpStream::connect(l6.local_addr().unwrap()).unwrap();
+            let (a6, _) = l6.accept().unwrap();
+            let (cl, sv) = (a6.peer_addr().unwrap(), a6.local_addr().unwrap());
+            assert_eq!(by_diag.find(cl, sv).as_ref(), Some(&o));
+            assert_eq!(by_tables.find(cl, sv).as_ref(), Some(&o));
+            drop(c6);
+        }
         // closed: nobody holds it any more
         drop(c);
         assert_eq!(by_tables.find(client, server), None);
