@@ -159,7 +159,11 @@ pub fn recv(chan: BorrowedFd<'_>) -> io::Result<Received> {
     })
 }
 
-fn int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+pub(super) fn int_opt(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `v`, a c_int we own.

@@ -162,21 +162,7 @@ pub fn diag_socket() -> io::Result<OwnedFd> {
 
 /// Is `fd` a `NETLINK_SOCK_DIAG` socket (what init may send besides clients)?
 pub fn is_diag_socket(fd: BorrowedFd<'_>) -> bool {
-    let opt = |name| {
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `v`, a c_int we own.
-        let r = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                name,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0).then_some(v)
-    };
+    let opt = |name| super::handoff::int_opt(fd, libc::SOL_SOCKET, name).ok();
     opt(libc::SO_DOMAIN) == Some(libc::AF_NETLINK)
         && opt(libc::SO_PROTOCOL) == Some(NETLINK_SOCK_DIAG)
 }
