@@ -281,6 +281,78 @@ fn writes_outside_the_writable_paths_are_listed() {
     });
 }
 
+/// `--no-list-writes` takes the observation away, not the wall: the writes are refused as
+/// before, unlisted, the record says so, a refused syscall is still listed, and a failed
+/// command is told what it cannot see.
+#[test]
+fn no_list_writes_keeps_the_wall_and_says_what_is_lost() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let script = "import ctypes,os,sys\nlibc=ctypes.CDLL(None,use_errno=True)\n\
+             try: open('/etc/x', 'w')\nexcept OSError as e: print('open', e.errno)\n\
+             try: os.rename('README.md', '/usr/stolen')\nexcept OSError as e: print('rename', e.errno)\n\
+             open('ok.txt', 'w').write('x')\nlibc.syscall(250,0,0,0,0,0)\nsys.exit(3)\n";
+        // a warm spare (its filter installed ahead of time) and a root built for the exec
+        for idle in ["30", "0"] {
+            let mut cmd = c.capsule();
+            cmd.env("CAPSULE_PREPARED_IDLE", idle);
+            cmd.args([
+                "exec",
+                "--no-list-writes",
+                NAME,
+                "--",
+                "python3",
+                "-c",
+                script,
+            ]);
+            cmd.stdin(std::process::Stdio::null());
+            let o = cmd.output().unwrap();
+            assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+            let stdout = out(&o);
+            let lines: Vec<&str> = stdout.lines().collect();
+            assert_eq!(lines.len(), 2, "{} {}", out(&o), err(&o));
+            // EACCES (Landlock), EROFS (a read-only mount), EXDEV (a rename across mounts)
+            let refused = |l: &&str| [" 13", " 30", " 18"].iter().any(|e| l.ends_with(e));
+            assert!(lines.iter().all(refused), "{lines:?}");
+            assert!(!std::path::Path::new("/usr/stolen").exists());
+            assert!(c.ws.join("README.md").exists());
+            assert_eq!(std::fs::read_to_string(c.ws.join("ok.txt")).unwrap(), "x");
+            let rec = record(&c);
+            let list = refusals(&rec);
+            assert_eq!(list.len(), 1, "{rec}");
+            assert_eq!(list[0]["kind"], "syscall", "{rec}");
+            let not_listed = rec["refusals_not_listed"].to_string();
+            assert!(
+                not_listed.contains("write: not observed in this exec (exec --no-list-writes)"),
+                "{rec}"
+            );
+            let e = err(&o);
+            assert!(
+                e.contains("capsule: refused syscall keyctl (python3)"),
+                "{e}"
+            );
+            assert!(!e.contains("capsule: refused write /"), "{e}");
+            assert!(
+                e.contains(
+                    "capsule: refused writes are not listed in this exec (--no-list-writes)"
+                ),
+                "{e}"
+            );
+        }
+        // and without it, the next exec lists them again
+        let o = c.exec(&["python3", "-c", "open('/etc/x', 'w')"]);
+        assert!(!o.status.success());
+        let rec = record(&c);
+        assert_eq!(refusals(&rec)[0]["target"], "/etc/x", "{rec}");
+        assert!(
+            !rec["refusals_not_listed"]
+                .to_string()
+                .contains("--no-list-writes"),
+            "{rec}"
+        );
+    });
+}
+
 #[test]
 fn connects_refused_inside_are_listed() {
     each_runner(|r| {

@@ -516,7 +516,11 @@ fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
 /// So a notification of a write call always means "allowed by the table", and one of
 /// any other syscall always means "refused": the supervisor tells them apart by the
 /// syscall number alone and can never let through what the table refuses.
-fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, SeccompError> {
+fn listened(
+    refusals: &[SysRule],
+    list_reads: bool,
+    list_writes: bool,
+) -> Result<Vec<sock_filter>, SeccompError> {
     let notify = libc::SECCOMP_RET_USER_NOTIF;
     let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
     let writes = |nr: i64| WRITE_CALLS.iter().any(|w| w.nr == nr);
@@ -533,8 +537,9 @@ fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, 
     p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
     // with `list_reads` every open is sent (reads of hidden paths are listed too), else
     // only those with write intent; the supervisor tells a write from a read by the
-    // flags, which the kernel copied for it
-    for w in WRITE_CALLS {
+    // flags, which the kernel copied for it. Without `list_writes` (and reads) none is:
+    // they are allowed here and Landlock and the mounts decide, unseen
+    for w in WRITE_CALLS.iter().filter(|_| list_writes || list_reads) {
         match w.flags {
             Some((arg, mask)) if !list_reads => p.extend([
                 jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
@@ -656,12 +661,14 @@ impl SeccompProgram {
     /// Build the filter for the native architecture. Allocates; call before forking or in
     /// a child that may still allocate.
     pub fn build() -> Result<Self, SeccompError> {
-        Self::build_for(false)
+        Self::build_for(false, true)
     }
 
     /// [`SeccompProgram::build`], with a listened program that sends every open to the
-    /// supervisor (`list_reads`), or only the opens with write intent.
-    pub fn build_for(list_reads: bool) -> Result<Self, SeccompError> {
+    /// supervisor (`list_reads`), or only the opens with write intent, or (neither
+    /// `list_reads` nor `list_writes`) no path call at all: the refusals of the table and
+    /// `connect`s only.
+    pub fn build_for(list_reads: bool, list_writes: bool) -> Result<Self, SeccompError> {
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
         let refusals = self::rules();
         let mut bpf = prologue(&refusals);
@@ -696,7 +703,7 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        let listened = listened(&refusals, list_reads)?;
+        let listened = listened(&refusals, list_reads, list_writes)?;
         Ok(Self {
             bpf,
             listened,

@@ -94,13 +94,17 @@ fn exists(workspace: &Path, rel: &str) -> bool {
 /// Take a snapshot of `workspace` (a git work tree) on this thread, as [`snapshot`]
 /// documents: it reads nothing that can block. Errors are plain messages.
 pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
-    snapshot::take(workspace, None)
+    snapshot::take(workspace, None, None)
 }
 
 /// [`snapshot`] of `workspace` after `before` (if there is one): the index is decoded
 /// again only when its bytes differ from the one `before` was taken against.
 pub fn snapshot_after(before: Option<&Snapshot>, workspace: &Path) -> Result<Snapshot, String> {
-    snapshot::take(workspace, before.and_then(|b| b.index.as_ref()))
+    snapshot::take(
+        workspace,
+        before.and_then(|b| b.index.as_ref()),
+        before.map(|b| &b.paths),
+    )
 }
 
 impl Snapshot {
@@ -201,12 +205,55 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// Room kept for an exec's record at the end of `events.jsonl`, made before the command
+/// starts: a task that fills the disk cannot take the space its record needs.
+pub const RECORD_ROOM: u64 = 256 << 10;
+
+/// The size of an exec record assumed when deciding, before it is written, whether the
+/// log must rotate first (records are ~1-10 KiB; the cap is a bound, not a size).
+const RECORD_LINE_GUESS: usize = 16 << 10;
+
+/// `events` (created if missing) opened for appending, with [`RECORD_ROOM`] bytes past
+/// its end allocated now without changing its size (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`: a later append writes into blocks it already has, so a full
+/// disk does not refuse it). Where the filesystem cannot allocate ahead, the file is
+/// opened all the same.
+///
+/// The log is rotated first if it is near its cap (see [`rotate`]), so the room is made in
+/// the file the record will go to. Should another exec rotate it while this one runs, the
+/// record lands in `events.jsonl.1`, which readers read too.
+pub fn reserve_room(events: &Path) -> std::io::Result<std::fs::File> {
+    if let Err(e) = rotate::make_room(events, RECORD_LINE_GUESS, rotate::EVENTS_MAX) {
+        tracing::warn!("cannot rotate {}: {e}", events.display());
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(events)?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: lseek and fallocate on our own descriptor.
+        unsafe {
+            let end = libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END);
+            if end >= 0 {
+                libc::fallocate(
+                    f.as_raw_fd(),
+                    libc::FALLOC_FL_KEEP_SIZE,
+                    end,
+                    RECORD_ROOM as libc::off_t,
+                );
+            }
+        }
+    }
+    Ok(f)
+}
+
 impl ExecRecord {
     /// Append as one line to `events` (created if missing; rotated past its cap, see
     /// [`rotate`]).
     pub fn append(&self, events: &Path) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        line.push(b'\n');
+        let line = self.line()?;
         if let Err(e) = rotate::make_room(events, line.len(), rotate::EVENTS_MAX) {
             tracing::warn!("cannot rotate {}: {e}", events.display());
         }
@@ -216,6 +263,19 @@ impl ExecRecord {
             .open(events)?;
         // one write: concurrent execs append whole lines; a full disk leaves no torn one
         append::append_whole(&f, &line)
+    }
+
+    /// Append as one line to `f`, `events.jsonl` opened for appending (see
+    /// [`reserve_room`]).
+    pub fn append_into(&self, f: &std::fs::File) -> std::io::Result<()> {
+        // one write: concurrent execs append whole lines; a full disk leaves no torn one
+        append::append_whole(f, &self.line()?)
+    }
+
+    fn line(&self) -> std::io::Result<Vec<u8>> {
+        let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        Ok(line)
     }
 }
 
@@ -413,7 +473,22 @@ mod tests {
             after.index.as_ref().unwrap(),
         );
         assert!(std::sync::Arc::ptr_eq(b, a));
-        assert_eq!(after.paths, snapshot(ws).unwrap().paths);
+        // the same paths as a snapshot of its own, without the stat of the new untracked
+        // one (nothing compares it)
+        let kinds = |s: &Snapshot| -> Vec<(String, &'static str)> {
+            s.paths.iter().map(|(p, e)| (p.clone(), e.kind)).collect()
+        };
+        let alone = snapshot(ws).unwrap();
+        assert_eq!(kinds(&after), kinds(&alone));
+        assert!(after.paths["later"].stat.is_none() && alone.paths["later"].stat.is_some());
+        assert_eq!(after.paths["dir/c"], alone.paths["dir/c"]);
+        // an untracked file of the snapshot before is still compared by its stat
+        let again = snapshot_after(Some(&alone), ws).unwrap();
+        assert_eq!(diff(&alone, &again, ws), Changes::default());
+        w("later", "l2");
+        let c = diff(&alone, &snapshot_after(Some(&alone), ws).unwrap(), ws);
+        assert_eq!(c.changed, vec!["later".to_string()]);
+        assert!(c.added.is_empty(), "{c:?}");
         git(ws, &["add", "later", "dir/c"]);
         let staged = snapshot_after(Some(&after), ws).unwrap();
         assert!(!std::sync::Arc::ptr_eq(a, staged.index.as_ref().unwrap()));
