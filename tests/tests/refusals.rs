@@ -73,9 +73,12 @@ fn proxy_refusal_is_listed_with_its_grant() {
         assert_eq!(list[0]["count"], 2);
         assert_eq!(list[0]["grant"], "--allow-host 127.0.0.1:9");
         assert_eq!(list[0]["reason"], "not on the allowlist");
+        // the proxy sees a socket; the program behind it is found on the host
+        assert_eq!(list[0]["program"], "curl", "{rec}");
+        assert!(list[0]["pid"].as_i64().is_some_and(|p| p > 1), "{rec}");
         assert!(
             err(&o).contains(
-                "capsule: refused connect 127.0.0.1:9: not on the allowlist, 2 times; to allow: --allow-host 127.0.0.1:9\n"
+                "capsule: refused connect 127.0.0.1:9 (curl): not on the allowlist, 2 times; to allow: --allow-host 127.0.0.1:9\n"
             ),
             "{}",
             err(&o)
@@ -92,7 +95,7 @@ fn proxy_refusal_is_listed_with_its_grant() {
         let o = c.capsule().args(["refusals", NAME]).output().unwrap();
         ok(&o, "capsule refusals");
         assert!(
-            out(&o).contains("refused connect 127.0.0.1:9"),
+            out(&o).contains("refused connect 127.0.0.1:9 (curl)"),
             "{}",
             out(&o)
         );
@@ -104,6 +107,7 @@ fn proxy_refusal_is_listed_with_its_grant() {
         ok(&o, "capsule refusals --json --since 1h");
         let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
         assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+        assert_eq!(v[0]["program"], "curl", "{v}");
         let o = c
             .capsule()
             .args([
@@ -117,6 +121,73 @@ fn proxy_refusal_is_listed_with_its_grant() {
             .unwrap();
         ok(&o, "capsule refusals --since the future");
         assert_eq!(out(&o).trim(), "[]");
+    });
+}
+
+/// A connect the proxy refuses names the program that tried it, whatever it is called:
+/// a copy of curl under a long name (its `comm` is cut at 15 bytes: the executable's file
+/// name is given), one under a name with a terminal escape (faithful in the record,
+/// escaped on stderr), through HTTP, CONNECT and SOCKS5, in the record (`--json`, the
+/// log) and on stderr. The proxy only ever refuses: it connects
+/// nowhere (the targets are the sandbox's loopback, off the allowlist).
+#[test]
+fn proxy_refusals_name_the_program_that_tried() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // (an HTTP request, a CONNECT tunnel and a SOCKS5 request, each to a port off the list)
+        let script = r#"set -e; export NO_PROXY= no_proxy=; c=$(command -v curl); e=$(printf '\033')
+            cp "$c" ./fetch-o-matic-3000; cp "$c" "./ev${e}[2Jil"
+            ./fetch-o-matic-3000 -s -o /dev/null -w '%{http_code}\n' --max-time 20 http://127.0.0.1:9/
+            "./ev${e}[2Jil" -s -o /dev/null --max-time 20 https://127.0.0.1:10/ || true
+            curl -s -o /dev/null --max-time 20 -x socks5h://127.0.0.1:3128 http://127.0.0.1:11/ || true"#;
+        let mut cmd = c.capsule();
+        cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
+        cmd.args(["exec", NAME, "--json", "--allow-host", "listed.test:443", "--"]);
+        cmd.args(["sh", "-c", script]);
+        cmd.stdin(std::process::Stdio::null());
+        let o = cmd.output().unwrap();
+        ok(&o, "refused connects");
+        // the command's line, then the record (`--json`), as in events.jsonl
+        let stdout = out(&o);
+        let (first, json) = stdout.split_once('\n').unwrap();
+        assert_eq!(first, "403", "{}", err(&o));
+        let rec: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(refusals(&rec), refusals(&record(&c)));
+        let mut got: Vec<(String, String)> = refusals(&rec)
+            .iter()
+            .map(|r| {
+                assert_eq!(r["kind"], "connect", "{rec}");
+                assert!(r["pid"].as_i64().is_some_and(|p| p > 1), "{rec}");
+                let t = r["target"].as_str().unwrap().to_string();
+                (t, r["program"].as_str().unwrap().to_string())
+            })
+            .collect();
+        got.sort();
+        let want = [
+            ("127.0.0.1:10", "ev\x1b[2Jil"),
+            ("127.0.0.1:11", "curl"),
+            ("127.0.0.1:9", "fetch-o-matic-3000"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(got, want, "{rec}");
+        // on the terminal the escape is shown, never sent
+        let e = err(&o);
+        assert!(!e.contains('\x1b'), "{e:?}");
+        assert!(
+            e.contains("capsule: refused connect 127.0.0.1:10 (ev\\x1b[2Jil): not on the allowlist"),
+            "{e}"
+        );
+        assert!(
+            e.contains("capsule: refused connect 127.0.0.1:9 (fetch-o-matic-3000): not on the allowlist"),
+            "{e}"
+        );
+        let o = c.capsule().args(["refusals", NAME]).output().unwrap();
+        ok(&o, "capsule refusals");
+        assert!(!out(&o).contains('\x1b'), "{:?}", out(&o));
+        assert!(out(&o).contains("(ev\\x1b[2Jil)"), "{}", out(&o));
     });
 }
 
@@ -521,7 +592,7 @@ fn each_refused_thing_once_gets_exactly_those_refusals() {
             assert_eq!(
                 got,
                 [
-                    "connect 127.0.0.1:9 () --allow-host 127.0.0.1:9",
+                    "connect 127.0.0.1:9 (curl) --allow-host 127.0.0.1:9",
                     "read ~/.aws (python3) --reveal ~/.aws",
                     "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh",
                     "syscall keyctl (python3) -",

@@ -145,23 +145,26 @@ pub fn read(path: &Path) -> std::io::Result<Vec<Refusal>> {
 }
 
 /// Report a refused placeholder to where this proxy reports refusals: the exec's list
-/// (under `capsule exec`) and the proxy's own log (`capsule proxy --refusal-log`).
-pub fn report_leak(
+/// (under `capsule exec`, naming the program behind `who`) and the proxy's own log
+/// (`capsule proxy --refusal-log`).
+pub async fn report_leak(
     log: Option<&RefusalLog>,
     refusals: Option<&std::sync::Arc<crate::refusals::Collector>>,
     host: &str,
     port: u16,
     leak: &super::secrets::Leak,
+    who: Option<&super::proxy::Who>,
 ) {
     if let Some(log) = log {
         log.record_leak(host, port, leak);
     }
     if let Some(c) = refusals {
+        let (program, pid) = super::proxy::Who::asker(who).await;
         c.add(crate::refusals::Event {
             kind: crate::refusals::Kind::Connect,
             target: target(host, port),
-            program: String::new(),
-            pid: None,
+            program,
+            pid,
             grant: None,
             reason: Some(leak.to_string()),
             header: Some(leak.header.clone()),

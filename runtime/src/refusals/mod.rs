@@ -66,8 +66,8 @@ pub struct Refusal {
     pub kind: Kind,
     /// What was refused, as the sandbox named it: a path, a syscall's name, `host:port`.
     pub target: String,
-    /// The program that asked (its `comm`), empty when unknown (the proxy sees sockets,
-    /// not processes).
+    /// The program that asked (its `comm`; for a connect the proxy refused, the process
+    /// holding the client's socket: `crate::net::owner`), empty when unknown.
     #[serde(default)]
     pub program: String,
     /// Its pid as the sandbox sees it (the first time), when known.
