@@ -112,6 +112,13 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         }
         Err(e) => return Err(format!("making {}: {e}", dir.display())),
     }
+    // what exec reads later: config.json as it was at create (changes to the bundle's
+    // after this step do not affect the container)
+    let r = std::fs::copy(bundle.join("config.json"), dir.join("config.json"));
+    if let Err(e) = r {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("copying config.json into {}: {e}", dir.display()));
+    }
     let rel = cgroup::relative_path(l.cgroups_path.as_deref(), a.id, a.systemd_cgroup);
     let mut cg_dirs = Vec::new();
     let r = (|| {
@@ -141,6 +148,25 @@ fn spawn(
     let cf = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| "state path with NUL")?;
     // SAFETY: mkfifo of a C string path.
     if unsafe { libc::mkfifo(cf.as_ptr(), 0o622) } < 0 {
+        return Err(format!(
+            "making {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // the init opens it for writing as the container's root: with a new user namespace,
+    // that is the host id mapped to 0 (mkfifo's mode is cut by the umask)
+    let host = |m: &[super::spec::IdMapping]| {
+        m.iter()
+            .find(|m| m.container_id == 0)
+            .map(|m| m.host_id)
+            .unwrap_or(0)
+    };
+    // SAFETY: chown/chmod of the fifo just made in our own state directory.
+    if unsafe {
+        libc::chown(cf.as_ptr(), host(&l.uid_mappings), host(&l.gid_mappings)) < 0
+            || libc::chmod(cf.as_ptr(), 0o622) < 0
+    } {
         return Err(format!(
             "making {}: {}",
             fifo.display(),
@@ -233,6 +259,20 @@ fn spawn(
                 if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
                     return Err(format!(
                         "linux.namespaces: joining the {typ} namespace: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+            if userns {
+                // root of the user namespace (the mappings are written by now): until
+                // then the init's ids are unmapped there, and the filesystems it mounts
+                // refuse to make anything (EOVERFLOW)
+                // SAFETY: plain system calls.
+                if unsafe { libc::setresgid(0, 0, 0) } < 0
+                    || unsafe { libc::setresuid(0, 0, 0) } < 0
+                {
+                    return Err(format!(
+                        "linux.uidMappings: becoming root of the user namespace (0 must be mapped): {}",
                         std::io::Error::last_os_error()
                     ));
                 }
@@ -349,6 +389,7 @@ fn spawn(
         created: state::now_rfc3339(),
         cgroups: cg_dirs.to_vec(),
         annotations: spec.annotations.clone(),
+        hooks: spec.hooks.clone(),
     };
     let hk = spec.hooks.clone().unwrap_or_default();
     let st = || {

@@ -262,11 +262,9 @@ fn start(root: &Path, id: &str) -> Result<(), String> {
             "container {id}: the init ended before it was started"
         ));
     }
-    if let Ok(spec) = spec::load(&s.bundle) {
-        if let Some(h) = &spec.hooks {
-            if let Err(e) = hooks::run(&h.poststart, "poststart", &s.spec_state(root)) {
-                log_warn(&e);
-            }
+    if let Some(h) = &s.hooks {
+        if let Err(e) = hooks::run(&h.poststart, "poststart", &s.spec_state(root)) {
+            log_warn(&e);
         }
     }
     Ok(())
@@ -366,13 +364,11 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
         }
     }
     cgroup::remove(&s.cgroups);
-    if let Ok(spec) = spec::load(&s.bundle) {
-        if let Some(h) = &spec.hooks {
-            let mut st = s.spec_state(root);
-            st["status"] = "stopped".into();
-            if let Err(e) = hooks::run(&h.poststop, "poststop", &st) {
-                log_warn(&e);
-            }
+    if let Some(h) = &s.hooks {
+        let mut st = s.spec_state(root);
+        st["status"] = "stopped".into();
+        if let Err(e) = hooks::run(&h.poststop, "poststop", &st) {
+            log_warn(&e);
         }
     }
     std::fs::remove_dir_all(state::dir(root, id))
@@ -409,6 +405,12 @@ fn features() -> serde_json::Value {
         "loud",
         "private",
         "rprivate",
+        "shared",
+        "rshared",
+        "slave",
+        "rslave",
+        "unbindable",
+        "runbindable",
     ]
     .to_vec();
     opts.sort_unstable();

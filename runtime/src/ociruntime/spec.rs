@@ -319,8 +319,24 @@ pub fn mount_flag(opt: &str) -> Option<(bool, libc::c_ulong)> {
         "rbind" => (true, libc::MS_BIND | libc::MS_REC),
         "silent" => (true, libc::MS_SILENT),
         "loud" => (false, libc::MS_SILENT),
-        // private propagation is what every mount of the container gets
-        "private" | "rprivate" => (true, 0),
+        _ => return None,
+    })
+}
+
+/// Propagation options (of a mount, or `linux.rootfsPropagation`) as mount flags. The
+/// container's mount namespace is new and every mount in it is made private first, so a
+/// shared mount is a peer only of mounts in the container's namespace (and ones copied
+/// from it), never of the host's.
+pub fn propagation(opt: &str) -> Option<libc::c_ulong> {
+    Some(match opt {
+        "private" => libc::MS_PRIVATE,
+        "rprivate" => libc::MS_PRIVATE | libc::MS_REC,
+        "shared" => libc::MS_SHARED,
+        "rshared" => libc::MS_SHARED | libc::MS_REC,
+        "slave" => libc::MS_SLAVE,
+        "rslave" => libc::MS_SLAVE | libc::MS_REC,
+        "unbindable" => libc::MS_UNBINDABLE,
+        "runbindable" => libc::MS_UNBINDABLE | libc::MS_REC,
         _ => return None,
     })
 }
@@ -381,12 +397,6 @@ pub fn check(spec: &Spec) -> Result<(), String> {
             ));
         }
         for o in &m.options {
-            if matches!(
-                o.as_str(),
-                "shared" | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable"
-            ) {
-                return Err(format!("mounts[{i}].options: propagation {o:?} is not supported (every mount of the container is private)"));
-            }
             if matches!(o.as_str(), "idmap" | "ridmap" | "tmpcopyup" | "remount")
                 || o.starts_with("X-mount.")
             {
@@ -443,9 +453,9 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         return Err("linux.uidMappings: a new user namespace needs mappings".into());
     }
     if let Some(prop) = &l.rootfs_propagation {
-        if !matches!(prop.as_str(), "private" | "rprivate" | "") {
+        if !prop.is_empty() && propagation(prop).is_none() {
             return Err(format!(
-                "linux.rootfsPropagation {prop:?}: only private propagation is supported"
+                "linux.rootfsPropagation {prop:?}: one of private, shared, slave, unbindable (r...)"
             ));
         }
     }
@@ -531,7 +541,8 @@ mod tests {
     fn a_field_it_cannot_honour_is_named() {
         assert!(spec("").is_ok());
         assert!(spec(r#","intelRdt":{}"#).unwrap_err().contains("intelRdt"));
-        assert!(spec(r#","rootfsPropagation":"rshared""#)
+        assert!(spec(r#","rootfsPropagation":"rshared""#).is_ok());
+        assert!(spec(r#","rootfsPropagation":"sideways""#)
             .unwrap_err()
             .contains("rootfsPropagation"));
         assert!(spec(r#","mountLabel":"system_u""#)
