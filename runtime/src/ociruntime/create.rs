@@ -12,7 +12,7 @@
 
 use super::spec::{Spec, NAMESPACES};
 use super::state::{self, Saved};
-use super::{cgroup, hooks, process, rootfs};
+use super::{cgroup, hooks, observe, process, rootfs};
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -26,6 +26,8 @@ pub struct Args<'a> {
     pub pid_file: Option<&'a Path>,
     pub console_socket: Option<&'a Path>,
     pub systemd_cgroup: bool,
+    /// containerd's `--log`, where the refusal observer says what it lists.
+    pub log: Option<super::observe::LogTo>,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
@@ -219,6 +221,16 @@ fn spawn(
     }
     let userns =
         flags & libc::CLONE_NEWUSER != 0 || join.iter().any(|(_, f, _)| *f == libc::CLONE_NEWUSER);
+    // the refusal observer's way in: a socket pair for the init, a socket for exec
+    // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
+    let observed = !std::env::var_os("CAPSULE_OCI_OBSERVE").is_some_and(|v| v == "0");
+    let obs = if observed {
+        let (mine, init) = crate::linux::notify::channel()
+            .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
+        Some((mine, init, observe::bind(dir)?))
+    } else {
+        None
+    };
     let (err_r, err_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let hostname = spec.hostname.clone();
@@ -244,6 +256,10 @@ fn spawn(
     if pid == 0 {
         drop(err_r);
         drop(go_w);
+        let obs_init = obs.map(|(mine, init, listen)| {
+            drop((mine, listen));
+            init
+        });
         let mut w = std::fs::File::from(err_w);
         let res = (|| -> Result<process::Prepared, String> {
             let mut b = [0u8; 1];
@@ -312,7 +328,9 @@ fn spawn(
                 &spec.hooks.clone().unwrap_or_default().create_container,
                 "createContainer",
             )?;
-            process::prepare(&p, spec)
+            let mut prep = process::prepare(&p, spec)?;
+            prep.observer = obs_init.as_ref().map(|o| o.as_raw_fd());
+            Ok(prep)
         })();
         let prepared = match res {
             Ok(p) => p,
@@ -358,6 +376,10 @@ fn spawn(
     let pid = pid as libc::pid_t;
     drop(err_w);
     drop(go_r);
+    let obs = obs.map(|(mine, init, listen)| {
+        drop(init);
+        (mine, listen)
+    });
     // SAFETY: our own descriptor.
     unsafe { libc::close(fifo_fd) };
     drop(console);
@@ -421,6 +443,14 @@ fn spawn(
         } else {
             text
         });
+    }
+    if let Some((mine, listen)) = obs {
+        let allowed = observe::allowed(spec);
+        let r = observe::spawn(dir, a.id, pid, start_time, allowed, mine, listen, a.log.clone());
+        if let Err(e) = r {
+            kill();
+            return Err(e);
+        }
     }
     state::save(a.root, &saved)?;
     if let Some(pf) = a.pid_file {

@@ -21,6 +21,7 @@ pub mod cli;
 pub mod create;
 pub mod exec;
 pub mod hooks;
+pub mod observe;
 pub mod process;
 pub mod rootfs;
 pub mod seccomp;
@@ -39,7 +40,13 @@ pub fn is_runc(argv0: &std::ffi::OsStr) -> bool {
 }
 
 fn log(g: &cli::Global, level: &str, msg: &str) {
-    let Some(p) = &g.log else { return };
+    if let Some(p) = &g.log {
+        log_to(p, g.log_json, level, msg);
+    }
+}
+
+/// One line in the log file `p`, as runc writes it (JSON, or logrus's text format).
+pub fn log_to(p: &Path, json: bool, level: &str, msg: &str) {
     let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -47,7 +54,7 @@ fn log(g: &cli::Global, level: &str, msg: &str) {
     else {
         return;
     };
-    let line = if g.log_json {
+    let line = if json {
         serde_json::json!({"level": level, "msg": msg, "time": state::now_rfc3339()}).to_string()
     } else {
         format!(
@@ -57,6 +64,13 @@ fn log(g: &cli::Global, level: &str, msg: &str) {
         )
     };
     let _ = writeln!(f, "{line}");
+}
+
+fn log_target(g: &cli::Global) -> Option<observe::LogTo> {
+    g.log.clone().map(|path| observe::LogTo {
+        path,
+        json: g.log_json,
+    })
 }
 
 /// The runtime's entry point (after argv[0] said so).
@@ -114,6 +128,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
                 pid_file: pid_file.as_deref(),
                 console_socket: console_socket.as_deref(),
                 systemd_cgroup: g.systemd_cgroup,
+                log: log_target(g),
             })?;
             Ok(0)
         }
@@ -131,6 +146,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
                 pid_file: pid_file.as_deref(),
                 console_socket: console_socket.as_deref(),
                 systemd_cgroup: g.systemd_cgroup,
+                log: log_target(g),
             })?;
             start(&root, &id)?;
             if detach {
@@ -364,6 +380,8 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
         }
     }
     cgroup::remove(&s.cgroups);
+    // the observer's last lines (its summary in the log) before the state goes
+    observe::wait_for(&state::dir(root, id));
     if let Some(h) = &s.hooks {
         let mut st = s.spec_state(root);
         st["status"] = "stopped".into();

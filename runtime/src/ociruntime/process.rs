@@ -31,6 +31,8 @@ pub struct Prepared {
     no_new_privs: bool,
     seccomp: Option<super::seccomp::Program>,
     landlock: Option<LandlockRuleset>,
+    /// The socket the refusal observer's listener goes on ([`super::observe`]).
+    pub observer: Option<std::os::fd::RawFd>,
 }
 
 fn cstr(s: &[u8], what: &str) -> Result<CString, String> {
@@ -142,6 +144,7 @@ pub fn prepare(p: &Process, spec: &Spec) -> Result<Prepared, String> {
         no_new_privs: p.no_new_privileges,
         seccomp,
         landlock: landlock_ruleset(spec)?,
+        observer: None,
     })
 }
 
@@ -274,21 +277,35 @@ fn capset(effective: u64, permitted: u64, inheritable: u64) -> std::io::Result<(
     Ok(())
 }
 
+/// The seccomp filters: capsule's observer (it sends its listener at once: no call of
+/// ours is observed before), then the bundle's.
+fn filters(p: &Prepared) -> Result<(), String> {
+    if let Some(sock) = p.observer {
+        if let Err(e) = super::observe::install(sock) {
+            // not observed is not less confined: said on the container's stderr
+            eprintln!("capsule-runc: warning: {e}");
+        }
+    }
+    if let Some(s) = &p.seccomp {
+        s.install()
+            .map_err(|err| format!("linux.seccomp: installing the filter: {err}"))?;
+    }
+    Ok(())
+}
+
 /// The last steps and `execve`. Returns only the error that stopped it.
-pub fn finish(p: Prepared) -> String {
+pub fn finish(mut p: Prepared) -> String {
     let e = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // Landlock (needs no_new_privs or CAP_SYS_ADMIN: the latter, still held, here)
-    if let Some(l) = p.landlock {
+    if let Some(l) = p.landlock.take() {
         if let Err(err) = l.restrict_self_with(p.no_new_privs) {
             return format!("Landlock: {err}");
         }
     }
     // a filter without no_new_privs needs CAP_SYS_ADMIN: installed while it is held
     if !p.no_new_privs {
-        if let Some(s) = &p.seccomp {
-            if let Err(err) = s.install() {
-                return format!("linux.seccomp: installing the filter: {err}");
-            }
+        if let Err(err) = filters(&p) {
+            return err;
         }
     }
     // SAFETY: plain system calls on our own process.
@@ -347,10 +364,8 @@ pub fn finish(p: Prepared) -> String {
         }
     }
     if p.no_new_privs {
-        if let Some(s) = &p.seccomp {
-            if let Err(err) = s.install() {
-                return format!("linux.seccomp: installing the filter: {err}");
-            }
+        if let Err(err) = filters(&p) {
+            return err;
         }
     }
     let _ = crate::linux::sys::cloexec_from(3);
