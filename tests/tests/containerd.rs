@@ -403,6 +403,104 @@ fn ctr_task_kill_stops_it_and_ctr_task_exec_runs_inside() {
     cleanup(e, &cid);
 }
 
+/// Wait (at most 20 s) until `file` holds `want`; its text at the end.
+fn wait_for_text(file: &Path, want: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.contains(want) || t0.elapsed() > Duration::from_secs(20) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_refused_write_is_listed_for_the_init_and_for_exec() {
+    let Some(e) = engine() else { return };
+    let cid = id("refused");
+    // a read-only root: /etc is not writable, /tmp neither (the image has no mount there)
+    let o = ctr(e)
+        .args(["run", "-d", "--read-only", "--runc-binary"])
+        .arg(&e.runc)
+        .args([
+            IMAGE,
+            &cid,
+            "sh",
+            "-c",
+            "echo x > /etc/by-init; test -e /etc/by-init && echo WROTE; sleep 1000",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(wait_status(e, &cid, "RUNNING"));
+    // the shim's runc root is /run/containerd/runc/<namespace>; its log the bundle's
+    let listing = Path::new("/run/containerd/runc/default")
+        .join(&cid)
+        .join("refusals.jsonl");
+    let log = e
+        .dir
+        .join("state/io.containerd.runtime.v2.task/default")
+        .join(&cid)
+        .join("log.json");
+    let text = wait_for_text(&listing, "/etc/by-init");
+    assert!(
+        text.lines().any(|l| l.contains("\"kind\":\"write\"")
+            && l.contains("\"target\":\"/etc/by-init\"")
+            && l.contains("\"program\":\"sh\"")),
+        "listing: {text:?}"
+    );
+    let logged = wait_for_text(&log, "refused write /etc/by-init");
+    assert!(
+        logged.contains("\"level\":\"warning\"")
+            && logged.contains("refused write /etc/by-init (sh)"),
+        "log.json: {logged:?}"
+    );
+    // a process added by exec is observed too, in the same listing
+    let o = ctr(e)
+        .args([
+            "task",
+            "exec",
+            "--exec-id",
+            "w1",
+            &cid,
+            "touch",
+            "/etc/by-exec",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(code(&o), 0, "the write must be refused: {}", stderr(&o));
+    let text = wait_for_text(&listing, "/etc/by-exec");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("\"target\":\"/etc/by-exec\"")
+                && l.contains("\"program\":\"touch\"")),
+        "listing: {text:?}"
+    );
+    assert!(
+        text.contains("/etc/by-init"),
+        "the init's refusal stays listed: {text:?}"
+    );
+    // an allowed write is not listed (a writable mount: /dev/shm)
+    let o = ctr(e)
+        .args([
+            "task",
+            "exec",
+            "--exec-id",
+            "w2",
+            &cid,
+            "touch",
+            "/dev/shm/fine",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::thread::sleep(Duration::from_millis(300));
+    let text = std::fs::read_to_string(&listing).unwrap_or_default();
+    assert!(!text.contains("/dev/shm/fine"), "listing: {text:?}");
+    cleanup(e, &cid);
+}
+
 // ---- the lifecycle, driven directly (runtime-tools' lifecycle/state/kill cases) ----
 
 fn bundle(
@@ -563,7 +661,29 @@ fn a_field_it_cannot_honour_fails_create_naming_it() {
             c["linux"]["intelRdt"] = serde_json::json!({"closID": "x"})
         }),
         ("rootfsPropagation", &|c| {
-            c["linux"]["rootfsPropagation"] = "rshared".into()
+            c["linux"]["rootfsPropagation"] = "sideways".into()
+        }),
+        ("\"time\"", &|c| {
+            c["linux"]["namespaces"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"type": "time"}))
+        }),
+        ("rdma", &|c| {
+            c["linux"]["resources"]["rdma"] = serde_json::json!({"mlx5_1": {"hcaHandles": 3}})
+        }),
+        ("hugepageLimits", &|c| {
+            c["linux"]["resources"]["hugepageLimits"] =
+                serde_json::json!([{"pageSize": "2MB", "limit": 2097152}])
+        }),
+        ("personality", &|c| {
+            c["linux"]["personality"] = serde_json::json!({"domain": "LINUX32"})
+        }),
+        ("blockIO.weight", &|c| {
+            c["linux"]["resources"]["blockIO"] = serde_json::json!({"weight": 10})
+        }),
+        ("memory: swappiness", &|c| {
+            c["linux"]["resources"]["memory"] = serde_json::json!({"swappiness": 10})
         }),
         (
             "listenerPath",

@@ -595,7 +595,9 @@ pub fn install_observer() -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     p.extend(observed_calls(false, false));
     let fd = install_bpf(&p, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
     // SAFETY: the kernel returned a new descriptor, ours to own.
-    Ok(Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }))
+    Ok(Some(unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+    }))
 }
 
 /// Where a write call's paths are: `(dirfd argument, path argument)`, the dirfd `None`

@@ -446,7 +446,16 @@ fn spawn(
     }
     if let Some((mine, listen)) = obs {
         let allowed = observe::allowed(spec);
-        let r = observe::spawn(dir, a.id, pid, start_time, allowed, mine, listen, a.log.clone());
+        let r = observe::spawn(
+            dir,
+            a.id,
+            pid,
+            start_time,
+            allowed,
+            mine,
+            listen,
+            a.log.clone(),
+        );
         if let Err(e) = r {
             kill();
             return Err(e);

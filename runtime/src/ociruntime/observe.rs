@@ -51,10 +51,7 @@ pub fn allowed(spec: &Spec) -> Allowed {
         .iter()
         .filter(|m| {
             m.options.iter().any(|o| o == "ro")
-                || matches!(
-                    m.typ.as_deref(),
-                    Some("sysfs" | "cgroup" | "cgroup2")
-                )
+                || matches!(m.typ.as_deref(), Some("sysfs" | "cgroup" | "cgroup2"))
         })
         .map(|m| m.destination.clone())
         .collect();
@@ -161,7 +158,16 @@ pub fn spawn(
     let _ = std::fs::write(dir.join(PID_FILE), format!("{}", std::process::id()));
     // SAFETY: the descriptors just put there.
     let (init, listen) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-    serve(dir, id, pid, start_time, &allowed, init, listen, log.as_ref());
+    serve(
+        dir,
+        id,
+        pid,
+        start_time,
+        &allowed,
+        init,
+        listen,
+        log.as_ref(),
+    );
     // SAFETY: leaving the observer.
     unsafe { libc::_exit(0) }
 }
@@ -306,7 +312,11 @@ fn serve(
                 let mut r = r.clone();
                 r.grant = None;
                 r.count = 1;
-                say(log, "warning", &format!("capsule: container {id}: {}", r.line()));
+                say(
+                    log,
+                    "warning",
+                    &format!("capsule: container {id}: {}", r.line()),
+                );
             }
             said = list.len();
         }
