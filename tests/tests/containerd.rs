@@ -653,6 +653,90 @@ fn create_state_start_kill_delete() {
     assert!(runc(e, &["delete", "--force", &cid]).status.success());
 }
 
+/// The image's rootfs is hostile: its symlinks must lead no mount point, masked or
+/// read-only path or device node out of it (each is resolved in the rootfs, as if it
+/// were `/`).
+#[test]
+fn a_hostile_rootfs_cannot_lead_create_out_of_it() {
+    let Some(e) = engine() else { return };
+    let host = e.dir.join("host-victim");
+    let _ = std::fs::remove_dir_all(&host);
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("secret"), "host's").unwrap();
+    let b = bundle(
+        e,
+        "hostile",
+        &["sh", "-c", "echo in > /proc/../ran-inside || true"],
+        |c| {
+            // no /dev tmpfs: the devices are made in the image's own /dev (with a link out)
+            c["linux"]["devices"] = serde_json::json!([
+                {"path": "/dev/sub/null2", "type": "c", "major": 1, "minor": 3}
+            ]);
+            c["mounts"] = serde_json::json!([
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/victim/sub", "type": "tmpfs", "source": "tmpfs"},
+                {"destination": "/knows/sub", "type": "tmpfs", "source": "tmpfs"},
+            ]);
+            c["root"]["readonly"] = false.into();
+            c["linux"]["maskedPaths"] = serde_json::json!(["/mask"]);
+            c["linux"]["readonlyPaths"] = serde_json::json!(["/ro/secret"]);
+        },
+    );
+    let r = b.join("rootfs");
+    let climb = format!("../../../../../../../..{}", host.display());
+    std::os::unix::fs::symlink(host.join("p"), r.join("proc")).unwrap();
+    std::os::unix::fs::symlink(format!("{climb}/v"), r.join("victim")).unwrap();
+    std::os::unix::fs::symlink(host.join("secret"), r.join("mask")).unwrap();
+    std::os::unix::fs::symlink(&climb, r.join("ro")).unwrap();
+    // one that knows where capsule-runc keeps the host while it builds the root
+    let knows = r.join("oldroot").join(host.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&knows).unwrap();
+    std::os::unix::fs::symlink(
+        Path::new("/oldroot").join(host.strip_prefix("/").unwrap()),
+        r.join("knows"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(r.join("dev")).unwrap();
+    std::os::unix::fs::symlink(&climb, r.join("dev/sub")).unwrap();
+    // where the links lead when resolved in the rootfs: there, so that create succeeds
+    let inside = r.join(host.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(inside.join("p")).unwrap();
+    std::fs::create_dir_all(inside.join("v")).unwrap();
+    let cid = id("hostile");
+    let o = runc(e, &["run", "--bundle", b.to_str().unwrap(), &cid]);
+    let _ = runc(e, &["delete", "--force", &cid]);
+    // the host's folder: as it was (no node, folder or mount added, the file unchanged)
+    let mut names: Vec<String> = std::fs::read_dir(&host)
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["secret"], "run: {} {}", stdout(&o), stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(host.join("secret")).unwrap(),
+        "host's"
+    );
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!info.contains(host.to_str().unwrap()), "{info}");
+    // ... and the links were followed inside the rootfs instead (the test did something)
+    assert!(
+        knows.join("sub").is_dir(),
+        "mount point made inside: {}",
+        stderr(&o)
+    );
+    assert!(
+        inside.join("v/sub").is_dir(),
+        "mount point made inside: {}",
+        stderr(&o)
+    );
+    assert!(
+        inside.join("null2").exists(),
+        "device made inside: {}",
+        stderr(&o)
+    );
+    assert_eq!(code(&o), 0, "run: {} {}", stdout(&o), stderr(&o));
+}
+
 #[test]
 fn a_field_it_cannot_honour_fails_create_naming_it() {
     let Some(e) = engine() else { return };
@@ -678,6 +762,12 @@ fn a_field_it_cannot_honour_fails_create_naming_it() {
         }),
         ("personality", &|c| {
             c["linux"]["personality"] = serde_json::json!({"domain": "LINUX32"})
+        }),
+        ("mounts[2].destination", &|c| {
+            c["mounts"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"destination": "/../../etc", "type": "tmpfs", "source": "tmpfs"}))
         }),
         ("blockIO.weight", &|c| {
             c["linux"]["resources"]["blockIO"] = serde_json::json!({"weight": 10})

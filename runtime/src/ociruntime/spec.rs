@@ -396,6 +396,12 @@ pub fn check(spec: &Spec) -> Result<(), String> {
                 m.destination
             ));
         }
+        if climbs(&m.destination) {
+            return Err(format!(
+                "mounts[{i}].destination {:?}: must not contain `..`",
+                m.destination
+            ));
+        }
         for o in &m.options {
             if matches!(o.as_str(), "idmap" | "ridmap" | "tmpcopyup" | "remount")
                 || o.starts_with("X-mount.")
@@ -482,10 +488,22 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         if !matches!(d.typ.as_str(), "c" | "u" | "b" | "p") {
             return Err(format!("linux.devices[{i}].type {:?}: c, u, b or p", d.typ));
         }
-        if !d.path.starts_with("/dev/") {
+        // (with a user namespace the host's node of that path is bound: `..` would
+        // name another host file)
+        if !d.path.starts_with("/dev/") || climbs(&d.path) {
             return Err(format!(
-                "linux.devices[{i}].path {:?}: must be below /dev",
+                "linux.devices[{i}].path {:?}: must be below /dev, without `..`",
                 d.path
+            ));
+        }
+    }
+    for (what, list) in [
+        ("maskedPaths", &l.masked_paths),
+        ("readonlyPaths", &l.readonly_paths),
+    ] {
+        if let Some(p) = list.iter().find(|p| !p.is_absolute() || climbs(p)) {
+            return Err(format!(
+                "linux.{what} {p:?}: must be absolute, without `..`"
             ));
         }
     }
@@ -498,6 +516,12 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         super::seccomp::check(s)?;
     }
     Ok(())
+}
+
+/// Does path `p` have a `..` component?
+fn climbs(p: &Path) -> bool {
+    p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 /// `RLIMIT_*` by the name config.json gives it.
@@ -551,6 +575,14 @@ mod tests {
         assert!(spec(r#","resources":{"rdma":{}}"#)
             .unwrap_err()
             .contains("rdma"));
+        assert!(spec(
+            r#","devices":[{"path":"/dev/../etc/shadow","type":"c","major":1,"minor":3}]"#
+        )
+        .unwrap_err()
+        .contains("linux.devices[0].path"));
+        assert!(spec(r#","maskedPaths":["/proc/../../etc"]"#)
+            .unwrap_err()
+            .contains("maskedPaths"));
         let mut s = spec("").unwrap();
         s.linux
             .as_mut()
