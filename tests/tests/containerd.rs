@@ -737,6 +737,71 @@ fn a_hostile_rootfs_cannot_lead_create_out_of_it() {
     assert_eq!(code(&o), 0, "run: {} {}", stdout(&o), stderr(&o));
 }
 
+/// capsule's own limits (memory, processes) where the bundle sets none; the bundle's
+/// own stand. Numbers from CAPSULE_OWN_DEFAULTS, so the test can tell them apart.
+#[test]
+fn capsule_default_limits_where_the_bundle_sets_none() {
+    let Some(e) = engine() else { return };
+    let read = |ctl: &str, rel: &str, file: &str| {
+        std::fs::read_to_string(Path::new("/sys/fs/cgroup").join(ctl).join(rel).join(file))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    for (name, pids) in [("deflim", None), ("ownlim", Some(50))] {
+        let b = bundle(e, name, &["sleep", "1000"], |c| {
+            if let Some(n) = pids {
+                c["linux"]["resources"] = serde_json::json!({"pids": {"limit": n}});
+            }
+        });
+        let cid = id(name);
+        let rel = format!("capsule-test/{name}-{}", std::process::id());
+        let log = e.dir.join(format!("{name}.log"));
+        let o = Command::new(&e.runc)
+            .env("CAPSULE_OWN_DEFAULTS", "pids=77,memory=300M")
+            .arg("--root")
+            .arg(e.dir.join("runc-root"))
+            .arg("--log")
+            .arg(&log)
+            .args(["--log-format", "json", "create", "--bundle"])
+            .arg(&b)
+            .arg(&cid)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(o.success(), "create {name}");
+        let s = state_of(e, &cid);
+        let have_pids = Path::new("/sys/fs/cgroup/pids").exists();
+        let have_mem = Path::new("/sys/fs/cgroup/memory").exists();
+        match pids {
+            None if have_pids => {
+                assert_eq!(read("pids", &rel, "pids.max"), "77");
+                assert!(
+                    s["annotations"]["dev.capsule.default-limits"]
+                        .as_str()
+                        .is_some_and(|v| v.contains("pids=77")),
+                    "{s}"
+                );
+                let logged = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(
+                    logged.contains("default limits") && logged.contains("pids=77"),
+                    "{logged}"
+                );
+            }
+            Some(n) if have_pids => assert_eq!(read("pids", &rel, "pids.max"), n.to_string()),
+            _ => eprintln!("note: no pids controller here"),
+        }
+        if have_mem {
+            assert_eq!(
+                read("memory", &rel, "memory.limit_in_bytes"),
+                (300u64 << 20).to_string()
+            );
+        }
+        let _ = runc(e, &["delete", "--force", &cid]);
+    }
+}
+
 #[test]
 fn a_field_it_cannot_honour_fails_create_naming_it() {
     let Some(e) = engine() else { return };

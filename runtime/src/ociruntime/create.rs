@@ -123,11 +123,32 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     }
     let rel = cgroup::relative_path(l.cgroups_path.as_deref(), a.id, a.systemd_cgroup);
     let mut cg_dirs = Vec::new();
+    // capsule's own limits where the bundle sets none (CAPSULE_OCI_DEFAULTS=0: none)
+    let (resources, defaults) =
+        if std::env::var_os("CAPSULE_OCI_DEFAULTS").is_some_and(|v| v == "0") {
+            (l.resources.clone().unwrap_or_default(), Vec::new())
+        } else {
+            cgroup::with_defaults(l.resources.as_ref())
+        };
     let r = (|| {
         let rel = rel?;
-        cg_dirs = cgroup::setup(&rel, l.resources.as_ref())?;
-        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs)
+        cg_dirs = cgroup::setup(&rel, Some(&resources))?;
+        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs, &defaults)
     })();
+    if r.is_ok() && !defaults.is_empty() {
+        if let Some(lg) = &a.log {
+            super::log_to(
+                &lg.path,
+                lg.json,
+                "info",
+                &format!(
+                    "capsule: container {}: capsule's default limits where the bundle sets none: {}",
+                    a.id,
+                    defaults.join(", ")
+                ),
+            );
+        }
+    }
     if r.is_err() {
         cgroup::remove(&cg_dirs);
         let _ = std::fs::remove_dir_all(&dir);
@@ -143,6 +164,7 @@ fn spawn(
     dir: &Path,
     rel: &Path,
     cg_dirs: &[PathBuf],
+    defaults: &[String],
 ) -> Result<(), String> {
     let l = spec.linux.clone().unwrap_or_default();
     let p = spec.process.clone().ok_or("process: missing")?;
@@ -412,6 +434,7 @@ fn spawn(
         cgroups: cg_dirs.to_vec(),
         annotations: spec.annotations.clone(),
         hooks: spec.hooks.clone(),
+        default_limits: defaults.to_vec(),
     };
     let hk = spec.hooks.clone().unwrap_or_default();
     let st = || {

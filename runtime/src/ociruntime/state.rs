@@ -22,6 +22,9 @@ pub struct Saved {
     /// (changes to config.json after create do not affect the container).
     #[serde(default)]
     pub hooks: Option<super::spec::Hooks>,
+    /// capsule's own limits applied where the bundle set none (`memory=…`, `pids=…`).
+    #[serde(default)]
+    pub default_limits: Vec<String>,
 }
 
 pub fn dir(root: &Path, id: &str) -> PathBuf {
@@ -85,6 +88,13 @@ impl Saved {
     /// The runtime spec's state JSON (with runc's extra fields, which go-runc reads).
     pub fn spec_state(&self, root: &Path) -> serde_json::Value {
         let status = self.status(root);
+        let mut annotations = self.annotations.clone();
+        if !self.default_limits.is_empty() {
+            annotations.insert(
+                "dev.capsule.default-limits".into(),
+                self.default_limits.join(","),
+            );
+        }
         serde_json::json!({
             "ociVersion": "1.0.2",
             "id": self.id,
@@ -93,7 +103,7 @@ impl Saved {
             "bundle": self.bundle,
             "rootfs": self.rootfs,
             "created": self.created,
-            "annotations": self.annotations,
+            "annotations": annotations,
             "owner": "",
         })
     }
