@@ -737,6 +737,19 @@ fn a_hostile_rootfs_cannot_lead_create_out_of_it() {
     assert_eq!(code(&o), 0, "run: {} {}", stdout(&o), stderr(&o));
 }
 
+/// `capsule-runc --root … --log LOG --log-format json create --bundle B CID`.
+fn create_logged(e: &Engine, b: &Path, cid: &str, log: &Path) -> Command {
+    let mut c = Command::new(&e.runc);
+    c.arg("--root")
+        .arg(e.dir.join("runc-root"))
+        .arg("--log")
+        .arg(log)
+        .args(["--log-format", "json", "create", "--bundle"])
+        .arg(b)
+        .arg(cid);
+    c
+}
+
 /// capsule's own limits (memory, processes) where the bundle sets none; the bundle's
 /// own stand. Numbers from CAPSULE_OWN_DEFAULTS, so the test can tell them apart.
 #[test]
@@ -756,15 +769,8 @@ fn capsule_default_limits_where_the_bundle_sets_none() {
         let cid = id(name);
         let rel = format!("capsule-test/{name}-{}", std::process::id());
         let log = e.dir.join(format!("{name}.log"));
-        let o = Command::new(&e.runc)
+        let o = create_logged(e, &b, &cid, &log)
             .env("CAPSULE_OWN_DEFAULTS", "pids=77,memory=300M")
-            .arg("--root")
-            .arg(e.dir.join("runc-root"))
-            .arg("--log")
-            .arg(&log)
-            .args(["--log-format", "json", "create", "--bundle"])
-            .arg(&b)
-            .arg(&cid)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -855,16 +861,7 @@ fn a_field_it_cannot_honour_fails_create_naming_it() {
         let b = bundle(e, "refuse", &["true"], f);
         let cid = id("refuse");
         let log = e.dir.join("refuse.log");
-        let o = Command::new(&e.runc)
-            .arg("--root")
-            .arg(e.dir.join("runc-root"))
-            .arg("--log")
-            .arg(&log)
-            .args(["--log-format", "json", "create", "--bundle"])
-            .arg(&b)
-            .arg(&cid)
-            .output()
-            .unwrap();
+        let o = create_logged(e, &b, &cid, &log).output().unwrap();
         let err = stderr(&o);
         assert_eq!(code(&o), 1, "{field}: {err}");
         assert!(

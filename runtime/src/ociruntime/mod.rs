@@ -121,15 +121,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             pid_file,
             console_socket,
         } => {
-            create::run(create::Args {
-                root: &root,
-                id: &id,
-                bundle: &bundle,
-                pid_file: pid_file.as_deref(),
-                console_socket: console_socket.as_deref(),
-                systemd_cgroup: g.systemd_cgroup,
-                log: log_target(g),
-            })?;
+            create(g, &root, &id, &bundle, &pid_file, &console_socket)?;
             Ok(0)
         }
         Op::Run {
@@ -139,15 +131,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             console_socket,
             detach,
         } => {
-            create::run(create::Args {
-                root: &root,
-                id: &id,
-                bundle: &bundle,
-                pid_file: pid_file.as_deref(),
-                console_socket: console_socket.as_deref(),
-                systemd_cgroup: g.systemd_cgroup,
-                log: log_target(g),
-            })?;
+            create(g, &root, &id, &bundle, &pid_file, &console_socket)?;
             start(&root, &id)?;
             if detach {
                 return Ok(0);
@@ -255,6 +239,25 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             Ok(0)
         }
     }
+}
+
+fn create(
+    g: &cli::Global,
+    root: &Path,
+    id: &str,
+    bundle: &Path,
+    pid_file: &Option<std::path::PathBuf>,
+    console_socket: &Option<std::path::PathBuf>,
+) -> Result<(), String> {
+    create::run(create::Args {
+        root,
+        id,
+        bundle,
+        pid_file: pid_file.as_deref(),
+        console_socket: console_socket.as_deref(),
+        systemd_cgroup: g.systemd_cgroup,
+        log: log_target(g),
+    })
 }
 
 fn start(root: &Path, id: &str) -> Result<(), String> {

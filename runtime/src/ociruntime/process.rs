@@ -242,41 +242,6 @@ pub fn apparmor_enabled() -> bool {
         .is_ok_and(|s| s.trim() == "Y")
 }
 
-fn capset(effective: u64, permitted: u64, inheritable: u64) -> std::io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let hdr = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let data = [
-        Data {
-            effective: effective as u32,
-            permitted: permitted as u32,
-            inheritable: inheritable as u32,
-        },
-        Data {
-            effective: (effective >> 32) as u32,
-            permitted: (permitted >> 32) as u32,
-            inheritable: (inheritable >> 32) as u32,
-        },
-    ];
-    // SAFETY: capset(2) v3 with a header and two data structs.
-    if unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The seccomp filters: capsule's observer (it sends its listener at once: no call of
 /// ours is observed before), then the bundle's.
 fn filters(p: &Prepared) -> Result<(), String> {
@@ -334,7 +299,7 @@ pub fn finish(mut p: Prepared) -> String {
         }
         libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
     }
-    if let Err(err) = capset(p.effective, p.permitted, p.inheritable) {
+    if let Err(err) = crate::linux::sys::capset(p.effective, p.permitted, p.inheritable) {
         return format!("process.capabilities: {err}");
     }
     // SAFETY: prctl on our own process.

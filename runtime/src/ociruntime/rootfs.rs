@@ -326,15 +326,7 @@ fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
         let dp2 = fd_path(df.as_raw_fd())?;
         mount(Some(&s), &dp2, None, libc::MS_BIND, None)?;
         if ro {
-            let again = open_in(root, sub.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-            crate::linux::sys::mount_setattr(
-                &fd_path(again.as_raw_fd())?,
-                crate::linux::sys::MOUNT_ATTR_RDONLY
-                    | crate::linux::sys::MOUNT_ATTR_NOSUID
-                    | crate::linux::sys::MOUNT_ATTR_NODEV
-                    | 0x8,
-                false,
-            )?;
+            seal(root, &sub, false)?;
         }
     }
     if ro {
@@ -512,14 +504,20 @@ fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
     };
     let dp = fd_path(fd.as_raw_fd())?;
     mount(Some(&dp), &dp, None, libc::MS_BIND | libc::MS_REC, None)?;
+    seal(root, p, true)
+}
+
+/// The mount now at `p` (reopened: an older descriptor names what was under it) made
+/// read-only, `nosuid`, `nodev`, `noexec` (and what is below it, when `recursive`).
+fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
     crate::linux::sys::mount_setattr(
         &fd_path(again.as_raw_fd())?,
         crate::linux::sys::MOUNT_ATTR_RDONLY
             | crate::linux::sys::MOUNT_ATTR_NOSUID
             | crate::linux::sys::MOUNT_ATTR_NODEV
-            | 0x8,
-        true,
+            | 0x8, // MOUNT_ATTR_NOEXEC
+        recursive,
     )
 }
 
