@@ -444,14 +444,7 @@ fn devices(root: RawFd, list: &[Device], userns: bool, terminal: bool) -> R<()> 
     // the links every container has
     let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64)
         .or_else(|e| err("opening /dev", e))?;
-    for (link, target) in [
-        ("ptmx", "pts/ptmx"),
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-        ("core", "/proc/kcore"),
-    ] {
+    for (link, target) in mounts::DEV_LINKS.iter().chain(&[("core", "/proc/kcore")]) {
         let (l, t) = (
             cs(link.as_bytes()).unwrap_or_default(),
             cs(target.as_bytes()).unwrap_or_default(),
