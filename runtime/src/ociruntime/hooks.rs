@@ -117,3 +117,27 @@ pub fn run_inside(list: &[Hook], kind: &str) -> Result<(), String> {
         &serde_json::json!({"ociVersion": "1.0.2", "status": "creating"}),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hooks_output_is_said_escaped() {
+        let h = Hook {
+            path: "/bin/sh".into(),
+            args: vec![
+                "sh".into(),
+                "-c".into(),
+                "printf 'clear\\033[2J'; printf 'oops\\n' >&2; exit 3".into(),
+            ],
+            env: vec![],
+            timeout: Some(10),
+        };
+        let e = run(&[h], "prestart", &serde_json::json!({})).unwrap_err();
+        assert!(e.starts_with("hooks.prestart[0] (/bin/sh): exit status: 3"), "{e}");
+        assert!(e.contains(r#"stdout: "clear\x1b[2J""#), "{e}");
+        assert!(e.contains(r#"stderr: "oops\n""#), "{e}");
+        assert!(!e.contains('\x1b') && !e.contains('\n'), "{e:?}");
+    }
+}
