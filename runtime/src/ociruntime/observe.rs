@@ -44,7 +44,7 @@ pub struct LogTo {
 /// The writable set of a bundle, as the observer judges writes: the writable mounts
 /// (and `/dev`), the read-only ones inside them.
 pub fn allowed(spec: &Spec) -> Allowed {
-    let mut writable = super::process::writable_set(spec);
+    let mut writable = super::spec::writable_set(spec);
     writable.push("/dev".into());
     let mut read_only: Vec<PathBuf> = spec
         .mounts

@@ -46,22 +46,6 @@ fn mask(names: &[String]) -> u64 {
         .fold(0u64, |m, c| m | (1u64 << c.index()))
 }
 
-/// The paths the container may write, as its mounts allow.
-pub fn writable_set(spec: &Spec) -> Vec<PathBuf> {
-    let mut w = Vec::new();
-    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
-        w.push(PathBuf::from("/"));
-    }
-    for m in &spec.mounts {
-        let ro = m.options.iter().any(|o| o == "ro");
-        let typ = m.typ.as_deref().unwrap_or("bind");
-        if !ro && !matches!(typ, "sysfs" | "cgroup" | "cgroup2") {
-            w.push(m.destination.clone());
-        }
-    }
-    w
-}
-
 fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
     if std::env::var_os("CAPSULE_OCI_LANDLOCK").is_some_and(|v| v == "0") {
         return Ok(None);
@@ -69,7 +53,7 @@ fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
     if crate::linux::landlock::abi_version() == 0 {
         return Ok(None);
     }
-    let mut w = writable_set(spec);
+    let mut w = super::spec::writable_set(spec);
     // the terminal and shared memory are always the container's own
     w.push("/dev".into());
     let (workspace, read_only) = match w.first() {
