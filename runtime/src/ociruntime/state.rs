@@ -88,13 +88,6 @@ impl Saved {
     /// The runtime spec's state JSON (with runc's extra fields, which go-runc reads).
     pub fn spec_state(&self, root: &Path) -> serde_json::Value {
         let status = self.status(root);
-        let mut annotations = self.annotations.clone();
-        if !self.default_limits.is_empty() {
-            annotations.insert(
-                "dev.capsule.default-limits".into(),
-                self.default_limits.join(","),
-            );
-        }
         serde_json::json!({
             "ociVersion": "1.0.2",
             "id": self.id,
@@ -103,7 +96,7 @@ impl Saved {
             "bundle": self.bundle,
             "rootfs": self.rootfs,
             "created": self.created,
-            "annotations": annotations,
+            "annotations": self.annotations,
             "owner": "",
         })
     }
