@@ -437,19 +437,20 @@ fn spawn(
         default_limits: defaults.to_vec(),
     };
     let hk = spec.hooks.clone().unwrap_or_default();
-    let st = || {
+    let st = |status: &str| {
         let mut v = saved.spec_state(a.root);
-        v["status"] = "creating".into();
+        v["status"] = status.into();
         v["pid"] = pid.into();
         v
     };
     // prestart (deprecated) and createRuntime: in the runtime's namespaces, once the
-    // container's exist
-    for (list, name) in [
-        (&hk.prestart, "prestart"),
-        (&hk.create_runtime, "createRuntime"),
+    // container's exist; prestart sees `created`, as in runtime-spec 1.0 (its tools
+    // check for it), createRuntime `creating`
+    for (list, name, status) in [
+        (&hk.prestart, "prestart", "created"),
+        (&hk.create_runtime, "createRuntime", "creating"),
     ] {
-        if let Err(e) = hooks::run(list, name, &st()) {
+        if let Err(e) = hooks::run(list, name, &st(status)) {
             kill();
             return Err(e);
         }

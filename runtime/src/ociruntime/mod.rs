@@ -282,7 +282,11 @@ fn start(root: &Path, id: &str) -> Result<(), String> {
         ));
     }
     if let Some(h) = &s.hooks {
-        if let Err(e) = hooks::run(&h.poststart, "poststart", &s.spec_state(root)) {
+        // as the runtime spec has it: the process started (it may have ended since)
+        let mut st = s.spec_state(root);
+        st["status"] = "running".into();
+        st["pid"] = s.pid.into();
+        if let Err(e) = hooks::run(&h.poststart, "poststart", &st) {
             log_warn(&e);
         }
     }
