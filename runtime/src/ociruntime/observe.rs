@@ -132,12 +132,17 @@ pub fn spawn(
         };
     }
     // SAFETY: a session of its own, then the observer itself in a second fork (so it is
-    // nobody's child but the reaper's, as the container's init).
+    // nobody's child but the reaper's, as the container's init); its pid is written
+    // before create returns, so that a delete however soon finds it.
     unsafe {
         libc::setsid();
         match libc::fork() {
             0 => {}
-            n => libc::_exit(if n < 0 { 1 } else { 0 }),
+            n if n < 0 => libc::_exit(1),
+            n => {
+                let ok = std::fs::write(dir.join(PID_FILE), n.to_string()).is_ok();
+                libc::_exit(if ok { 0 } else { 1 })
+            }
         }
     }
     // stdio on /dev/null, the two sockets at 3 and 4, nothing else: whoever waits for
@@ -155,7 +160,14 @@ pub fn spawn(
         libc::dup3(l2, 4, libc::O_CLOEXEC);
         libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32);
     }
-    let _ = std::fs::write(dir.join(PID_FILE), format!("{}", std::process::id()));
+    // SIGUSR1 (from delete: the container's processes are gone): answer what is pending
+    // and end, without waiting for the kernel to say the filters' last task is released
+    // SAFETY: a handler that only stores to an atomic.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+    }
     // SAFETY: the descriptors just put there.
     let (init, listen) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
     serve(
@@ -172,7 +184,14 @@ pub fn spawn(
     unsafe { libc::_exit(0) }
 }
 
-/// `delete`: wait (at most a second) for the observer to write its last lines.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// `delete`, once the container's processes are gone: tell the observer to end, and wait
+/// (at most a second) for it to write its last lines.
 pub fn wait_for(dir: &Path) {
     let Some(pid) = std::fs::read_to_string(dir.join(PID_FILE))
         .ok()
@@ -180,6 +199,10 @@ pub fn wait_for(dir: &Path) {
     else {
         return;
     };
+    if is_observer(pid) {
+        // SAFETY: a signal to our own observer (checked by its executable just now).
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+    }
     for _ in 0..500 {
         let (t, zombie) = super::state::proc_start(pid);
         // gone, a zombie, or another process (not in a session of the observer's name)
@@ -247,9 +270,20 @@ fn serve(
         let mut p = vec![pfd(listen.as_raw_fd())];
         p.extend(socks.iter().map(|s| pfd(s.as_raw_fd())));
         p.extend(listeners.iter().map(|l| pfd(l.as_raw_fd())));
+        let stopping = STOP.load(std::sync::atomic::Ordering::SeqCst);
         // SAFETY: valid pollfds.
-        let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 500) };
+        let n = unsafe {
+            libc::poll(
+                p.as_mut_ptr(),
+                p.len() as libc::nfds_t,
+                if stopping { 0 } else { 500 },
+            )
+        };
         if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+        if n <= 0 && stopping {
+            // nothing pending any more
             break;
         }
         let (ns, nl) = (socks.len(), listeners.len());
