@@ -282,7 +282,7 @@ fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
 
 /// Receive one notification and answer it: a write call continues (observed,
 /// [`observe`]), anything else is a refusal of the table, answered `EPERM` and recorded.
-fn answer_one(
+pub(crate) fn answer_one(
     listener: RawFd,
     names: &Names,
     allowed: &Allowed,
@@ -399,10 +399,10 @@ pub(crate) fn nspid_in(status: &[u8]) -> Option<i32> {
 }
 
 /// Syscall names by number, from the filter's table.
-struct Names(Vec<(i64, &'static str)>);
+pub(crate) struct Names(Vec<(i64, &'static str)>);
 
 impl Names {
-    fn new() -> Names {
+    pub(crate) fn new() -> Names {
         let mut v: Vec<(i64, &'static str)> =
             seccomp::rules().iter().map(|r| (r.nr, r.name)).collect();
         v.sort_unstable();

@@ -188,6 +188,16 @@ impl Allowed {
         }
     }
 
+    /// A writable set given as lists (an OCI bundle's: its writable mounts, and the
+    /// read-only ones inside them); nothing hidden, the network not judged.
+    pub fn of_paths(writable: Vec<PathBuf>, read_only: Vec<PathBuf>) -> Allowed {
+        Allowed {
+            writable: Roots::new(writable),
+            read_only: Roots::new(read_only),
+            ..Allowed::default()
+        }
+    }
+
     /// The hidden path that hides absolute, normalized `p`, if one does (and nothing
     /// deeper shows it again).
     pub fn hiding(&self, p: &Path) -> Option<PathBuf> {

@@ -534,11 +534,21 @@ fn listened(
             }),
     );
     p.extend(fall_through(table(refusals, writes)?));
-    p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
-    // with `list_reads` every open is sent (reads of hidden paths are listed too), else
-    // only those with write intent; the supervisor tells a write from a read by the
-    // flags, which the kernel copied for it. Without `list_writes` (and reads) none is:
-    // they are allowed here and Landlock and the mounts decide, unseen
+    p.extend(observed_calls(list_reads, list_writes, true));
+    if p.len() > 4096 {
+        return Err(SeccompError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+/// The section of a listened program that sends the observed calls: the write calls
+/// (with `list_reads` every open, else only those with write intent; the supervisor tells
+/// a write from a read by the flags, which the kernel copied for it; without `list_writes`
+/// and `list_reads` none: they are allowed here and Landlock and the mounts decide,
+/// unseen), and `connect` when `connect`: `SECCOMP_RET_USER_NOTIF`; all else allowed.
+fn observed_calls(list_reads: bool, list_writes: bool, connect: bool) -> Vec<sock_filter> {
+    let notify = libc::SECCOMP_RET_USER_NOTIF;
+    let mut p = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
     for w in WRITE_CALLS.iter().filter(|_| list_writes || list_reads) {
         match w.flags {
             Some((arg, mask)) if !list_reads => p.extend([
@@ -554,15 +564,45 @@ fn listened(
             ]),
         }
     }
-    p.extend([
-        jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
-        stmt(BPF_RET_K, notify),
-    ]);
-    p.push(stmt(BPF_RET_K, RET_ALLOW));
-    if p.len() > 4096 {
-        return Err(SeccompError::TooLong(p.len()));
+    if connect {
+        p.extend([
+            jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
+            stmt(BPF_RET_K, notify),
+        ]);
     }
-    Ok(p)
+    p.push(stmt(BPF_RET_K, RET_ALLOW));
+    p
+}
+
+/// A filter that only observes, stacked on a program of someone else's (an OCI
+/// bundle's): the write calls with write intent of the native architecture are sent to
+/// the listener, everything else allowed, so the other filter alone decides (the kernel
+/// takes the stricter answer of the two: a call it refuses is never sent). Installed on
+/// the calling thread; returns the listener (close-on-exec), or `None` where the kernel
+/// cannot answer "continue" (before 5.5). Needs `no_new_privs` or `CAP_SYS_ADMIN`.
+pub fn install_observer() -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    if !continue_supported() {
+        return Ok(None);
+    }
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
+        // another architecture: not observed (skip to the end's allow)
+        jump(BPF_JMP_JEQ_K, NATIVE_AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, RET_ALLOW),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
+        jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
+        stmt(BPF_RET_K, RET_ALLOW),
+    ]);
+    p.extend(observed_calls(false, true, false));
+    let fd = install_bpf(&p, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
+    // SAFETY: the kernel returned a new descriptor, ours to own.
+    Ok(Some(unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+    }))
 }
 
 /// Where a write call's paths are: `(dirfd argument, path argument)`, the dirfd `None`
