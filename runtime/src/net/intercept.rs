@@ -36,7 +36,7 @@ pub struct Site<'a> {
     /// The exec's list of refusals (under `capsule exec`).
     pub refusals: Option<&'a std::sync::Arc<crate::refusals::Collector>>,
     /// Who is behind the connection (refusals name its program).
-    pub who: Option<&'a super::proxy::Who>,
+    pub who: Option<&'a super::refusal::Who>,
     pub max_head: usize,
     pub idle: Option<Duration>,
 }

@@ -426,6 +426,24 @@ pub fn program(comm: &[u8], exe: Option<&[u8]>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::handoff;
+    #[test]
+    fn init_diagnostics_socket_is_told_apart() {
+        let (p, r) = handoff::channel().unwrap();
+        let diag = super::diag_socket().unwrap();
+        handoff::send_diag(r.as_fd(), diag.as_fd()).unwrap();
+        let handoff::Received::Diag(got) = handoff::recv(p.as_fd()).unwrap() else {
+            panic!("not told apart")
+        };
+        assert!(super::is_diag_socket(got.as_fd()));
+        // and a client is still a client
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        handoff::send(r.as_fd(), accepted.as_fd()).unwrap();
+        assert!(matches!(handoff::recv(p.as_fd()).unwrap(), handoff::Received::Fd(_)));
+    }
+
     use super::*;
     use std::net::{TcpListener, TcpStream};
 

@@ -20,7 +20,7 @@ use super::addr::{classify, HostAddrs};
 use super::allowlist::{Allowlist, Host};
 use super::http::{self, HeadError, Target};
 use super::intercept::{self, Prefixed, Site};
-use super::refusal::RefusalLog;
+use super::refusal::{RefusalLog, Who};
 use super::resolve::Resolver;
 use super::secrets::{Leak, Secrets};
 use super::socks;
@@ -152,36 +152,6 @@ pub enum Verdict {
     Refuse(String),
     /// Could not be decided (the name does not resolve): `502` with this message.
     Unresolved(String),
-}
-
-/// Who is behind a client connection the relay handed over, to be found only if it is
-/// refused ([`super::owner`]): what the proxy knows of the sandbox, and the connection's
-/// two addresses inside (known at no cost when the socket is taken).
-#[derive(Debug, Clone)]
-pub struct Who {
-    #[cfg(target_os = "linux")]
-    sandbox: Arc<super::owner::Sandbox>,
-    client: SocketAddr,
-    server: SocketAddr,
-}
-
-impl Who {
-    /// The program behind `who` and its pid in the sandbox, for a refusal: looked up on a
-    /// blocking thread, one lookup at a time in this process; ("", None) when unknown.
-    pub async fn asker(who: Option<&Who>) -> (String, Option<i32>) {
-        #[cfg(target_os = "linux")]
-        if let Some(w) = who.cloned() {
-            static ONE: Semaphore = Semaphore::const_new(1);
-            let _one = ONE.acquire().await;
-            let found =
-                tokio::task::spawn_blocking(move || w.sandbox.find(w.client, w.server)).await;
-            if let Ok(Some(o)) = found {
-                return (o.program, o.pid);
-            }
-        }
-        let _ = who;
-        (String::new(), None)
-    }
 }
 
 /// A running proxy's shared state; cheap to clone.
@@ -835,11 +805,7 @@ impl Proxy {
             };
             Some(Arc::new(super::owner::Sandbox::new(netns, diag)))
         });
-        Some(Who {
-            sandbox: sandbox.clone()?,
-            client: client_addr,
-            server,
-        })
+        Some(Who::new(sandbox.clone()?, client_addr, server))
     }
 
     /// Keep init's diagnostics socket (the first one, if it is one; before any client).
