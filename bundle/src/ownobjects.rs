@@ -213,18 +213,25 @@ impl OwnObjects {
         out: &mut Vec<u8>,
         cache: &mut DeltaCache,
     ) -> Result<Kind> {
-        let mut inflate = gix::zlib::Inflate::default();
-        let kind = self
-            .pack(at)
-            .get_object_by_index(at.index, out, &mut inflate, cache)
+        // one inflate state per thread, reset for each stream (a fresh one per object
+        // costs its allocation and tables every time)
+        thread_local! {
+            static INFLATE: std::cell::RefCell<gix::zlib::Inflate> =
+                std::cell::RefCell::new(gix::zlib::Inflate::default());
+        }
+        let kind = INFLATE
+            .with(|inflate| {
+                let mut inflate = inflate.borrow_mut();
+                self.pack(at)
+                    .get_object_by_index(at.index, out, &mut inflate, cache)
+                    .map(|(o, _)| o.kind)
+            })
             .map_err(|e| {
                 Error::other(format!(
                     "{}: reading {id} from a pack: {e}",
                     crate::escape::path(&self.dir)
                 ))
-            })?
-            .0
-            .kind;
+            })?;
         self.check_id(id, kind, out)?;
         Ok(kind)
     }
@@ -333,6 +340,35 @@ impl OwnObjects {
 
 /// Where an object lies in one of the packs of an [`OwnObjects`]: ordered by pack, then
 /// offset (the order the entries lie in).
+/// The own store as an object database for gix (a checkout reads through it while the
+/// same objects are being copied): every object is hashed against its id, as
+/// [`OwnObjects::decode_packed`] and [`OwnObjects::read_loose`] do; alternates are not
+/// followed.
+#[derive(Clone, Copy)]
+pub struct Finder<'a>(pub &'a OwnObjects);
+
+impl gix::objs::Find for Finder<'_> {
+    fn try_find<'b>(
+        &self,
+        id: &gix::hash::oid,
+        buffer: &'b mut Vec<u8>,
+    ) -> gix::error::Result<Option<gix::objs::Data<'b>>> {
+        let id = id.to_owned();
+        let kind = match self.0.locate_packed(&id) {
+            Some(at) => self
+                .0
+                .decode_packed(&id, &at, buffer, &mut DeltaCache::default())
+                .map(Some),
+            None => self.0.read_loose(&id, buffer),
+        };
+        match kind {
+            Ok(Some(k)) => Ok(Some(gix::objs::Data::new(buffer, k, HASH))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(gix::error::Error::from_error(e)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PackedAt {
     /// The pack's number in its [`OwnObjects`].
