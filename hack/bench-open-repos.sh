@@ -15,8 +15,13 @@
 #   REPO          a checkout (its HEAD is opened); e.g. /var/tmp/open-bench/{tokio,cargo,gen100k}
 #   CAPSULE_BIN   binary to measure (default: target/release/capsule)
 #   BASE_BIN      a second binary measured alike (optional), e.g. /work/bins/capsule-final
-#   BENCH_DIR     scratch folder, on the repositories' filesystem (default: a new folder
-#                 next to the first REPO, so `git clone --local` hardlinks as it would)
+#   BENCH_DIR     scratch folder for capsule roots, workspaces, worktrees and clones
+#                 (default: a new folder in /dev/shm). Keep REPO on the same filesystem
+#                 so that `git clone --local` hardlinks. On ext4, creating files within a
+#                 minute of deleting many is several times slower (the allocator skips
+#                 recently deleted inodes, `recently_deleted()`), which a benchmark that
+#                 removes each workspace before the next one hits all the time: copy the
+#                 repositories to tmpfs (`cp -a`) and keep BENCH_DIR there.
 # Repositories: hack/bench-open-repos.sh --fetch DIR makes DIR/{tokio,cargo} from the
 # bare mirrors in /work/.mirror (or clones them from GitHub) and DIR/gen100k (100k files,
 # 10k commits) from hack/gen-history.py.
@@ -52,7 +57,7 @@ BIN=${CAPSULE_BIN:-$HERE/target/release/capsule}
 BASE_BIN=${BASE_BIN:-}
 REPOS=()
 for r in "$@"; do REPOS+=("$(cd "$r" && pwd)"); done
-WORK=${BENCH_DIR:-$(mktemp -d "$(dirname "${REPOS[0]}")/.bench-open-repos.XXXXXX")}
+WORK=${BENCH_DIR:-$(mktemp -d /dev/shm/bench-open-repos.XXXXXX)}
 mkdir -p "$WORK"
 cleanup() {
   for r in "${REPOS[@]}"; do git -C "$r" worktree prune 2>/dev/null || true; done

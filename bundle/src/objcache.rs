@@ -571,6 +571,18 @@ impl Objects {
         }
     }
 
+    /// The packs as an object store (for a checkout that reads them while they are
+    /// copied); `dir` names it in errors.
+    pub fn store(&self, dir: &Path) -> Result<OwnObjects> {
+        let mut fds = Vec::new();
+        for p in &self.packs {
+            let idx = p.idx.try_clone().at(dir)?;
+            let pack = p.pack.try_clone().at(dir)?;
+            fds.push((OwnedFd::from(idx), OwnedFd::from(pack)));
+        }
+        OwnObjects::from_packs(dir, fds)
+    }
+
     /// Copy (reflink where the filesystem can) the packs into `pack_dir`, a fresh
     /// repository's `objects/pack`, as `pack-<sum>.pack`/`.idx`, read-only.
     pub fn copy_into(&self, pack_dir: &Path) -> Result<()> {

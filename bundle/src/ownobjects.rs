@@ -184,6 +184,39 @@ impl OwnObjects {
     }
 
     /// Whether the store names alternates (which are not followed).
+    /// A store of only the given packs (`(index, pack)` descriptors, already checked by
+    /// the caller), no loose objects; `dir` (an existing folder) names it in errors.
+    pub fn from_packs(dir: &Path, packs: Vec<(OwnedFd, OwnedFd)>) -> Result<Self> {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        let dirfd = crate::fsat::open_path(dir, flags, 0)
+            .map_err(|e| Error::other(format!("{}: {e}", crate::escape::path(dir))))?;
+        let mut me = OwnObjects {
+            dir: dir.to_path_buf(),
+            dirfd,
+            has_alternates: false,
+            packs: Vec::new(),
+            fanout: [false; 256],
+            _pack_fds: Vec::new(),
+        };
+        for (ifd, pfd) in packs {
+            let bad = |e: &dyn std::fmt::Display| {
+                Error::other(format!(
+                    "{}: unreadable pack ({e})",
+                    crate::escape::path(dir)
+                ))
+            };
+            let index =
+                gix::odb::pack::index::File::at(fd_path(&ifd), HASH).map_err(|e| bad(&e))?;
+            let mut pack =
+                gix::odb::pack::data::File::at(fd_path(&pfd), HASH).map_err(|e| bad(&e))?;
+            pack.id = me.packs.len() as u32;
+            me.packs.push(gix::odb::pack::Bundle { pack, index });
+            me._pack_fds.push(ifd);
+            me._pack_fds.push(pfd);
+        }
+        Ok(me)
+    }
+
     pub fn has_alternates(&self) -> bool {
         self.has_alternates
     }
@@ -213,6 +246,18 @@ impl OwnObjects {
         out: &mut Vec<u8>,
         cache: &mut DeltaCache,
     ) -> Result<Kind> {
+        self.decode_packed_checked(id, at, out, cache, true)
+    }
+
+    /// [`OwnObjects::decode_packed`], hashed against `id` only when `verify`.
+    fn decode_packed_checked(
+        &self,
+        id: &ObjectId,
+        at: &PackedAt,
+        out: &mut Vec<u8>,
+        cache: &mut DeltaCache,
+        verify: bool,
+    ) -> Result<Kind> {
         // one inflate state per thread, reset for each stream (a fresh one per object
         // costs its allocation and tables every time)
         thread_local! {
@@ -232,7 +277,9 @@ impl OwnObjects {
                     crate::escape::path(&self.dir)
                 ))
             })?;
-        self.check_id(id, kind, out)?;
+        if verify {
+            self.check_id(id, kind, out)?;
+        }
         Ok(kind)
     }
 
@@ -341,11 +388,15 @@ impl OwnObjects {
 /// Where an object lies in one of the packs of an [`OwnObjects`]: ordered by pack, then
 /// offset (the order the entries lie in).
 /// The own store as an object database for gix (a checkout reads through it while the
-/// same objects are being copied): every object is hashed against its id, as
-/// [`OwnObjects::decode_packed`] and [`OwnObjects::read_loose`] do; alternates are not
-/// followed.
+/// same objects are being copied); alternates are not followed. With `verify`, every
+/// object is hashed against its id, as [`OwnObjects::decode_packed`] and
+/// [`OwnObjects::read_loose`] do; without, packed objects are only decoded (for packs
+/// that were checked when they were written, or bytes read and hashed once already).
 #[derive(Clone, Copy)]
-pub struct Finder<'a>(pub &'a OwnObjects);
+pub struct Finder<'a> {
+    pub objects: &'a OwnObjects,
+    pub verify: bool,
+}
 
 impl gix::objs::Find for Finder<'_> {
     fn try_find<'b>(
@@ -354,12 +405,12 @@ impl gix::objs::Find for Finder<'_> {
         buffer: &'b mut Vec<u8>,
     ) -> gix::error::Result<Option<gix::objs::Data<'b>>> {
         let id = id.to_owned();
-        let kind = match self.0.locate_packed(&id) {
-            Some(at) => self
-                .0
-                .decode_packed(&id, &at, buffer, &mut DeltaCache::default())
+        let o = self.objects;
+        let kind = match o.locate_packed(&id) {
+            Some(at) => o
+                .decode_packed_checked(&id, &at, buffer, &mut DeltaCache::default(), self.verify)
                 .map(Some),
-            None => self.0.read_loose(&id, buffer),
+            None => o.read_loose(&id, buffer),
         };
         match kind {
             Ok(Some(k)) => Ok(Some(gix::objs::Data::new(buffer, k, HASH))),

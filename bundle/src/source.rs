@@ -126,37 +126,27 @@ fn import_and_checkout(
     let pack_dir = dst_git.join("objects/pack");
     let t0 = std::time::Instant::now();
     if let Some(mut objs) = cache.cached(&id) {
-        objs.copy_into(&pack_dir)?;
-        crate::ownobjects::write_shallow(dst_git, &objs.shallow)?;
-        tracing::debug!(
-            "{what}: objects of {commit} from the object cache {} (all cached) in {:?}",
-            cache.dir().display(),
-            t0.elapsed()
-        );
-        let fail = |what: &str, e: &dyn std::fmt::Display| {
-            Error::other(format!("{}: checkout: {what}: {e}", dest.display()))
-        };
-        let repo =
-            gix::open_opts(dest, gix::open::Options::isolated()).map_err(|e| fail("open", &e))?;
-        let tree = repo
-            .head_commit()
-            .map_err(|e| fail("HEAD", &e))?
-            .tree_id()
-            .map_err(|e| fail("tree", &e))?
-            .detach();
-        let objects = repo
-            .objects
-            .clone()
-            .into_arc()
-            .map_err(|e| fail("objects", &e))?;
-        let digest = checkout_tree(
-            dest,
-            &repo,
-            &tree,
-            objects,
-            objs.tree_digest.clone(),
-            &AtomicBool::new(false),
-        );
+        // the checkout reads the cache's packs (checked when they were written, their
+        // stamps now) while they are copied into the workspace
+        let store = objs.store(cache.dir())?;
+        let tree = commit_tree(&store, &id, what)?;
+        let stop = AtomicBool::new(false);
+        let digest = std::thread::scope(|s| {
+            let copy = s.spawn(|| -> Result<()> {
+                objs.copy_into(&pack_dir)?;
+                crate::ownobjects::write_shallow(dst_git, &objs.shallow)
+            });
+            let digest = checkout_with(dest, &tree, &store, false, objs.tree_digest.clone(), &stop);
+            let copied = copy
+                .join()
+                .unwrap_or_else(|_| Err(Error::other("the copying thread failed")));
+            tracing::debug!(
+                "{what}: objects of {commit} from the object cache {} (all cached), checked out in {:?}",
+                cache.dir().display(),
+                t0.elapsed()
+            );
+            copied.and(digest)
+        });
         remember_digest(&cache, &mut objs, &id, &digest);
         return digest;
     }
@@ -164,18 +154,7 @@ fn import_and_checkout(
     let tree = commit_tree(&own, &id, what)?;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let checkout = s.spawn(|| {
-            let repo = gix::open_opts(dest, gix::open::Options::isolated())
-                .map_err(|e| Error::other(format!("{}: checkout: open: {e}", dest.display())))?;
-            checkout_tree(
-                dest,
-                &repo,
-                &tree,
-                crate::ownobjects::Finder(&own),
-                None,
-                &stop,
-            )
-        });
+        let checkout = s.spawn(|| checkout_with(dest, &tree, &own, true, None, &stop));
         let filled = cache.fill(&id, &own, shallow, what).and_then(|objs| {
             objs.copy_into(&pack_dir)?;
             crate::ownobjects::write_shallow(dst_git, &objs.shallow)?;
@@ -203,6 +182,31 @@ fn import_and_checkout(
     })
 }
 
+/// [`checkout_tree`] of `tree` into the repository at `dest`, reading `objects` (each
+/// object hashed against its id when `verify`; the tree digest reads the same objects
+/// again without).
+fn checkout_with(
+    dest: &Path,
+    tree: &gix::ObjectId,
+    objects: &crate::ownobjects::OwnObjects,
+    verify: bool,
+    known_digest: Option<String>,
+    stop: &AtomicBool,
+) -> Result<Option<String>> {
+    let repo = gix::open_opts(dest, gix::open::Options::isolated())
+        .map_err(|e| Error::other(format!("{}: checkout: open: {e}", dest.display())))?;
+    let find = |verify| crate::ownobjects::Finder { objects, verify };
+    checkout_tree(
+        dest,
+        &repo,
+        tree,
+        find(verify),
+        find(false),
+        known_digest,
+        stop,
+    )
+}
+
 /// The tree of `commit`, read from the own store (hashed against its id).
 fn commit_tree(
     own: &crate::ownobjects::OwnObjects,
@@ -211,14 +215,22 @@ fn commit_tree(
 ) -> Result<gix::ObjectId> {
     use gix::objs::Find as _;
     let mut buf = Vec::new();
-    let data = crate::ownobjects::Finder(own)
-        .try_find(commit, &mut buf)
-        .map_err(|e| Error::other(format!("{what}: commit {commit}: {e}")))?
-        .ok_or_else(|| {
-            Error::other(format!(
-                "{what}: commit {commit} is not in the repository's own object store"
-            ))
-        })?;
+    let data = crate::ownobjects::Finder {
+        objects: own,
+        verify: true,
+    }
+    .try_find(commit, &mut buf)
+    .map_err(|e| Error::other(format!("{what}: commit {commit}: {e}")))?
+    .ok_or_else(|| {
+        let why = if own.has_alternates() {
+            "it has alternates, which are not followed"
+        } else {
+            "the repository is incomplete"
+        };
+        Error::other(format!(
+            "{what}: commit {commit} is not in the repository's own object store ({why})"
+        ))
+    })?;
     if data.kind != gix::objs::Kind::Commit {
         return Err(Error::other(format!(
             "{what}: {commit} is a {}, not a commit",
@@ -295,6 +307,7 @@ fn checkout_tree<F>(
     repo: &gix::Repository,
     tree: &gix::ObjectId,
     objects: F,
+    digest_objects: F,
     known_digest: Option<String>,
     stop: &AtomicBool,
 ) -> Result<Option<String>>
@@ -332,7 +345,7 @@ where
     let bytes = gix::progress::Discard;
     let (outcome, digest) = std::thread::scope(|s| {
         let digest_thread = (!convertible && known_digest.is_none()).then(|| {
-            let objects = objects.clone();
+            let objects = digest_objects;
             s.spawn(move || -> Option<String> {
                 let mut buf = Vec::new();
                 crate::digest::digest_entries(entries.iter().map(|(p, id)| {
