@@ -173,6 +173,9 @@ fn limits_in_words(plan: &serde_json::Value) -> String {
     if let Some(n) = l["pids"].as_u64() {
         v.push(format!("pids {n}"));
     }
+    if let Some(n) = l["nproc"].as_u64() {
+        v.push(format!("processes {n} (RLIMIT_NPROC: no cgroup here)"));
+    }
     if let Some(m) = l["cpus_milli"].as_u64() {
         v.push(format!("cpus {}", m as f64 / 1000.0));
     }
@@ -888,7 +891,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     for w in grants_in_words(&cap) {
         println!("  {w}");
     }
-    println!("\nlimits of an exec without flags (the spec's may only lower your defaults):");
+    println!("\nlimits of an exec without flags (the spec's may only lower your defaults; memory and processes are capsule's own where nothing else gives one):");
     match &now {
         Ok(n) => println!("  {}", esc_line(&limits_in_words(&n.plan))),
         Err(e) => println!("  unknown: {}", esc_line(e)),
