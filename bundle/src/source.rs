@@ -106,9 +106,9 @@ fn copy_commit(
 /// objects (see [`checkout_tree`]).
 ///
 /// When the cache has to be filled, the checkout does not wait for it: it reads the
-/// commit's tree and blobs from the source's own store ([`crate::ownobjects::Finder`],
-/// each object hashed against its id) in a second thread while the walk copies the
-/// history, so a first open costs about the longer of the two rather than their sum.
+/// commit's tree and blobs from the source's own store ([`crate::ownobjects::Finder`]) in
+/// a second thread while the walk copies (and checks) the history, so a first open costs
+/// about the longer of the two rather than their sum.
 #[allow(clippy::too_many_arguments)]
 fn import_and_checkout(
     cache_root: &Path,
@@ -154,7 +154,10 @@ fn import_and_checkout(
     let tree = commit_tree(&own, &id, what)?;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let checkout = s.spawn(|| checkout_with(dest, &tree, &own, true, None, &stop));
+        // the blobs and trees are not hashed here: the fill checks the same pack entries
+        // (trees hashed, reused entries against their CRC-32) and fails the open if one
+        // does not match
+        let checkout = s.spawn(|| checkout_with(dest, &tree, &own, false, None, &stop));
         let filled = cache.fill(&id, &own, shallow, what).and_then(|objs| {
             objs.copy_into(&pack_dir)?;
             crate::ownobjects::write_shallow(dst_git, &objs.shallow)?;
