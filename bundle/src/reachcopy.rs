@@ -225,16 +225,12 @@ fn walk(
         match kind {
             Kind::Commit => {
                 let c = gix::objs::CommitRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
+                todo.push((c.tree(), Some(Kind::Tree)));
                 if shallow.contains(&id) {
                     copied.shallow.push(id);
                 } else {
                     todo.extend(c.parents().map(|p| (p, Some(Kind::Commit))));
                 }
-                // the tree before the parents (a stack): newer trees are walked first,
-                // and a pack stores older versions as deltas of newer ones, so each
-                // tree's delta base is usually decoded (and cached) already; oldest
-                // first, every tree would resolve its whole chain again
-                todo.push((c.tree(), Some(Kind::Tree)));
             }
             Kind::Tree => {
                 let t = gix::objs::TreeRef::from_bytes(&buf, HASH).map_err(|e| bad(&e))?;
