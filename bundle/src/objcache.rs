@@ -557,17 +557,14 @@ impl Have for CacheHave<'_> {
 }
 
 impl Objects {
-    /// Wait until a new pack is durable and recorded (a failure there only costs the
-    /// next open a walk: it is logged, not returned).
-    pub fn settle(&mut self) {
-        if let Some(t) = self.pending.take() {
-            match t.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!("object cache: not recorded: {e}"),
-                Err(_) => {
-                    tracing::warn!("object cache: not recorded (the recording thread failed)")
-                }
-            }
+    /// Wait until a new pack is durable and recorded. A failure there only costs the next
+    /// open a walk, so it is not an error of this open: it is returned for the caller to
+    /// log (or not, when the open failed anyway and said why).
+    pub fn settle(&mut self) -> std::result::Result<(), String> {
+        match self.pending.take().map(|t| t.join()) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(format!("object cache: not recorded: {e}")),
+            Some(Err(_)) => Err("object cache: not recorded (the recording thread failed)".into()),
         }
     }
 

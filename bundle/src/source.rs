@@ -232,7 +232,14 @@ fn remember_digest(
     id: &gix::ObjectId,
     digest: &Result<Option<String>>,
 ) {
-    objs.settle();
+    if let Err(e) = objs.settle() {
+        // the open's own error (a full disk, say) is the one line the user needs
+        if digest.is_ok() {
+            tracing::warn!("{e}");
+        } else {
+            tracing::debug!("{e}");
+        }
+    }
     if let (None, Ok(Some(d))) = (&objs.tree_digest, digest) {
         if let Err(e) = cache.set_tree_digest(id, d) {
             tracing::debug!("object cache: the tree digest of {id} is not recorded: {e}");
