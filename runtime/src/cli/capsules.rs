@@ -362,10 +362,10 @@ pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
         output: String::new(),
     };
     let cwd = match &probe.dir {
-        Some(d) => match capsule_bundle::materialize::inside(
+        Some(d) => match capsule_bundle::wspath::inside(
             &cap.workspace,
             d,
-            capsule_bundle::materialize::Last::NoSymlink,
+            capsule_bundle::wspath::Last::NoSymlink,
         ) {
             Ok(p) => p,
             Err(e) => {
