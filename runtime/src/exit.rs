@@ -6,6 +6,7 @@
 //! | 1 | failure: bad input, a failed verify, a refused operation |
 //! | 2 | usage error (bad flags) |
 //! | 3 | denied by the launch-policy gate |
+//! | 122 | `exec`: the command ran, but its exec record could not be written (a full disk) |
 //! | 124 | `exec --timeout` or `--activity-timeout` expired; the command was killed |
 //! | 125 | the sandbox could not be set up; nothing ran |
 //! | 126 | the command was found but could not be executed |
@@ -20,6 +21,8 @@ use std::process::ExitCode;
 pub const FAILURE: u8 = 1;
 pub const USAGE: u8 = 2;
 pub const DENIED: u8 = 3;
+/// `exec`: the command ran but its record was lost (stderr says how it ended).
+pub const RECORD_LOST: u8 = 122;
 pub const TIMEOUT: u8 = 124;
 pub const SANDBOX_FAILED: u8 = 125;
 pub const NOT_EXECUTABLE: u8 = 126;

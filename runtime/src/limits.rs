@@ -28,6 +28,10 @@ pub struct Limits {
     /// CFS quota per 100 ms period).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_milli: Option<u64>,
+    /// Processes and threads of the sandbox's user in its user namespace
+    /// (`RLIMIT_NPROC`): capsule's own processes default where no cgroup can hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nproc: Option<u64>,
     /// The capsule's `/tmp` and `/var/tmp` together, in bytes (one tmpfs of the exec's own
     /// instead of the bundle's tmp folder; see [`crate::linux::plan::with_tmp_size`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,10 +55,79 @@ impl Limits {
         [
             (libc::RLIMIT_NOFILE, "--fds", self.fds),
             (libc::RLIMIT_FSIZE, "--file-size", self.file_size),
+            (libc::RLIMIT_NPROC, "processes (RLIMIT_NPROC)", self.nproc),
         ]
         .into_iter()
         .filter_map(|(r, f, v)| Some((r, f, v?)))
     }
+}
+
+/// capsule's own limits of an exec for which neither its flags, the operator's settings nor
+/// the spec give one, from this machine:
+/// - **memory**: the machine's physical memory less a reserve for the host (an eighth of
+///   it, at least 512 MiB and at most 4 GiB: 21 GiB of 24): a leak is killed inside the
+///   sandbox's own group before the host runs out;
+/// - **processes**: 256 per CPU this process may run on, at least 4096: far above what
+///   `cargo build -j` starts (a rustc per CPU, each with its codegen threads, and the
+///   linker's), far below what a fork bomb needs to take the machine down (the kernel's
+///   `pid_max` is 4,194,304 on 64-bit machines, `threads-max` ~190,000 for 24 GiB).
+///
+/// Two system calls (`sysinfo`, `sched_getaffinity`), nothing read from a file.
+/// `CAPSULE_OWN_DEFAULTS=pids=64,memory=256M` gives other numbers (still defaults: not
+/// enforced where they cannot be, never a refusal). Both need
+/// a cgroup; where none can be made the exec runs without them (processes are then bounded
+/// by `RLIMIT_NPROC` in the sandbox's user namespace, which needs none), and the record's
+/// `degradation` and `capsule isolation` say so: a default is not a request.
+#[cfg(target_os = "linux")]
+pub fn machine_defaults() -> Limits {
+    // SAFETY: sysinfo fills a struct of ours.
+    let total = unsafe {
+        let mut si: libc::sysinfo = std::mem::zeroed();
+        if libc::sysinfo(&mut si) == 0 {
+            (si.totalram as u64).saturating_mul(si.mem_unit.max(1) as u64)
+        } else {
+            0
+        }
+    };
+    // SAFETY: sched_getaffinity fills a set of ours.
+    let cpus = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            libc::CPU_COUNT(&set).max(1) as u64
+        } else {
+            1
+        }
+    };
+    let mut d = Limits {
+        memory: memory_default(total),
+        pids: Some(pids_default(cpus)),
+        ..Limits::default()
+    };
+    // other numbers for the defaults, to try how they behave (the tests lower them)
+    if let Some(v) = std::env::var_os("CAPSULE_OWN_DEFAULTS") {
+        for kv in v.to_string_lossy().split(',') {
+            match kv.split_once('=') {
+                Some(("memory", m)) => d.memory = parse_size(m).ok(),
+                Some(("pids", n)) => d.pids = parse_count(n).ok(),
+                _ => {}
+            }
+        }
+    }
+    d
+}
+
+/// The memory default of a machine with `total` bytes (see [`machine_defaults`]).
+pub fn memory_default(total: u64) -> Option<u64> {
+    if total == 0 {
+        return None;
+    }
+    let reserve = (total / 8).clamp(512 << 20, 4 << 30);
+    Some(total.saturating_sub(reserve).max(256 << 20) & !0xfff)
+}
+
+/// The processes default of a machine with `cpus` CPUs (see [`machine_defaults`]).
+pub fn pids_default(cpus: u64) -> u64 {
+    (256 * cpus).max(4096)
 }
 
 /// The command was killed by `signal`: the one-line message naming the limit that did it,
@@ -101,9 +174,100 @@ pub fn show_size(bytes: u64) -> String {
     format!("{bytes} bytes")
 }
 
+/// How much the disk guard keeps free on each filesystem the task can write
+/// ([`crate::linux::diskguard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskReserve {
+    /// The smaller of `percent` of the filesystem and `cap` bytes (default: 5% and 2 GiB).
+    Share { percent: u8, cap: u64 },
+    /// Exactly so many bytes.
+    Bytes(u64),
+    /// No guard.
+    Off,
+}
+
+impl Default for DiskReserve {
+    fn default() -> Self {
+        DiskReserve::Share {
+            percent: 5,
+            cap: 2 << 30,
+        }
+    }
+}
+
+impl DiskReserve {
+    /// `"5%"`, `"2G"` (sizes as for `--memory`), `"off"`, or a percentage with a cap
+    /// (`"5%,2G"`).
+    pub fn parse(s: &str) -> Result<DiskReserve, String> {
+        let s = s.trim();
+        if s == "off" || s == "0" {
+            return Ok(DiskReserve::Off);
+        }
+        let pct = |p: &str| -> Result<u8, String> {
+            p.trim()
+                .strip_suffix('%')
+                .and_then(|n| n.trim().parse::<u8>().ok())
+                .filter(|n| (1..=50).contains(n))
+                .ok_or_else(|| format!("disk_reserve: {p:?} is not a percentage of 1-50%"))
+        };
+        if let Some((p, cap)) = s.split_once(',') {
+            return Ok(DiskReserve::Share {
+                percent: pct(p)?,
+                cap: parse_size(cap.trim()).map_err(|e| format!("disk_reserve: {e}"))?,
+            });
+        }
+        if s.ends_with('%') {
+            return Ok(DiskReserve::Share {
+                percent: pct(s)?,
+                cap: u64::MAX,
+            });
+        }
+        parse_size(s)
+            .map(DiskReserve::Bytes)
+            .map_err(|e| format!("disk_reserve: {e}"))
+    }
+
+    /// The bytes to keep free on a filesystem of `size` bytes.
+    pub fn bytes(self, size: u64) -> u64 {
+        match self {
+            DiskReserve::Share { percent, cap } => (size / 100 * percent as u64).min(cap),
+            DiskReserve::Bytes(b) => b,
+            DiskReserve::Off => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reserve_is_the_smaller_of_a_share_and_a_cap() {
+        let r = DiskReserve::default();
+        assert_eq!(r.bytes(300 << 20), (300 << 20) / 100 * 5);
+        assert_eq!(r.bytes(1 << 40), 2 << 30);
+        assert_eq!(DiskReserve::parse("off"), Ok(DiskReserve::Off));
+        assert_eq!(DiskReserve::parse("1G"), Ok(DiskReserve::Bytes(1 << 30)));
+        assert_eq!(
+            DiskReserve::parse("10%"),
+            Ok(DiskReserve::Share {
+                percent: 10,
+                cap: u64::MAX
+            })
+        );
+        assert_eq!(
+            DiskReserve::parse("5%,2G"),
+            Ok(DiskReserve::Share {
+                percent: 5,
+                cap: 2 << 30
+            })
+        );
+        for bad in ["", "x", "0%", "90%", "-1G", "5%,x"] {
+            assert!(DiskReserve::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(DiskReserve::Off.bytes(1 << 30), 0);
+    }
 
     #[test]
     fn sizes_are_read_in_powers_of_1024() {
@@ -142,6 +306,22 @@ mod tests {
         assert_eq!(show_size(512 << 20), "512 MiB");
         assert_eq!(show_size(1536 << 20), "1.5 GiB");
         assert_eq!(show_size(100), "100 bytes");
+    }
+
+    #[test]
+    fn the_defaults_scale_with_the_machine() {
+        // memory: an eighth kept for the host, within 512 MiB..4 GiB
+        assert_eq!(memory_default(24 << 30), Some(21 << 30));
+        assert_eq!(memory_default(4 << 30), Some((4 << 30) - (512 << 20)));
+        assert_eq!(memory_default(256 << 30), Some(252 << 30));
+        assert_eq!(memory_default(512 << 20), Some(256 << 20));
+        assert_eq!(memory_default(0), None);
+        // processes: 256 per CPU, at least 4096
+        assert_eq!(pids_default(2), 4096);
+        assert_eq!(pids_default(16), 4096);
+        assert_eq!(pids_default(64), 16384);
+        let d = machine_defaults();
+        assert!(d.pids.unwrap() >= 4096 && d.memory.is_some(), "{d:?}");
     }
 
     #[test]

@@ -26,6 +26,11 @@ pub struct Settings {
     /// cannot be enforced refuses the exec as a flag would.
     #[serde(default, skip_serializing_if = "DefaultLimits::is_empty")]
     pub limits: DefaultLimits,
+    /// What the disk guard keeps free on every filesystem an exec can write
+    /// (`crate::linux::diskguard`): `"5%,2G"` (the default: the smaller of the two),
+    /// `"10%"`, `"1G"`, or `"off"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_reserve: Option<String>,
     /// The operator's own agent profiles (`capsule agent profile add`), beside the
     /// built-in ones ([`crate::agent`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

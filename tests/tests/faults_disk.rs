@@ -157,6 +157,9 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
         }
         let before = std::fs::read_to_string(root.join("bundles/e/events.jsonl")).unwrap();
         assert_eq!(assert_events_parse(&root, &label), 2);
+        // the disk guard would stop the task before the disk is full (tests/tests/
+        // disk_guard.rs): off here, so that the disk fills
+        std::fs::write(root.join("settings.json"), r#"{"disk_reserve": "off"}"#).unwrap();
         let o = bounded(
             r.capsule(&root).args([
                 "exec",
@@ -184,14 +187,18 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
             }
         );
         if n == 2 {
-            // the record did not fit: said in one line naming it
+            // the record did not fit: said in one line naming it, and in the exit status
             let e = stderr(&o);
             assert!(
                 e.lines()
                     .any(|l| l.contains("exec record") && l.contains("No space left on device")),
                 "[{label}] a lost record is not said: {e}"
             );
+            assert_eq!(o.status.code(), Some(122), "[{label}] {e}");
+        } else {
+            assert_eq!(o.status.code(), Some(0), "[{label}] {}", stderr(&o));
         }
+        std::fs::remove_file(root.join("settings.json")).unwrap();
         // room again: the next exec works and is recorded after the others
         std::fs::remove_file(root.join("workspaces/e/fill")).unwrap();
         assert_ok(

@@ -148,6 +148,9 @@ fn limits_in_words(plan: &serde_json::Value) -> String {
     if let Some(n) = l["pids"].as_u64() {
         v.push(format!("pids {n}"));
     }
+    if let Some(n) = l["nproc"].as_u64() {
+        v.push(format!("processes {n} (RLIMIT_NPROC: no cgroup here)"));
+    }
     if let Some(m) = l["cpus_milli"].as_u64() {
         v.push(format!("cpus {}", m as f64 / 1000.0));
     }

@@ -180,6 +180,7 @@ impl ExecArgs {
             pids: self.pids,
             cpus_milli: self.cpus,
             tmp_size: self.tmp_size,
+            nproc: None,
         }
     }
 

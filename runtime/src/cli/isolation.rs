@@ -73,6 +73,7 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             "exec_level": level,
             "exec_refused": error,
             "limits": limits_json(&limits),
+            "capsule_default_limits": default_limits_json(&limits, &settings),
             "refusals": {
                 "full": crate::refusals::listing::kinds(true, notify, false, watched),
                 "weaker": crate::refusals::listing::kinds(false, notify, false, watched),
@@ -85,6 +86,7 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
             human(&report, &settings, &decision, args.accept_weaker)
         );
         print!("{}", limits_human(&limits));
+        print!("{}", default_limits_human(&limits, &settings));
         print!(
             "{}",
             crate::refusals::listing::human(report.full(), notify, watched)
@@ -119,6 +121,80 @@ fn limits_json(cg: &[(&str, Result<String, String>)]) -> serde_json::Value {
         }
     }
     serde_json::Value::Object(m)
+}
+
+/// capsule's own default limits here, and whether each is enforced (where the cgroup it
+/// needs can be made; processes fall back to `RLIMIT_NPROC`); the disk guard's reserve.
+fn default_limits_json(cg: &[(&str, Result<String, String>)], s: &Settings) -> serde_json::Value {
+    #[cfg(target_os = "linux")]
+    {
+        let d = crate::limits::machine_defaults();
+        let why = |flag: &str| {
+            cg.iter()
+                .find(|(f, _)| *f == flag)
+                .and_then(|(_, r)| r.as_ref().err().cloned())
+        };
+        serde_json::json!({
+            "memory": {"value": d.memory, "enforced": why("--memory").is_none(), "why_not": why("--memory")},
+            "pids": {
+                "value": d.pids,
+                "enforced": true,
+                "by": if why("--pids").is_none() { "cgroup" } else { "rlimit RLIMIT_NPROC (no cgroup here)" },
+                "why_no_cgroup": why("--pids"),
+            },
+            "disk_reserve": s.disk_reserve.clone().unwrap_or_else(|| "5%,2G".into()),
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (cg, s);
+        serde_json::Value::Null
+    }
+}
+
+fn default_limits_human(cg: &[(&str, Result<String, String>)], s: &Settings) -> String {
+    #[cfg(target_os = "linux")]
+    {
+        let d = crate::limits::machine_defaults();
+        let ok = |flag: &str| cg.iter().any(|(f, r)| *f == flag && r.is_ok());
+        let mut o = String::from(
+            "capsule's own defaults (where no flag, setting or spec gives one; a default is not a request: one that cannot be enforced here is recorded in the exec's degradation, never refused):
+",
+        );
+        if let Some(m) = d.memory {
+            o += &format!(
+                "  memory {}: {}
+",
+                crate::limits::show_size(m),
+                if ok("--memory") {
+                    "enforced (a cgroup)"
+                } else {
+                    "NOT enforced here (no cgroup can be made)"
+                }
+            );
+        }
+        if let Some(n) = d.pids {
+            o += &format!(
+                "  processes {n}: {}
+",
+                if ok("--pids") {
+                    "enforced (a cgroup)"
+                } else {
+                    "enforced by RLIMIT_NPROC in the sandbox's user namespace (no cgroup can be made)"
+                }
+            );
+        }
+        o += &format!(
+            "  disk reserve {}: the disk guard stops the whole tree before a filesystem the task can write falls below it (settings.json \"disk_reserve\")\n",
+            s.disk_reserve.as_deref().unwrap_or("the smaller of 5% and 2 GiB")
+        );
+        o
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (cg, s);
+        String::new()
+    }
 }
 
 fn limits_human(cg: &[(&str, Result<String, String>)]) -> String {

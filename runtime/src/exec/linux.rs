@@ -56,18 +56,63 @@ fn limits_now(
         tmp_size: pick(d, spec, "tmp_size", parse_size)?,
         fds: pick(d, spec, "fds", parse_count)?,
         file_size: pick(d, spec, "file_size", parse_size)?,
+        nproc: None,
     };
     let activity = pick(d, spec, "activity_timeout", parse_duration)?;
     Ok((l, activity))
 }
 
-/// [`limits_now`] for the flags `a` does not give.
+/// capsule's own defaults ([`crate::limits::machine_defaults`]) for memory and processes
+/// where `asked` (flags, settings, spec) gives none; a spec's value above one is lowered
+/// to it (a spec only lowers: capsule's default stands for the operator's), unless the
+/// operator's settings give one. Returns the defaults that now apply.
+fn own_defaults(asked: &mut crate::limits::Limits, settings: &Settings) -> crate::limits::Limits {
+    let own = crate::limits::machine_defaults();
+    let mut applied = crate::limits::Limits::default();
+    let operator = |k: &str| {
+        settings
+            .limits
+            .read(k, |_| Ok::<(), String>(()))
+            .ok()
+            .flatten()
+            .is_some()
+    };
+    for (mine, theirs, out, key) in [
+        (&mut asked.memory, own.memory, &mut applied.memory, "memory"),
+        (&mut asked.pids, own.pids, &mut applied.pids, "pids"),
+    ] {
+        match (*mine, theirs) {
+            (None, Some(d)) => {
+                *mine = Some(d);
+                *out = Some(d);
+            }
+            (Some(v), Some(d)) if v > d && !operator(key) => {
+                *mine = Some(d);
+                *out = Some(d);
+            }
+            _ => {}
+        }
+    }
+    applied
+}
+
+/// [`limits_now`] for the flags `a` does not give, and capsule's own defaults
+/// ([`own_defaults`]) where none is given; returns those defaults.
 fn with_default_limits(
     a: &mut ExecOptions,
     settings: &Settings,
     spec: &LimitValues,
-) -> Result<(), CliError> {
-    let (d, activity) = limits_now(settings, spec)?;
+) -> Result<crate::limits::Limits, CliError> {
+    let (mut d, activity) = limits_now(settings, spec)?;
+    // the spec's and the operator's, with capsule's own for what no flag gives
+    let flagged = a.limits;
+    let mut own = own_defaults(&mut d, settings);
+    if flagged.memory.is_some() {
+        own.memory = None;
+    }
+    if flagged.pids.is_some() {
+        own.pids = None;
+    }
     let l = &mut a.limits;
     l.memory = l.memory.or(d.memory);
     l.pids = l.pids.or(d.pids);
@@ -76,7 +121,27 @@ fn with_default_limits(
     l.fds = l.fds.or(d.fds);
     l.file_size = l.file_size.or(d.file_size);
     a.activity_timeout = a.activity_timeout.or(activity);
-    Ok(())
+    Ok(own)
+}
+
+/// The degradation of capsule's own defaults `own` that no cgroup holds here (`why`):
+/// which, and what holds processes instead.
+fn defaults_unheld(own: &crate::limits::Limits, why: &str) -> String {
+    let mut what = Vec::new();
+    if let Some(m) = own.memory {
+        what.push(format!("memory {}", crate::limits::show_size(m)));
+    }
+    if let Some(p) = own.pids {
+        what.push(format!("processes {p}"));
+    }
+    let instead = match own.pids {
+        Some(p) => format!(" (processes are held by RLIMIT_NPROC {p} instead)"),
+        None => String::new(),
+    };
+    format!(
+        "capsule's default limits of {} need a cgroup: {why}{instead}",
+        what.join(" and ")
+    )
 }
 
 /// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
@@ -128,7 +193,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     })?;
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-    with_default_limits(&mut a, &settings, &cap.record.limits)?;
+    let own = with_default_limits(&mut a, &settings, &cap.record.limits)?;
+    let disk_reserve = match &settings.disk_reserve {
+        Some(r) => linux::diskguard::Reserve::parse(r)
+            .map_err(|e| fail(format!("{}: {e}", layout.settings_file().display())))?,
+        None => linux::diskguard::Reserve::default(),
+    };
     let events = cap.bundle_file(bundle_files::EVENTS);
     let argv: Vec<String> = command
         .iter()
@@ -152,7 +222,13 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         "tty": a.tty,
         "timeout_ms": a.timeout.map(|t| t.as_millis() as u64),
         "activity_timeout_ms": a.activity_timeout.map(|t| t.as_millis() as u64),
-        "limits": a.limits,
+        // what the flags, settings and spec asked for (capsule's own defaults are in the
+        // record's `limits`)
+        "limits": crate::limits::Limits {
+            memory: a.limits.memory.filter(|_| own.memory.is_none()),
+            pids: a.limits.pids.filter(|_| own.pids.is_none()),
+            ..a.limits
+        },
     });
     let mut rec = ExecRecord {
         event: "exec",
@@ -219,10 +295,51 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     };
     // memory and processes: this exec's cgroups, made now; one that cannot be made
-    // refuses the exec unless weaker isolation was accepted (then it is recorded)
+    // refuses the exec unless weaker isolation was accepted (then it is recorded), or
+    // unless it is capsule's own default, which is then not enforced (and recorded).
+    // With only capsule's defaults to hold, the executor finds their groups itself: a
+    // warm spare waits in them already, and nothing is read or written here
     let mut limits = a.limits;
+    let asked = crate::limits::Limits {
+        memory: limits.memory.filter(|_| own.memory.is_none()),
+        pids: limits.pids.filter(|_| own.pids.is_none()),
+        ..limits
+    };
+    let found_here = !asked.needs_cgroup() && own.needs_cgroup();
+    let mut defaults_not_enforced: Vec<String> = Vec::new();
     let t_cg = Instant::now();
-    let mut cgroups = match linux::cgroup::ExecCgroups::create(&limits) {
+    let made = if found_here {
+        Ok(linux::cgroup::ExecCgroups::default())
+    } else {
+        loop {
+            let made = linux::cgroup::ExecCgroups::create(&limits);
+            let default = match &made {
+                Err(e) if e.flag == "--memory" && own.memory.is_some() => &mut limits.memory,
+                Err(e) if e.flag == "--pids" && own.pids.is_some() => &mut limits.pids,
+                _ => break made,
+            };
+            if default.take().is_none() {
+                break made;
+            }
+            if let Err(e) = made {
+                let one = crate::limits::Limits {
+                    memory: own.memory.filter(|_| e.flag == "--memory"),
+                    pids: own.pids.filter(|_| e.flag == "--pids"),
+                    ..Default::default()
+                };
+                defaults_not_enforced.push(defaults_unheld(&one, &e.to_string()));
+            }
+        }
+    };
+    // the plan carries only what is held (processes by RLIMIT_NPROC where their cgroup
+    // cannot be made)
+    if own.pids.is_some() && limits.pids.is_none() {
+        limits.nproc = own.pids;
+    }
+    a.limits.memory = a.limits.memory.filter(|_| limits.memory.is_some());
+    a.limits.pids = a.limits.pids.filter(|_| limits.pids.is_some());
+    a.limits.nproc = limits.nproc;
+    let mut cgroups = match made {
         Ok(c) => c,
         Err(e) if settings.accept_weaker => {
             eprintln!("capsule: warning: {e}; running without it (weaker isolation accepted)");
@@ -249,12 +366,25 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     };
     tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
-    if !limits.is_empty() || a.limits.needs_cgroup() {
-        rec.limits = Some(serde_json::json!({
+    let limits_record = |limits: &crate::limits::Limits,
+                         cgroups: &linux::cgroup::ExecCgroups,
+                         not_enforced: &[String]| {
+        serde_json::json!({
             "in_force": limits,
             "rlimits": limits.rlimits().map(|(_, f, v)| (f, v)).collect::<Vec<_>>(),
             "cgroups": cgroups.record(),
-        }));
+            // which of those are capsule's own defaults, and the ones not enforced here
+            "capsule_defaults": crate::limits::Limits {
+                memory: own.memory.filter(|_| limits.memory == own.memory),
+                pids: own.pids.filter(|_| limits.pids == own.pids),
+                nproc: limits.nproc,
+                ..Default::default()
+            },
+            "capsule_defaults_not_enforced": not_enforced,
+        })
+    };
+    if !limits.is_empty() || a.limits.needs_cgroup() || !defaults_not_enforced.is_empty() {
+        rec.limits = Some(limits_record(&limits, &cgroups, &defaults_not_enforced));
     }
     tracing::debug!("plan: inputs ready: {:?}", started.elapsed());
     // the agent login paths this exec un-hid, shown in the home's view
@@ -272,6 +402,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             &cap,
             (isolation, landlock_best_effort),
             &login,
+            (found_here, disk_reserve),
         )
     };
     // the host as the plan needs it (the home layer, caches and the filtered ~/.npmrc
@@ -298,6 +429,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     tracing::debug!("plan ready: {:?}", started.elapsed());
     // held while the command runs: `home apply|discard` refuse meanwhile
     let _exec_lock = crate::home::lock::exec_shared(&cap.bundle_dir);
+    // the record's room, taken before the command can fill the disk
+    let events_file = record::reserve_room(&events);
     let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
     tracing::debug!("command ended: {:?}", started.elapsed());
     if let Err(ExecError::Namespaces(msg)) = &result {
@@ -358,6 +491,20 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     rec.degradation = degradation;
 
+    if let (true, Ok(o)) = (found_here, &result) {
+        // capsule's defaults: the groups the executor found (or why none)
+        cgroups = linux::cgroup::ExecCgroups::found(o.found.groups.clone(), &limits);
+        if let Some(why) = &o.found.not_enforced {
+            limits.memory = None;
+            limits.pids = None;
+            limits.nproc = own.pids;
+            defaults_not_enforced.push(defaults_unheld(&own, why));
+        }
+        rec.limits = Some(limits_record(&limits, &cgroups, &defaults_not_enforced));
+    }
+    for m in &defaults_not_enforced {
+        rec.degradation.push(format!("{m}; not enforced"));
+    }
     if let Ok(o) = &result {
         // a warm spare's own groups, taken as they are: what it reached is read there
         if !o.cgroup_dirs.is_empty() {
@@ -379,6 +526,26 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
                 _ => None,
             };
             rec.limits_reached.extend(killed);
+            if let Some(b) = &o.disk_reserve_reached {
+                rec.limits_reached.push(b.message());
+                // and a refusal, with the grant that allows more
+                refusals.add(crate::refusals::Event {
+                    kind: crate::refusals::Kind::Write,
+                    target: crate::refusals::path_target(&b.path),
+                    program: String::new(),
+                    pid: None,
+                    grant: Some(
+                        "a smaller \"disk_reserve\" in $CAPSULE_ROOT/settings.json (\"1G\", \"1%\"; \"off\": no guard)"
+                            .into(),
+                    ),
+                    reason: Some(format!(
+                        "the filesystem's free space fell below the disk reserve of {}",
+                        crate::limits::show_size(b.reserve)
+                    )),
+                    header: None,
+                });
+                rec.refusals = refusals.refusals();
+            }
             rec.limits_reached.extend(cgroups.reached());
             for m in &rec.limits_reached {
                 eprintln!("capsule: {m}");
@@ -422,11 +589,20 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     }
     tracing::debug!("changes computed: {:?}", started.elapsed());
     rec.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if let Err(e) = rec.append(&events) {
+    let appended = match &events_file {
+        Ok(f) => rec.append_into(f),
+        Err(_) => rec.append(&events),
+    };
+    let mut code = code;
+    if let Err(e) = appended {
+        // the command ran and its record is lost: the status says so (the command's own
+        // is on stderr)
         eprintln!(
-            "capsule: cannot append the exec record to {}: {e}",
-            events.display()
+            "capsule: cannot append the exec record to {}: {e}; the command's exit status was {code} (exit {})",
+            events.display(),
+            exit::RECORD_LOST
         );
+        code = exit::RECORD_LOST;
     }
     // the next exec's cgroups, made now that this one is done (none without limits)
     cgroups.make_spares();
@@ -572,8 +748,25 @@ fn plan_for_rendering(
 ) -> Result<ExecPlan, CliError> {
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
     let policy = with_current_hidden(cap, layout);
-    // the limits of an exec with no flags: the operator's defaults and the spec's
-    let (limits, activity_timeout) = limits_now(&settings, &cap.record.limits)?;
+    // the limits of an exec with no flags: the operator's defaults and the spec's, and
+    // capsule's own where this user can enforce them, as an exec does (a runtime that
+    // cannot apply a bundle's resources refuses it)
+    let (mut limits, activity_timeout) = limits_now(&settings, &cap.record.limits)?;
+    let own = own_defaults(&mut limits, &settings);
+    if own.needs_cgroup() {
+        for (flag, r) in linux::cgroup::probe() {
+            if r.is_err() {
+                match flag {
+                    "--memory" if own.memory.is_some() => limits.memory = None,
+                    "--pids" if own.pids.is_some() => {
+                        limits.pids = None;
+                        limits.nproc = own.pids;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
     let resolved = ResolvedPolicy {
         policy: &policy,
         isolation: Isolation::Full,
@@ -586,6 +779,8 @@ fn plan_for_rendering(
         timeout: None,
         activity_timeout,
         limits,
+        cgroups_found_here: false,
+        disk_reserve: Default::default(),
         list_reads: false,
         prepared: None,
         login: Vec::new(),
@@ -650,6 +845,7 @@ fn resolved_policy<'p>(
     cap: &store::OpenCapsule,
     (isolation, landlock_best_effort): (Isolation, bool),
     login: &[String],
+    (cgroups_found_here, disk_reserve): (bool, crate::limits::DiskReserve),
 ) -> ResolvedPolicy<'p> {
     let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
     super::set_env(&mut env, &a.env);
@@ -665,6 +861,8 @@ fn resolved_policy<'p>(
         timeout: a.timeout,
         activity_timeout: a.activity_timeout,
         limits: a.limits,
+        cgroups_found_here,
+        disk_reserve,
         list_reads: a.list_reads,
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(&cap.bundle_dir)),

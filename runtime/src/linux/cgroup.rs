@@ -41,7 +41,7 @@ pub struct CgroupError {
 }
 
 /// The kind of hierarchy a cgroup is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Version {
     V1,
@@ -55,6 +55,10 @@ pub struct Group {
     /// Controllers this group enforces here (`memory`, `pids`).
     pub controllers: Vec<&'static str>,
     pub dir: PathBuf,
+    /// A warm spare's own group, taken as it is: its holder hands it on (or removes it)
+    /// once the spare has ended, so this exec neither renames nor removes it.
+    #[serde(skip)]
+    pub adopted: bool,
     /// The group's event counters when this exec claimed it (`oom_kill`, pids' `max`):
     /// a group is used again by later execs, and what this one reached is the difference.
     #[serde(skip)]
@@ -81,6 +85,33 @@ fn event_count(version: Version, dir: &Path, c: &str) -> Option<u64> {
         _ => return None,
     };
     Some(counter(&dir.join(file), key))
+}
+
+/// The cgroups of capsule's own default limits as the executor found them
+/// ([`crate::linux::ExecPlan::cgroups_found_here`]): the groups the sandbox ran in, or why
+/// there were none (the exec then ran without those limits).
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    pub groups: Vec<Group>,
+    pub not_enforced: Option<String>,
+}
+
+/// A warm spare's own `groups`, made fit for `limits`: written where the group's name does
+/// not carry their tag (its holder made them for other values; see
+/// [`spares::limits_tag`]), else nothing at all.
+pub fn fit(groups: &[Group], limits: &Limits) -> io::Result<()> {
+    let tag = format!("-{}", spares::limits_tag(limits));
+    for g in groups {
+        let tagged = g
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(&tag));
+        if !tagged {
+            apply(limits, g).map_err(|e| io::Error::other(e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The cgroups of one exec (one per v1 hierarchy, or one v2 group); removed on drop.
@@ -239,7 +270,7 @@ pub(crate) fn read_proc(path: &str) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-fn flag_of(controller: &str) -> &'static str {
+pub(crate) fn flag_of(controller: &str) -> &'static str {
     match controller {
         "memory" => "--memory",
         "cpu" => "--cpus",
@@ -487,6 +518,7 @@ impl ExecCgroups {
                 version: base.version,
                 controllers: base.controllers,
                 dir: base.dir.join(&name),
+                adopted: false,
                 before: Vec::new(),
             });
         }
@@ -525,8 +557,9 @@ impl ExecCgroups {
                 .controllers
                 .iter()
                 .all(|k| event_count(g.version, &g.dir, k).unwrap_or(0) <= g.seen(k));
-            // kept for `Drop` unless it went back to the spares
-            !(reuse && std::fs::rename(&g.dir, spare(g)).is_ok())
+            // a warm spare's group is its holder's to hand on; the others are kept for
+            // `Drop` unless they went back to the spares
+            !g.adopted && !(reuse && std::fs::rename(&g.dir, spare(g)).is_ok())
         });
     }
 
@@ -536,8 +569,19 @@ impl ExecCgroups {
     pub fn ran_in(&mut self, dirs: &[PathBuf]) {
         if dirs.len() == self.groups.len() {
             for (g, d) in self.groups.iter_mut().zip(dirs) {
+                g.adopted = g.dir != *d;
                 g.dir = d.clone();
             }
+        }
+    }
+
+    /// The groups of an exec whose cgroups were found by the executor itself (capsule's
+    /// own default limits: a warm spare's groups, `adopted`, or groups it made), given as
+    /// `groups`, holding `limits`.
+    pub fn found(groups: Vec<Group>, limits: &Limits) -> ExecCgroups {
+        ExecCgroups {
+            groups,
+            limits: *limits,
         }
     }
 
@@ -654,7 +698,7 @@ impl Drop for ExecCgroups {
     fn drop(&mut self) {
         // one try: init may still be on its way out (a warm spare lingers until capsule
         // has exited), and then the next exec's sweep removes the empty group
-        for g in &self.groups {
+        for g in self.groups.iter().filter(|g| !g.adopted) {
             let _ = std::fs::remove_dir(&g.dir);
         }
     }
@@ -747,6 +791,7 @@ pub(crate) fn group_at(dir: &Path, limits: &Limits) -> Group {
         version,
         controllers,
         dir: dir.to_path_buf(),
+        adopted: false,
         before: Vec::new(),
     }
 }

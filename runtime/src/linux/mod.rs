@@ -66,6 +66,7 @@
 
 mod activity;
 pub mod cgroup;
+pub mod diskguard;
 pub mod fusemask;
 pub mod hooks;
 pub mod init;
@@ -74,6 +75,7 @@ pub mod mounts;
 pub mod notify;
 pub mod observe;
 pub mod oci;
+pub mod outcome;
 pub mod plan;
 pub mod prepared;
 pub mod pty;
@@ -85,9 +87,10 @@ pub mod sys;
 pub mod warm;
 
 pub use hooks::{Hooks, InitHook};
+pub use outcome::ExecOutcome;
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
 use report::Report;
-pub use report::{Applied, ExecError, ExecOutcome, Termination};
+pub use report::{Applied, ExecError, Termination};
 use spawn::{single_threaded, write_id_maps};
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
@@ -221,6 +224,45 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         Some(prepared::Entry::Warm(w)) => (None, Some(w)),
         None => (None, None),
     };
+    // capsule's own default limits ([`ExecPlan::cgroups_found_here`]): the warm spare's
+    // groups as they are (nothing read or written on the way), or groups made now for init
+    // to move itself in; where neither can be, the exec runs without them (said in the
+    // outcome) and processes are bounded by `RLIMIT_NPROC` instead
+    let mut found = cgroup::Found::default();
+    let mut own_files = Vec::new();
+    let without_cgroups;
+    let plan: &ExecPlan = if plan.cgroups_found_here && plan.limits.needs_cgroup() {
+        match &warm {
+            Some(w) if !w.handed.groups.is_empty() => {
+                found.groups = w.handed.groups();
+                if let Err(e) = cgroup::fit(&found.groups, &plan.limits) {
+                    found.not_enforced = Some(e.to_string());
+                    found.groups.clear();
+                }
+            }
+            Some(w) => {
+                found.not_enforced =
+                    Some(w.handed.no_cgroups.clone().unwrap_or_else(|| {
+                        "the prepared root's spare waits in no cgroup".to_string()
+                    }))
+            }
+            None => match cgroup::ExecCgroups::create(&plan.limits) {
+                Ok(mut c) => {
+                    own_files = c.procs_files();
+                    found.groups = std::mem::take(&mut c.groups);
+                }
+                Err(e) => found.not_enforced = Some(e.to_string()),
+            },
+        }
+        if found.not_enforced.is_some() {
+            without_cgroups = plan.without_cgroup_limits();
+            &without_cgroups
+        } else {
+            plan
+        }
+    } else {
+        plan
+    };
     // the filter the command installs; a warm spare has its own installed already
     let seccomp = match plan.isolation {
         Isolation::None => None,
@@ -281,9 +323,20 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         _ => None,
     };
     // this exec's cgroups, for init to move itself in (a warm spare waits in its own)
-    let cgroup_self = if warm.is_none() && !plan.cgroup_procs.is_empty() {
-        match cgroup::open_self_moves(&plan.cgroup_procs, &plan.limits) {
+    let self_files = if own_files.is_empty() {
+        &plan.cgroup_procs
+    } else {
+        &own_files
+    };
+    let cgroup_self = if warm.is_none() && !self_files.is_empty() {
+        match cgroup::open_self_moves(self_files, &plan.limits) {
             Ok(f) => f,
+            Err(e) if !own_files.is_empty() => {
+                // capsule's defaults: run without them, said in the outcome
+                found.groups.clear();
+                found.not_enforced = Some(format!("placing the sandbox in its cgroup: {e}"));
+                Vec::new()
+            }
             Err(e) => {
                 // (the relay, if any, gives capsule's stdio back as it is dropped)
                 restore(&old_mask);
@@ -346,8 +399,15 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         // does when it gets the request)
         use std::os::fd::AsRawFd;
         if !plan.cgroup_procs.is_empty() {
-            let moved = sys::pidfd_pid(w.pidfd.as_raw_fd())
-                .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits));
+            let handed = w.handed.groups();
+            let moved = if handed.len() == plan.cgroup_procs.len() {
+                // the groups the spare waits in, as its holder named them
+                cgroup::fit(&handed, &plan.limits)
+                    .map(|_| handed.iter().map(|g| g.dir.clone()).collect())
+            } else {
+                sys::pidfd_pid(w.pidfd.as_raw_fd())
+                    .and_then(|p| cgroup::enter_warm(&plan.cgroup_procs, p, &plan.limits))
+            };
             match moved {
                 Ok(dirs) => cgroup_dirs = dirs,
                 Err(e) => {
@@ -459,6 +519,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     // the seccomp supervisor runs beside the supervision of the sandbox, in a scope of
     // this exec (it borrows the plan, and works out what it needs of it only when the
     // first notification comes)
+    let mut breach = None;
     let waited = std::thread::scope(|scope| {
         let allowed =
             || observe::Allowed::of_plan(plan, init::landlock_inputs(plan).1.extra_writable);
@@ -483,7 +544,17 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         // second byte: the command may start
         let _ = sys::write_all(sync_w, &[2]);
         sys::close(sync_w);
-        let waited = supervise(init_proc, plan, rep_r, pty.as_mut(), relay.as_mut(), &mask);
+        let mut guard = diskguard::Guard::new(plan, plan.disk_reserve, Instant::now());
+        let waited = supervise(
+            init_proc,
+            plan,
+            rep_r,
+            pty.as_mut(),
+            relay.as_mut(),
+            &mask,
+            guard.as_mut(),
+            &mut breach,
+        );
         if let Some(s) = seccomp_supervisor {
             s.finish();
         }
@@ -547,6 +618,8 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         duration: start.elapsed(),
         applied,
         cgroup_dirs,
+        found,
+        disk_reserve_reached: breach,
     })
 }
 
@@ -618,6 +691,8 @@ fn supervise(
     mut pty: Option<&mut pty::Pty>,
     mut out: Option<&mut activity::Relay>,
     mask: &SigSet,
+    mut guard: Option<&mut diskguard::Guard>,
+    breach: &mut Option<diskguard::Breach>,
 ) -> std::io::Result<(libc::c_int, Option<Termination>, Vec<u8>)> {
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use std::os::fd::AsRawFd;
@@ -679,6 +754,12 @@ fn supervise(
             (Some(d), Some(w)) => Some(d.min(w.deadline())),
             (d, w) => d.or(w.as_ref().map(|w| w.deadline())),
         };
+        // and the disk guard's next look
+        let next = match (next, guard.as_ref()) {
+            _ if timed_out => None,
+            (Some(d), Some(g)) => Some(d.min(g.due())),
+            (d, g) => d.or(g.map(|g| g.due())),
+        };
         let timeout_ms = match next {
             Some(d) => {
                 // rounded up: a poll that ends a little early only loops once more
@@ -697,6 +778,21 @@ fn supervise(
             return Err(e);
         }
         let now = Instant::now();
+        if !timed_out {
+            if let Some(b) = guard.as_mut().and_then(|g| g.check(now)) {
+                // below the reserve: the whole tree, before the disk is full
+                tracing::debug!("disk guard: {b:?}");
+                *breach = Some(b);
+                timed_out = true;
+                killed = Some(Termination::DiskReserve);
+                init.signal(if plan.isolation == Isolation::Full {
+                    libc::SIGKILL
+                } else {
+                    init::kill_all_signal()
+                });
+                continue;
+            }
+        }
         let silent = watch.as_ref().is_some_and(|w| now >= w.deadline());
         if !timed_out && (deadline.is_some_and(|d| now >= d) || silent) {
             timed_out = true;

@@ -137,6 +137,14 @@ pub struct ExecPlan {
     /// The `cgroup.procs` files of this exec's cgroups ([`super::cgroup`]): init (or the
     /// warm spare) is written into them before the command is forked.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The cgroup limits of `limits` are capsule's own defaults, not asked for: the
+    /// executor finds their groups itself (a warm spare's, as they are, or groups made for
+    /// init), and where it cannot, runs without them and says why
+    /// ([`super::ExecOutcome::found`]). `cgroup_procs` is empty then.
+    pub cgroups_found_here: bool,
+    /// What the disk guard keeps free on every host filesystem the command can write
+    /// ([`super::diskguard`]).
+    pub disk_reserve: crate::limits::DiskReserve,
     /// Landlock as far as the kernel's ABI allows, its lack recorded instead of refused:
     /// weaker isolation the operator accepted where namespaces work but Landlock is too
     /// old or absent (`crate::exec::isolation_for`). False: every right the policy needs is required.
@@ -172,6 +180,24 @@ struct Decided<'a> {
 }
 
 impl ExecPlan {
+    /// This plan without its cgroup limits (capsule's own defaults that cannot be enforced
+    /// here): processes are bounded by `RLIMIT_NPROC` instead, which needs no cgroup (it
+    /// counts the tasks of the sandbox's user in its user namespace; root's are exempt).
+    pub fn without_cgroup_limits(&self) -> ExecPlan {
+        let l = self.limits;
+        ExecPlan {
+            limits: crate::limits::Limits {
+                memory: None,
+                pids: None,
+                cpus_milli: None,
+                nproc: l.nproc.or(l.pids),
+                ..l
+            },
+            cgroups_found_here: false,
+            ..self.clone()
+        }
+    }
+
     /// `sha256:<hex>` of the parts of the plan that decide policy: isolation, namespaces,
     /// network, hostname, every mount step and the Landlock policy. Not the command, its
     /// environment or working directory: `capsule inspect` shows the digest of an exec's
@@ -250,6 +276,8 @@ impl ExecPlan {
             activity_timeout: None,
             limits: crate::limits::Limits::default(),
             cgroup_procs: Vec::new(),
+            cgroups_found_here: false,
+            disk_reserve: crate::limits::DiskReserve::default(),
             landlock_best_effort: false,
             list_reads: false,
             watched: Vec::new(),

@@ -98,6 +98,8 @@ pub enum Entry {
 pub struct WarmConn {
     pub conn: UnixStream,
     pub pidfd: OwnedFd,
+    /// The cgroups the spare waits in, or why none.
+    pub(crate) handed: warm::Handed,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -471,9 +473,13 @@ fn request(sock: &Path, what: u8, fp: &str) -> io::Result<Option<Entry>> {
     s.write_all(&req)?;
     if what == b'X' {
         // a warm spare: its pidfd now; the connection goes on to the spare
-        return Ok(warm::recv_pidfd(&s)?.map(|pidfd| {
+        return Ok(warm::recv_pidfd(&s)?.map(|(pidfd, handed)| {
             let _ = s.set_read_timeout(None);
-            Entry::Warm(WarmConn { conn: s, pidfd })
+            Entry::Warm(WarmConn {
+                conn: s,
+                pidfd,
+                handed,
+            })
         }));
     }
     if what != b'J' {

@@ -3,7 +3,6 @@
 //! and the messages init and the command's setup send on the report pipe (`Report`).
 
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// Why a command could not be run (the sandbox was not set up, or `execve` failed).
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +27,9 @@ pub enum Termination {
     TimedOut,
     /// Killed by `--activity-timeout`: no output for that long.
     ActivityTimeout,
+    /// Killed by the disk guard: free space on a filesystem the task can write fell below
+    /// the reserve ([`super::diskguard`]).
+    DiskReserve,
 }
 
 impl Termination {
@@ -38,6 +40,8 @@ impl Termination {
             Termination::Exited(c) => (c & 0xff) as u8,
             Termination::Signaled(n) => (128 + n).clamp(0, 255) as u8,
             Termination::TimedOut | Termination::ActivityTimeout => crate::exit::TIMEOUT,
+            // killed, as by the kernel's memory limit
+            Termination::DiskReserve => 128 + libc::SIGKILL as u8,
         }
     }
 }
@@ -59,17 +63,6 @@ pub struct Applied {
     /// shows it for an exec with no flags.
     #[serde(default)]
     pub plan_digest: String,
-}
-
-/// The result of a command that ran.
-#[derive(Debug, Clone)]
-pub struct ExecOutcome {
-    pub termination: Termination,
-    pub duration: Duration,
-    pub applied: Applied,
-    /// The cgroups the sandbox ran in, one per entry of the plan's `cgroup_procs`, when
-    /// they are not those (a warm spare's own groups, taken as they are); else empty.
-    pub cgroup_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Messages on the report pipe, one JSON line each.

@@ -134,8 +134,54 @@ pub(crate) struct Spare {
     pub pidfd: OwnedFd,
     /// The holder's end of the channel that passes the spare its connection.
     chan: OwnedFd,
-    /// The name of the cgroups it waits in (`cgroup::SpareCgroups`), if any.
+    /// The name of the cgroups it waits in (`cgroup::SpareCgroups`), if any, and those
+    /// groups as the exec it serves sees them.
     pub cgroup: Option<String>,
+    pub groups: Vec<super::cgroup::Group>,
+}
+
+/// What capsule learns of its spare with the spare's pidfd: the cgroups it waits in (by
+/// their host paths), or why it waits in none where the execs limit resources (the
+/// holder could not make them: capsule's own default limits are then not enforced).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Handed {
+    #[serde(default)]
+    pub groups: Vec<HandedGroup>,
+    #[serde(default)]
+    pub no_cgroups: Option<String>,
+}
+
+/// A group of [`Handed`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct HandedGroup {
+    pub version: super::cgroup::Version,
+    pub controllers: Vec<String>,
+    pub dir: PathBuf,
+}
+
+impl Handed {
+    /// The groups, as the exec's cgroups take them (adopted: the holder hands them on).
+    pub fn groups(&self) -> Vec<super::cgroup::Group> {
+        self.groups
+            .iter()
+            .map(|g| super::cgroup::Group {
+                version: g.version,
+                controllers: g
+                    .controllers
+                    .iter()
+                    .filter_map(|c| match c.as_str() {
+                        "memory" => Some("memory"),
+                        "pids" => Some("pids"),
+                        "cpu" => Some("cpu"),
+                        _ => None,
+                    })
+                    .collect(),
+                dir: g.dir.clone(),
+                adopted: true,
+                before: Vec::new(),
+            })
+            .collect()
+    }
 }
 
 impl Spare {
@@ -150,9 +196,14 @@ impl Spare {
         unsafe { libc::poll(&mut p, 1, 0) == 0 }
     }
 
-    /// Hand the spare to capsule at the other end of `conn`: its pidfd to capsule, the
-    /// connection to the spare. Returns its pid and the holder's own pidfd of it.
-    pub fn hand_over(self, conn: &UnixStream) -> io::Result<(libc::pid_t, OwnedFd)> {
+    /// Hand the spare to capsule at the other end of `conn`: its pidfd to capsule with its
+    /// cgroups (or, `no_cgroups`, why there are none), the connection to the spare.
+    /// Returns its pid and the holder's own pidfd of it.
+    pub fn hand_over(
+        self,
+        conn: &UnixStream,
+        no_cgroups: Option<&str>,
+    ) -> io::Result<(libc::pid_t, OwnedFd)> {
         // the spare says when it sits in its cgroups (it moves itself there as it starts):
         // an exec must never meet it on its way in, or the two moves race and the
         // command could run outside the exec's limits
@@ -169,7 +220,25 @@ impl Spare {
         if !matches!(sys::read(self.chan.as_raw_fd(), &mut b), Ok(1)) || b[0] != b'r' {
             return Err(io::Error::other("the spare did not get ready"));
         }
-        sys::send_fds(conn.as_raw_fd(), b"W", &[self.pidfd.as_raw_fd()])?;
+        let handed = Handed {
+            groups: self
+                .groups
+                .iter()
+                .map(|g| HandedGroup {
+                    version: g.version,
+                    controllers: g.controllers.iter().map(|c| c.to_string()).collect(),
+                    dir: g.dir.clone(),
+                })
+                .collect(),
+            no_cgroups: no_cgroups
+                .filter(|_| self.cgroup.is_none())
+                .map(str::to_string),
+        };
+        let mut msg = b"W".to_vec();
+        serde_json::to_writer(&mut msg, &handed).map_err(io::Error::other)?;
+        msg.push(b'\n');
+        let sent = sys::send_fds(conn.as_raw_fd(), &msg, &[self.pidfd.as_raw_fd()])?;
+        (&*conn).write_all(&msg[sent..])?;
         sys::send_fds(self.chan.as_raw_fd(), b"c", &[conn.as_raw_fd()])?;
         Ok((self.pid, self.pidfd))
     }
@@ -225,6 +294,7 @@ pub(crate) fn make(
         pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
         chan: h,
         cgroup: None,
+        groups: Vec::new(),
     })
 }
 
@@ -470,15 +540,27 @@ fn recv_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     Ok((n, fds))
 }
 
-/// Capsule's side of a warm exec: the spare's pidfd received in answer to `X`.
-pub(crate) fn recv_pidfd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
-    let mut b = [0u8; 1];
-    let (n, fds) = recv_fds(conn.as_raw_fd(), &mut b)?;
-    if n == 1 && b[0] == b'W' {
-        Ok(fds.into_iter().next())
-    } else {
-        Ok(None)
+/// Capsule's side of a warm exec: the spare's pidfd and its cgroups ([`Handed`]),
+/// received in answer to `X`.
+pub(crate) fn recv_pidfd(conn: &UnixStream) -> io::Result<Option<(OwnedFd, Handed)>> {
+    let mut b = vec![0u8; 8192];
+    let (mut n, fds) = recv_fds(conn.as_raw_fd(), &mut b)?;
+    if n == 0 || b[0] != b'W' {
+        return Ok(None);
     }
+    // the rest of a long answer (the spare writes nothing on this connection before the
+    // request)
+    while !b[..n].ends_with(b"\n") {
+        if n == b.len() {
+            b.resize(b.len() * 2, 0);
+        }
+        match (&*conn).read(&mut b[n..])? {
+            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            m => n += m,
+        }
+    }
+    let handed: Handed = serde_json::from_slice(&b[1..n - 1]).map_err(io::Error::other)?;
+    Ok(fds.into_iter().next().map(|fd| (fd, handed)))
 }
 
 #[cfg(test)]

@@ -66,6 +66,11 @@ pub struct ResolvedPolicy<'a> {
     pub timeout: Option<Duration>,
     pub activity_timeout: Option<Duration>,
     pub limits: crate::limits::Limits,
+    /// The cgroup limits are capsule's own defaults: the executor finds their groups
+    /// itself (see [`ExecPlan::cgroups_found_here`]).
+    pub cgroups_found_here: bool,
+    /// What the disk guard keeps free on every host filesystem the command can write.
+    pub disk_reserve: crate::limits::DiskReserve,
     pub list_reads: bool,
     /// Where the capsule's prepared roots live (`None`: built for this exec alone).
     pub prepared: Option<PathBuf>,
@@ -108,6 +113,8 @@ pub fn plan(r: &ResolvedPolicy, f: &HostFacts) -> ExecPlan {
         prepared: r.prepared.clone(),
         landlock_best_effort: r.landlock_best_effort,
         cgroup_procs: f.cgroup_procs.clone(),
+        cgroups_found_here: r.cgroups_found_here,
+        disk_reserve: r.disk_reserve,
         ..ExecPlan::with_mounts(
             policy,
             r.isolation,

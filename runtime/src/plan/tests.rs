@@ -60,6 +60,8 @@ fn resolved(policy: &SandboxPolicy, isolation: Isolation) -> ResolvedPolicy<'_> 
         timeout: None,
         activity_timeout: None,
         limits: Default::default(),
+        cgroups_found_here: false,
+        disk_reserve: Default::default(),
         list_reads: false,
         prepared: None,
         login: vec![],

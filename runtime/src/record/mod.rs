@@ -201,12 +201,55 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// Room kept for an exec's record at the end of `events.jsonl`, made before the command
+/// starts: a task that fills the disk cannot take the space its record needs.
+pub const RECORD_ROOM: u64 = 256 << 10;
+
+/// The size of an exec record assumed when deciding, before it is written, whether the
+/// log must rotate first (records are ~1-10 KiB; the cap is a bound, not a size).
+const RECORD_LINE_GUESS: usize = 16 << 10;
+
+/// `events` (created if missing) opened for appending, with [`RECORD_ROOM`] bytes past
+/// its end allocated now without changing its size (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`: a later append writes into blocks it already has, so a full
+/// disk does not refuse it). Where the filesystem cannot allocate ahead, the file is
+/// opened all the same.
+///
+/// The log is rotated first if it is near its cap (see [`rotate`]), so the room is made in
+/// the file the record will go to. Should another exec rotate it while this one runs, the
+/// record lands in `events.jsonl.1`, which readers read too.
+pub fn reserve_room(events: &Path) -> std::io::Result<std::fs::File> {
+    if let Err(e) = rotate::make_room(events, RECORD_LINE_GUESS, rotate::EVENTS_MAX) {
+        tracing::warn!("cannot rotate {}: {e}", events.display());
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(events)?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: lseek and fallocate on our own descriptor.
+        unsafe {
+            let end = libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END);
+            if end >= 0 {
+                libc::fallocate(
+                    f.as_raw_fd(),
+                    libc::FALLOC_FL_KEEP_SIZE,
+                    end,
+                    RECORD_ROOM as libc::off_t,
+                );
+            }
+        }
+    }
+    Ok(f)
+}
+
 impl ExecRecord {
     /// Append as one line to `events` (created if missing; rotated past its cap, see
     /// [`rotate`]).
     pub fn append(&self, events: &Path) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        line.push(b'\n');
+        let line = self.line()?;
         if let Err(e) = rotate::make_room(events, line.len(), rotate::EVENTS_MAX) {
             tracing::warn!("cannot rotate {}: {e}", events.display());
         }
@@ -216,6 +259,19 @@ impl ExecRecord {
             .open(events)?;
         // one write: concurrent execs append whole lines; a full disk leaves no torn one
         append::append_whole(&f, &line)
+    }
+
+    /// Append as one line to `f`, `events.jsonl` opened for appending (see
+    /// [`reserve_room`]).
+    pub fn append_into(&self, f: &std::fs::File) -> std::io::Result<()> {
+        // one write: concurrent execs append whole lines; a full disk leaves no torn one
+        append::append_whole(f, &self.line()?)
+    }
+
+    fn line(&self) -> std::io::Result<Vec<u8>> {
+        let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        Ok(line)
     }
 }
 

@@ -156,7 +156,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
     for w in grants_in_words(&cap) {
         println!("  {w}");
     }
-    println!("\nlimits of an exec without flags (the spec's may only lower your defaults):");
+    println!("\nlimits of an exec without flags (the spec's may only lower your defaults; memory and processes are capsule's own where nothing else gives one):");
     match &now {
         Ok(n) => println!("  {}", esc_line(&limits_in_words(&n.plan))),
         Err(e) => println!("  unknown: {}", esc_line(e)),

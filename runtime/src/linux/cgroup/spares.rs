@@ -2,7 +2,7 @@
 //! that an exec with limits runs in its spare's groups as they are instead of moving a
 //! process into a cgroup on its path.
 
-use super::{apply, bases, claim, enter, group_at};
+use super::{apply, bases, claim, enter, event_count, group_at, Group};
 use crate::limits::Limits;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 /// `/proc/self/fd`.
 pub struct SpareCgroups {
     dirs: Vec<std::os::fd::OwnedFd>,
+    /// The same folders by their paths on the host, for the execs the spares serve.
+    host: Vec<PathBuf>,
     /// The limits of the prepared root's execs, written into each spare's groups before
     /// the spare moves in.
     limits: Limits,
@@ -42,12 +44,24 @@ pub(super) fn limits_tag(limits: &Limits) -> String {
 }
 
 impl SpareCgroups {
-    /// The folders of `limits`' cgroups, opened; `None` when there are none or one cannot
-    /// be made (the exec then makes its own groups, or is refused, as without spares).
-    pub fn open(limits: &Limits) -> Option<SpareCgroups> {
-        let bases = bases(limits).ok()?;
+    /// The folders of `limits`' cgroups, opened; `Ok(None)` when there are none, an error
+    /// (why, in one line) when one cannot be made or opened (the exec then makes its own
+    /// groups, or is refused, as without spares; capsule's own defaults are then not
+    /// enforced, and the holder tells each exec why).
+    pub fn open(limits: &Limits) -> Result<Option<SpareCgroups>, String> {
+        let bases = bases(limits).map_err(|e| e.to_string())?;
         if bases.is_empty() {
-            return None;
+            return Ok(None);
+        }
+        if let Some(b) = bases
+            .iter()
+            .find(|b| nix::unistd::access(&b.dir, nix::unistd::AccessFlags::W_OK).is_err())
+        {
+            return Err(format!(
+                "{} cannot be enforced here: cannot make a cgroup in {}",
+                super::flag_of(b.controllers[0]),
+                b.dir.display()
+            ));
         }
         let dirs = bases
             .iter()
@@ -61,11 +75,13 @@ impl SpareCgroups {
                 )
                 .ok()
             })
-            .collect::<Option<Vec<_>>>()?;
-        Some(SpareCgroups {
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| "cannot open the cgroup folders of the spares".to_string())?;
+        Ok(Some(SpareCgroups {
             dirs,
+            host: bases.into_iter().map(|b| b.dir).collect(),
             limits: *limits,
-        })
+        }))
     }
 
     /// The descriptors to keep open.
@@ -82,18 +98,25 @@ impl SpareCgroups {
     }
 
     /// Groups of their own for a spare about to be made, in every folder (a spare group
-    /// reused, or a new one): their name and the files the spare moves itself in by
+    /// reused, or a new one): their name, the files the spare moves itself in by
     /// (`write("0")`, see [`move_self_file`]), opened for writing, while its holder goes on
-    /// serving; `None` when that failed (what was made is removed).
-    pub fn prepare(&self) -> Option<(String, Vec<std::os::fd::OwnedFd>)> {
+    /// serving, and the groups as the exec it serves sees them (by their host paths);
+    /// `None` when that failed (what was made is removed).
+    pub fn prepare(&self) -> Option<(String, Vec<std::os::fd::OwnedFd>, Vec<Group>)> {
         let name = warm_name(&self.limits);
         let mut files = Vec::new();
-        for base in self.paths("") {
+        let mut groups = Vec::new();
+        for (base, host) in self.paths("").into_iter().zip(&self.host) {
             let opened = claim(&base, &name, false).and_then(|dir| {
                 // the execs' limits, in place before the spare moves in: the exec that
                 // takes the spare writes nothing (its limits give the name's tag)
                 let group = group_at(&dir, &self.limits);
                 apply(&self.limits, &group).map_err(|e| io::Error::other(e.to_string()))?;
+                groups.push(Group {
+                    dir: host.join(&name),
+                    adopted: true,
+                    ..group.clone()
+                });
                 // a fresh change time: an exec's sweep leaves a spare group younger than a
                 // minute alone (its spare may not have moved in yet); a renamed group keeps
                 // its old one otherwise
@@ -111,7 +134,29 @@ impl SpareCgroups {
                 }
             }
         }
-        Some((name, files))
+        Some((name, files, groups))
+    }
+
+    /// The groups `name` of a spare that has ended, after the exec it served is done (a
+    /// spare ends only after its capsule): each one where no limit was reached goes back
+    /// to the spares (`spare-h<random>`, for the next spare or exec to claim),
+    /// the others are removed (a spare's counters must be those of a new group). Off every
+    /// exec's path: the exec only reads what its command reached.
+    pub fn hand_on(&self, name: &str, groups: &[Group]) {
+        for ((d, g), base) in self.paths(name).iter().zip(groups).zip(self.paths("")) {
+            let clean = g
+                .controllers
+                .iter()
+                .all(|c| event_count(g.version, d, c).unwrap_or(0) == 0);
+            // (the holder is pid 1 of its own pid namespace: a random name, not its pid)
+            let mut b = [0u8; 8];
+            // SAFETY: getrandom into a buffer of ours.
+            unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+            let spare = base.join(format!("spare-h{}", hex::encode(b)));
+            if !(clean && std::fs::rename(d, spare).is_ok()) {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
     }
 
     /// Remove the (empty) groups `name`; one that holds a process stays.

@@ -51,8 +51,13 @@ impl Holder<'_> {
         // (SIGTERM ends it like any process)
         let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
         set_title();
-        // the folders its spares' cgroups go in, while the host's are still in view
-        let cgroups = crate::linux::cgroup::SpareCgroups::open(&self.plan.limits);
+        // the folders its spares' cgroups go in, while the host's are still in view (or
+        // why they cannot be made, told to each exec)
+        let (cgroups, no_cgroups) = match crate::linux::cgroup::SpareCgroups::open(&self.plan.limits)
+        {
+            Ok(c) => (c, None),
+            Err(why) => (None, Some(why)),
+        };
         // and the device its spares' watched masks are opened from
         let fuse_dev = if self.plan.watched.is_empty() {
             None
@@ -130,6 +135,7 @@ impl Holder<'_> {
             &rules,
             &landlock,
             cgroups.as_ref(),
+            no_cgroups.as_deref(),
             fuse_dev,
         )
     }
@@ -141,6 +147,7 @@ impl Holder<'_> {
         rules: &LandlockRules,
         landlock: &serde_json::Value,
         cgroups: Option<&crate::linux::cgroup::SpareCgroups>,
+        no_cgroups: Option<&str>,
         fuse_dev: RawFd,
     ) -> ! {
         let idle = idle();
@@ -169,25 +176,28 @@ impl Holder<'_> {
             let groups = cgroups.and_then(|c| c.prepare());
             let procs: Vec<RawFd> = groups
                 .iter()
-                .flat_map(|(_, f)| f.iter().map(|f| f.as_raw_fd()))
+                .flat_map(|(_, f, _)| f.iter().map(|f| f.as_raw_fd()))
                 .collect();
             let made = warm::make(self.plan, rules, landlock, &own, &procs, fuse_dev);
             let Ok(mut s) = made else {
-                if let (Some(c), Some((name, _))) = (cgroups, &groups) {
+                if let (Some(c), Some((name, _, _))) = (cgroups, &groups) {
                     c.remove(name);
                 }
                 return None;
             };
-            s.cgroup = groups.map(|(name, _)| name);
+            if let Some((name, _, g)) = groups {
+                s.cgroup = Some(name);
+                s.groups = g;
+            }
             Some(s)
         };
         // spares ready (up to SPARES); the first one at once, for the exec that spawned us
         let mut spares: Vec<warm::Spare> = make().into_iter().collect();
         // spares handed out and still running (they live in our pid namespace), with our
-        // pidfds of them (readable when they end)
-        let mut served: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
+        // pidfds of them (readable when they end) and their cgroups, handed on when they end
+        let mut served: Vec<Served> = Vec::new();
         loop {
-            reap(&mut served, &mut spares);
+            reap(&mut served, &mut spares, cgroups);
             // new spares are made when no exec runs in ours, capsule included (their CPU
             // work then competes with none), or at once when execs run side by side (see
             // `X`); two ready ones let execs back to back find one each
@@ -206,7 +216,7 @@ impl Holder<'_> {
                 self.end(spares, served, cgroups);
             }
             let mut pfds: Vec<libc::pollfd> = std::iter::once(self.listener.as_raw_fd())
-                .chain(served.iter().map(|(_, fd)| fd.as_raw_fd()))
+                .chain(served.iter().map(|s| s.pidfd.as_raw_fd()))
                 .map(|fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
@@ -269,8 +279,9 @@ impl Holder<'_> {
                     };
                     match next {
                         Some(s) => {
-                            if let Ok(served_one) = s.hand_over(&conn) {
-                                served.push(served_one);
+                            let cgroup = s.cgroup.clone().map(|n| (n, s.groups.clone()));
+                            if let Ok((pid, pidfd)) = s.hand_over(&conn, no_cgroups) {
+                                served.push(Served { pid, pidfd, cgroup });
                             }
                             // execs side by side: the next one is not kept waiting
                             if spares.is_empty() && served.len() > 1 {
@@ -306,7 +317,7 @@ impl Holder<'_> {
     fn end(
         &self,
         spares: Vec<warm::Spare>,
-        served: Vec<(libc::pid_t, OwnedFd)>,
+        served: Vec<Served>,
         cgroups: Option<&crate::linux::cgroup::SpareCgroups>,
     ) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
@@ -326,13 +337,17 @@ impl Holder<'_> {
             // SAFETY: killing our own child.
             unsafe { libc::kill(s.pid, libc::SIGKILL) };
         }
-        let _ = served;
         // SAFETY: reaping every child (the spare, the served ones) until none is left.
         while unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) } > 0 {}
-        // the cgroups of spares nobody took (a served one's are its exec's)
+        // the cgroups of spares nobody took, and those of the served ones, handed on
         if let Some(c) = cgroups {
             for name in spares.iter().filter_map(|s| s.cgroup.as_deref()) {
                 c.remove(name);
+            }
+            for s in &served {
+                if let Some((name, groups)) = &s.cgroup {
+                    c.hand_on(name, groups);
+                }
             }
         }
         // SAFETY: _exit in the holder.
@@ -425,16 +440,33 @@ fn count_mounts() -> io::Result<usize> {
     std::fs::read("/proc/self/mountinfo").map(|b| b.iter().filter(|c| **c == b'\n').count())
 }
 
-/// Reap the spares that ended: served ones leave `served`; a spare that ended before it
-/// served (a failed setup) is dropped.
-fn reap(served: &mut Vec<(libc::pid_t, OwnedFd)>, spares: &mut Vec<warm::Spare>) {
+/// A spare handed out to an exec, still running.
+struct Served {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    /// The cgroups it waits in (their name and groups), handed on when it ends.
+    cgroup: Option<(String, Vec<crate::linux::cgroup::Group>)>,
+}
+
+/// Reap the spares that ended; the groups of a served one are handed on (its exec is
+/// done: a spare ends after its capsule).
+fn reap(
+    served: &mut Vec<Served>,
+    spares: &mut Vec<warm::Spare>,
+    cgroups: Option<&crate::linux::cgroup::SpareCgroups>,
+) {
     loop {
         // SAFETY: reaping our own children without blocking.
         let w = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
         if w <= 0 {
             break;
         }
-        served.retain(|(p, _)| *p != w);
+        if let Some(i) = served.iter().position(|s| s.pid == w) {
+            let s = served.remove(i);
+            if let (Some(c), Some((name, groups))) = (cgroups, &s.cgroup) {
+                c.hand_on(name, groups);
+            }
+        }
         spares.retain(|s| s.pid != w);
     }
 }
