@@ -378,7 +378,8 @@ impl SystemFacts {
             root: is_root(),
             sockets: Vec::new(),
         };
-        let (visible_roots, rules) = policy_rules(policy, &facts);
+        // (`shown` looks at the rules that bind: the hidden paths are left out)
+        let (visible_roots, rules) = policy_rules(policy, &facts, false);
         facts.sockets = super::sockets::host_sockets(|p| shown(p, &visible_roots, &rules));
         facts
     }
@@ -395,10 +396,12 @@ enum Rule {
 }
 
 /// The system folders bound read-only (`facts`), and the policy's rules `(path,
-/// precedence, rule)` before the host's sockets are added.
+/// precedence, rule)` before the host's sockets are added (its hidden paths only
+/// `with_hidden`).
 fn policy_rules(
     policy: &SandboxPolicy,
     facts: &SystemFacts,
+    with_hidden: bool,
 ) -> (Vec<PathBuf>, Vec<(PathBuf, u8, Rule)>) {
     let visible_roots: Vec<PathBuf> = facts
         .dirs
@@ -412,10 +415,12 @@ fn policy_rules(
             rules.push((home.clone(), 0, Rule::Home));
         }
     }
-    for h in &policy.hidden {
-        rules.push((h.path.clone(), 1, Rule::Hide));
+    if with_hidden {
+        for h in &policy.hidden {
+            rules.push((h.path.clone(), 1, Rule::Hide));
+        }
     }
-    if policy.home.as_deref() == Some(Path::new("/root")) || facts.root {
+    if with_hidden && (policy.home.as_deref() == Some(Path::new("/root")) || facts.root) {
         for s in SYSTEM_SECRETS {
             rules.push((PathBuf::from(s), 1, Rule::Hide));
         }
@@ -505,7 +510,7 @@ pub fn mount_plan_from(
             optional: false,
         });
     }
-    let (mut visible_roots, mut rules) = policy_rules(policy, facts);
+    let (mut visible_roots, mut rules) = policy_rules(policy, facts, true);
     // the host's unix sockets that would be visible are hidden like secrets
     for s in &facts.sockets {
         rules.push((s.clone(), 1, Rule::Hide));

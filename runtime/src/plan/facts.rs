@@ -22,6 +22,8 @@ use crate::linux::{fusemask, Isolation};
 use crate::settings::Settings;
 use capsule_bundle::store::OpenCapsule;
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Everything of the host an exec's plan depends on (see the module docs). A plan made
@@ -59,9 +61,10 @@ pub struct HomeFacts {
     /// The hidden credentials below the home the host has, where masks can be watched
     /// ([`fusemask::present`]).
     pub credentials: Vec<PathBuf>,
-    /// For each path below the home that the plan may mask (relative to the home): does
-    /// the layer's upper dir hold it ([`view::held_in`])?
-    pub in_upper: HashMap<PathBuf, bool>,
+    /// For each path below the home that the plan may mask (relative to the home, as
+    /// bytes: a lookup hashes them once instead of parsing components): does the layer's
+    /// upper dir hold it ([`view::held_in`])?
+    pub in_upper: HashMap<OsString, bool>,
 }
 
 /// The folders `capsule reveal add` opened for the capsule's source folder.
@@ -186,18 +189,22 @@ pub fn gather(r: &ResolvedPolicy, g: Gather<'_>) -> Result<HostFacts, FactsError
         // the masks below the home the plan may drop: the hidden paths and the host's
         // sockets there (one `lstat` per folder of the upper dir on the way)
         let mut seen: HashMap<PathBuf, Held> = HashMap::new();
-        let mut in_upper = HashMap::new();
+        let mut in_upper: HashMap<OsString, bool> = HashMap::new();
         let masked = r
             .policy
             .hidden
             .iter()
             .map(|h| &h.path)
             .chain(&facts.system.sockets);
+        let hb = home.as_os_str().as_bytes();
         for p in masked {
-            if let Ok(rel) = p.strip_prefix(&home) {
-                if !rel.as_os_str().is_empty() && !in_upper.contains_key(rel) {
-                    let held = view::held_in(&paths.upper, rel, &mut seen);
-                    in_upper.insert(rel.to_path_buf(), held);
+            // below the home, on the bytes of canonical paths (no component parsing)
+            let b = p.as_os_str().as_bytes();
+            if b.len() > hb.len() + 1 && b.starts_with(hb) && b[hb.len()] == b'/' {
+                let rel = OsStr::from_bytes(&b[hb.len() + 1..]);
+                if !in_upper.contains_key(rel) {
+                    let held = view::held_in(&paths.upper, Path::new(rel), &mut seen);
+                    in_upper.insert(rel.to_os_string(), held);
                 }
             }
         }

@@ -303,7 +303,7 @@ fn finish_view(plan: &mut ExecPlan, i: usize, h: &HomeFacts, login: &[String]) {
         v.absent = view::absent(v, later, &plan.policy, &login, &plan.watched);
         let v = v.clone();
         // a path the facts did not look at counts as held: its mask is kept
-        let mut in_upper = |rel: &Path| h.in_upper.get(rel).copied().unwrap_or(true);
+        let mut in_upper = |rel: &Path| h.in_upper.get(rel.as_os_str()).copied().unwrap_or(true);
         let mut k = 0;
         let watched = &plan.watched;
         plan.mounts.retain(|s| {

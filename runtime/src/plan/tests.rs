@@ -104,9 +104,9 @@ fn facts() -> HostFacts {
             credentials: vec![],
             // the task left an ~/.aws in the layer: its mask stays
             in_upper: HashMap::from([
-                (PathBuf::from(".ssh"), false),
-                (PathBuf::from(".aws"), true),
-                (PathBuf::from(".cache/secret"), false),
+                (".ssh".into(), false),
+                (".aws".into(), true),
+                (".cache/secret".into(), false),
             ]),
         }),
         reveals: None,
