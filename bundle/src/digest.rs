@@ -54,7 +54,7 @@ pub fn tree_digest(root: &Path) -> Result<String> {
     let mut files: Vec<(Vec<u8>, Kind)> = Vec::new();
     walk(root, &[], &mut files, 0)?;
     files.sort_by(|a, b| a.0.cmp(&b.0));
-    crate::progress::phase(crate::progress::HASHING, files.len() as u64);
+    let _phase = crate::progress::phase(crate::progress::HASHING, files.len() as u64);
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -91,7 +91,7 @@ pub fn tree_digest(root: &Path) -> Result<String> {
                 Data::Large => stream(root, rel, &mut h)?,
             }
         }
-        crate::progress::inc(batch.len());
+        crate::progress::inc(crate::progress::HASHING, batch.len());
     }
     Ok(hex::encode(h.finalize()))
 }

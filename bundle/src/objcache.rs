@@ -216,29 +216,33 @@ impl SourceCache {
         &self.dir
     }
 
-    /// The objects `commit` reaches: from its record when it has a trusted one, else read
-    /// from the source (`src`, opened only then) down to what the cache has, and recorded.
-    pub fn objects_for(
+    /// The objects `commit` reaches, when it has a trusted record (nothing is read from
+    /// the source).
+    pub fn cached(&self, commit: &ObjectId) -> Option<Objects> {
+        if !self.records.contains(commit) {
+            return None;
+        }
+        let (rec, packs) = self.load(commit)?;
+        Some(Objects {
+            packs,
+            shallow: parse_ids(&rec.shallow),
+            tree_digest: rec.tree_digest.clone(),
+            hit: true,
+            added: 0,
+            pending: None,
+        })
+    }
+
+    /// The objects `commit` reaches, read from the source `own` down to what the cache
+    /// has, and recorded.
+    pub fn fill(
         &mut self,
         commit: &ObjectId,
-        src: impl FnOnce() -> Result<OwnObjects>,
+        own: &OwnObjects,
         shallow: &HashSet<ObjectId>,
         what: &str,
     ) -> Result<Objects> {
-        if self.records.contains(commit) {
-            if let Some((rec, packs)) = self.load(commit) {
-                return Ok(Objects {
-                    packs,
-                    shallow: parse_ids(&rec.shallow),
-                    tree_digest: rec.tree_digest.clone(),
-                    hit: true,
-                    added: 0,
-                    pending: None,
-                });
-            }
-        }
-        let own = src()?;
-        crate::progress::phase(crate::progress::READING, 0);
+        let _phase = crate::progress::phase(crate::progress::READING, 0);
         let fill = tempfile::Builder::new()
             .prefix("fill-")
             .tempdir_in(&self.tmp)
@@ -251,7 +255,7 @@ impl SourceCache {
             shallow: HashSet::new(),
         };
         let copied = crate::reachcopy::copy_reachable_except(
-            &own, commit, shallow, &objects, what, &mut have,
+            own, commit, shallow, &objects, what, &mut have,
         )?;
         let CacheHave {
             mut packs,
@@ -567,10 +571,22 @@ impl Objects {
         }
     }
 
+    /// The packs as an object store (for a checkout that reads them while they are
+    /// copied); `dir` names it in errors.
+    pub fn store(&self, dir: &Path) -> Result<OwnObjects> {
+        let mut fds = Vec::new();
+        for p in &self.packs {
+            let idx = p.idx.try_clone().at(dir)?;
+            let pack = p.pack.try_clone().at(dir)?;
+            fds.push((OwnedFd::from(idx), OwnedFd::from(pack)));
+        }
+        OwnObjects::from_packs(dir, fds)
+    }
+
     /// Copy (reflink where the filesystem can) the packs into `pack_dir`, a fresh
     /// repository's `objects/pack`, as `pack-<sum>.pack`/`.idx`, read-only.
     pub fn copy_into(&self, pack_dir: &Path) -> Result<()> {
-        crate::progress::phase(crate::progress::COPYING, self.packs.len() as u64);
+        let _phase = crate::progress::phase(crate::progress::COPYING, self.packs.len() as u64);
         std::fs::create_dir_all(pack_dir).at(pack_dir)?;
         let mut done: HashSet<&str> = HashSet::new();
         for p in &self.packs {
@@ -595,7 +611,7 @@ impl Objects {
                     )));
                 }
             }
-            crate::progress::inc(1);
+            crate::progress::inc(crate::progress::COPYING, 1);
         }
         Ok(())
     }

@@ -184,6 +184,39 @@ impl OwnObjects {
     }
 
     /// Whether the store names alternates (which are not followed).
+    /// A store of only the given packs (`(index, pack)` descriptors, already checked by
+    /// the caller), no loose objects; `dir` (an existing folder) names it in errors.
+    pub fn from_packs(dir: &Path, packs: Vec<(OwnedFd, OwnedFd)>) -> Result<Self> {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        let dirfd = crate::fsat::open_path(dir, flags, 0)
+            .map_err(|e| Error::other(format!("{}: {e}", crate::escape::path(dir))))?;
+        let mut me = OwnObjects {
+            dir: dir.to_path_buf(),
+            dirfd,
+            has_alternates: false,
+            packs: Vec::new(),
+            fanout: [false; 256],
+            _pack_fds: Vec::new(),
+        };
+        for (ifd, pfd) in packs {
+            let bad = |e: &dyn std::fmt::Display| {
+                Error::other(format!(
+                    "{}: unreadable pack ({e})",
+                    crate::escape::path(dir)
+                ))
+            };
+            let index =
+                gix::odb::pack::index::File::at(fd_path(&ifd), HASH).map_err(|e| bad(&e))?;
+            let mut pack =
+                gix::odb::pack::data::File::at(fd_path(&pfd), HASH).map_err(|e| bad(&e))?;
+            pack.id = me.packs.len() as u32;
+            me.packs.push(gix::odb::pack::Bundle { pack, index });
+            me._pack_fds.push(ifd);
+            me._pack_fds.push(pfd);
+        }
+        Ok(me)
+    }
+
     pub fn has_alternates(&self) -> bool {
         self.has_alternates
     }
@@ -213,19 +246,40 @@ impl OwnObjects {
         out: &mut Vec<u8>,
         cache: &mut DeltaCache,
     ) -> Result<Kind> {
-        let mut inflate = gix::zlib::Inflate::default();
-        let kind = self
-            .pack(at)
-            .get_object_by_index(at.index, out, &mut inflate, cache)
+        self.decode_packed_checked(id, at, out, cache, true)
+    }
+
+    /// [`OwnObjects::decode_packed`], hashed against `id` only when `verify`.
+    fn decode_packed_checked(
+        &self,
+        id: &ObjectId,
+        at: &PackedAt,
+        out: &mut Vec<u8>,
+        cache: &mut DeltaCache,
+        verify: bool,
+    ) -> Result<Kind> {
+        // one inflate state per thread, reset for each stream (a fresh one per object
+        // costs its allocation and tables every time)
+        thread_local! {
+            static INFLATE: std::cell::RefCell<gix::zlib::Inflate> =
+                std::cell::RefCell::new(gix::zlib::Inflate::default());
+        }
+        let kind = INFLATE
+            .with(|inflate| {
+                let mut inflate = inflate.borrow_mut();
+                self.pack(at)
+                    .get_object_by_index(at.index, out, &mut inflate, cache)
+                    .map(|(o, _)| o.kind)
+            })
             .map_err(|e| {
                 Error::other(format!(
                     "{}: reading {id} from a pack: {e}",
                     crate::escape::path(&self.dir)
                 ))
-            })?
-            .0
-            .kind;
-        self.check_id(id, kind, out)?;
+            })?;
+        if verify {
+            self.check_id(id, kind, out)?;
+        }
         Ok(kind)
     }
 
@@ -333,6 +387,39 @@ impl OwnObjects {
 
 /// Where an object lies in one of the packs of an [`OwnObjects`]: ordered by pack, then
 /// offset (the order the entries lie in).
+/// The own store as an object database for gix (a checkout reads through it while the
+/// same objects are being copied); alternates are not followed. With `verify`, every
+/// object is hashed against its id, as [`OwnObjects::decode_packed`] and
+/// [`OwnObjects::read_loose`] do; without, packed objects are only decoded (for packs
+/// that were checked when they were written, or bytes read and hashed once already).
+#[derive(Clone, Copy)]
+pub struct Finder<'a> {
+    pub objects: &'a OwnObjects,
+    pub verify: bool,
+}
+
+impl gix::objs::Find for Finder<'_> {
+    fn try_find<'b>(
+        &self,
+        id: &gix::hash::oid,
+        buffer: &'b mut Vec<u8>,
+    ) -> gix::error::Result<Option<gix::objs::Data<'b>>> {
+        let id = id.to_owned();
+        let o = self.objects;
+        let kind = match o.locate_packed(&id) {
+            Some(at) => o
+                .decode_packed_checked(&id, &at, buffer, &mut DeltaCache::default(), self.verify)
+                .map(Some),
+            None => o.read_loose(&id, buffer),
+        };
+        match kind {
+            Ok(Some(k)) => Ok(Some(gix::objs::Data::new(buffer, k, HASH))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(gix::error::Error::from_error(e)),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PackedAt {
     /// The pack's number in its [`OwnObjects`].

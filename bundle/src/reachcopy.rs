@@ -172,7 +172,7 @@ fn walk(
             w.had.insert(id);
             continue;
         }
-        crate::progress::inc(1);
+        crate::progress::inc(crate::progress::READING, 1);
         let mismatch = |kind: Kind, w: Kind| {
             Error::other(format!(
                 "{what}: object {id} is a {kind}, where commit {commit} needs a {w}"

@@ -100,42 +100,128 @@ fn copy_commit(
 }
 
 /// The objects `commit` reaches, from the object cache of the store `src_git_objects`
-/// (filled from it first when the cache lacks them), copied into the fresh git directory
-/// `dst_git` with the `shallow` commits; and the tree digest the cache knows.
-fn import_objects(
+/// (filled from it first when the cache lacks them), copied into the fresh repository at
+/// `dest` (its git directory `dst_git`, HEAD already at `commit`) with the `shallow`
+/// commits, and checked out there. Returns the tree digest when it is known from the
+/// objects (see [`checkout_tree`]).
+///
+/// The checkout does not wait for the copy into the workspace: it reads the cache's
+/// packs ([`crate::ownobjects::Finder`]) while a second thread copies them.
+#[allow(clippy::too_many_arguments)]
+fn import_and_checkout(
     cache_root: &Path,
     src_git_objects: &Path,
     follow_top: bool,
     shallow: &std::collections::HashSet<gix::ObjectId>,
     commit: &str,
+    dest: &Path,
     dst_git: &Path,
     what: &str,
-) -> Result<(
-    crate::objcache::SourceCache,
-    crate::objcache::Objects,
-    gix::ObjectId,
-)> {
+) -> Result<Option<String>> {
     let id = gix::ObjectId::from_hex(commit.as_bytes())
         .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
     let mut cache = crate::objcache::SourceCache::open(cache_root, src_git_objects)?;
-    let objs = cache.objects_for(
-        &id,
-        || crate::ownobjects::OwnObjects::open(src_git_objects, follow_top),
-        shallow,
-        what,
-    )?;
-    objs.copy_into(&dst_git.join("objects/pack"))?;
-    crate::ownobjects::write_shallow(dst_git, &objs.shallow)?;
-    tracing::debug!(
-        "{what}: objects of {commit} from the object cache {} ({})",
-        cache.dir().display(),
-        if objs.hit {
-            "all cached".to_string()
-        } else {
-            format!("{} objects added", objs.added)
+    let pack_dir = dst_git.join("objects/pack");
+    let t0 = std::time::Instant::now();
+    // a first open fills the cache (walking and checking the history), then goes on as
+    // a later one (a checkout that reads the source while the walk runs was measured
+    // slower on this 2-CPU machine: 1.12x for cargo, 1.13x for tokio)
+    let mut objs = match cache.cached(&id) {
+        Some(o) => o,
+        None => {
+            let own = crate::ownobjects::OwnObjects::open(src_git_objects, follow_top)?;
+            let o = cache.fill(&id, &own, shallow, what)?;
+            tracing::debug!(
+                "{what}: {} objects of {commit} read into the object cache in {:?}",
+                o.added,
+                t0.elapsed()
+            );
+            o
         }
-    );
-    Ok((cache, objs, id))
+    };
+    // the checkout reads the cache's packs (checked when they were written, their
+    // stamps now) while they are copied into the workspace
+    let store = objs.store(cache.dir())?;
+    let tree = commit_tree(&store, &id, what)?;
+    let stop = AtomicBool::new(false);
+    let digest = std::thread::scope(|s| {
+        let copy = s.spawn(|| -> Result<()> {
+            objs.copy_into(&pack_dir)?;
+            crate::ownobjects::write_shallow(dst_git, &objs.shallow)
+        });
+        let digest = checkout_with(dest, &tree, &store, false, objs.tree_digest.clone(), &stop);
+        let copied = copy
+            .join()
+            .unwrap_or_else(|_| Err(Error::other("the copying thread failed")));
+        tracing::debug!(
+            "{what}: objects of {commit} from the object cache {} (all cached), checked out in {:?}",
+            cache.dir().display(),
+            t0.elapsed()
+        );
+        copied.and(digest)
+    });
+    remember_digest(&cache, &mut objs, &id, &digest);
+    digest
+}
+
+/// [`checkout_tree`] of `tree` into the repository at `dest`, reading `objects` (each
+/// object hashed against its id when `verify`; the tree digest reads the same objects
+/// again without).
+fn checkout_with(
+    dest: &Path,
+    tree: &gix::ObjectId,
+    objects: &crate::ownobjects::OwnObjects,
+    verify: bool,
+    known_digest: Option<String>,
+    stop: &AtomicBool,
+) -> Result<Option<String>> {
+    let repo = gix::open_opts(dest, gix::open::Options::isolated())
+        .map_err(|e| Error::other(format!("{}: checkout: open: {e}", dest.display())))?;
+    let find = |verify| crate::ownobjects::Finder { objects, verify };
+    checkout_tree(
+        dest,
+        &repo,
+        tree,
+        find(verify),
+        find(false),
+        known_digest,
+        stop,
+    )
+}
+
+/// The tree of `commit`, read from the own store (hashed against its id).
+fn commit_tree(
+    own: &crate::ownobjects::OwnObjects,
+    commit: &gix::ObjectId,
+    what: &str,
+) -> Result<gix::ObjectId> {
+    use gix::objs::Find as _;
+    let mut buf = Vec::new();
+    let data = crate::ownobjects::Finder {
+        objects: own,
+        verify: true,
+    }
+    .try_find(commit, &mut buf)
+    .map_err(|e| Error::other(format!("{what}: commit {commit}: {e}")))?
+    .ok_or_else(|| {
+        let why = if own.has_alternates() {
+            "it has alternates, which are not followed"
+        } else {
+            "the repository is incomplete"
+        };
+        Error::other(format!(
+            "{what}: commit {commit} is not in the repository's own object store ({why})"
+        ))
+    })?;
+    if data.kind != gix::objs::Kind::Commit {
+        return Err(Error::other(format!(
+            "{what}: {commit} is a {}, not a commit",
+            data.kind
+        )));
+    }
+    let c = gix::objs::CommitRef::from_bytes(data.data, gix::hash::Kind::Sha1)
+        .map_err(|e| Error::other(format!("{what}: commit {commit} cannot be parsed: {e}")))?;
+    Ok(c.tree())
 }
 
 /// Once the cache has recorded the objects, the digest of a checkout made from them, when
@@ -144,10 +230,10 @@ fn remember_digest(
     cache: &crate::objcache::SourceCache,
     objs: &mut crate::objcache::Objects,
     id: &gix::ObjectId,
-    digest: &Option<String>,
+    digest: &Result<Option<String>>,
 ) {
     objs.settle();
-    if let (None, Some(d)) = (&objs.tree_digest, digest) {
+    if let (None, Ok(Some(d))) = (&objs.tree_digest, digest) {
         if let Err(e) = cache.set_tree_digest(id, d) {
             tracing::debug!("object cache: the tree digest of {id} is not recorded: {e}");
         }
@@ -193,19 +279,35 @@ fn set_head(git_dir: &Path, commit: &str, branch: Option<&str>) -> Result<()> {
     }
 }
 
-/// Check out HEAD's tree into the (empty) work tree of the repository at `dest` with gix,
-/// and write the index. Returns the tree digest when it could be computed from the
-/// objects alongside the checkout (no `.gitattributes` that could convert content);
-/// `None` means: compute it from the files.
-fn checkout_head(dest: &Path, known_digest: Option<String>) -> Result<Option<String>> {
+/// Check out `tree` into the (empty) work tree of `repo` (at `dest`) with gix, reading
+/// the objects from `objects`, and write the index. Returns the tree digest when it could
+/// be computed from the objects alongside the checkout (no `.gitattributes` that could
+/// convert content), or `known_digest`; `None` means: compute it from the files. Stops
+/// early when `stop` is set (the caller then fails anyway).
+fn checkout_tree<F>(
+    dest: &Path,
+    repo: &gix::Repository,
+    tree: &gix::ObjectId,
+    objects: F,
+    digest_objects: F,
+    known_digest: Option<String>,
+    stop: &AtomicBool,
+) -> Result<Option<String>>
+where
+    F: gix::objs::Find + Send + Clone,
+{
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         Error::other(format!("{}: checkout: {what}: {e}", dest.display()))
     };
-    let repo =
-        gix::open_opts(dest, gix::open::Options::isolated()).map_err(|e| fail("open", &e))?;
-    let commit = repo.head_commit().map_err(|e| fail("HEAD", &e))?;
-    let tree = commit.tree_id().map_err(|e| fail("tree", &e))?.detach();
-    let mut index = repo.index_from_tree(&tree).map_err(|e| fail("index", &e))?;
+    // the protections gix's own index_from_tree applies (NTFS always, the platform's)
+    let protect = gix::validate::path::component::Options {
+        protect_windows: cfg!(windows),
+        protect_hfs: cfg!(target_os = "macos"),
+        protect_ntfs: true,
+    };
+    let state =
+        gix::index::State::from_tree(tree, &objects, protect).map_err(|e| fail("index", &e))?;
+    let mut index = gix::index::File::from_state(state, repo.index_path());
     // the digest from the blobs, in a second thread while the files are written
     let entries: Vec<(Vec<u8>, gix::ObjectId)> = index
         .entries()
@@ -216,37 +318,49 @@ fn checkout_head(dest: &Path, known_digest: Option<String>) -> Result<Option<Str
     let convertible = entries
         .iter()
         .any(|(p, _)| p == b".gitattributes" || p.ends_with(b"/.gitattributes"));
-    let sync_repo = repo.clone().into_sync();
-    let digest_thread = (!convertible && known_digest.is_none()).then(|| {
-        std::thread::spawn(move || -> Option<String> {
-            let repo = sync_repo.to_thread_local();
-            crate::digest::digest_entries(entries.iter().map(|(p, id)| {
-                let data = repo.find_blob(*id).ok().map(|b| b.data.clone());
-                (p.as_slice(), data)
-            }))
-        })
-    });
     let mut opts = repo
         .checkout_options(gix::worktree::stack::state::attributes::Source::IdMapping)
         .map_err(|e| fail("options", &e))?;
     opts.destination_is_initially_empty = true;
-    let objects = repo
-        .objects
-        .clone()
-        .into_arc()
-        .map_err(|e| fail("objects", &e))?;
-    crate::progress::phase(crate::progress::CHECKOUT, index.entries().len() as u64);
-    let files = crate::progress::Counter;
+    let _phase = crate::progress::phase(crate::progress::CHECKOUT, index.entries().len() as u64);
+    let files = crate::progress::Counter(crate::progress::CHECKOUT);
     let bytes = gix::progress::Discard;
-    let interrupt = AtomicBool::new(false);
-    let outcome =
-        gix::worktree::state::checkout(&mut index, dest, objects, &files, &bytes, &interrupt, opts)
-            .map_err(|e| fail("write files", &e))?;
-    let digest = match digest_thread {
-        Some(t) => t.join().ok().flatten(),
-        None if !convertible => known_digest,
-        None => None,
-    };
+    let (outcome, digest) = std::thread::scope(|s| {
+        let digest_thread = (!convertible && known_digest.is_none()).then(|| {
+            let objects = digest_objects;
+            s.spawn(move || -> Option<String> {
+                let mut buf = Vec::new();
+                crate::digest::digest_entries(entries.iter().map(|(p, id)| {
+                    let data = objects
+                        .try_find(id, &mut buf)
+                        .ok()
+                        .flatten()
+                        .filter(|d| d.kind == gix::objs::Kind::Blob)
+                        .map(|d| d.data.to_vec());
+                    (p.as_slice(), data)
+                }))
+            })
+        });
+        let outcome = gix::worktree::state::checkout(
+            &mut index,
+            dest,
+            objects.clone(),
+            &files,
+            &bytes,
+            stop,
+            opts,
+        );
+        let digest = match digest_thread {
+            Some(t) => t.join().ok().flatten(),
+            None if !convertible => known_digest,
+            None => None,
+        };
+        (outcome, digest)
+    });
+    let outcome = outcome.map_err(|e| fail("write files", &e))?;
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(fail("write files", &"stopped"));
+    }
     if let Some(first) = outcome.errors.first() {
         return Err(fail(
             "write files",
@@ -287,25 +401,17 @@ pub fn from_checkout(source: &Path, dest: &Path, object_cache: &Path) -> Result<
     drop(src);
     let t0 = std::time::Instant::now();
     let git_dir = init_repo(dest)?;
-    let (cache, mut objs, id) = import_objects(
+    set_head(&git_dir, &head.commit, head.branch.as_deref())?;
+    let tree_digest = import_and_checkout(
         object_cache,
         &common.join("objects"),
         true,
         &shallow,
         &head.commit,
+        dest,
         &git_dir,
         &format!("--source {}", source.display()),
     )?;
-    tracing::debug!("--source: objects copied in {:?}", t0.elapsed());
-    set_head(&git_dir, &head.commit, head.branch.as_deref())?;
-    let tree_digest = checkout_head(dest, objs.tree_digest.clone());
-    remember_digest(
-        &cache,
-        &mut objs,
-        &id,
-        tree_digest.as_ref().unwrap_or(&None),
-    );
-    let tree_digest = tree_digest?;
     tracing::debug!("--source: checked out at {:?}", t0.elapsed());
     Ok(Imported {
         commit: head.commit,
@@ -448,24 +554,17 @@ pub fn from_pinned(
     let entry = cache_entry(cache_dir, commit);
     let git_dir = init_repo(dest)?;
     let shallow = crate::ownobjects::read_shallow(&entry);
-    let (cache, mut objs, id) = import_objects(
+    set_head(&git_dir, commit, Some(branch))?;
+    let tree_digest = import_and_checkout(
         object_cache,
         &entry.join("objects"),
         false,
         &shallow,
         commit,
+        dest,
         &git_dir,
         &format!("repository cache {}", entry.display()),
     )?;
-    set_head(&git_dir, commit, Some(branch))?;
-    let tree_digest = checkout_head(dest, objs.tree_digest.clone());
-    remember_digest(
-        &cache,
-        &mut objs,
-        &id,
-        tree_digest.as_ref().unwrap_or(&None),
-    );
-    let tree_digest = tree_digest?;
     Ok(Imported {
         commit: commit.to_string(),
         branch: Some(branch.to_string()),

@@ -65,7 +65,7 @@ impl Limits {
 /// capsule's own limits of an exec for which neither its flags, the operator's settings nor
 /// the spec give one, from this machine:
 /// - **memory**: the machine's physical memory less a reserve for the host (an eighth of
-///   it, at least 512 MiB and at most 4 GiB: 21 GiB of 24): a leak is killed inside the
+///   it, at least 512 MiB and at most 4 GiB: 20.6 GiB of 23.5): a leak is killed inside the
 ///   sandbox's own group before the host runs out;
 /// - **processes**: 256 per CPU this process may run on, at least 4096: far above what
 ///   `cargo build -j` starts (a rustc per CPU, each with its codegen threads, and the

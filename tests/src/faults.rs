@@ -1,8 +1,9 @@
 //! Shared pieces of the fault-injection tests (`tests/tests/faults*.rs`): how many times
 //! to inject, killing a command part-way, and the checks made afterwards (no process or
-//! mount of a scratch tree is left, the records still parse).
+//! mount of a scratch tree is left, the records still parse), and a small filesystem
+//! made for a test ([`SmallFs`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -146,4 +147,62 @@ pub fn names(dir: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A tmpfs of `size` mounted on `dir` (made), owned by `r`; unmounted on drop.
+pub struct SmallFs(pub PathBuf);
+
+impl SmallFs {
+    pub fn mount(dir: &Path, size: &str, r: &crate::Runner) -> SmallFs {
+        std::fs::create_dir_all(dir).unwrap();
+        let o = crate::run(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o"])
+                .arg(format!("size={size},mode=0755"))
+                .arg("capsule-e2e-small")
+                .arg(dir),
+        );
+        crate::assert_ok(&o, "mount a small tmpfs");
+        let fs = SmallFs(dir.to_path_buf());
+        r.own(dir);
+        fs
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// `capsule exec NAME` (as `r`, capsule root `root`) of a task that fills the disk of the
+/// capsule's workspace (`fill`) to its last block, the disk guard off for it
+/// (`settings.json`'s `disk_reserve`, written here; the guard would stop it before);
+/// asserts that the task got to its end.
+pub fn fill_the_disk(
+    r: &crate::Runner,
+    root: &Path,
+    name: &str,
+    label: &str,
+) -> std::process::Output {
+    let settings = root.join("settings.json");
+    std::fs::write(&settings, r#"{"disk_reserve": "off"}"#).unwrap();
+    r.own(&settings);
+    let o = crate::bounded(
+        r.capsule(root).args([
+            "exec",
+            name,
+            "--",
+            "sh",
+            "-c",
+            "cat /dev/zero > fill 2>/dev/null; echo filled",
+        ]),
+        60,
+    );
+    assert!(
+        crate::stdout(&o).contains("filled"),
+        "[{label}] {}",
+        crate::stderr(&o)
+    );
+    o
 }

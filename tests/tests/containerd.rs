@@ -403,6 +403,104 @@ fn ctr_task_kill_stops_it_and_ctr_task_exec_runs_inside() {
     cleanup(e, &cid);
 }
 
+/// Wait (at most 20 s) until `file` holds `want`; its text at the end.
+fn wait_for_text(file: &Path, want: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.contains(want) || t0.elapsed() > Duration::from_secs(20) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_refused_write_is_listed_for_the_init_and_for_exec() {
+    let Some(e) = engine() else { return };
+    let cid = id("refused");
+    // a read-only root: /etc is not writable, /tmp neither (the image has no mount there)
+    let o = ctr(e)
+        .args(["run", "-d", "--read-only", "--runc-binary"])
+        .arg(&e.runc)
+        .args([
+            IMAGE,
+            &cid,
+            "sh",
+            "-c",
+            "echo x > /etc/by-init; test -e /etc/by-init && echo WROTE; sleep 1000",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(wait_status(e, &cid, "RUNNING"));
+    // the shim's runc root is /run/containerd/runc/<namespace>; its log the bundle's
+    let listing = Path::new("/run/containerd/runc/default")
+        .join(&cid)
+        .join("refusals.jsonl");
+    let log = e
+        .dir
+        .join("state/io.containerd.runtime.v2.task/default")
+        .join(&cid)
+        .join("log.json");
+    let text = wait_for_text(&listing, "/etc/by-init");
+    assert!(
+        text.lines().any(|l| l.contains("\"kind\":\"write\"")
+            && l.contains("\"target\":\"/etc/by-init\"")
+            && l.contains("\"program\":\"sh\"")),
+        "listing: {text:?}"
+    );
+    let logged = wait_for_text(&log, "refused write /etc/by-init");
+    assert!(
+        logged.contains("\"level\":\"warning\"")
+            && logged.contains("refused write /etc/by-init (sh)"),
+        "log.json: {logged:?}"
+    );
+    // a process added by exec is observed too, in the same listing
+    let o = ctr(e)
+        .args([
+            "task",
+            "exec",
+            "--exec-id",
+            "w1",
+            &cid,
+            "touch",
+            "/etc/by-exec",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(code(&o), 0, "the write must be refused: {}", stderr(&o));
+    let text = wait_for_text(&listing, "/etc/by-exec");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("\"target\":\"/etc/by-exec\"")
+                && l.contains("\"program\":\"touch\"")),
+        "listing: {text:?}"
+    );
+    assert!(
+        text.contains("/etc/by-init"),
+        "the init's refusal stays listed: {text:?}"
+    );
+    // an allowed write is not listed (a writable mount: /dev/shm)
+    let o = ctr(e)
+        .args([
+            "task",
+            "exec",
+            "--exec-id",
+            "w2",
+            &cid,
+            "touch",
+            "/dev/shm/fine",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::thread::sleep(Duration::from_millis(300));
+    let text = std::fs::read_to_string(&listing).unwrap_or_default();
+    assert!(!text.contains("/dev/shm/fine"), "listing: {text:?}");
+    cleanup(e, &cid);
+}
+
 // ---- the lifecycle, driven directly (runtime-tools' lifecycle/state/kill cases) ----
 
 fn bundle(
@@ -555,6 +653,166 @@ fn create_state_start_kill_delete() {
     assert!(runc(e, &["delete", "--force", &cid]).status.success());
 }
 
+/// The image's rootfs is hostile: its symlinks must lead no mount point, masked or
+/// read-only path or device node out of it (each is resolved in the rootfs, as if it
+/// were `/`).
+#[test]
+fn a_hostile_rootfs_cannot_lead_create_out_of_it() {
+    let Some(e) = engine() else { return };
+    let host = e.dir.join("host-victim");
+    let _ = std::fs::remove_dir_all(&host);
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("secret"), "host's").unwrap();
+    let b = bundle(
+        e,
+        "hostile",
+        &["sh", "-c", "echo in > /proc/../ran-inside || true"],
+        |c| {
+            // no /dev tmpfs: the devices are made in the image's own /dev (with a link out)
+            c["linux"]["devices"] = serde_json::json!([
+                {"path": "/dev/sub/null2", "type": "c", "major": 1, "minor": 3}
+            ]);
+            c["mounts"] = serde_json::json!([
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/victim/sub", "type": "tmpfs", "source": "tmpfs"},
+                {"destination": "/knows/sub", "type": "tmpfs", "source": "tmpfs"},
+            ]);
+            c["root"]["readonly"] = false.into();
+            c["linux"]["maskedPaths"] = serde_json::json!(["/mask"]);
+            c["linux"]["readonlyPaths"] = serde_json::json!(["/ro/secret"]);
+        },
+    );
+    let r = b.join("rootfs");
+    let climb = format!("../../../../../../../..{}", host.display());
+    std::os::unix::fs::symlink(host.join("p"), r.join("proc")).unwrap();
+    std::os::unix::fs::symlink(format!("{climb}/v"), r.join("victim")).unwrap();
+    std::os::unix::fs::symlink(host.join("secret"), r.join("mask")).unwrap();
+    std::os::unix::fs::symlink(&climb, r.join("ro")).unwrap();
+    // one that knows where capsule-runc keeps the host while it builds the root
+    let knows = r.join("oldroot").join(host.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&knows).unwrap();
+    std::os::unix::fs::symlink(
+        Path::new("/oldroot").join(host.strip_prefix("/").unwrap()),
+        r.join("knows"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(r.join("dev")).unwrap();
+    std::os::unix::fs::symlink(&climb, r.join("dev/sub")).unwrap();
+    // where the links lead when resolved in the rootfs: there, so that create succeeds
+    let inside = r.join(host.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(inside.join("p")).unwrap();
+    std::fs::create_dir_all(inside.join("v")).unwrap();
+    let cid = id("hostile");
+    let o = runc(e, &["run", "--bundle", b.to_str().unwrap(), &cid]);
+    let _ = runc(e, &["delete", "--force", &cid]);
+    // the host's folder: as it was (no node, folder or mount added, the file unchanged)
+    let mut names: Vec<String> = std::fs::read_dir(&host)
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["secret"], "run: {} {}", stdout(&o), stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(host.join("secret")).unwrap(),
+        "host's"
+    );
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!info.contains(host.to_str().unwrap()), "{info}");
+    // ... and the links were followed inside the rootfs instead (the test did something)
+    assert!(
+        knows.join("sub").is_dir(),
+        "mount point made inside: {}",
+        stderr(&o)
+    );
+    assert!(
+        inside.join("v/sub").is_dir(),
+        "mount point made inside: {}",
+        stderr(&o)
+    );
+    assert!(
+        inside.join("null2").exists(),
+        "device made inside: {}",
+        stderr(&o)
+    );
+    assert_eq!(code(&o), 0, "run: {} {}", stdout(&o), stderr(&o));
+}
+
+/// `capsule-runc --root … --log LOG --log-format json create --bundle B CID`.
+fn create_logged(e: &Engine, b: &Path, cid: &str, log: &Path) -> Command {
+    let mut c = Command::new(&e.runc);
+    c.arg("--root")
+        .arg(e.dir.join("runc-root"))
+        .arg("--log")
+        .arg(log)
+        .args(["--log-format", "json", "create", "--bundle"])
+        .arg(b)
+        .arg(cid);
+    c
+}
+
+/// capsule's own limits (memory, processes) where the bundle sets none; the bundle's
+/// own stand. Numbers from CAPSULE_OWN_DEFAULTS, so the test can tell them apart.
+#[test]
+fn capsule_default_limits_where_the_bundle_sets_none() {
+    let Some(e) = engine() else { return };
+    let read = |ctl: &str, rel: &str, file: &str| {
+        std::fs::read_to_string(Path::new("/sys/fs/cgroup").join(ctl).join(rel).join(file))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    for (name, pids) in [("deflim", None), ("ownlim", Some(50))] {
+        let b = bundle(e, name, &["sleep", "1000"], |c| {
+            if let Some(n) = pids {
+                c["linux"]["resources"] = serde_json::json!({"pids": {"limit": n}});
+            }
+        });
+        let cid = id(name);
+        let rel = format!("capsule-test/{name}-{}", std::process::id());
+        let log = e.dir.join(format!("{name}.log"));
+        let o = create_logged(e, &b, &cid, &log)
+            .env("CAPSULE_OWN_DEFAULTS", "pids=77,memory=300M")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(o.success(), "create {name}");
+        // in capsule-runc's own state (the runtime spec's state shows the bundle's
+        // annotations only)
+        let saved: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(e.dir.join("runc-root").join(&cid).join("state.json")).unwrap(),
+        )
+        .unwrap();
+        let have_pids = Path::new("/sys/fs/cgroup/pids").exists();
+        let have_mem = Path::new("/sys/fs/cgroup/memory").exists();
+        match pids {
+            None if have_pids => {
+                assert_eq!(read("pids", &rel, "pids.max"), "77");
+                assert!(
+                    saved["default_limits"]
+                        .as_array()
+                        .is_some_and(|v| v.iter().any(|l| l == "pids=77")),
+                    "{saved}"
+                );
+                let logged = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(
+                    logged.contains("default limits") && logged.contains("pids=77"),
+                    "{logged}"
+                );
+            }
+            Some(n) if have_pids => assert_eq!(read("pids", &rel, "pids.max"), n.to_string()),
+            _ => eprintln!("note: no pids controller here"),
+        }
+        if have_mem {
+            assert_eq!(
+                read("memory", &rel, "memory.limit_in_bytes"),
+                (300u64 << 20).to_string()
+            );
+        }
+        let _ = runc(e, &["delete", "--force", &cid]);
+    }
+}
+
 #[test]
 fn a_field_it_cannot_honour_fails_create_naming_it() {
     let Some(e) = engine() else { return };
@@ -563,7 +821,35 @@ fn a_field_it_cannot_honour_fails_create_naming_it() {
             c["linux"]["intelRdt"] = serde_json::json!({"closID": "x"})
         }),
         ("rootfsPropagation", &|c| {
-            c["linux"]["rootfsPropagation"] = "rshared".into()
+            c["linux"]["rootfsPropagation"] = "sideways".into()
+        }),
+        ("\"time\"", &|c| {
+            c["linux"]["namespaces"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"type": "time"}))
+        }),
+        ("rdma", &|c| {
+            c["linux"]["resources"]["rdma"] = serde_json::json!({"mlx5_1": {"hcaHandles": 3}})
+        }),
+        ("hugepageLimits", &|c| {
+            c["linux"]["resources"]["hugepageLimits"] =
+                serde_json::json!([{"pageSize": "2MB", "limit": 2097152}])
+        }),
+        ("personality", &|c| {
+            c["linux"]["personality"] = serde_json::json!({"domain": "LINUX32"})
+        }),
+        ("mounts[2].destination", &|c| {
+            c["mounts"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"destination": "/../../etc", "type": "tmpfs", "source": "tmpfs"}))
+        }),
+        ("blockIO.weight", &|c| {
+            c["linux"]["resources"]["blockIO"] = serde_json::json!({"weight": 10})
+        }),
+        ("memory: swappiness", &|c| {
+            c["linux"]["resources"]["memory"] = serde_json::json!({"swappiness": 10})
         }),
         (
             "listenerPath",
@@ -580,16 +866,7 @@ fn a_field_it_cannot_honour_fails_create_naming_it() {
         let b = bundle(e, "refuse", &["true"], f);
         let cid = id("refuse");
         let log = e.dir.join("refuse.log");
-        let o = Command::new(&e.runc)
-            .arg("--root")
-            .arg(e.dir.join("runc-root"))
-            .arg("--log")
-            .arg(&log)
-            .args(["--log-format", "json", "create", "--bundle"])
-            .arg(&b)
-            .arg(&cid)
-            .output()
-            .unwrap();
+        let o = create_logged(e, &b, &cid, &log).output().unwrap();
         let err = stderr(&o);
         assert_eq!(code(&o), 1, "{field}: {err}");
         assert!(

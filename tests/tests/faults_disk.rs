@@ -10,32 +10,7 @@
 
 use capsule_e2e::faults::*;
 use capsule_e2e::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// A tmpfs of `size` mounted on `dir` (made), owned by `r`; unmounted on drop.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(dir: &Path, size: &str, r: &Runner) -> SmallFs {
-        std::fs::create_dir_all(dir).unwrap();
-        let o = run(Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={size},mode=0755"))
-            .arg("capsule-e2e-small")
-            .arg(dir));
-        assert_ok(&o, "mount a small tmpfs");
-        let fs = SmallFs(dir.to_path_buf());
-        r.own(dir);
-        fs
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
+use std::path::Path;
 
 /// A git checkout at `dir` holding `big` bytes of random data (incompressible, so its
 /// objects take as much room as its checkout).
@@ -157,21 +132,7 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
         }
         let before = std::fs::read_to_string(root.join("bundles/e/events.jsonl")).unwrap();
         assert_eq!(assert_events_parse(&root, &label), 2);
-        // the disk guard would stop the task before the disk is full (tests/tests/
-        // disk_guard.rs): off here, so that the disk fills
-        std::fs::write(root.join("settings.json"), r#"{"disk_reserve": "off"}"#).unwrap();
-        let o = bounded(
-            r.capsule(&root).args([
-                "exec",
-                "e",
-                "--",
-                "sh",
-                "-c",
-                "cat /dev/zero > fill 2>/dev/null; echo filled",
-            ]),
-            60,
-        );
-        assert!(stdout(&o).contains("filled"), "[{label}] {}", stderr(&o));
+        let o = fill_the_disk(&r, &root, "e", &label);
         // the records before are intact, and whatever was written of this one is whole
         let after = std::fs::read_to_string(root.join("bundles/e/events.jsonl")).unwrap();
         assert!(
@@ -198,7 +159,6 @@ fn a_full_disk_during_open_and_exec_leaves_nothing_half_made() {
         } else {
             assert_eq!(o.status.code(), Some(0), "[{label}] {}", stderr(&o));
         }
-        std::fs::remove_file(root.join("settings.json")).unwrap();
         // room again: the next exec works and is recorded after the others
         std::fs::remove_file(root.join("workspaces/e/fill")).unwrap();
         assert_ok(

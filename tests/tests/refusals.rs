@@ -73,9 +73,12 @@ fn proxy_refusal_is_listed_with_its_grant() {
         assert_eq!(list[0]["count"], 2);
         assert_eq!(list[0]["grant"], "--allow-host 127.0.0.1:9");
         assert_eq!(list[0]["reason"], "not on the allowlist");
+        // the proxy sees a socket; the program behind it is found on the host
+        assert_eq!(list[0]["program"], "curl", "{rec}");
+        assert!(list[0]["pid"].as_i64().is_some_and(|p| p > 1), "{rec}");
         assert!(
             err(&o).contains(
-                "capsule: refused connect 127.0.0.1:9: not on the allowlist, 2 times; to allow: --allow-host 127.0.0.1:9\n"
+                "capsule: refused connect 127.0.0.1:9 (curl): not on the allowlist, 2 times; to allow: --allow-host 127.0.0.1:9\n"
             ),
             "{}",
             err(&o)
@@ -92,7 +95,7 @@ fn proxy_refusal_is_listed_with_its_grant() {
         let o = c.capsule().args(["refusals", NAME]).output().unwrap();
         ok(&o, "capsule refusals");
         assert!(
-            out(&o).contains("refused connect 127.0.0.1:9"),
+            out(&o).contains("refused connect 127.0.0.1:9 (curl)"),
             "{}",
             out(&o)
         );
@@ -104,6 +107,7 @@ fn proxy_refusal_is_listed_with_its_grant() {
         ok(&o, "capsule refusals --json --since 1h");
         let v: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
         assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+        assert_eq!(v[0]["program"], "curl", "{v}");
         let o = c
             .capsule()
             .args([
@@ -117,6 +121,73 @@ fn proxy_refusal_is_listed_with_its_grant() {
             .unwrap();
         ok(&o, "capsule refusals --since the future");
         assert_eq!(out(&o).trim(), "[]");
+    });
+}
+
+/// A connect the proxy refuses names the program that tried it, whatever it is called:
+/// a copy of curl under a long name (its `comm` is cut at 15 bytes: the executable's file
+/// name is given), one under a name with a terminal escape (faithful in the record,
+/// escaped on stderr), through HTTP, CONNECT and SOCKS5, in the record (`--json`, the
+/// log) and on stderr. The proxy only ever refuses: it connects
+/// nowhere (the targets are the sandbox's loopback, off the allowlist).
+#[test]
+fn proxy_refusals_name_the_program_that_tried() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        // (an HTTP request, a CONNECT tunnel and a SOCKS5 request, each to a port off the list)
+        let script = r#"set -e; export NO_PROXY= no_proxy=; c=$(command -v curl); e=$(printf '\033')
+            cp "$c" ./fetch-o-matic-3000; cp "$c" "./ev${e}[2Jil"
+            ./fetch-o-matic-3000 -s -o /dev/null -w '%{http_code}\n' --max-time 20 http://127.0.0.1:9/
+            "./ev${e}[2Jil" -s -o /dev/null --max-time 20 https://127.0.0.1:10/ || true
+            curl -s -o /dev/null --max-time 20 -x socks5h://127.0.0.1:3128 http://127.0.0.1:11/ || true"#;
+        let mut cmd = c.capsule();
+        cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
+        cmd.args(["exec", NAME, "--json", "--allow-host", "listed.test:443", "--"]);
+        cmd.args(["sh", "-c", script]);
+        cmd.stdin(std::process::Stdio::null());
+        let o = cmd.output().unwrap();
+        ok(&o, "refused connects");
+        // the command's line, then the record (`--json`), as in events.jsonl
+        let stdout = out(&o);
+        let (first, json) = stdout.split_once('\n').unwrap();
+        assert_eq!(first, "403", "{}", err(&o));
+        let rec: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(refusals(&rec), refusals(&record(&c)));
+        let mut got: Vec<(String, String)> = refusals(&rec)
+            .iter()
+            .map(|r| {
+                assert_eq!(r["kind"], "connect", "{rec}");
+                assert!(r["pid"].as_i64().is_some_and(|p| p > 1), "{rec}");
+                let t = r["target"].as_str().unwrap().to_string();
+                (t, r["program"].as_str().unwrap().to_string())
+            })
+            .collect();
+        got.sort();
+        let want = [
+            ("127.0.0.1:10", "ev\x1b[2Jil"),
+            ("127.0.0.1:11", "curl"),
+            ("127.0.0.1:9", "fetch-o-matic-3000"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(got, want, "{rec}");
+        // on the terminal the escape is shown, never sent
+        let e = err(&o);
+        assert!(!e.contains('\x1b'), "{e:?}");
+        assert!(
+            e.contains("capsule: refused connect 127.0.0.1:10 (ev\\x1b[2Jil): not on the allowlist"),
+            "{e}"
+        );
+        assert!(
+            e.contains("capsule: refused connect 127.0.0.1:9 (fetch-o-matic-3000): not on the allowlist"),
+            "{e}"
+        );
+        let o = c.capsule().args(["refusals", NAME]).output().unwrap();
+        ok(&o, "capsule refusals");
+        assert!(!out(&o).contains('\x1b'), "{:?}", out(&o));
+        assert!(out(&o).contains("(ev\\x1b[2Jil)"), "{}", out(&o));
     });
 }
 
@@ -206,6 +277,78 @@ fn writes_outside_the_writable_paths_are_listed() {
         assert!(
             e.contains("capsule: refused write /usr/stolen (python3): rename outside the writable paths; to allow: --allow-write /usr\n"),
             "{e}"
+        );
+    });
+}
+
+/// `--no-list-writes` takes the observation away, not the wall: the writes are refused as
+/// before, unlisted, the record says so, a refused syscall is still listed, and a failed
+/// command is told what it cannot see.
+#[test]
+fn no_list_writes_keeps_the_wall_and_says_what_is_lost() {
+    each_runner(|r| {
+        let c = Capsule::new(r);
+        let script = "import ctypes,os,sys\nlibc=ctypes.CDLL(None,use_errno=True)\n\
+             try: open('/etc/x', 'w')\nexcept OSError as e: print('open', e.errno)\n\
+             try: os.rename('README.md', '/usr/stolen')\nexcept OSError as e: print('rename', e.errno)\n\
+             open('ok.txt', 'w').write('x')\nlibc.syscall(250,0,0,0,0,0)\nsys.exit(3)\n";
+        // a warm spare (its filter installed ahead of time) and a root built for the exec
+        for idle in ["30", "0"] {
+            let mut cmd = c.capsule();
+            cmd.env("CAPSULE_PREPARED_IDLE", idle);
+            cmd.args([
+                "exec",
+                "--no-list-writes",
+                NAME,
+                "--",
+                "python3",
+                "-c",
+                script,
+            ]);
+            cmd.stdin(std::process::Stdio::null());
+            let o = cmd.output().unwrap();
+            assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+            let stdout = out(&o);
+            let lines: Vec<&str> = stdout.lines().collect();
+            assert_eq!(lines.len(), 2, "{} {}", out(&o), err(&o));
+            // EACCES (Landlock), EROFS (a read-only mount), EXDEV (a rename across mounts)
+            let refused = |l: &&str| [" 13", " 30", " 18"].iter().any(|e| l.ends_with(e));
+            assert!(lines.iter().all(refused), "{lines:?}");
+            assert!(!std::path::Path::new("/usr/stolen").exists());
+            assert!(c.ws.join("README.md").exists());
+            assert_eq!(std::fs::read_to_string(c.ws.join("ok.txt")).unwrap(), "x");
+            let rec = record(&c);
+            let list = refusals(&rec);
+            assert_eq!(list.len(), 1, "{rec}");
+            assert_eq!(list[0]["kind"], "syscall", "{rec}");
+            let not_listed = rec["refusals_not_listed"].to_string();
+            assert!(
+                not_listed.contains("write: not observed in this exec (exec --no-list-writes)"),
+                "{rec}"
+            );
+            let e = err(&o);
+            assert!(
+                e.contains("capsule: refused syscall keyctl (python3)"),
+                "{e}"
+            );
+            assert!(!e.contains("capsule: refused write /"), "{e}");
+            assert!(
+                e.contains(
+                    "capsule: refused writes are not listed in this exec (--no-list-writes)"
+                ),
+                "{e}"
+            );
+        }
+        // and without it, the next exec lists them again
+        let o = c.exec(&["python3", "-c", "open('/etc/x', 'w')"]);
+        assert!(!o.status.success());
+        let rec = record(&c);
+        assert_eq!(refusals(&rec)[0]["target"], "/etc/x", "{rec}");
+        assert!(
+            !rec["refusals_not_listed"]
+                .to_string()
+                .contains("--no-list-writes"),
+            "{rec}"
         );
     });
 }
@@ -449,7 +592,7 @@ fn each_refused_thing_once_gets_exactly_those_refusals() {
             assert_eq!(
                 got,
                 [
-                    "connect 127.0.0.1:9 () --allow-host 127.0.0.1:9",
+                    "connect 127.0.0.1:9 (curl) --allow-host 127.0.0.1:9",
                     "read ~/.aws (python3) --reveal ~/.aws",
                     "read ~/.ssh/id_ed25519 (cat) --reveal ~/.ssh",
                     "syscall keyctl (python3) -",

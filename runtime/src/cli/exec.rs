@@ -136,6 +136,14 @@ pub struct ExecArgs {
     /// through capsule (a round trip each): slower for builds.
     #[arg(long)]
     pub list_reads: bool,
+    /// Do NOT list the writes the sandbox refuses, for file-heavy work (unpacking, a
+    /// checkout, an install): each path call with write intent then stays in the kernel
+    /// instead of a round trip to capsule. The wall is the same (Landlock and the mounts
+    /// refuse those writes as always); only the listing is lost: the command sees
+    /// `EACCES`/`EROFS` unexplained, and the record's `refusals_not_listed` says writes
+    /// were not listed.
+    #[arg(long, conflicts_with = "list_reads")]
+    pub no_list_writes: bool,
     /// At most SIZE (e.g. 1G) in the capsule's /tmp and /var/tmp together: they become one
     /// fresh in-memory tmpfs of the exec's own (not the bundle's tmp, kept between execs);
     /// past it writes fail (ENOSPC).
@@ -219,6 +227,7 @@ impl ExecArgs {
             publish: self.publish.clone(),
             refusals: self.say_refusals(),
             list_reads: self.list_reads,
+            no_list_writes: self.no_list_writes,
         })
     }
 }

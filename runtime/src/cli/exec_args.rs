@@ -46,6 +46,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         refusals: None,
         quiet_refusals: false,
         list_reads: false,
+        no_list_writes: false,
         tmp_size: None,
         json: false,
         command: Vec::new(),
@@ -78,6 +79,7 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
             b"--json" => Some(&mut a.json),
             b"--quiet-refusals" => Some(&mut a.quiet_refusals),
             b"--list-reads" => Some(&mut a.list_reads),
+            b"--no-list-writes" => Some(&mut a.no_list_writes),
             _ => None,
         };
         if let Some(s) = switch {
@@ -136,7 +138,10 @@ pub(super) fn plain(args: &[OsString]) -> Option<ExecArgs> {
         a.no_sandbox,
         !a.allow_host.is_empty(),
     ];
-    if a.command.is_empty() || exclusive.iter().filter(|x| **x).count() > 1 {
+    if a.command.is_empty()
+        || exclusive.iter().filter(|x| **x).count() > 1
+        || (a.list_reads && a.no_list_writes)
+    {
         return None;
     }
     Some(a)
@@ -188,6 +193,7 @@ pub(super) mod tests {
             "exec bench --fds 64 --file-size 1M --activity-timeout 2s -- true",
             "exec bench --file-size 1.5G -- true",
             "exec bench --memory 512M --pids 64 --cpus 1.5 -- true",
+            "exec bench --no-list-writes -- tar -xf x",
         ];
         for line in taken {
             assert!(check(&argv(line)), "not taken: {line}");
@@ -195,6 +201,7 @@ pub(super) mod tests {
         let left_to_clap = [
             "exec bench /bin/true",
             "exec bench --timeout 5s -- true",
+            "exec bench --list-reads --no-list-writes -- true",
             "exec bench --fds 0 -- true",
             "exec bench --fds 1 --fds 2 -- true",
             "exec bench --file-size 12Q -- true",

@@ -39,31 +39,52 @@ impl Line {
     }
 }
 
+/// The line for the phases under way (empty: none), e.g.
+/// `capsule: reading objects 120345, checking out 812/868`.
+fn render(phases: &[(&str, u64, u64)]) -> String {
+    if phases.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = phases
+        .iter()
+        .map(|(phase, done, total)| {
+            if *total > 0 {
+                format!("{phase} {done}/{total}")
+            } else {
+                format!("{phase} {done}")
+            }
+        })
+        .collect();
+    format!("capsule: {}", parts.join(", "))
+}
+
 fn draw(stop: &AtomicBool) {
     let start = Instant::now();
     let wait = delay();
     let mut drawn = false;
     let mut last = String::new();
+    let show = |line: &str| {
+        let mut e = std::io::stderr().lock();
+        let _ = write!(e, "\r{line}\x1b[K");
+        let _ = e.flush();
+    };
     while !stop.load(Ordering::Relaxed) {
         std::thread::park_timeout(Duration::from_millis(100));
         if stop.load(Ordering::Relaxed) || start.elapsed() < wait {
             continue;
         }
-        let (phase, done, total) = capsule_bundle::progress::snapshot();
-        if phase.is_empty() {
-            continue;
-        }
-        let line = if total > 0 {
-            format!("capsule: {phase} {done}/{total}")
-        } else {
-            format!("capsule: {phase} {done}")
-        };
-        if line != last {
-            let mut e = std::io::stderr().lock();
-            let _ = write!(e, "\r{line}\x1b[K");
-            let _ = e.flush();
+        let line = render(&capsule_bundle::progress::snapshot());
+        if !line.is_empty() && line != last {
+            show(&line);
             drawn = true;
             last = line;
+        }
+    }
+    // the work ended after the delay but before the first redraw: its last state, once
+    if !drawn && start.elapsed() >= wait {
+        if let Some(l) = capsule_bundle::progress::last() {
+            show(&render(&[l]));
+            drawn = true;
         }
     }
     if drawn {

@@ -144,6 +144,24 @@ fn defaults_unheld(own: &crate::limits::Limits, why: &str) -> String {
     )
 }
 
+/// A limit's message `m` ([`linux::cgroup::ExecCgroups::reached`]), saying so when the
+/// limit reached was capsule's own default (`own`) and how to give another.
+fn said_as_default(
+    m: String,
+    own: &crate::limits::Limits,
+    limits: &crate::limits::Limits,
+) -> String {
+    let default = |l: Option<u64>, o: Option<u64>| o.is_some() && l == o;
+    let flag = if m.starts_with("killed: memory limit") && default(limits.memory, own.memory) {
+        "--memory"
+    } else if m.starts_with("pids limit") && default(limits.pids, own.pids) {
+        "--pids"
+    } else {
+        return m;
+    };
+    format!("{m} (capsule's default here; {flag} or settings.json's \"limits\" give another)")
+}
+
 /// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
 /// accepted) the capsule's tmp stays the bundle's folder, unbounded; said on stderr and
 /// in the record.
@@ -272,7 +290,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
 
     // the workspace snapshot the record compares against: taken when the command is
     // released (`before_release`, while init builds the sandbox), on this thread (it
-    // reads nothing that can block and starts no thread; see `record`). Taken on a
+    // reads nothing that can block; the threads it may start are joined before it
+    // returns; see `record`). Taken on a
     // thread started here instead, overlapping the gate and the plan, exec was no
     // faster (median 5.70 vs 5.64 ms, one-file workspace, warm spare)
     let before: Rc<RefCell<Option<Result<record::Snapshot, String>>>> = Rc::default();
@@ -481,6 +500,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             linux::fusemask::usable(),
         )
         .into_iter()
+        .chain(a.no_list_writes.then(crate::refusals::listing::writes_off))
         .filter(|k| !k.listed)
         .map(|k| format!("{}: {}", k.kind, k.how))
         .collect();
@@ -546,7 +566,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
                 });
                 rec.refusals = refusals.refusals();
             }
-            rec.limits_reached.extend(cgroups.reached());
+            rec.limits_reached.extend(
+                cgroups
+                    .reached()
+                    .into_iter()
+                    .map(|m| said_as_default(m, &own, &limits)),
+            );
             for m in &rec.limits_reached {
                 eprintln!("capsule: {m}");
             }
@@ -562,6 +587,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         }
     };
     rec.exit_status = code;
+    if a.no_list_writes && code != 0 && a.refusals != crate::refusals::Say::Quiet {
+        // it may have failed on a write the sandbox refused: say that it would not show
+        eprintln!(
+            "capsule: refused writes are not listed in this exec (--no-list-writes): a write outside the writable paths failed unexplained (EACCES, EROFS); run it again without --no-list-writes to see them"
+        );
+    }
     if needs_display && code != 0 {
         use crate::home::display;
         let what = rec
@@ -782,6 +813,7 @@ fn plan_for_rendering(
         cgroups_found_here: false,
         disk_reserve: Default::default(),
         list_reads: false,
+        list_writes: true,
         prepared: None,
         login: Vec::new(),
     };
@@ -864,6 +896,7 @@ fn resolved_policy<'p>(
         cgroups_found_here,
         disk_reserve,
         list_reads: a.list_reads,
+        list_writes: !a.no_list_writes,
         // the root is prepared once per capsule and policy, and joined by each exec
         prepared: Some(crate::linux::prepared::dir(&cap.bundle_dir)),
         login: login.to_vec(),

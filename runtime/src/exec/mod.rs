@@ -118,6 +118,10 @@ pub struct ExecOptions {
     pub refusals: crate::refusals::Say,
     /// List reads of hidden paths too (every open goes through capsule: slower).
     pub list_reads: bool,
+    /// Do not list refused writes: path calls with write intent then never go through
+    /// capsule (no round trip each); Landlock and the mounts refuse them as ever, and the
+    /// record's `refusals_not_listed` says writes were not listed.
+    pub no_list_writes: bool,
 }
 
 /// One exec, built up and then [run](Exec::run).

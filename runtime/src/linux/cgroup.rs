@@ -31,6 +31,8 @@ use std::path::{Path, PathBuf};
 
 mod spares;
 pub use spares::{enter_warm, SpareCgroups};
+#[cfg(test)]
+mod v2_tests;
 
 /// A limit asked for could not be enforced.
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +125,11 @@ pub struct ExecCgroups {
 
 /// The mount points of the cgroup hierarchies: (v1 controller or `""` for v2, mount dir).
 fn mounts() -> Vec<(String, PathBuf)> {
-    let text = read_proc("/proc/self/mountinfo");
+    parse_mounts(&read_proc("/proc/self/mountinfo"))
+}
+
+/// [`mounts`] from the text of a `mountinfo`.
+fn parse_mounts(text: &str) -> Vec<(String, PathBuf)> {
     let mut v = Vec::new();
     for line in text.lines() {
         // ... mount_point ... - fstype source super_options
@@ -176,7 +182,11 @@ fn unescape(s: &str) -> String {
 
 /// This process's cgroup path per v1 controller (`memory`, `pids`) and for v2 (`""`).
 fn own_paths() -> Vec<(String, String)> {
-    let text = read_proc("/proc/self/cgroup");
+    parse_own(&read_proc("/proc/self/cgroup"))
+}
+
+/// [`own_paths`] from the text of a `/proc/<pid>/cgroup`.
+fn parse_own(text: &str) -> Vec<(String, String)> {
     let mut v = Vec::new();
     for line in text.lines() {
         let mut f = line.splitn(3, ':');
@@ -391,12 +401,20 @@ pub fn bases(limits: &Limits) -> Result<Vec<Base>, CgroupError> {
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    let mounts = mounts();
-    let own = own_paths();
+    bases_in(&wanted, &mounts(), &own_paths())
+}
+
+/// [`bases`] of the controllers `wanted`, given the cgroup mounts ([`mounts`]) and this
+/// process's own groups ([`own_paths`]).
+fn bases_in(
+    wanted: &[&'static str],
+    mounts: &[(String, PathBuf)],
+    own: &[(String, String)],
+) -> Result<Vec<Base>, CgroupError> {
     let mut v = Vec::new();
     let mut missing = Vec::new();
     // v1 first: a controller bound to a v1 hierarchy is not available in v2
-    for c in &wanted {
+    for c in wanted {
         let m = mounts.iter().find(|(k, _)| k == c);
         let p = own.iter().find(|(k, _)| k == c);
         match (m, p) {
@@ -416,7 +434,7 @@ pub fn bases(limits: &Limits) -> Result<Vec<Base>, CgroupError> {
         }
     }
     if !missing.is_empty() {
-        v.push(v2_base(&mounts, &own, &missing)?);
+        v.push(v2_base(mounts, own, &missing)?);
     }
     Ok(v)
 }

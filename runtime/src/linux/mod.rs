@@ -267,7 +267,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let seccomp = match plan.isolation {
         Isolation::None => None,
         _ if warm.is_some() => None,
-        _ => match seccomp::SeccompProgram::build_for(plan.list_reads) {
+        _ => match seccomp::SeccompProgram::build_for(plan.list_reads, plan.list_writes) {
             Ok(p) => Some(p),
             Err(e) => {
                 restore(&old_mask);

@@ -208,6 +208,15 @@ pub fn enter_setup_root() -> R<()> {
     Ok(())
 }
 
+/// The links of a minimal `/dev`: (name, target).
+pub const DEV_LINKS: &[(&str, &str)] = &[
+    ("ptmx", "pts/ptmx"),
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
+
 /// Step 2: one plan step.
 pub fn apply(step: &MountStep) -> R<()> {
     match step {
@@ -494,13 +503,7 @@ fn dev(dst: &Path, extra: &[String]) -> R<()> {
     let shm = ctx(under(NEW, &dst.join("shm")), what)?;
     ctx(sys::mkdir(&shm, 0o1777), what)?;
     ctx(tmpfs(&shm, 0o1777), || "mounting /dev/shm".into())?;
-    for (link, target) in [
-        ("ptmx", "pts/ptmx"),
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
+    for (link, target) in DEV_LINKS {
         let p = ctx(under(NEW, &dst.join(link)), what)?;
         ctx(sys::symlink(&c(target), &p), what)?;
     }

@@ -282,7 +282,7 @@ fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
 
 /// Receive one notification and answer it: a write call continues (observed,
 /// [`observe`]), anything else is a refusal of the table, answered `EPERM` and recorded.
-fn answer_one(
+pub(crate) fn answer_one(
     listener: RawFd,
     names: &Names,
     allowed: &Allowed,
@@ -387,18 +387,22 @@ fn comm(pid: u32) -> String {
 
 /// The pid of host pid `pid` in its innermost pid namespace.
 fn nspid(pid: u32) -> Option<i32> {
-    let b = proc_read(pid, "status", 4096)?;
-    let s = String::from_utf8_lossy(&b);
-    s.lines()
+    nspid_in(&proc_read(pid, "status", 4096)?)
+}
+
+/// The pid in the innermost pid namespace, from a `/proc/<pid>/status` file's `NSpid:`.
+pub(crate) fn nspid_in(status: &[u8]) -> Option<i32> {
+    String::from_utf8_lossy(status)
+        .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|v| v.split_whitespace().last().and_then(|p| p.parse().ok()))
 }
 
 /// Syscall names by number, from the filter's table.
-struct Names(Vec<(i64, &'static str)>);
+pub(crate) struct Names(Vec<(i64, &'static str)>);
 
 impl Names {
-    fn new() -> Names {
+    pub(crate) fn new() -> Names {
         let mut v: Vec<(i64, &'static str)> =
             seccomp::rules().iter().map(|r| (r.nr, r.name)).collect();
         v.sort_unstable();
@@ -430,6 +434,12 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nspid_is_the_innermost() {
+        assert_eq!(nspid_in(b"Name:\tx\nNSpid:\t4242\t7\n"), Some(7));
+        assert_eq!(nspid_in(b"Name:\tx\n"), None);
+    }
 
     #[test]
     fn names_refused_calls() {

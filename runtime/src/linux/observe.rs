@@ -35,13 +35,63 @@ use std::path::{Component, Path, PathBuf};
 /// Where the command may write and connect, as it names paths and addresses.
 #[derive(Debug, Clone, Default)]
 pub struct Allowed {
-    writable: Vec<PathBuf>,
-    read_only: Vec<PathBuf>,
+    writable: Roots,
+    read_only: Roots,
     net: NetView,
     /// Hidden paths (masks), and what is shown again inside them (binds, writable roots,
     /// reveals): the deepest of the two holding a path decides, as the deepest mount does.
-    hidden: Vec<PathBuf>,
-    shown: Vec<PathBuf>,
+    hidden: Roots,
+    shown: Roots,
+}
+
+/// A list of absolute paths, asked "which is the deepest holding this path?" once per
+/// observed call: kept as bytes (one `/` between components, none at the end), deepest
+/// first, so the first one that holds a path is the answer and each test is one
+/// comparison of bytes (a build's plan has a few hundred of them: the home's entries,
+/// caches, binds; comparing them `Path`-wise, component by component, cost the
+/// supervisor more than the unpacking task spent in the kernel).
+#[derive(Debug, Clone, Default)]
+struct Roots(Vec<Vec<u8>>);
+
+impl Roots {
+    fn new<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Roots {
+        let mut v: Vec<Vec<u8>> = paths.into_iter().map(|p| components(p.as_ref())).collect();
+        v.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        v.dedup();
+        Roots(v)
+    }
+
+    /// The deepest path that holds `p` (as [`Path::starts_with`] tells: whole
+    /// components), or `None`.
+    fn deepest(&self, p: &[u8]) -> Option<&[u8]> {
+        self.0.iter().find(|r| holds(r, p)).map(|r| r.as_slice())
+    }
+}
+
+/// `p` as bytes with its components joined by one `/` (what [`Path::starts_with`]
+/// compares: `//`, `.` and a trailing `/` make no difference; `..` stays).
+fn components(p: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::with_capacity(p.as_os_str().len());
+    for c in p.components() {
+        match c {
+            Component::RootDir => out.push(b'/'),
+            Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir | Component::Normal(_) => {
+                if !out.is_empty() && out.last() != Some(&b'/') {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(c.as_os_str().as_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Does `root` hold `p` (both as [`components`] makes them)?
+fn holds(root: &[u8], p: &[u8]) -> bool {
+    p.starts_with(root)
+        && (p.len() == root.len() || root.last() == Some(&b'/') || p[root.len()] == b'/')
 }
 
 /// What the sandbox's network refuses, as far as a `connect` shows it.
@@ -117,56 +167,68 @@ impl Allowed {
             (true, false) => NetView::Loopback,
             (false, false) => NetView::Unjudged,
         };
+        Allowed::new(writable, read_only, hidden, shown, net)
+    }
+
+    /// The set of these writable roots, read-only paths inside them, hidden paths and
+    /// what is shown again inside those, for the network `net`.
+    pub fn new(
+        writable: Vec<PathBuf>,
+        read_only: Vec<PathBuf>,
+        hidden: Vec<PathBuf>,
+        shown: Vec<PathBuf>,
+        net: NetView,
+    ) -> Allowed {
         Allowed {
-            writable,
-            read_only,
+            writable: Roots::new(writable),
+            read_only: Roots::new(read_only),
             net,
-            hidden,
-            shown,
+            hidden: Roots::new(hidden),
+            shown: Roots::new(shown),
+        }
+    }
+
+    /// A writable set given as lists (an OCI bundle's: its writable mounts, and the
+    /// read-only ones inside them); nothing hidden, the network not judged.
+    pub fn of_paths(writable: Vec<PathBuf>, read_only: Vec<PathBuf>) -> Allowed {
+        Allowed {
+            writable: Roots::new(writable),
+            read_only: Roots::new(read_only),
+            ..Allowed::default()
         }
     }
 
     /// The hidden path that hides absolute, normalized `p`, if one does (and nothing
     /// deeper shows it again).
-    pub fn hiding(&self, p: &Path) -> Option<&Path> {
+    pub fn hiding(&self, p: &Path) -> Option<PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
         if UNJUDGED.iter().any(|u| p.starts_with(u)) {
             return None;
         }
-        let h = self
-            .hidden
-            .iter()
-            .filter(|h| p.starts_with(h))
-            .max_by_key(|h| h.as_os_str().len())?;
-        let shown = self
-            .shown
-            .iter()
-            .filter(|s| p.starts_with(s))
-            .map(|s| s.as_os_str().len())
-            .max();
-        match shown {
-            Some(s) if s >= h.as_os_str().len() => None,
-            _ => Some(h),
+        let b = p.as_os_str().as_bytes();
+        let h = self.hidden.deepest(b)?;
+        match self.shown.deepest(b) {
+            Some(s) if s.len() >= h.len() => None,
+            _ => Some(PathBuf::from(std::ffi::OsStr::from_bytes(h))),
         }
     }
 
     /// Would the sandbox refuse a write to absolute, normalized `p`? `None`: not judged.
     pub fn refuses(&self, p: &Path) -> Option<bool> {
+        use std::os::unix::ffi::OsStrExt;
         if UNJUDGED.iter().any(|u| p.starts_with(u)) {
             return None;
         }
         // the deepest of the writable roots and read-only paths holding `p` decides, as
         // the deepest mount does
-        let deepest = |v: &[PathBuf]| {
-            v.iter()
-                .filter(|w| p.starts_with(w))
-                .map(|w| w.as_os_str().len())
-                .max()
-        };
-        Some(match (deepest(&self.writable), deepest(&self.read_only)) {
-            (None, _) => true,
-            (Some(w), Some(r)) => r > w,
-            (Some(_), None) => false,
-        })
+        let b = p.as_os_str().as_bytes();
+        Some(
+            match (self.writable.deepest(b), self.read_only.deepest(b)) {
+                (None, _) => true,
+                (Some(w), Some(r)) => r.len() > w.len(),
+                (Some(_), None) => false,
+            },
+        )
     }
 }
 
@@ -432,7 +494,7 @@ pub fn judge_read(named: Named, allowed: &Allowed, listing: bool) -> Option<Even
     let (p, h) = named
         .paths
         .iter()
-        .find_map(|p| allowed.hiding(p).map(|h| (p.clone(), h.to_path_buf())))?;
+        .find_map(|p| allowed.hiding(p).map(|h| (p.clone(), h)))?;
     Some(Event {
         header: None,
         kind: Kind::Read,
@@ -495,15 +557,17 @@ mod tests {
 
     #[test]
     fn judges_against_the_writable_set() {
-        let set = Allowed {
-            writable: vec!["/ws".into(), "/tmp".into(), "/dev/null".into()],
-            read_only: vec![
+        let set = Allowed::new(
+            vec!["/ws/".into(), "/tmp".into(), "/dev/null".into()],
+            vec![
                 "/".into(),
                 "/ws/capsule-manifest.json".into(),
-                "/ws/.git/hooks".into(),
+                "/ws//.git/hooks".into(),
             ],
-            ..Allowed::default()
-        };
+            vec![],
+            vec![],
+            NetView::Unjudged,
+        );
         assert_eq!(set.refuses(Path::new("/ws/a/b")), Some(false));
         assert_eq!(set.refuses(Path::new("/wsx")), Some(true));
         assert_eq!(set.refuses(Path::new("/etc/x")), Some(true));
@@ -516,7 +580,66 @@ mod tests {
             set.refuses(Path::new("/ws/capsule-manifest.json")),
             Some(true)
         );
+        assert_eq!(set.refuses(Path::new("/ws/.git/hooksx")), Some(false));
+        assert_eq!(set.refuses(Path::new("/ws")), Some(false));
         assert_eq!(set.refuses(Path::new("/proc/self/fd/1")), None);
         assert_eq!(set.refuses(Path::new("/dev/stdout")), None);
+    }
+
+    /// The byte comparison holds exactly what `Path::starts_with` holds.
+    #[test]
+    fn roots_hold_as_path_starts_with() {
+        let roots = ["/", "/a", "/a/b/", "/a//c", "/ab", "/a/./d", "/a/../e"];
+        let paths = [
+            "/",
+            "/a",
+            "/ab",
+            "/abc",
+            "/a/b",
+            "/a/bc",
+            "/a/b/c",
+            "/a/c",
+            "/a/c/d",
+            "/a/d",
+            "/a/../e/f",
+            "/e",
+            "/b",
+        ];
+        for r in roots {
+            let set = Roots::new([r]);
+            for p in paths {
+                assert_eq!(
+                    set.deepest(p.as_bytes()).is_some(),
+                    Path::new(p).starts_with(r),
+                    "{r} holds {p}?"
+                );
+            }
+        }
+        let set = Roots::new(["/", "/a", "/a/b", "/ab"]);
+        assert_eq!(set.deepest(b"/a/b/c"), Some(&b"/a/b"[..]));
+        assert_eq!(set.deepest(b"/ab/c"), Some(&b"/ab"[..]));
+        assert_eq!(set.deepest(b"/x"), Some(&b"/"[..]));
+    }
+
+    #[test]
+    fn the_deepest_of_hidden_and_shown_decides() {
+        let set = Allowed::new(
+            vec!["/home/u/ws".into()],
+            vec![],
+            vec!["/home/u".into(), "/home/u/ws/secret".into()],
+            vec!["/home/u/.cargo".into(), "/home/u/ws".into()],
+            NetView::Unjudged,
+        );
+        assert_eq!(
+            set.hiding(Path::new("/home/u/.ssh/id")),
+            Some("/home/u".into())
+        );
+        assert_eq!(set.hiding(Path::new("/home/u/.cargo/bin")), None);
+        assert_eq!(set.hiding(Path::new("/home/u/ws/a")), None);
+        assert_eq!(
+            set.hiding(Path::new("/home/u/ws/secret/k")),
+            Some("/home/u/ws/secret".into())
+        );
+        assert_eq!(set.hiding(Path::new("/home/uv")), None);
     }
 }

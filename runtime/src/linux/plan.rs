@@ -155,6 +155,11 @@ pub struct ExecPlan {
     /// List reads of hidden paths too: every open is sent to capsule's seccomp supervisor
     /// ([`super::notify`]), which costs a round trip per open.
     pub list_reads: bool,
+    /// List refused writes: every path call with write intent is sent to capsule's
+    /// seccomp supervisor, a round trip each (true unless `exec --no-list-writes`).
+    /// False: those calls never leave the kernel; Landlock and the mounts refuse them as
+    /// ever, unlisted.
+    pub list_writes: bool,
     /// Hidden paths whose masks capsule watches ([`super::fusemask`]): each is a plain
     /// [`MountStep::Mask`] of the plan, and each exec mounts a mask served by capsule over
     /// it, which lists every lookup, listing and open in it. Empty where FUSE cannot be
@@ -175,8 +180,15 @@ struct Decided<'a> {
     /// The filter a warm spare installs ahead of time depends on it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     list_reads: bool,
+    /// So does whether it sends the write calls.
+    #[serde(skip_serializing_if = "is_true")]
+    list_writes: bool,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     watched: &'a [PathBuf],
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl ExecPlan {
@@ -216,6 +228,7 @@ impl ExecPlan {
             mounts: &self.mounts,
             policy: &self.policy,
             list_reads: self.list_reads,
+            list_writes: self.list_writes,
             watched: &self.watched,
         };
         // a plan of paths and flags always serializes
@@ -280,6 +293,7 @@ impl ExecPlan {
             disk_reserve: crate::limits::DiskReserve::default(),
             landlock_best_effort: false,
             list_reads: false,
+            list_writes: true,
             watched: Vec::new(),
             prepared: None,
         }

@@ -516,7 +516,11 @@ fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
 /// So a notification of a write call always means "allowed by the table", and one of
 /// any other syscall always means "refused": the supervisor tells them apart by the
 /// syscall number alone and can never let through what the table refuses.
-fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, SeccompError> {
+fn listened(
+    refusals: &[SysRule],
+    list_reads: bool,
+    list_writes: bool,
+) -> Result<Vec<sock_filter>, SeccompError> {
     let notify = libc::SECCOMP_RET_USER_NOTIF;
     let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
     let writes = |nr: i64| WRITE_CALLS.iter().any(|w| w.nr == nr);
@@ -530,11 +534,22 @@ fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, 
             }),
     );
     p.extend(fall_through(table(refusals, writes)?));
-    p.push(stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR));
-    // with `list_reads` every open is sent (reads of hidden paths are listed too), else
-    // only those with write intent; the supervisor tells a write from a read by the
-    // flags, which the kernel copied for it
-    for w in WRITE_CALLS {
+    p.extend(observed_calls(list_reads, list_writes, true));
+    if p.len() > 4096 {
+        return Err(SeccompError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+/// The section of a listened program that sends the observed calls: the write calls
+/// (with `list_reads` every open, else only those with write intent; the supervisor tells
+/// a write from a read by the flags, which the kernel copied for it; without `list_writes`
+/// and `list_reads` none: they are allowed here and Landlock and the mounts decide,
+/// unseen), and `connect` when `connect`: `SECCOMP_RET_USER_NOTIF`; all else allowed.
+fn observed_calls(list_reads: bool, list_writes: bool, connect: bool) -> Vec<sock_filter> {
+    let notify = libc::SECCOMP_RET_USER_NOTIF;
+    let mut p = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
+    for w in WRITE_CALLS.iter().filter(|_| list_writes || list_reads) {
         match w.flags {
             Some((arg, mask)) if !list_reads => p.extend([
                 jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
@@ -549,15 +564,45 @@ fn listened(refusals: &[SysRule], list_reads: bool) -> Result<Vec<sock_filter>, 
             ]),
         }
     }
-    p.extend([
-        jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
-        stmt(BPF_RET_K, notify),
-    ]);
-    p.push(stmt(BPF_RET_K, RET_ALLOW));
-    if p.len() > 4096 {
-        return Err(SeccompError::TooLong(p.len()));
+    if connect {
+        p.extend([
+            jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
+            stmt(BPF_RET_K, notify),
+        ]);
     }
-    Ok(p)
+    p.push(stmt(BPF_RET_K, RET_ALLOW));
+    p
+}
+
+/// A filter that only observes, stacked on a program of someone else's (an OCI
+/// bundle's): the write calls with write intent of the native architecture are sent to
+/// the listener, everything else allowed, so the other filter alone decides (the kernel
+/// takes the stricter answer of the two: a call it refuses is never sent). Installed on
+/// the calling thread; returns the listener (close-on-exec), or `None` where the kernel
+/// cannot answer "continue" (before 5.5). Needs `no_new_privs` or `CAP_SYS_ADMIN`.
+pub fn install_observer() -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    if !continue_supported() {
+        return Ok(None);
+    }
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
+        // another architecture: not observed (skip to the end's allow)
+        jump(BPF_JMP_JEQ_K, NATIVE_AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, RET_ALLOW),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
+        jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
+        stmt(BPF_RET_K, RET_ALLOW),
+    ]);
+    p.extend(observed_calls(false, true, false));
+    let fd = install_bpf(&p, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
+    // SAFETY: the kernel returned a new descriptor, ours to own.
+    Ok(Some(unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+    }))
 }
 
 /// Where a write call's paths are: `(dirfd argument, path argument)`, the dirfd `None`
@@ -656,12 +701,14 @@ impl SeccompProgram {
     /// Build the filter for the native architecture. Allocates; call before forking or in
     /// a child that may still allocate.
     pub fn build() -> Result<Self, SeccompError> {
-        Self::build_for(false)
+        Self::build_for(false, true)
     }
 
     /// [`SeccompProgram::build`], with a listened program that sends every open to the
-    /// supervisor (`list_reads`), or only the opens with write intent.
-    pub fn build_for(list_reads: bool) -> Result<Self, SeccompError> {
+    /// supervisor (`list_reads`), or only the opens with write intent, or (neither
+    /// `list_reads` nor `list_writes`) no path call at all: the refusals of the table and
+    /// `connect`s only.
+    pub fn build_for(list_reads: bool, list_writes: bool) -> Result<Self, SeccompError> {
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
         let refusals = self::rules();
         let mut bpf = prologue(&refusals);
@@ -696,7 +743,7 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        let listened = listened(&refusals, list_reads)?;
+        let listened = listened(&refusals, list_reads, list_writes)?;
         Ok(Self {
             bpf,
             listened,

@@ -370,6 +370,12 @@ pub fn drop_all_capabilities() -> io::Result<()> {
             0,
         )
     };
+    capset(0, 0, 0)
+}
+
+/// `capset(2)` (version 3, all 64 bits) of the calling thread: the effective, permitted
+/// and inheritable sets as bit masks (bit `n` is capability `n`). No allocation.
+pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -387,14 +393,14 @@ pub fn drop_all_capabilities() -> io::Result<()> {
     };
     let data = [
         Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
+            effective: effective as u32,
+            permitted: permitted as u32,
+            inheritable: inheritable as u32,
         },
         Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
+            effective: (effective >> 32) as u32,
+            permitted: (permitted >> 32) as u32,
+            inheritable: (inheritable >> 32) as u32,
         },
     ];
     // SAFETY: header and two data structs, as capset(2) v3 requires.

@@ -356,7 +356,7 @@ fn spare_main(
     // SAFETY: opening /dev/null.
     let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     init::DEV_NULL.store(null, std::sync::atomic::Ordering::Relaxed);
-    let Ok(seccomp) = SeccompProgram::build_for(plan.list_reads) else {
+    let Ok(seccomp) = SeccompProgram::build_for(plan.list_reads, plan.list_writes) else {
         quit()
     };
     // every layer now, before the request: caps, no_new_privs, Landlock, seccomp; the

@@ -32,7 +32,7 @@ use crate::linux::{ExecPlan, Hooks, Isolation};
 use capsule_bundle::layout::bundle_files;
 use capsule_bundle::policy::NetworkPolicy;
 use std::cell::RefCell;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -294,6 +294,16 @@ impl ExecNet {
                 .map_err(|_| "network relay: channel slot poisoned".to_string())?
                 .take()
                 .ok_or_else(|| "network relay: no channel to the proxy".to_string())?;
+            // first, a socket of this namespace for the proxy to find who made a
+            // connection it refuses (without one it reads the namespace's TCP tables)
+            match super::owner::diag_socket() {
+                Ok(d) => {
+                    if let Err(e) = super::handoff::send_diag(fd.as_fd(), d.as_fd()) {
+                        tracing::debug!("network relay: diagnostics socket not sent: {e}");
+                    }
+                }
+                Err(e) => tracing::debug!("network relay: no diagnostics socket: {e}"),
+            }
             let mut listens = vec![RELAY_ADDR];
             listens.extend(services.iter().copied());
             super::relay::spawn_all(&listens, fd)

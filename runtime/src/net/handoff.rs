@@ -5,6 +5,10 @@
 //! it sends one message: one byte and the client socket (`SCM_RIGHTS`). The proxy then
 //! reads and writes that socket itself, so no byte of a tunnel passes through the relay.
 //!
+//! Before any client, init sends one socket of another kind the same way (byte `d`): a
+//! `NETLINK_SOCK_DIAG` socket of the sandbox's namespace, which the proxy keeps (the first
+//! only, checked) to find who made a connection it refuses (the `owner` module).
+//!
 //! The channel's other end is in the sandbox, so whatever arrives on it is untrusted. The
 //! proxy accepts exactly one descriptor per message (more are dropped by the kernel, which
 //! closes them), receives it close-on-exec, and keeps it only if [`check_client`] finds a
@@ -57,10 +61,26 @@ pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Send `client` over `chan` (blocking; waits while the proxy's queue is full).
 pub fn send(chan: BorrowedFd<'_>, client: BorrowedFd<'_>) -> io::Result<()> {
+    send_tagged(chan, client, CLIENT)
+}
+
+/// The byte of a message carrying a client.
+const CLIENT: u8 = b'c';
+/// The byte of init's first message: a socket to look up the sandbox's sockets with
+/// (`NETLINK_SOCK_DIAG`, the `owner` module).
+const DIAG: u8 = b'd';
+
+/// Send init's socket diagnostics socket over `chan` (first, before any client).
+pub fn send_diag(chan: BorrowedFd<'_>, diag: BorrowedFd<'_>) -> io::Result<()> {
+    send_tagged(chan, diag, DIAG)
+}
+
+fn send_tagged(chan: BorrowedFd<'_>, fd: BorrowedFd<'_>, tag: u8) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let fds = [client.as_raw_fd()];
+    let fds = [fd.as_raw_fd()];
     let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [io::IoSlice::new(b"c")];
+    let tag = [tag];
+    let iov = [io::IoSlice::new(&tag)];
     loop {
         match sendmsg::<()>(chan.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
             Ok(_) => return Ok(()),
@@ -77,6 +97,9 @@ pub enum Received {
     Closed,
     /// A descriptor (not yet checked: see [`check_client`]).
     Fd(OwnedFd),
+    /// A descriptor sent as init's diagnostics socket (not yet checked either:
+    /// `owner::is_diag_socket`).
+    Diag(OwnedFd),
     /// A message without a descriptor (or with its descriptors cut off): ignored.
     Nothing,
 }
@@ -129,10 +152,18 @@ pub fn recv(chan: BorrowedFd<'_>) -> io::Result<Received> {
         );
         return Ok(Received::Nothing);
     }
-    Ok(fds.pop().map_or(Received::Nothing, Received::Fd))
+    Ok(match fds.pop() {
+        Some(fd) if byte[0] == DIAG => Received::Diag(fd),
+        Some(fd) => Received::Fd(fd),
+        None => Received::Nothing,
+    })
 }
 
-fn int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+pub(super) fn int_opt(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `v`, a c_int we own.
@@ -152,8 +183,10 @@ fn int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Res
 }
 
 /// Take `fd` as a client connection only if it is a connected TCP socket (see the module
-/// docs); returns it as a non-blocking std stream.
-pub fn check_client(fd: OwnedFd) -> Result<std::net::TcpStream, PassedFdError> {
+/// docs); returns it as a non-blocking std stream, with its peer's address.
+pub fn check_client(
+    fd: OwnedFd,
+) -> Result<(std::net::TcpStream, std::net::SocketAddr), PassedFdError> {
     let b = fd.as_fd();
     let ty = int_opt(b, libc::SOL_SOCKET, libc::SO_TYPE)
         .map_err(|e| PassedFdError::NotSocket(e.to_string()))?;
@@ -176,11 +209,12 @@ pub fn check_client(fd: OwnedFd) -> Result<std::net::TcpStream, PassedFdError> {
         return Err(PassedFdError::Listening);
     }
     let s = std::net::TcpStream::from(fd);
-    s.peer_addr()
+    let peer = s
+        .peer_addr()
         .map_err(|e| PassedFdError::NotConnected(e.to_string()))?;
     s.set_nonblocking(true)
         .map_err(|e| PassedFdError::Nonblocking(e.to_string()))?;
-    Ok(s)
+    Ok((s, peer))
 }
 
 #[cfg(test)]
@@ -194,7 +228,7 @@ mod tests {
         let (p, r) = channel().unwrap();
         send(r.as_fd(), fd).unwrap();
         match recv(p.as_fd()).unwrap() {
-            Received::Fd(f) => check_client(f),
+            Received::Fd(f) => check_client(f).map(|(s, _)| s),
             other => panic!("{other:?}"),
         }
     }

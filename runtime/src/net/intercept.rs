@@ -35,6 +35,8 @@ pub struct Site<'a> {
     pub log: Option<&'a RefusalLog>,
     /// The exec's list of refusals (under `capsule exec`).
     pub refusals: Option<&'a std::sync::Arc<crate::refusals::Collector>>,
+    /// Who is behind the connection (refusals name its program).
+    pub who: Option<&'a super::refusal::Who>,
     pub max_head: usize,
     pub idle: Option<Duration>,
 }
@@ -291,7 +293,8 @@ where
         };
         if let Some(leak) = leak {
             let host = site.host.to_string();
-            super::refusal::report_leak(site.log, site.refusals, &host, site.port, &leak);
+            super::refusal::report_leak(site.log, site.refusals, &host, site.port, &leak, site.who)
+                .await;
             tracing::info!(%host, port = site.port, secret = %leak.secret, header = %leak.header, "proxy: placeholder refused");
             return End::Refused(format!("capsule: refused: {leak}\n"));
         }

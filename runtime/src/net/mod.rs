@@ -1,6 +1,7 @@
 //! Network modes: choosing a capsule's network for one exec ([`plan`]), the allowlist proxy
 //! on the host side ([`proxy`], [`host`]), the relay inside the sandbox ([`relay`]) that
-//! hands each client socket to it ([`handoff`]), and the refusal log ([`refusal`]);
+//! hands each client socket to it ([`handoff`]), the refusal log ([`refusal`]) and who
+//! made a refused connection ([`owner`]);
 //! [`listen`]: loopback listeners whose queue holds a burst of clients.
 //!
 //! | mode | how | the task sees |
@@ -21,6 +22,8 @@ pub mod host;
 pub mod http;
 pub mod intercept;
 pub mod listen;
+#[cfg(target_os = "linux")]
+pub mod owner;
 pub mod proxy;
 #[cfg(target_os = "linux")]
 pub mod publish;

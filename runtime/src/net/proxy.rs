@@ -20,7 +20,7 @@ use super::addr::{classify, HostAddrs};
 use super::allowlist::{Allowlist, Host};
 use super::http::{self, HeadError, Target};
 use super::intercept::{self, Prefixed, Site};
-use super::refusal::RefusalLog;
+use super::refusal::{RefusalLog, Who};
 use super::resolve::Resolver;
 use super::secrets::{Leak, Secrets};
 use super::socks;
@@ -166,6 +166,14 @@ struct Inner {
     services: Vec<SocketAddr>,
     host_addrs: HostAddrs,
     permits: Arc<Semaphore>,
+    /// What is known of the sandbox to find who made a connection: its network
+    /// namespace, from the first client the relay handed over (`None` inside: it could not
+    /// be told), when refusals are listed.
+    #[cfg(target_os = "linux")]
+    sandbox: std::sync::OnceLock<Option<Arc<super::owner::Sandbox>>>,
+    /// Init's diagnostics socket, until the first client takes it into `sandbox`.
+    #[cfg(target_os = "linux")]
+    diag: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 impl Proxy {
@@ -182,6 +190,10 @@ impl Proxy {
                 cfg,
                 host_addrs: HostAddrs::default(),
                 permits,
+                #[cfg(target_os = "linux")]
+                sandbox: std::sync::OnceLock::new(),
+                #[cfg(target_os = "linux")]
+                diag: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -256,26 +268,29 @@ impl Proxy {
         }
     }
 
-    fn refuse_log(&self, host: &Host, port: u16, reason: &str) {
+    /// Record a refusal, naming the program behind `who` (call it before answering: the
+    /// client then still holds its end).
+    async fn refuse_log(&self, host: &Host, port: u16, reason: &str, who: Option<&Who>) {
         tracing::info!(%host, port, reason, "proxy refused");
         if let Some(log) = &self.inner.cfg.refusal_log {
             log.record(&host.to_string(), port, reason);
         }
         if let Some(c) = &self.inner.cfg.refusals {
+            let (program, pid) = Who::asker(who).await;
             let target = super::refusal::target(&host.to_string(), port);
             c.add(crate::refusals::Event {
                 header: None,
                 kind: crate::refusals::Kind::Connect,
                 grant: Some(crate::refusals::connect_grant(&target)),
                 target,
-                program: String::new(),
-                pid: None,
+                program,
+                pid,
                 reason: Some(reason.to_string()),
             });
         }
     }
 
-    fn leak_log(&self, host: &Host, port: u16, leak: &Leak) {
+    async fn leak_log(&self, host: &Host, port: u16, leak: &Leak, who: Option<&Who>) {
         tracing::info!(%host, port, secret = %leak.secret, header = %leak.header, "proxy refused a placeholder");
         let cfg = &self.inner.cfg;
         super::refusal::report_leak(
@@ -284,7 +299,9 @@ impl Proxy {
             &host.to_string(),
             port,
             leak,
-        );
+            who,
+        )
+        .await;
     }
 
     /// The secrets config if some secret is for `host:port`.
@@ -296,7 +313,13 @@ impl Proxy {
             .filter(|s| s.secrets.for_host(host, port))
     }
 
-    fn site<'a>(&'a self, sc: &'a SecretsConfig, host: &'a Host, port: u16) -> Site<'a> {
+    fn site<'a>(
+        &'a self,
+        sc: &'a SecretsConfig,
+        host: &'a Host,
+        port: u16,
+        who: Option<&'a Who>,
+    ) -> Site<'a> {
         let limits = &self.inner.cfg.limits;
         Site {
             host,
@@ -304,6 +327,7 @@ impl Proxy {
             secrets: &sc.secrets,
             log: self.inner.cfg.refusal_log.as_ref(),
             refusals: self.inner.cfg.refusals.as_ref(),
+            who,
             max_head: limits.max_head,
             idle: limits.idle_timeout,
         }
@@ -318,9 +342,9 @@ impl Proxy {
         mut client: S,
         mut first: Vec<u8>,
         upstream: TcpStream,
-        host: &Host,
-        port: u16,
+        site: Site<'_>,
     ) {
+        let (host, port) = (site.host, site.port);
         let limits = &self.inner.cfg.limits;
         if first.is_empty() {
             let mut b = vec![0u8; 4096];
@@ -332,7 +356,6 @@ impl Proxy {
                 _ => return,
             }
         }
-        let site = self.site(sc, host, port);
         // a TLS handshake record
         if first[0] != 0x16 {
             return intercept::serve(Prefixed::new(first, client), upstream, site).await;
@@ -372,7 +395,12 @@ impl Proxy {
     }
 
     /// Serve one client connection to completion.
-    pub async fn handle<S: Conn>(&self, mut client: S) {
+    pub async fn handle<S: Conn>(&self, client: S) {
+        self.handle_from(client, None).await
+    }
+
+    /// [`Proxy::handle`] for a client `who` names (refusals name its program).
+    async fn handle_from<S: Conn>(&self, mut client: S, who: Option<Who>) {
         let limits = &self.inner.cfg.limits;
         let deadline = tokio::time::Instant::now() + limits.head_timeout;
         // the first bytes tell SOCKS5 (version byte 5) from HTTP (a method's letter)
@@ -387,7 +415,9 @@ impl Proxy {
         };
         first.truncate(n);
         if first[0] == socks::VERSION {
-            return self.handle_socks(client, first, deadline).await;
+            return self
+                .handle_socks(client, first, deadline, who.as_ref())
+                .await;
         }
         let read = tokio::time::timeout_at(
             deadline,
@@ -431,7 +461,7 @@ impl Proxy {
             let mut probe = head.clone();
             match sc.secrets.substitute(&mut probe, host, port) {
                 Err(leak) => {
-                    self.leak_log(host, port, &leak);
+                    self.leak_log(host, port, &leak, who.as_ref()).await;
                     let body = format!("capsule: refused {host}:{port}: {leak}\n");
                     return reply(&mut client, 403, "Forbidden", &body).await;
                 }
@@ -451,7 +481,7 @@ impl Proxy {
         let addrs = match self.check(host, port).await {
             Verdict::Allow(a) => a,
             Verdict::Refuse(reason) => {
-                self.refuse_log(host, port, &reason);
+                self.refuse_log(host, port, &reason, who.as_ref()).await;
                 let body = format!("capsule: refused {host}:{port}: {reason}\n");
                 return reply(&mut client, 403, "Forbidden", &body).await;
             }
@@ -485,7 +515,13 @@ impl Proxy {
                 }
                 if let Some(sc) = self.secrets_for(host, port).cloned() {
                     return self
-                        .intercept(&sc, client, rest, upstream, host, port)
+                        .intercept(
+                            &sc,
+                            client,
+                            rest,
+                            upstream,
+                            self.site(&sc, host, port, who.as_ref()),
+                        )
                         .await;
                 }
                 rest
@@ -498,7 +534,7 @@ impl Proxy {
                 if let Some(sc) = self.secrets_for(host, port).cloned() {
                     // its responses are scrubbed: the request (substituted above) and
                     // what follows go through the same path as a tunnel's
-                    let site = self.site(&sc, host, port);
+                    let site = self.site(&sc, host, port, who.as_ref());
                     return intercept::serve(Prefixed::new(out, client), upstream, site).await;
                 }
                 out
@@ -519,6 +555,7 @@ impl Proxy {
         mut client: S,
         first: Vec<u8>,
         deadline: tokio::time::Instant,
+        who: Option<&Who>,
     ) {
         use socks::{rep, SocksError};
         let negotiated = {
@@ -543,7 +580,7 @@ impl Proxy {
         let addrs = match self.check(&host, port).await {
             Verdict::Allow(a) => a,
             Verdict::Refuse(reason) => {
-                self.refuse_log(&host, port, &reason);
+                self.refuse_log(&host, port, &reason, who).await;
                 return socks_fail(&mut client, rep::NOT_ALLOWED).await;
             }
             Verdict::Unresolved(msg) => {
@@ -569,7 +606,13 @@ impl Proxy {
         }
         if let Some(sc) = self.secrets_for(&host, port).cloned() {
             return self
-                .intercept(&sc, client, rest, upstream, &host, port)
+                .intercept(
+                    &sc,
+                    client,
+                    rest,
+                    upstream,
+                    self.site(&sc, &host, port, who),
+                )
                 .await;
         }
         if !rest.is_empty() && upstream.write_all(&rest).await.is_err() {
@@ -705,6 +748,7 @@ impl Proxy {
                 };
                 match guard.try_io(|c| recv(c.get_ref().as_fd())) {
                     Ok(Ok(Received::Fd(fd))) => break fd,
+                    Ok(Ok(Received::Diag(fd))) => self.keep_diag(fd),
                     Ok(Ok(Received::Nothing)) => {}
                     Ok(Ok(Received::Closed)) => return,
                     Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -715,7 +759,7 @@ impl Proxy {
                     Err(_would_block) => {}
                 }
             };
-            let client = match check_client(fd) {
+            let (client, peer) = match check_client(fd) {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!("proxy: refused a descriptor from the relay: {e}");
@@ -731,31 +775,65 @@ impl Proxy {
             };
             let _ = client.set_nodelay(true);
             // what the relay listened on: the proxy port, or a host service's own address
-            let service = client
-                .local_addr()
-                .ok()
-                .filter(|a| self.inner.services.contains(a));
+            let local = client.local_addr().ok();
+            let service = local.filter(|a| self.inner.services.contains(a));
+            let who = local.and_then(|server| self.who(&client, peer, server));
             let me = self.clone();
             tokio::spawn(async move {
                 match service {
-                    Some(addr) => me.handle_service(client, addr).await,
-                    None => me.handle(client).await,
+                    Some(addr) => me.handle_service(client, addr, who.as_ref()).await,
+                    None => me.handle_from(client, who).await,
                 }
                 drop(permit);
             });
         }
     }
 
+    /// Who is behind a client the relay handed over (when refusals are listed): the
+    /// sandbox's network namespace is learnt from the first client (one `ioctl`).
+    #[cfg(target_os = "linux")]
+    fn who(&self, client: &TcpStream, client_addr: SocketAddr, server: SocketAddr) -> Option<Who> {
+        use std::os::fd::AsFd;
+        self.inner.cfg.refusals.as_ref()?;
+        let sandbox = self.inner.sandbox.get_or_init(|| {
+            let netns = super::owner::Netns::of_socket(client.as_fd())
+                .map_err(|e| tracing::debug!("proxy: the sandbox's network namespace: {e}"))
+                .ok()?;
+            let diag = match self.inner.diag.lock() {
+                Ok(mut d) => d.take(),
+                Err(p) => p.into_inner().take(),
+            };
+            Some(Arc::new(super::owner::Sandbox::new(netns, diag)))
+        });
+        Some(Who::new(sandbox.clone()?, client_addr, server))
+    }
+
+    /// Keep init's diagnostics socket (the first one, if it is one; before any client).
+    #[cfg(target_os = "linux")]
+    fn keep_diag(&self, fd: std::os::fd::OwnedFd) {
+        use std::os::fd::AsFd;
+        if !super::owner::is_diag_socket(fd.as_fd()) || self.inner.sandbox.get().is_some() {
+            return tracing::warn!(
+                "proxy: ignored a descriptor sent as the relay's diagnostics socket"
+            );
+        }
+        let mut d = match self.inner.diag.lock() {
+            Ok(d) => d,
+            Err(p) => p.into_inner(),
+        };
+        d.get_or_insert(fd);
+    }
+
     /// Serve a client that connected to an allow-listed host service at its own address
     /// inside (`127.0.0.1:4873`): the same check, then the host's service at that address,
     /// requests substituted when a secret is for it, else bytes tunnelled.
-    async fn handle_service<S: Conn>(&self, client: S, addr: SocketAddr) {
+    async fn handle_service<S: Conn>(&self, client: S, addr: SocketAddr, who: Option<&Who>) {
         let host = Host::Ip(addr.ip());
         let port = addr.port();
         let addrs = match self.check(&host, port).await {
             Verdict::Allow(a) => a,
             Verdict::Refuse(reason) | Verdict::Unresolved(reason) => {
-                return self.refuse_log(&host, port, &reason);
+                return self.refuse_log(&host, port, &reason, who).await;
             }
         };
         let upstream = match self.connect_any(&addrs).await {
@@ -764,7 +842,13 @@ impl Proxy {
         };
         if let Some(sc) = self.secrets_for(&host, port).cloned() {
             return self
-                .intercept(&sc, client, Vec::new(), upstream, &host, port)
+                .intercept(
+                    &sc,
+                    client,
+                    Vec::new(),
+                    upstream,
+                    self.site(&sc, &host, port, who),
+                )
                 .await;
         }
         let limits = &self.inner.cfg.limits;

@@ -20,6 +20,50 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+/// Who is behind a client connection the relay handed over, to be found only if it is
+/// refused ([`super::owner`]): what the proxy knows of the sandbox, and the connection's
+/// two addresses inside (known at no cost when the socket is taken).
+#[derive(Debug, Clone)]
+pub struct Who {
+    #[cfg(target_os = "linux")]
+    sandbox: std::sync::Arc<super::owner::Sandbox>,
+    client: std::net::SocketAddr,
+    server: std::net::SocketAddr,
+}
+
+impl Who {
+    /// The connection from `client` to `server` (addresses inside the sandbox).
+    #[cfg(target_os = "linux")]
+    pub fn new(
+        sandbox: std::sync::Arc<super::owner::Sandbox>,
+        client: std::net::SocketAddr,
+        server: std::net::SocketAddr,
+    ) -> Who {
+        Who {
+            sandbox,
+            client,
+            server,
+        }
+    }
+
+    /// The program behind `who` and its pid in the sandbox, for a refusal: looked up on a
+    /// blocking thread, one lookup at a time in this process; ("", None) when unknown.
+    pub async fn asker(who: Option<&Who>) -> (String, Option<i32>) {
+        #[cfg(target_os = "linux")]
+        if let Some(w) = who.cloned() {
+            static ONE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+            let _one = ONE.acquire().await;
+            let found =
+                tokio::task::spawn_blocking(move || w.sandbox.find(w.client, w.server)).await;
+            if let Ok(Some(o)) = found {
+                return (o.program, o.pid);
+            }
+        }
+        let _ = who;
+        (String::new(), None)
+    }
+}
+
 /// An open refusal log.
 #[derive(Debug)]
 pub struct RefusalLog {
@@ -145,23 +189,26 @@ pub fn read(path: &Path) -> std::io::Result<Vec<Refusal>> {
 }
 
 /// Report a refused placeholder to where this proxy reports refusals: the exec's list
-/// (under `capsule exec`) and the proxy's own log (`capsule proxy --refusal-log`).
-pub fn report_leak(
+/// (under `capsule exec`, naming the program behind `who`) and the proxy's own log
+/// (`capsule proxy --refusal-log`).
+pub async fn report_leak(
     log: Option<&RefusalLog>,
     refusals: Option<&std::sync::Arc<crate::refusals::Collector>>,
     host: &str,
     port: u16,
     leak: &super::secrets::Leak,
+    who: Option<&Who>,
 ) {
     if let Some(log) = log {
         log.record_leak(host, port, leak);
     }
     if let Some(c) = refusals {
+        let (program, pid) = Who::asker(who).await;
         c.add(crate::refusals::Event {
             kind: crate::refusals::Kind::Connect,
             target: target(host, port),
-            program: String::new(),
-            pid: None,
+            program,
+            pid,
             grant: None,
             reason: Some(leak.to_string()),
             header: Some(leak.header.clone()),

@@ -148,7 +148,8 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let s = handoff::check_client(fd).unwrap();
+        let (s, peer) = handoff::check_client(fd).unwrap();
+        assert_eq!(peer, c.local_addr().unwrap());
         s.set_nonblocking(false).unwrap();
         assert_eq!(s.peer_addr().unwrap(), c.local_addr().unwrap());
         let mut got = Vec::new();

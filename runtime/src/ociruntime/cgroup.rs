@@ -121,14 +121,53 @@ pub fn relative_path(
     Ok(rel)
 }
 
+/// capsule's own limits ([`crate::limits::machine_defaults`]: memory, processes) where
+/// the bundle's `linux.resources` sets none (an explicit value, `-1` for no limit
+/// included, stands), on the controllers this host has. Returns the resources to write
+/// and what was added (`memory=…`, `pids=…`).
+pub fn with_defaults(r: Option<&Resources>) -> (Resources, Vec<String>) {
+    let own = crate::limits::machine_defaults();
+    let mut r = r.cloned().unwrap_or_default();
+    let mut added = Vec::new();
+    let hs = hierarchies();
+    let has = |c: &str| {
+        hs.iter().any(|h| {
+            h.controllers.iter().any(|x| x == c) || (h.controllers.is_empty() && unified())
+        })
+    };
+    if let Some(m) = own.memory.filter(|_| has("memory")) {
+        let mem = r.memory.get_or_insert_with(Default::default);
+        if mem.limit.is_none() {
+            mem.limit = Some(m as i64);
+            added.push(format!("memory={m}"));
+        }
+    }
+    if let Some(n) = own.pids.filter(|_| has("pids")) {
+        if r.pids.is_none() {
+            r.pids = Some(super::spec::Pids { limit: n as i64 });
+            added.push(format!("pids={n}"));
+        }
+    }
+    (r, added)
+}
+
 /// The container's directories, made, with the resources written.
 pub fn setup(rel: &Path, res: Option<&Resources>) -> Result<Vec<PathBuf>, String> {
     if res.is_some_and(|r| !r.unified.is_empty()) {
         // the unified files are not written by this version, v2 host or not
         return Err("linux.resources.unified: not supported".into());
     }
+    let hs = hierarchies();
+    let memory = |h: &Hierarchy| {
+        h.controllers.iter().any(|c| c == "memory") || (h.controllers.is_empty() && unified())
+    };
+    if res.is_some_and(|r| r.memory.as_ref().is_some_and(|m| m.limit.is_some()))
+        && !hs.iter().any(memory)
+    {
+        return Err("linux.resources.memory: no memory controller on this host".into());
+    }
     let mut dirs = Vec::new();
-    for h in hierarchies() {
+    for h in hs {
         let dir = h.mount.join(rel);
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
@@ -209,8 +248,6 @@ fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), Strin
                     "memory.limit",
                 )?;
             }
-        } else if m.limit.is_some() {
-            return Err("linux.resources.memory: no memory controller on this host".into());
         }
     }
     if let Some(c) = &r.cpu {

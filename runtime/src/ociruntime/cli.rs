@@ -151,7 +151,9 @@ pub fn parse(args: &[String]) -> Result<(Global, Op), String> {
                 Some((n, v)) => (n.to_string(), Some(v.to_string())),
                 None => (norm, None),
             };
-            let value = if VALUE_FLAGS.contains(&name.as_str()) {
+            // `-f` is delete's --force, ps's and list's --format
+            let boolean = name == "-f" && op.as_deref() == Some("delete");
+            let value = if VALUE_FLAGS.contains(&name.as_str()) && !boolean {
                 match inline {
                     Some(v) => Some(v),
                     None => {
@@ -365,6 +367,14 @@ mod tests {
             }
         );
         let (_, op) = p("--root /r delete --force c1").unwrap();
+        assert_eq!(
+            op,
+            Op::Delete {
+                id: "c1".into(),
+                force: true
+            }
+        );
+        let (_, op) = p("delete -f c1").unwrap();
         assert_eq!(
             op,
             Op::Delete {

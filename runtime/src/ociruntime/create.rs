@@ -12,7 +12,7 @@
 
 use super::spec::{Spec, NAMESPACES};
 use super::state::{self, Saved};
-use super::{cgroup, hooks, process, rootfs};
+use super::{cgroup, hooks, observe, process, rootfs};
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -26,6 +26,8 @@ pub struct Args<'a> {
     pub pid_file: Option<&'a Path>,
     pub console_socket: Option<&'a Path>,
     pub systemd_cgroup: bool,
+    /// containerd's `--log`, where the refusal observer says what it lists.
+    pub log: Option<super::observe::LogTo>,
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
@@ -112,13 +114,41 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         }
         Err(e) => return Err(format!("making {}: {e}", dir.display())),
     }
+    // what exec reads later: config.json as it was at create (changes to the bundle's
+    // after this step do not affect the container)
+    let r = std::fs::copy(bundle.join("config.json"), dir.join("config.json"));
+    if let Err(e) = r {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("copying config.json into {}: {e}", dir.display()));
+    }
     let rel = cgroup::relative_path(l.cgroups_path.as_deref(), a.id, a.systemd_cgroup);
     let mut cg_dirs = Vec::new();
+    // capsule's own limits where the bundle sets none (CAPSULE_OCI_DEFAULTS=0: none)
+    let (resources, defaults) =
+        if std::env::var_os("CAPSULE_OCI_DEFAULTS").is_some_and(|v| v == "0") {
+            (l.resources.clone().unwrap_or_default(), Vec::new())
+        } else {
+            cgroup::with_defaults(l.resources.as_ref())
+        };
     let r = (|| {
         let rel = rel?;
-        cg_dirs = cgroup::setup(&rel, l.resources.as_ref())?;
-        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs)
+        cg_dirs = cgroup::setup(&rel, Some(&resources))?;
+        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs, &defaults)
     })();
+    if r.is_ok() && !defaults.is_empty() {
+        if let Some(lg) = &a.log {
+            super::log_to(
+                &lg.path,
+                lg.json,
+                "info",
+                &format!(
+                    "capsule: container {}: capsule's default limits where the bundle sets none: {}",
+                    a.id,
+                    defaults.join(", ")
+                ),
+            );
+        }
+    }
     if r.is_err() {
         cgroup::remove(&cg_dirs);
         let _ = std::fs::remove_dir_all(&dir);
@@ -134,6 +164,7 @@ fn spawn(
     dir: &Path,
     rel: &Path,
     cg_dirs: &[PathBuf],
+    defaults: &[String],
 ) -> Result<(), String> {
     let l = spec.linux.clone().unwrap_or_default();
     let p = spec.process.clone().ok_or("process: missing")?;
@@ -141,6 +172,25 @@ fn spawn(
     let cf = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| "state path with NUL")?;
     // SAFETY: mkfifo of a C string path.
     if unsafe { libc::mkfifo(cf.as_ptr(), 0o622) } < 0 {
+        return Err(format!(
+            "making {}: {}",
+            fifo.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // the init opens it for writing as the container's root: with a new user namespace,
+    // that is the host id mapped to 0 (mkfifo's mode is cut by the umask)
+    let host = |m: &[super::spec::IdMapping]| {
+        m.iter()
+            .find(|m| m.container_id == 0)
+            .map(|m| m.host_id)
+            .unwrap_or(0)
+    };
+    // SAFETY: chown/chmod of the fifo just made in our own state directory.
+    if unsafe {
+        libc::chown(cf.as_ptr(), host(&l.uid_mappings), host(&l.gid_mappings)) < 0
+            || libc::chmod(cf.as_ptr(), 0o622) < 0
+    } {
         return Err(format!(
             "making {}: {}",
             fifo.display(),
@@ -193,6 +243,16 @@ fn spawn(
     }
     let userns =
         flags & libc::CLONE_NEWUSER != 0 || join.iter().any(|(_, f, _)| *f == libc::CLONE_NEWUSER);
+    // the refusal observer's way in: a socket pair for the init, a socket for exec
+    // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
+    let observed = !std::env::var_os("CAPSULE_OCI_OBSERVE").is_some_and(|v| v == "0");
+    let obs = if observed {
+        let (mine, init) = crate::linux::notify::channel()
+            .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
+        Some((mine, init, observe::bind(dir)?))
+    } else {
+        None
+    };
     let (err_r, err_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let hostname = spec.hostname.clone();
@@ -218,6 +278,10 @@ fn spawn(
     if pid == 0 {
         drop(err_r);
         drop(go_w);
+        let obs_init = obs.map(|(mine, init, listen)| {
+            drop((mine, listen));
+            init
+        });
         let mut w = std::fs::File::from(err_w);
         let res = (|| -> Result<process::Prepared, String> {
             let mut b = [0u8; 1];
@@ -233,6 +297,20 @@ fn spawn(
                 if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
                     return Err(format!(
                         "linux.namespaces: joining the {typ} namespace: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+            }
+            if userns {
+                // root of the user namespace (the mappings are written by now): until
+                // then the init's ids are unmapped there, and the filesystems it mounts
+                // refuse to make anything (EOVERFLOW)
+                // SAFETY: plain system calls.
+                if unsafe { libc::setresgid(0, 0, 0) } < 0
+                    || unsafe { libc::setresuid(0, 0, 0) } < 0
+                {
+                    return Err(format!(
+                        "linux.uidMappings: becoming root of the user namespace (0 must be mapped): {}",
                         std::io::Error::last_os_error()
                     ));
                 }
@@ -272,7 +350,9 @@ fn spawn(
                 &spec.hooks.clone().unwrap_or_default().create_container,
                 "createContainer",
             )?;
-            process::prepare(&p, spec)
+            let mut prep = process::prepare(&p, spec)?;
+            prep.observer = obs_init.as_ref().map(|o| o.as_raw_fd());
+            Ok(prep)
         })();
         let prepared = match res {
             Ok(p) => p,
@@ -318,6 +398,10 @@ fn spawn(
     let pid = pid as libc::pid_t;
     drop(err_w);
     drop(go_r);
+    let obs = obs.map(|(mine, init, listen)| {
+        drop(init);
+        (mine, listen)
+    });
     // SAFETY: our own descriptor.
     unsafe { libc::close(fifo_fd) };
     drop(console);
@@ -349,21 +433,24 @@ fn spawn(
         created: state::now_rfc3339(),
         cgroups: cg_dirs.to_vec(),
         annotations: spec.annotations.clone(),
+        hooks: spec.hooks.clone(),
+        default_limits: defaults.to_vec(),
     };
     let hk = spec.hooks.clone().unwrap_or_default();
-    let st = || {
+    let st = |status: &str| {
         let mut v = saved.spec_state(a.root);
-        v["status"] = "creating".into();
+        v["status"] = status.into();
         v["pid"] = pid.into();
         v
     };
     // prestart (deprecated) and createRuntime: in the runtime's namespaces, once the
-    // container's exist
-    for (list, name) in [
-        (&hk.prestart, "prestart"),
-        (&hk.create_runtime, "createRuntime"),
+    // container's exist; prestart sees `created`, as in runtime-spec 1.0 (its tools
+    // check for it), createRuntime `creating`
+    for (list, name, status) in [
+        (&hk.prestart, "prestart", "created"),
+        (&hk.create_runtime, "createRuntime", "creating"),
     ] {
-        if let Err(e) = hooks::run(list, name, &st()) {
+        if let Err(e) = hooks::run(list, name, &st(status)) {
             kill();
             return Err(e);
         }
@@ -380,6 +467,23 @@ fn spawn(
         } else {
             text
         });
+    }
+    if let Some((mine, listen)) = obs {
+        let allowed = observe::allowed(spec);
+        let r = observe::spawn(
+            dir,
+            a.id,
+            pid,
+            start_time,
+            allowed,
+            mine,
+            listen,
+            a.log.clone(),
+        );
+        if let Err(e) = r {
+            kill();
+            return Err(e);
+        }
     }
     state::save(a.root, &saved)?;
     if let Some(pf) = a.pid_file {

@@ -46,7 +46,8 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
     if status != "running" && status != "created" {
         return Err(format!("cannot exec in a container that is {status}"));
     }
-    let spec = super::spec::load(&saved.bundle)?;
+    // config.json as it was at create (kept in the state directory)
+    let spec = super::spec::load(&state::dir(a.root, a.id))?;
     let base = spec.process.clone().ok_or("process: missing")?;
     let p: Process = match a.process {
         Some(f) => {
@@ -82,6 +83,8 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         }
     }
     let console = a.console_socket.map(create::console).transpose()?;
+    // the container's refusal observer, for this process too
+    let observer = super::observe::connect(&state::dir(a.root, a.id));
     // the pid namespace for the child to come
     for (fd, f, k) in &ns {
         if *f == libc::CLONE_NEWPID {
@@ -147,7 +150,9 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                 )?;
             }
             process::setup(&p)?;
-            process::prepare(&p, &spec)
+            let mut prep = process::prepare(&p, &spec)?;
+            prep.observer = observer.as_ref().map(|o| o.as_raw_fd());
+            Ok(prep)
         })();
         let e = match r {
             Ok(prep) => process::finish(prep),
@@ -160,6 +165,7 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
     drop(err_w);
     drop(go_r);
     drop(console);
+    drop(observer);
     if let Err(e) = super::cgroup::enter(&saved.cgroups, pid) {
         // SAFETY: our own child.
         unsafe {

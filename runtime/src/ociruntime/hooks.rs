@@ -4,6 +4,11 @@
 //! operation, a failing poststart or poststop hook is logged. Host-side hooks run in the
 //! runtime's namespaces; createContainer and startContainer run in the container's, after
 //! its root is built (the hook's path is the container's).
+//!
+//! A hook's output is never passed through raw (it could be a terminal's, and a hook
+//! inside the container is the image's program): its stdout and stderr are read (at most
+//! 4 KiB of each is kept), and said escaped, on one line, in the error of a failing hook
+//! or in a warning line on stderr (and in `--log`) of one that succeeds with output.
 
 use super::spec::Hook;
 use std::io::Write;
@@ -23,11 +28,15 @@ pub fn run(list: &[Hook], kind: &str, state: &serde_json::Value) -> Result<(), S
                 cmd.env(k, v);
             }
         }
-        cmd.stdin(std::process::Stdio::piped());
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| format!("{name}: {e}"))?;
         if let Some(mut i) = child.stdin.take() {
             let _ = i.write_all(state.to_string().as_bytes());
         }
+        let out = child.stdout.take().map(drain);
+        let err = child.stderr.take().map(drain);
         let deadline = h
             .timeout
             .filter(|t| *t > 0)
@@ -48,11 +57,53 @@ pub fn run(list: &[Hook], kind: &str, state: &serde_json::Value) -> Result<(), S
             }
             std::thread::sleep(Duration::from_millis(2));
         };
+        let said = said(out, err);
         if !status.success() {
-            return Err(format!("{name}: {status}"));
+            return Err(format!("{name}: {status}{said}"));
+        }
+        if !said.is_empty() {
+            eprintln!("capsule-runc: {name}{said}");
         }
     }
     Ok(())
+}
+
+/// Read a hook's output to its end in a thread (a hook that fills a pipe must not stall),
+/// keeping at most [`KEEP`] bytes.
+fn drain(mut r: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let room = KEEP.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+        kept
+    })
+}
+
+const KEEP: usize = 4096;
+
+/// `, stdout: "…", stderr: "…"` (escaped: no control byte of the hook's reaches a
+/// terminal), the empty ones left out.
+fn said(
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+) -> String {
+    let mut s = String::new();
+    for (what, h) in [("stdout", out), ("stderr", err)] {
+        let b = h.and_then(|h| h.join().ok()).unwrap_or_default();
+        if !b.is_empty() {
+            s.push_str(&format!(
+                ", {what}: \"{}\"",
+                capsule_bundle::escape::name(&b)
+            ));
+        }
+    }
+    s
 }
 
 /// In the container (its root is `/`): the same, with the state on stdin.
@@ -65,4 +116,28 @@ pub fn run_inside(list: &[Hook], kind: &str) -> Result<(), String> {
         kind,
         &serde_json::json!({"ociVersion": "1.0.2", "status": "creating"}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hooks_output_is_said_escaped() {
+        let h = Hook {
+            path: "/bin/sh".into(),
+            args: vec![
+                "sh".into(),
+                "-c".into(),
+                "printf 'clear\\033[2J'; printf 'oops\\n' >&2; exit 3".into(),
+            ],
+            env: vec![],
+            timeout: Some(10),
+        };
+        let e = run(&[h], "prestart", &serde_json::json!({})).unwrap_err();
+        assert!(e.starts_with("hooks.prestart[0] (/bin/sh): exit status: 3"), "{e}");
+        assert!(e.contains(r#"stdout: "clear\x1b[2J""#), "{e}");
+        assert!(e.contains(r#"stderr: "oops\n""#), "{e}");
+        assert!(!e.contains('\x1b') && !e.contains('\n'), "{e:?}");
+    }
 }

@@ -21,6 +21,7 @@ pub mod cli;
 pub mod create;
 pub mod exec;
 pub mod hooks;
+pub mod observe;
 pub mod process;
 pub mod rootfs;
 pub mod seccomp;
@@ -39,7 +40,13 @@ pub fn is_runc(argv0: &std::ffi::OsStr) -> bool {
 }
 
 fn log(g: &cli::Global, level: &str, msg: &str) {
-    let Some(p) = &g.log else { return };
+    if let Some(p) = &g.log {
+        log_to(p, g.log_json, level, msg);
+    }
+}
+
+/// One line in the log file `p`, as runc writes it (JSON, or logrus's text format).
+pub fn log_to(p: &Path, json: bool, level: &str, msg: &str) {
     let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -47,7 +54,7 @@ fn log(g: &cli::Global, level: &str, msg: &str) {
     else {
         return;
     };
-    let line = if g.log_json {
+    let line = if json {
         serde_json::json!({"level": level, "msg": msg, "time": state::now_rfc3339()}).to_string()
     } else {
         format!(
@@ -57,6 +64,13 @@ fn log(g: &cli::Global, level: &str, msg: &str) {
         )
     };
     let _ = writeln!(f, "{line}");
+}
+
+fn log_target(g: &cli::Global) -> Option<observe::LogTo> {
+    g.log.clone().map(|path| observe::LogTo {
+        path,
+        json: g.log_json,
+    })
 }
 
 /// The runtime's entry point (after argv[0] said so).
@@ -107,14 +121,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             pid_file,
             console_socket,
         } => {
-            create::run(create::Args {
-                root: &root,
-                id: &id,
-                bundle: &bundle,
-                pid_file: pid_file.as_deref(),
-                console_socket: console_socket.as_deref(),
-                systemd_cgroup: g.systemd_cgroup,
-            })?;
+            create(g, &root, &id, &bundle, &pid_file, &console_socket)?;
             Ok(0)
         }
         Op::Run {
@@ -124,14 +131,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             console_socket,
             detach,
         } => {
-            create::run(create::Args {
-                root: &root,
-                id: &id,
-                bundle: &bundle,
-                pid_file: pid_file.as_deref(),
-                console_socket: console_socket.as_deref(),
-                systemd_cgroup: g.systemd_cgroup,
-            })?;
+            create(g, &root, &id, &bundle, &pid_file, &console_socket)?;
             start(&root, &id)?;
             if detach {
                 return Ok(0);
@@ -241,6 +241,25 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
     }
 }
 
+fn create(
+    g: &cli::Global,
+    root: &Path,
+    id: &str,
+    bundle: &Path,
+    pid_file: &Option<std::path::PathBuf>,
+    console_socket: &Option<std::path::PathBuf>,
+) -> Result<(), String> {
+    create::run(create::Args {
+        root,
+        id,
+        bundle,
+        pid_file: pid_file.as_deref(),
+        console_socket: console_socket.as_deref(),
+        systemd_cgroup: g.systemd_cgroup,
+        log: log_target(g),
+    })
+}
+
 fn start(root: &Path, id: &str) -> Result<(), String> {
     let s = state::load(root, id)?;
     let fifo = state::dir(root, id).join("exec.fifo");
@@ -262,11 +281,13 @@ fn start(root: &Path, id: &str) -> Result<(), String> {
             "container {id}: the init ended before it was started"
         ));
     }
-    if let Ok(spec) = spec::load(&s.bundle) {
-        if let Some(h) = &spec.hooks {
-            if let Err(e) = hooks::run(&h.poststart, "poststart", &s.spec_state(root)) {
-                log_warn(&e);
-            }
+    if let Some(h) = &s.hooks {
+        // as the runtime spec has it: the process started (it may have ended since)
+        let mut st = s.spec_state(root);
+        st["status"] = "running".into();
+        st["pid"] = s.pid.into();
+        if let Err(e) = hooks::run(&h.poststart, "poststart", &st) {
+            log_warn(&e);
         }
     }
     Ok(())
@@ -366,13 +387,13 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
         }
     }
     cgroup::remove(&s.cgroups);
-    if let Ok(spec) = spec::load(&s.bundle) {
-        if let Some(h) = &spec.hooks {
-            let mut st = s.spec_state(root);
-            st["status"] = "stopped".into();
-            if let Err(e) = hooks::run(&h.poststop, "poststop", &st) {
-                log_warn(&e);
-            }
+    // the observer's last lines (its summary in the log) before the state goes
+    observe::wait_for(&state::dir(root, id));
+    if let Some(h) = &s.hooks {
+        let mut st = s.spec_state(root);
+        st["status"] = "stopped".into();
+        if let Err(e) = hooks::run(&h.poststop, "poststop", &st) {
+            log_warn(&e);
         }
     }
     std::fs::remove_dir_all(state::dir(root, id))
@@ -409,6 +430,12 @@ fn features() -> serde_json::Value {
         "loud",
         "private",
         "rprivate",
+        "shared",
+        "rshared",
+        "slave",
+        "rslave",
+        "unbindable",
+        "runbindable",
     ]
     .to_vec();
     opts.sort_unstable();

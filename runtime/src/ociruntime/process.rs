@@ -31,6 +31,8 @@ pub struct Prepared {
     no_new_privs: bool,
     seccomp: Option<super::seccomp::Program>,
     landlock: Option<LandlockRuleset>,
+    /// The socket the refusal observer's listener goes on ([`super::observe`]).
+    pub observer: Option<std::os::fd::RawFd>,
 }
 
 fn cstr(s: &[u8], what: &str) -> Result<CString, String> {
@@ -44,22 +46,6 @@ fn mask(names: &[String]) -> u64 {
         .fold(0u64, |m, c| m | (1u64 << c.index()))
 }
 
-/// The paths the container may write, as its mounts allow.
-pub fn writable_set(spec: &Spec) -> Vec<PathBuf> {
-    let mut w = Vec::new();
-    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
-        w.push(PathBuf::from("/"));
-    }
-    for m in &spec.mounts {
-        let ro = m.options.iter().any(|o| o == "ro");
-        let typ = m.typ.as_deref().unwrap_or("bind");
-        if !ro && !matches!(typ, "sysfs" | "cgroup" | "cgroup2") {
-            w.push(m.destination.clone());
-        }
-    }
-    w
-}
-
 fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
     if std::env::var_os("CAPSULE_OCI_LANDLOCK").is_some_and(|v| v == "0") {
         return Ok(None);
@@ -67,7 +53,7 @@ fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
     if crate::linux::landlock::abi_version() == 0 {
         return Ok(None);
     }
-    let mut w = writable_set(spec);
+    let mut w = super::spec::writable_set(spec);
     // the terminal and shared memory are always the container's own
     w.push("/dev".into());
     let (workspace, read_only) = match w.first() {
@@ -142,6 +128,7 @@ pub fn prepare(p: &Process, spec: &Spec) -> Result<Prepared, String> {
         no_new_privs: p.no_new_privileges,
         seccomp,
         landlock: landlock_ruleset(spec)?,
+        observer: None,
     })
 }
 
@@ -239,56 +226,35 @@ pub fn apparmor_enabled() -> bool {
         .is_ok_and(|s| s.trim() == "Y")
 }
 
-fn capset(effective: u64, permitted: u64, inheritable: u64) -> std::io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
+/// The seccomp filters: capsule's observer (it sends its listener at once: no call of
+/// ours is observed before), then the bundle's.
+fn filters(p: &Prepared) -> Result<(), String> {
+    if let Some(sock) = p.observer {
+        if let Err(e) = super::observe::install(sock) {
+            // not observed is not less confined: said on the container's stderr
+            eprintln!("capsule-runc: warning: {e}");
+        }
     }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let hdr = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let data = [
-        Data {
-            effective: effective as u32,
-            permitted: permitted as u32,
-            inheritable: inheritable as u32,
-        },
-        Data {
-            effective: (effective >> 32) as u32,
-            permitted: (permitted >> 32) as u32,
-            inheritable: (inheritable >> 32) as u32,
-        },
-    ];
-    // SAFETY: capset(2) v3 with a header and two data structs.
-    if unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) } < 0 {
-        return Err(std::io::Error::last_os_error());
+    if let Some(s) = &p.seccomp {
+        s.install()
+            .map_err(|err| format!("linux.seccomp: installing the filter: {err}"))?;
     }
     Ok(())
 }
 
 /// The last steps and `execve`. Returns only the error that stopped it.
-pub fn finish(p: Prepared) -> String {
+pub fn finish(mut p: Prepared) -> String {
     let e = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
     // Landlock (needs no_new_privs or CAP_SYS_ADMIN: the latter, still held, here)
-    if let Some(l) = p.landlock {
+    if let Some(l) = p.landlock.take() {
         if let Err(err) = l.restrict_self_with(p.no_new_privs) {
             return format!("Landlock: {err}");
         }
     }
     // a filter without no_new_privs needs CAP_SYS_ADMIN: installed while it is held
     if !p.no_new_privs {
-        if let Some(s) = &p.seccomp {
-            if let Err(err) = s.install() {
-                return format!("linux.seccomp: installing the filter: {err}");
-            }
+        if let Err(err) = filters(&p) {
+            return err;
         }
     }
     // SAFETY: plain system calls on our own process.
@@ -317,7 +283,7 @@ pub fn finish(p: Prepared) -> String {
         }
         libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
     }
-    if let Err(err) = capset(p.effective, p.permitted, p.inheritable) {
+    if let Err(err) = crate::linux::sys::capset(p.effective, p.permitted, p.inheritable) {
         return format!("process.capabilities: {err}");
     }
     // SAFETY: prctl on our own process.
@@ -347,10 +313,8 @@ pub fn finish(p: Prepared) -> String {
         }
     }
     if p.no_new_privs {
-        if let Some(s) = &p.seccomp {
-            if let Err(err) = s.install() {
-                return format!("linux.seccomp: installing the filter: {err}");
-            }
+        if let Err(err) = filters(&p) {
+            return err;
         }
     }
     let _ = crate::linux::sys::cloexec_from(3);

@@ -9,7 +9,7 @@
 //! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
 //! reachable as `/oldroot/proc`).
 
-use super::spec::{mount_flag, Device, Mount, Spec};
+use super::spec::{mount_flag, propagation, Device, Mount, Spec};
 use crate::linux::mounts::{self, StepError};
 use std::ffi::CString;
 use std::io;
@@ -153,17 +153,31 @@ fn mount(
     }
 }
 
-/// Flags and data of a mount's options.
+/// Flags and data of a mount's options (propagation options are [`propagate`]'s).
 fn options(opts: &[String]) -> (libc::c_ulong, libc::c_ulong, String) {
     let (mut set, mut clear, mut data) = (0, 0, Vec::new());
     for o in opts {
         match mount_flag(o) {
             Some((true, f)) => set |= f,
             Some((false, f)) => clear |= f,
+            None if propagation(o).is_some() => {}
             None => data.push(o.as_str()),
         }
     }
     (set, clear, data.join(","))
+}
+
+/// A mount's propagation options, applied to what is now at its destination.
+fn propagate(root: RawFd, m: &Mount) -> io::Result<()> {
+    for f in m.options.iter().filter_map(|o| propagation(o)) {
+        let d = open_in(
+            root,
+            m.destination.as_os_str().as_bytes(),
+            libc::O_PATH as u64,
+        )?;
+        mount(None, &fd_path(d.as_raw_fd())?, None, f, None)?;
+    }
+    Ok(())
 }
 
 /// One mount of config.json at its place in the root `root` (`/newroot`).
@@ -312,15 +326,7 @@ fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
         let dp2 = fd_path(df.as_raw_fd())?;
         mount(Some(&s), &dp2, None, libc::MS_BIND, None)?;
         if ro {
-            let again = open_in(root, sub.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-            crate::linux::sys::mount_setattr(
-                &fd_path(again.as_raw_fd())?,
-                crate::linux::sys::MOUNT_ATTR_RDONLY
-                    | crate::linux::sys::MOUNT_ATTR_NOSUID
-                    | crate::linux::sys::MOUNT_ATTR_NODEV
-                    | 0x8,
-                false,
-            )?;
+            seal(root, &sub, false)?;
         }
     }
     if ro {
@@ -438,14 +444,7 @@ fn devices(root: RawFd, list: &[Device], userns: bool, terminal: bool) -> R<()> 
     // the links every container has
     let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64)
         .or_else(|e| err("opening /dev", e))?;
-    for (link, target) in [
-        ("ptmx", "pts/ptmx"),
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-        ("core", "/proc/kcore"),
-    ] {
+    for (link, target) in mounts::DEV_LINKS.iter().chain(&[("core", "/proc/kcore")]) {
         let (l, t) = (
             cs(link.as_bytes()).unwrap_or_default(),
             cs(target.as_bytes()).unwrap_or_default(),
@@ -498,14 +497,20 @@ fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
     };
     let dp = fd_path(fd.as_raw_fd())?;
     mount(Some(&dp), &dp, None, libc::MS_BIND | libc::MS_REC, None)?;
+    seal(root, p, true)
+}
+
+/// The mount now at `p` (reopened: an older descriptor names what was under it) made
+/// read-only, `nosuid`, `nodev`, `noexec` (and what is below it, when `recursive`).
+fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
     crate::linux::sys::mount_setattr(
         &fd_path(again.as_raw_fd())?,
         crate::linux::sys::MOUNT_ATTR_RDONLY
             | crate::linux::sys::MOUNT_ATTR_NOSUID
             | crate::linux::sys::MOUNT_ATTR_NODEV
-            | 0x8,
-        true,
+            | 0x8, // MOUNT_ATTR_NOEXEC
+        recursive,
     )
 }
 
@@ -531,6 +536,8 @@ pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<(
     let root = unsafe { OwnedFd::from_raw_fd(rfd) };
     for (i, m) in spec.mounts.iter().enumerate() {
         apply(root.as_raw_fd(), m, i, cgroup_rel)?;
+        propagate(root.as_raw_fd(), m)
+            .or_else(|e| err(format!("mounts[{i}].options (propagation)"), e))?;
     }
     let l = spec.linux.clone().unwrap_or_default();
     let terminal = spec.process.as_ref().is_some_and(|p| p.terminal);
@@ -544,5 +551,10 @@ pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<(
             .or_else(|e| err(format!("linux.readonlyPaths: {}", p.display()), e))?;
     }
     drop(root);
-    mounts::finish_root_as(spec.root.as_ref().is_some_and(|r| r.readonly))
+    mounts::finish_root_as(spec.root.as_ref().is_some_and(|r| r.readonly))?;
+    if let Some(f) = l.rootfs_propagation.as_deref().and_then(propagation) {
+        mount(None, &cs(b"/").unwrap_or_default(), None, f, None)
+            .or_else(|e| err("linux.rootfsPropagation", e))?;
+    }
+    Ok(())
 }

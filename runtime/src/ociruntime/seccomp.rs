@@ -420,57 +420,27 @@ mod tests {
         assert_eq!(p.unknown, ["no_such_call"]);
         let allow = 0x7fff_0000;
         let eperm = 0x0005_0000 | libc::EPERM as u32;
-        let nr = |n: i64| n as u32;
-        assert_eq!(eval(&p, nr(libc::SYS_read), [0; 6]), allow);
-        assert_eq!(eval(&p, nr(libc::SYS_openat), [0; 6]), eperm);
-        assert_eq!(
-            eval(&p, nr(libc::SYS_personality), [8, 0, 0, 0, 0, 0]),
-            allow
-        );
-        assert_eq!(
-            eval(&p, nr(libc::SYS_personality), [0xffff_ffff, 0, 0, 0, 0, 0]),
-            allow
-        );
-        // the high word counts
-        assert_eq!(
-            eval(
-                &p,
-                nr(libc::SYS_personality),
-                [(1 << 32) | 8, 0, 0, 0, 0, 0]
-            ),
-            eperm
-        );
-        assert_eq!(
-            eval(
-                &p,
-                nr(libc::SYS_clone),
-                [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]
-            ),
-            allow
-        );
-        assert_eq!(
-            eval(
-                &p,
-                nr(libc::SYS_clone),
-                [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]
-            ),
-            eperm
-        );
-        assert_eq!(
-            eval(&p, nr(libc::SYS_kill), [5, 9, 0, 0, 0, 0]),
-            0x0005_0000 | 38
-        );
-        assert_eq!(eval(&p, nr(libc::SYS_kill), [5, 8, 0, 0, 0, 0]), eperm);
-        assert_eq!(eval(&p, nr(libc::SYS_kill), [100, 9, 0, 0, 0, 0]), eperm);
-        assert_eq!(
-            eval(&p, nr(libc::SYS_kill), [1 << 32, 15, 0, 0, 0, 0]),
-            eperm
-        );
-        assert_eq!(eval(&p, nr(libc::SYS_mkdir), [0, 0o777, 0, 0, 0, 0]), eperm);
-        assert_eq!(
-            eval(&p, nr(libc::SYS_mkdir), [0, 0o700, 0, 0, 0, 0]),
-            RET_KILL_PROCESS
-        );
+        // (syscall, its first two arguments, the answer)
+        let cases: &[(i64, [u64; 2], u32)] = &[
+            (libc::SYS_read, [0, 0], allow),
+            (libc::SYS_openat, [0, 0], eperm),
+            (libc::SYS_personality, [8, 0], allow),
+            (libc::SYS_personality, [0xffff_ffff, 0], allow),
+            // the high word counts
+            (libc::SYS_personality, [(1 << 32) | 8, 0], eperm),
+            (libc::SYS_clone, [libc::SIGCHLD as u64, 0], allow),
+            (libc::SYS_clone, [libc::CLONE_NEWUSER as u64, 0], eperm),
+            (libc::SYS_kill, [5, 9], 0x0005_0000 | 38),
+            (libc::SYS_kill, [5, 8], eperm),
+            (libc::SYS_kill, [100, 9], eperm),
+            (libc::SYS_kill, [1 << 32, 15], eperm),
+            (libc::SYS_mkdir, [0, 0o777], eperm),
+            (libc::SYS_mkdir, [0, 0o700], RET_KILL_PROCESS),
+        ];
+        for &(nr, [a0, a1], want) in cases {
+            let got = eval(&p, nr as u32, [a0, a1, 0, 0, 0, 0]);
+            assert_eq!(got, want, "syscall {nr} ({a0:#x}, {a1:#o})");
+        }
     }
 
     #[test]

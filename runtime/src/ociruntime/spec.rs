@@ -319,8 +319,24 @@ pub fn mount_flag(opt: &str) -> Option<(bool, libc::c_ulong)> {
         "rbind" => (true, libc::MS_BIND | libc::MS_REC),
         "silent" => (true, libc::MS_SILENT),
         "loud" => (false, libc::MS_SILENT),
-        // private propagation is what every mount of the container gets
-        "private" | "rprivate" => (true, 0),
+        _ => return None,
+    })
+}
+
+/// Propagation options (of a mount, or `linux.rootfsPropagation`) as mount flags. The
+/// container's mount namespace is new and every mount in it is made private first, so a
+/// shared mount is a peer only of mounts in the container's namespace (and ones copied
+/// from it), never of the host's.
+pub fn propagation(opt: &str) -> Option<libc::c_ulong> {
+    Some(match opt {
+        "private" => libc::MS_PRIVATE,
+        "rprivate" => libc::MS_PRIVATE | libc::MS_REC,
+        "shared" => libc::MS_SHARED,
+        "rshared" => libc::MS_SHARED | libc::MS_REC,
+        "slave" => libc::MS_SLAVE,
+        "rslave" => libc::MS_SLAVE | libc::MS_REC,
+        "unbindable" => libc::MS_UNBINDABLE,
+        "runbindable" => libc::MS_UNBINDABLE | libc::MS_REC,
         _ => return None,
     })
 }
@@ -380,13 +396,13 @@ pub fn check(spec: &Spec) -> Result<(), String> {
                 m.destination
             ));
         }
+        if climbs(&m.destination) {
+            return Err(format!(
+                "mounts[{i}].destination {:?}: must not contain `..`",
+                m.destination
+            ));
+        }
         for o in &m.options {
-            if matches!(
-                o.as_str(),
-                "shared" | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable"
-            ) {
-                return Err(format!("mounts[{i}].options: propagation {o:?} is not supported (every mount of the container is private)"));
-            }
             if matches!(o.as_str(), "idmap" | "ridmap" | "tmpcopyup" | "remount")
                 || o.starts_with("X-mount.")
             {
@@ -443,9 +459,9 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         return Err("linux.uidMappings: a new user namespace needs mappings".into());
     }
     if let Some(prop) = &l.rootfs_propagation {
-        if !matches!(prop.as_str(), "private" | "rprivate" | "") {
+        if !prop.is_empty() && propagation(prop).is_none() {
             return Err(format!(
-                "linux.rootfsPropagation {prop:?}: only private propagation is supported"
+                "linux.rootfsPropagation {prop:?}: one of private, shared, slave, unbindable (r...)"
             ));
         }
     }
@@ -472,10 +488,22 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         if !matches!(d.typ.as_str(), "c" | "u" | "b" | "p") {
             return Err(format!("linux.devices[{i}].type {:?}: c, u, b or p", d.typ));
         }
-        if !d.path.starts_with("/dev/") {
+        // (with a user namespace the host's node of that path is bound: `..` would
+        // name another host file)
+        if !d.path.starts_with("/dev/") || climbs(&d.path) {
             return Err(format!(
-                "linux.devices[{i}].path {:?}: must be below /dev",
+                "linux.devices[{i}].path {:?}: must be below /dev, without `..`",
                 d.path
+            ));
+        }
+    }
+    for (what, list) in [
+        ("maskedPaths", &l.masked_paths),
+        ("readonlyPaths", &l.readonly_paths),
+    ] {
+        if let Some(p) = list.iter().find(|p| !p.is_absolute() || climbs(p)) {
+            return Err(format!(
+                "linux.{what} {p:?}: must be absolute, without `..`"
             ));
         }
     }
@@ -488,6 +516,28 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         super::seccomp::check(s)?;
     }
     Ok(())
+}
+
+/// Does path `p` have a `..` component?
+fn climbs(p: &Path) -> bool {
+    p.components()
+        .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// The paths the container may write, as its mounts allow.
+pub fn writable_set(spec: &Spec) -> Vec<PathBuf> {
+    let mut w = Vec::new();
+    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
+        w.push(PathBuf::from("/"));
+    }
+    for m in &spec.mounts {
+        let ro = m.options.iter().any(|o| o == "ro");
+        let typ = m.typ.as_deref().unwrap_or("bind");
+        if !ro && !matches!(typ, "sysfs" | "cgroup" | "cgroup2") {
+            w.push(m.destination.clone());
+        }
+    }
+    w
 }
 
 /// `RLIMIT_*` by the name config.json gives it.
@@ -531,7 +581,8 @@ mod tests {
     fn a_field_it_cannot_honour_is_named() {
         assert!(spec("").is_ok());
         assert!(spec(r#","intelRdt":{}"#).unwrap_err().contains("intelRdt"));
-        assert!(spec(r#","rootfsPropagation":"rshared""#)
+        assert!(spec(r#","rootfsPropagation":"rshared""#).is_ok());
+        assert!(spec(r#","rootfsPropagation":"sideways""#)
             .unwrap_err()
             .contains("rootfsPropagation"));
         assert!(spec(r#","mountLabel":"system_u""#)
@@ -540,6 +591,14 @@ mod tests {
         assert!(spec(r#","resources":{"rdma":{}}"#)
             .unwrap_err()
             .contains("rdma"));
+        assert!(spec(
+            r#","devices":[{"path":"/dev/../etc/shadow","type":"c","major":1,"minor":3}]"#
+        )
+        .unwrap_err()
+        .contains("linux.devices[0].path"));
+        assert!(spec(r#","maskedPaths":["/proc/../../etc"]"#)
+            .unwrap_err()
+            .contains("maskedPaths"));
         let mut s = spec("").unwrap();
         s.linux
             .as_mut()

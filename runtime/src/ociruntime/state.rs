@@ -18,6 +18,13 @@ pub struct Saved {
     pub cgroups: Vec<PathBuf>,
     #[serde(default)]
     pub annotations: std::collections::BTreeMap<String, String>,
+    /// The hooks as config.json gave them at create: what `start` and `delete` run
+    /// (changes to config.json after create do not affect the container).
+    #[serde(default)]
+    pub hooks: Option<super::spec::Hooks>,
+    /// capsule's own limits applied where the bundle set none (`memory=…`, `pids=…`).
+    #[serde(default)]
+    pub default_limits: Vec<String>,
 }
 
 pub fn dir(root: &Path, id: &str) -> PathBuf {

@@ -72,6 +72,8 @@ pub struct ResolvedPolicy<'a> {
     /// What the disk guard keeps free on every host filesystem the command can write.
     pub disk_reserve: crate::limits::DiskReserve,
     pub list_reads: bool,
+    /// List refused writes (false: `exec --no-list-writes`; see [`ExecPlan::list_writes`]).
+    pub list_writes: bool,
     /// Where the capsule's prepared roots live (`None`: built for this exec alone).
     pub prepared: Option<PathBuf>,
     /// The agent login paths (relative to the home) this exec un-hid, shown in the view.
@@ -110,6 +112,7 @@ pub fn plan(r: &ResolvedPolicy, f: &HostFacts) -> ExecPlan {
         activity_timeout: r.activity_timeout,
         limits: r.limits,
         list_reads: r.list_reads,
+        list_writes: r.list_writes,
         prepared: r.prepared.clone(),
         landlock_best_effort: r.landlock_best_effort,
         cgroup_procs: f.cgroup_procs.clone(),

@@ -63,6 +63,7 @@ fn resolved(policy: &SandboxPolicy, isolation: Isolation) -> ResolvedPolicy<'_> 
         cgroups_found_here: false,
         disk_reserve: Default::default(),
         list_reads: false,
+        list_writes: true,
         prepared: None,
         login: vec![],
     }

@@ -94,13 +94,17 @@ fn exists(workspace: &Path, rel: &str) -> bool {
 /// Take a snapshot of `workspace` (a git work tree) on this thread, as [`snapshot`]
 /// documents: it reads nothing that can block. Errors are plain messages.
 pub fn snapshot(workspace: &Path) -> Result<Snapshot, String> {
-    snapshot::take(workspace, None)
+    snapshot::take(workspace, None, None)
 }
 
 /// [`snapshot`] of `workspace` after `before` (if there is one): the index is decoded
 /// again only when its bytes differ from the one `before` was taken against.
 pub fn snapshot_after(before: Option<&Snapshot>, workspace: &Path) -> Result<Snapshot, String> {
-    snapshot::take(workspace, before.and_then(|b| b.index.as_ref()))
+    snapshot::take(
+        workspace,
+        before.and_then(|b| b.index.as_ref()),
+        before.map(|b| &b.paths),
+    )
 }
 
 impl Snapshot {
@@ -469,7 +473,22 @@ mod tests {
             after.index.as_ref().unwrap(),
         );
         assert!(std::sync::Arc::ptr_eq(b, a));
-        assert_eq!(after.paths, snapshot(ws).unwrap().paths);
+        // the same paths as a snapshot of its own, without the stat of the new untracked
+        // one (nothing compares it)
+        let kinds = |s: &Snapshot| -> Vec<(String, &'static str)> {
+            s.paths.iter().map(|(p, e)| (p.clone(), e.kind)).collect()
+        };
+        let alone = snapshot(ws).unwrap();
+        assert_eq!(kinds(&after), kinds(&alone));
+        assert!(after.paths["later"].stat.is_none() && alone.paths["later"].stat.is_some());
+        assert_eq!(after.paths["dir/c"], alone.paths["dir/c"]);
+        // an untracked file of the snapshot before is still compared by its stat
+        let again = snapshot_after(Some(&alone), ws).unwrap();
+        assert_eq!(diff(&alone, &again, ws), Changes::default());
+        w("later", "l2");
+        let c = diff(&alone, &snapshot_after(Some(&alone), ws).unwrap(), ws);
+        assert_eq!(c.changed, vec!["later".to_string()]);
+        assert!(c.added.is_empty(), "{c:?}");
         git(ws, &["add", "later", "dir/c"]);
         let staged = snapshot_after(Some(&after), ws).unwrap();
         assert!(!std::sync::Arc::ptr_eq(a, staged.index.as_ref().unwrap()));

@@ -301,7 +301,7 @@ proptest! {
             }
         };
         std::fs::write(ws.join(".git/index"), &bytes).map_err(fail)?;
-        let Ok(s) = take(&ws, None) else { return Ok(()) };
+        let Ok(s) = take(&ws, None, None) else { return Ok(()) };
         for (p, e) in &s.paths {
             prop_assert!(workspace_path(p), "snapshot path {:?}", p);
             prop_assert!(!p.split('/').any(|c| c.eq_ignore_ascii_case(".git")), "{:?}", p);
@@ -336,7 +336,7 @@ proptest! {
         // last: a ref may be named `HEAD` or `packed-refs`
         std::fs::write(git.join("HEAD"), render(&head)).map_err(fail)?;
         let written: BTreeSet<String> = (0..4).map(|i| id(i).to_ascii_lowercase()).collect();
-        match take(&ws, None) {
+        match take(&ws, None, None) {
             Ok(s) => {
                 if let Some(h) = &s.head {
                     prop_assert!(written.contains(h), "HEAD resolved to {:?}", h);
@@ -372,7 +372,7 @@ fn oversize_files_are_refused_unread() {
             .unwrap();
         f.set_len(cap + 1).unwrap();
         let t = std::time::Instant::now();
-        let e = take(&ws, None).unwrap_err();
+        let e = take(&ws, None, None).unwrap_err();
         assert!(
             e.ends_with(&format!(".git/{file}: larger than {cap} bytes; not read")),
             "{e}"

@@ -61,6 +61,12 @@ pub fn kinds(namespaces: bool, notify: bool, reads: bool, watched: bool) -> Vec<
     v
 }
 
+/// What an exec with `--no-list-writes` adds to its record's `refusals_not_listed` (the
+/// kinds above say what the machine can list; this says what the exec chose not to).
+pub fn writes_off() -> KindListing {
+    k("write", false, "not observed in this exec (exec --no-list-writes): path calls with write intent stayed in the kernel; Landlock and the mounts refused what they refuse, unlisted")
+}
+
 /// Plain words for `capsule isolation`.
 pub fn human(namespaces: bool, notify: bool, watched: bool) -> String {
     let reads = false;

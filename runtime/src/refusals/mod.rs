@@ -66,8 +66,8 @@ pub struct Refusal {
     pub kind: Kind,
     /// What was refused, as the sandbox named it: a path, a syscall's name, `host:port`.
     pub target: String,
-    /// The program that asked (its `comm`), empty when unknown (the proxy sees sockets,
-    /// not processes).
+    /// The program that asked (its `comm`; for a connect the proxy refused, the process
+    /// holding the client's socket: `crate::net::owner`), empty when unknown.
     #[serde(default)]
     pub program: String,
     /// Its pid as the sandbox sees it (the first time), when known.
@@ -256,19 +256,27 @@ impl Collector {
         }
     }
 
-    /// Append every distinct refusal, with the times it was first and last seen, to the
-    /// capsule's log.
-    pub fn append_to(&self, log: &std::path::Path, exec_started_at: &str) -> std::io::Result<()> {
-        let st = self.lock();
-        if st.list.is_empty() && st.dropped == 0 {
-            return Ok(());
-        }
-        let lines: Vec<log::Line> = st
+    /// Every distinct refusal so far as a log line, with the times it was first and last
+    /// seen.
+    pub fn lines(&self, exec_started_at: &str) -> Vec<log::Line> {
+        self.lock()
             .list
             .iter()
             .map(|(r, first, last)| log::Line::new(r.clone(), *first, *last, exec_started_at))
-            .collect();
-        drop(st);
+            .collect()
+    }
+
+    /// Append every distinct refusal, with the times it was first and last seen, to the
+    /// capsule's log.
+    pub fn append_to(&self, log: &std::path::Path, exec_started_at: &str) -> std::io::Result<()> {
+        let empty = {
+            let st = self.lock();
+            st.list.is_empty() && st.dropped == 0
+        };
+        if empty {
+            return Ok(());
+        }
+        let lines = self.lines(exec_started_at);
         let left_out = log::append(log, &lines)?;
         if left_out > 0 && self.say != Say::Quiet {
             say(&format!(

@@ -228,13 +228,13 @@ pub fn verify_capsule(cap: &OpenCapsule) -> Result<Verification, CliError> {
         }
     }
     if let Some(s) = &spec {
-        capsule_bundle::progress::phase(
+        let _phase = capsule_bundle::progress::phase(
             capsule_bundle::progress::PROBES,
             s.verify.probes.len() as u64,
         );
         for p in &s.verify.probes {
             let r = run_probe(cap, p);
-            capsule_bundle::progress::inc(1);
+            capsule_bundle::progress::inc(capsule_bundle::progress::PROBES, 1);
             if !r.ok {
                 v.ok = false;
                 v.errors.push(format!(

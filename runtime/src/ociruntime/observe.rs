@@ -1,0 +1,386 @@
+//! capsule's refusal listing for a container: what its processes tried to write where
+//! the container may not, listed in `<root>/<id>/refusals.jsonl` (one JSON line per
+//! distinct refusal, with its count and the times first and last seen; rewritten as
+//! refusals come) and said in the `--log` file containerd gave at create (a `warning`
+//! line per distinct refusal as it comes, a summary when the container's processes are
+//! gone), which the shim keeps with the task.
+//!
+//! How: each container process (the init at `start`, each `exec`'d one) stacks, last
+//! before `execve`, a filter that only observes ([`crate::linux::seccomp::install_observer`]:
+//! the write calls with write intent go to a listener, everything else is allowed, so
+//! the bundle's own filter alone decides) and sends its listener to the observer, a
+//! process of capsule-runc's that `create` leaves behind (forked twice, in a session of
+//! its own, stdio on `/dev/null`, no other descriptor). The observer answers every call
+//! "continue" (the kernel then runs it exactly as without it: the mounts and Landlock
+//! decide) and lists it when the container's writable set refuses it, the same judgment
+//! as `capsule exec`'s ([`crate::linux::observe`], [`crate::linux::notify`]). The init
+//! reaches it over a socket pair made at create; `exec` over `<root>/<id>/observe.sock`
+//! (bound by create, in the state directory only root may enter).
+//!
+//! The observer ends when the container's processes are gone (their listeners closed and
+//! the init dead) or its state directory is removed; `delete` waits for it (briefly) so
+//! the summary is in the log before the task is gone.
+
+use super::spec::Spec;
+use crate::linux::observe::Allowed;
+use crate::refusals::{Collector, Say};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+/// The listing, in the state directory.
+pub const LISTING: &str = "refusals.jsonl";
+/// Where `exec` sends its process's listener, in the state directory.
+pub const SOCK: &str = "observe.sock";
+/// The observer's pid and start time, for `delete` to wait for it.
+const PID_FILE: &str = "observer.pid";
+
+/// Where and how the observer says what it lists: containerd's `--log`.
+#[derive(Debug, Clone)]
+pub struct LogTo {
+    pub path: PathBuf,
+    pub json: bool,
+}
+
+/// The writable set of a bundle, as the observer judges writes: the writable mounts
+/// (and `/dev`), the read-only ones inside them.
+pub fn allowed(spec: &Spec) -> Allowed {
+    let mut writable = super::spec::writable_set(spec);
+    writable.push("/dev".into());
+    let mut read_only: Vec<PathBuf> = spec
+        .mounts
+        .iter()
+        .filter(|m| {
+            m.options.iter().any(|o| o == "ro")
+                || matches!(m.typ.as_deref(), Some("sysfs" | "cgroup" | "cgroup2"))
+        })
+        .map(|m| m.destination.clone())
+        .collect();
+    if let Some(l) = &spec.linux {
+        read_only.extend(l.readonly_paths.iter().cloned());
+    }
+    Allowed::of_paths(writable, read_only)
+}
+
+/// Run `f` with the working directory in `dir` (a socket's path is limited to 108
+/// bytes; a state directory's can be longer), then back.
+fn in_dir<T>(dir: &Path, f: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    let back = std::env::current_dir()?;
+    std::env::set_current_dir(dir)?;
+    let r = f();
+    std::env::set_current_dir(back)?;
+    r
+}
+
+/// Bind the socket `exec` connects to, in the state directory `dir`.
+pub fn bind(dir: &Path) -> Result<OwnedFd, String> {
+    in_dir(dir, || std::os::unix::net::UnixListener::bind(SOCK))
+        .map(OwnedFd::from)
+        .map_err(|e| format!("binding {}: {e}", dir.join(SOCK).display()))
+}
+
+/// `exec`: the observer's socket, if it is there (a container made before it, or whose
+/// observer ended, is not observed: said in the log).
+pub fn connect(dir: &Path) -> Option<OwnedFd> {
+    in_dir(dir, || std::os::unix::net::UnixStream::connect(SOCK))
+        .ok()
+        .map(OwnedFd::from)
+}
+
+/// In the container's process, last before `execve` (after the other filter or in its
+/// place): stack the observing filter and send its listener on `sock`. Best effort: a
+/// kernel without "continue" answers is not observed.
+pub fn install(sock: RawFd) -> Result<(), String> {
+    let r = match crate::linux::seccomp::install_observer() {
+        Ok(Some(l)) => crate::linux::notify::send_listener(sock, l.as_raw_fd())
+            .map_err(|e| format!("sending the refusal observer its listener: {e}")),
+        Ok(None) => Ok(()),
+        Err(e) => Err(format!("installing the refusal observer's filter: {e}")),
+    };
+    crate::linux::sys::close(sock);
+    r
+}
+
+/// Start the observer of container `id` (state directory `dir`, init `pid`): `init` is
+/// the end of the init's socket pair, `listen` the socket [`bind`] made. Returns once
+/// the observer runs on its own.
+pub fn spawn(
+    dir: &Path,
+    id: &str,
+    pid: libc::pid_t,
+    start_time: u64,
+    allowed: Allowed,
+    init: OwnedFd,
+    listen: OwnedFd,
+    log: Option<LogTo>,
+) -> Result<(), String> {
+    // SAFETY: fork of a single-threaded process (create).
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(format!(
+            "starting the refusal observer: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if child > 0 {
+        let mut st = 0;
+        // SAFETY: reaping our own child (it forks the observer and exits).
+        unsafe { libc::waitpid(child, &mut st, 0) };
+        return if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 {
+            Ok(())
+        } else {
+            Err("starting the refusal observer: it failed".into())
+        };
+    }
+    // SAFETY: a session of its own, then the observer itself in a second fork (so it is
+    // nobody's child but the reaper's, as the container's init); its pid is written
+    // before create returns, so that a delete however soon finds it.
+    unsafe {
+        libc::setsid();
+        match libc::fork() {
+            0 => {}
+            n if n < 0 => libc::_exit(1),
+            n => {
+                let ok = std::fs::write(dir.join(PID_FILE), n.to_string()).is_ok();
+                libc::_exit(if ok { 0 } else { 1 })
+            }
+        }
+    }
+    // stdio on /dev/null, the two sockets at 3 and 4, nothing else: whoever waits for
+    // create's output (the shim) sees it end with create
+    let (i, l) = (init.into_raw_fd(), listen.into_raw_fd());
+    // SAFETY: descriptors of ours, moved into place.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        for n in 0..3 {
+            libc::dup2(null, n);
+        }
+        let i2 = libc::fcntl(i, libc::F_DUPFD_CLOEXEC, 10);
+        let l2 = libc::fcntl(l, libc::F_DUPFD_CLOEXEC, 10);
+        libc::dup3(i2, 3, libc::O_CLOEXEC);
+        libc::dup3(l2, 4, libc::O_CLOEXEC);
+        libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32);
+    }
+    // SIGUSR1 (from delete: the container's processes are gone): answer what is pending
+    // and end, without waiting for the kernel to say the filters' last task is released
+    // SAFETY: a handler that only stores to an atomic.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+    }
+    // SAFETY: the descriptors just put there.
+    let (init, listen) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
+    serve(
+        dir,
+        id,
+        pid,
+        start_time,
+        &allowed,
+        init,
+        listen,
+        log.as_ref(),
+    );
+    // SAFETY: leaving the observer.
+    unsafe { libc::_exit(0) }
+}
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// `delete`, once the container's processes are gone: tell the observer to end, and wait
+/// (at most a second) for it to write its last lines.
+pub fn wait_for(dir: &Path) {
+    let Some(pid) = std::fs::read_to_string(dir.join(PID_FILE))
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::pid_t>().ok())
+    else {
+        return;
+    };
+    if is_observer(pid) {
+        // SAFETY: a signal to our own observer (checked by its executable just now).
+        unsafe { libc::kill(pid, libc::SIGUSR1) };
+    }
+    for _ in 0..500 {
+        let (t, zombie) = super::state::proc_start(pid);
+        // gone, a zombie, or another process (not in a session of the observer's name)
+        if t == 0 || zombie || !is_observer(pid) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn is_observer(pid: libc::pid_t) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .zip(std::env::current_exe().ok())
+        .is_some_and(|(a, b)| a == b)
+}
+
+fn say(log: Option<&LogTo>, level: &str, msg: &str) {
+    if let Some(l) = log {
+        super::log_to(&l.path, l.json, level, msg);
+    }
+}
+
+/// Rewrite the listing (a temporary file renamed over it: a reader sees it whole).
+fn write_listing(dir: &Path, refusals: &Collector) {
+    let mut buf = Vec::new();
+    for mut l in refusals.lines("") {
+        // capsule's command-line grants mean nothing to a bundle's author
+        l.refusal.grant = None;
+        if let Ok(mut one) = serde_json::to_vec(&l) {
+            one.push(b'\n');
+            buf.extend_from_slice(&one);
+        }
+    }
+    let tmp = dir.join(".refusals.jsonl.tmp");
+    if std::fs::write(&tmp, &buf).is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join(LISTING));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    dir: &Path,
+    id: &str,
+    pid: libc::pid_t,
+    start_time: u64,
+    allowed: &Allowed,
+    init: OwnedFd,
+    listen: OwnedFd,
+    log: Option<&LogTo>,
+) {
+    let refusals = Collector::new(Say::Quiet);
+    let names = crate::linux::notify::Names::new();
+    // sockets a listener may come on, the listeners
+    let mut socks: Vec<OwnedFd> = vec![init];
+    let mut listeners: Vec<OwnedFd> = Vec::new();
+    let mut said = 0usize;
+    let mut total = 0u64;
+    let pfd = |fd: RawFd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        let mut p = vec![pfd(listen.as_raw_fd())];
+        p.extend(socks.iter().map(|s| pfd(s.as_raw_fd())));
+        p.extend(listeners.iter().map(|l| pfd(l.as_raw_fd())));
+        let stopping = STOP.load(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: valid pollfds.
+        let n = unsafe {
+            libc::poll(
+                p.as_mut_ptr(),
+                p.len() as libc::nfds_t,
+                if stopping { 0 } else { 500 },
+            )
+        };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+        if n <= 0 && stopping {
+            // nothing pending any more
+            break;
+        }
+        let (ns, nl) = (socks.len(), listeners.len());
+        let mut drop_socks = Vec::new();
+        for k in 0..ns {
+            if p[1 + k].revents == 0 {
+                continue;
+            }
+            drop_socks.push(k);
+            if let Ok((body, fds)) = crate::linux::fusemask::recv(socks[k].as_raw_fd()) {
+                if body.first() == Some(&b'L') {
+                    listeners.extend(fds.into_iter().take(1));
+                }
+            }
+        }
+        let mut drop_listeners = Vec::new();
+        for k in 0..nl {
+            let r = p[1 + ns + k].revents;
+            if r & libc::POLLIN != 0 {
+                crate::linux::notify::answer_one(
+                    listeners[k].as_raw_fd(),
+                    &names,
+                    allowed,
+                    &[],
+                    &refusals,
+                );
+            } else if r != 0 {
+                // the filter's last task is gone
+                drop_listeners.push(k);
+            }
+        }
+        for k in drop_socks.into_iter().rev() {
+            socks.remove(k);
+        }
+        for k in drop_listeners.into_iter().rev() {
+            listeners.remove(k);
+        }
+        if p[0].revents & libc::POLLIN != 0 {
+            // SAFETY: accept on our listening socket.
+            let c = unsafe {
+                libc::accept4(
+                    listen.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if c >= 0 {
+                // SAFETY: a new descriptor of ours.
+                socks.push(unsafe { OwnedFd::from_raw_fd(c) });
+            }
+        }
+        // what is new: in the listing, and said in the log
+        let list = refusals.refusals();
+        let now: u64 = list.iter().map(|r| r.count).sum();
+        if now != total {
+            total = now;
+            write_listing(dir, &refusals);
+            for r in list.iter().skip(said) {
+                let mut r = r.clone();
+                r.grant = None;
+                r.count = 1;
+                say(
+                    log,
+                    "warning",
+                    &format!("capsule: container {id}: {}", r.line()),
+                );
+            }
+            said = list.len();
+        }
+        let (t, zombie) = super::state::proc_start(pid);
+        let init_alive = t == start_time && !zombie;
+        if !dir.exists() || (socks.is_empty() && listeners.is_empty() && !init_alive) {
+            break;
+        }
+    }
+    let list = refusals.refusals();
+    if !list.is_empty() {
+        if dir.exists() {
+            write_listing(dir, &refusals);
+        }
+        let total: u64 = list.iter().map(|r| r.count).sum();
+        let dropped = refusals.dropped();
+        say(
+            log,
+            "warning",
+            &format!(
+                "capsule: container {id}: {total} refused writes ({} distinct{}), listed in {}",
+                list.len(),
+                if dropped > 0 {
+                    format!(", {dropped} more not listed")
+                } else {
+                    String::new()
+                },
+                dir.join(LISTING).display()
+            ),
+        );
+    }
+    let _ = std::fs::remove_file(dir.join(PID_FILE));
+}
