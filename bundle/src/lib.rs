@@ -13,6 +13,8 @@
 //! capsules (the runtime loads a capsule's [`policy::SandboxPolicy`] through
 //! [`store::resolve`]), [`digest::tree_digest`], and the spec in [`spec`].
 
+#[cfg(test)]
+mod architecture_tests;
 pub mod digest;
 pub mod error;
 pub mod escape;
@@ -37,6 +39,7 @@ pub mod packwrite;
 pub mod policy;
 pub mod progress;
 pub mod reachcopy;
+pub mod record;
 pub mod rmtree;
 pub mod source;
 pub mod spec;
@@ -44,5 +47,6 @@ pub mod spec;
 mod spec_props;
 pub mod staging;
 pub mod store;
+pub mod wspath;
 
 pub use error::{Error, Result};

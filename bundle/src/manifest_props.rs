@@ -1,6 +1,6 @@
 //! Property tests of the readers of what the runtime reads back from disk: the workspace's
 //! manifest ([`crate::manifest::Manifest::read`]) and the bundle's `bundle.json` and
-//! `policy.json` ([`crate::store::read_record`], [`crate::store::read_policy`]). Any bytes,
+//! `policy.json` ([`crate::record::read_record`], [`crate::record::read_policy`]). Any bytes,
 //! and JSON documents generated from the records' own field names with hostile values
 //! (newlines, controls, wrong types, unknown enum variants), are read without a panic and,
 //! when refused, with a one-line error; a manifest that is read is written back and read
@@ -9,7 +9,7 @@
 
 use crate::layout::bundle_files;
 use crate::manifest::Manifest;
-use crate::store::{read_policy, read_record};
+use crate::record::{read_policy, read_record};
 use proptest::prelude::*;
 use serde_json::Value;
 use std::path::Path;

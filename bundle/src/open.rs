@@ -19,7 +19,8 @@ use crate::policy::{
     SandboxPolicy, SDK_ENV,
 };
 use crate::spec::{Source, Spec, SpecNetwork};
-use crate::store::{BundleRecord, OpenCapsule, RECORD_VERSION};
+use crate::record::{BundleRecord, RECORD_VERSION};
+use crate::store::OpenCapsule;
 use std::path::{Path, PathBuf};
 
 /// What to open.
@@ -255,7 +256,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
                 if s.overlay.is_none() {
                     known_digest = imp.tree_digest;
                 }
-                crate::materialize::apply_overlay(s, ws)?;
+                crate::overlay::apply(s, ws)?;
                 (false, Some(repo.clone()), Some(commit.clone()))
             }
         },

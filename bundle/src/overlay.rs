@@ -3,20 +3,28 @@
 //! directory descriptors (`openat` with `O_NOFOLLOW`, `fstatat` without following), so a
 //! symlink in it is copied as a link and never followed; a FIFO, socket or device is
 //! refused with an error instead of blocking the copy; nesting is bounded. Every path
-//! written stays inside the workspace ([`crate::materialize::inside`]).
+//! written stays inside the workspace ([`crate::wspath::inside`]).
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsat;
-use crate::materialize::{inside, mkdirs, write_file, Last};
+use crate::wspath::{inside, mkdirs, write_file, Last};
 use crate::spec::Spec;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+/// Copy the spec's overlay folder (if any) into `root`.
+pub(crate) fn apply(spec: &Spec, root: &Path) -> Result<()> {
+    match &spec.overlay {
+        Some(ov) => copy(spec, ov, root),
+        None => Ok(()),
+    }
+}
+
 /// Copy the overlay folder (relative to the spec's folder, which it may not leave) into
 /// the workspace. Regular files keep their executable bit; symlinks are copied as links.
-pub(crate) fn copy(spec: &Spec, rel: &str, root: &Path) -> Result<()> {
+fn copy(spec: &Spec, rel: &str, root: &Path) -> Result<()> {
     let spec_dir = spec
         .path
         .parent()
@@ -152,7 +160,7 @@ mod tests {
         std::fs::write(outside.join("secret"), "s\n").unwrap();
         // a symlinked folder in the overlay: copied as the link, its target not read
         std::os::unix::fs::symlink(&outside, d.path().join("ov/dirlink")).unwrap();
-        crate::materialize::apply_overlay(&spec, &ws).unwrap();
+        apply(&spec, &ws).unwrap();
         assert_eq!(std::fs::read(ws.join("sub/a.txt")).unwrap(), b"a\n");
         let md = std::fs::symlink_metadata(ws.join("dirlink")).unwrap();
         assert!(md.file_type().is_symlink());
@@ -166,7 +174,7 @@ mod tests {
             std::ffi::CString::new(d.path().join("ov/sub/pipe").as_os_str().as_bytes()).unwrap();
         // SAFETY: mkfifo on a valid C string.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let e = crate::materialize::apply_overlay(&spec, &ws)
+        let e = apply(&spec, &ws)
             .unwrap_err()
             .to_string();
         assert!(e.contains("sub/pipe: a FIFO, socket or device"), "{e}");
@@ -181,7 +189,7 @@ mod tests {
             p.push("d");
         }
         std::fs::create_dir_all(&p).unwrap();
-        let e = crate::materialize::apply_overlay(&spec, &ws)
+        let e = apply(&spec, &ws)
             .unwrap_err()
             .to_string();
         assert!(e.contains("nested deeper than"), "{e}");

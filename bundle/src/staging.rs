@@ -312,7 +312,7 @@ fn reap_placed(dir: &Path, name: &str, out: &mut Vec<Reaped>) {
     let staged_there = staged
         .as_ref()
         .is_some_and(|w| std::fs::symlink_metadata(w).is_ok());
-    let placed = crate::store::read_record(dir).is_ok_and(|r| {
+    let placed = crate::record::read_record(dir).is_ok_and(|r| {
         std::fs::symlink_metadata(r.workspace.join(crate::manifest::SENTINEL))
             .is_ok_and(|m| m.is_file())
     });

@@ -8,6 +8,8 @@
 //!   ▼
 //! library      exec      one exec, request to record: gate → policy → plan → executor → record;
 //!   │                    also probes, plan renderings and the build sandbox of a spec's steps
+//!   │          plan      the exec plan, one pure function of the resolved policy and the
+//!   │                    host's facts (gathered each by the module that owns it)
 //!   │          net       the network of an exec (allowlist proxy, relay, refusal log)
 //!   │          home      the task's home layer, caches, reveals, devices; their review
 //!   │          record    exec records and workspace snapshots
@@ -53,6 +55,8 @@ pub mod macos;
 pub mod net;
 #[cfg(target_os = "linux")]
 pub mod ociruntime;
+#[cfg(target_os = "linux")]
+pub mod plan;
 pub mod record;
 pub mod refusals;
 pub mod settings;

@@ -5,7 +5,7 @@
 
 use crate::{git_repo, scratch, Runner};
 use capsule_bundle::policy::{default_hidden, HiddenInputs, NetworkPolicy, SandboxPolicy};
-use capsule_bundle::store::{BundleRecord, RECORD_VERSION};
+use capsule_bundle::record::{BundleRecord, RECORD_VERSION};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

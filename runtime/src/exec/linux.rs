@@ -1,5 +1,5 @@
 //! The exec pipeline on Linux ([`run`]): gate, policy, network, isolation level, cgroups,
-//! the task's environment, the plan, [`crate::linux::run`] with the record's hooks, the
+//! the host facts and the plan made of them ([`crate::plan`]), [`crate::linux::run`] with the record's hooks, the
 //! workspace snapshots, the git guard and the exec record. Also the other entries into
 //! the Linux executor: probes ([`run_probe`]) and the plan renderings take
 //! ([`plan_now`], [`plan_preview`]).
@@ -8,6 +8,7 @@ use super::{fail, resolve_policy, with_current_hidden, Exec, ExecOptions, Finish
 use crate::exit::{self, CliError};
 use crate::isolation;
 use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
+use crate::plan::{FactsError, Gather, ResolvedPolicy};
 use crate::record::{self, ExecRecord};
 use crate::settings::Settings;
 use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
@@ -312,22 +313,6 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             ..Hooks::default()
         }
     };
-    // the task's own environment: home layer, caches, revealed projects,
-    // devices, no display
-    let task_env = |plan: &mut ExecPlan| -> Result<(), CliError> {
-        use crate::home::sandbox::{extend, EnvError};
-        let login: Vec<&str> = a
-            .agent_login
-            .iter()
-            .flat_map(|b| b.login_paths.iter().map(String::as_str))
-            .collect();
-        extend(plan, &cap, &settings, !a.no_gpu, &layout.root, &login)
-            .map(|_| ())
-            .map_err(|e| match e {
-                EnvError::Device(_) => fail(e.to_string()),
-                _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
-            })
-    };
     // memory and processes: this exec's cgroups, made now; one that cannot be made
     // refuses the exec unless weaker isolation was accepted (then it is recorded), or
     // unless it is capsule's own default, which is then not enforced (and recorded).
@@ -421,15 +406,44 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         rec.limits = Some(limits_record(&limits, &cgroups, &defaults_not_enforced));
     }
     tracing::debug!("plan: inputs ready: {:?}", started.elapsed());
-    let mut plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
-    tracing::debug!("plan: mounts planned: {:?}", started.elapsed());
+    // the agent login paths this exec un-hid, shown in the home's view
+    let login: Vec<String> = a
+        .agent_login
+        .iter()
+        .flat_map(|b| b.login_paths.iter().cloned())
+        .collect();
+    let resolved = |isolation, landlock_best_effort| {
+        resolved_policy(
+            &a,
+            &command,
+            &policy,
+            &cwd,
+            &cap,
+            (isolation, landlock_best_effort),
+            &login,
+            (found_here, disk_reserve),
+        )
+    };
+    // the host as the plan needs it (the home layer, caches and the filtered ~/.npmrc
+    // made in the bundle), gathered once: a retry at weaker isolation plans from it too
+    let facts = crate::plan::gather(
+        &resolved(isolation, landlock_best_effort),
+        Gather {
+            cap: &cap,
+            settings: &settings,
+            capsule_root: &layout.root,
+            gpu: !a.no_gpu,
+            make: true,
+            cgroup_procs: cgroups.procs_files(),
+        },
+    )
+    .map_err(|e| match e {
+        FactsError::Device(_) => fail(e.to_string()),
+        _ => CliError::new(exit::SANDBOX_FAILED, format!("{e}; nothing ran")),
+    })?;
+    tracing::debug!("plan: host facts gathered: {:?}", started.elapsed());
+    let mut plan = crate::plan::plan(&resolved(isolation, landlock_best_effort), &facts);
     tmp_size_degraded(&a, isolation, &mut degradation);
-    plan.landlock_best_effort = landlock_best_effort;
-    plan.cgroup_procs = cgroups.procs_files();
-    plan.cgroups_found_here = found_here;
-    plan.disk_reserve = disk_reserve;
-    task_env(&mut plan)?;
-    tracing::debug!("plan: home, caches, reveals: {:?}", started.elapsed());
     net.apply(&mut plan);
     tracing::debug!("plan ready: {:?}", started.elapsed());
     // held while the command runs: `home apply|discard` refuse meanwhile
@@ -442,13 +456,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         // full isolation is refused here: only what the operator accepted may follow
         tracing::info!("namespaces refused: {msg}");
         (isolation, landlock_best_effort) = weaker_or_refuse(&settings, &mut degradation, false)?;
-        plan = build_plan(&a, &command, &policy, &cwd, isolation, &cap.bundle_dir);
+        plan = crate::plan::plan(&resolved(isolation, landlock_best_effort), &facts);
         tmp_size_degraded(&a, isolation, &mut degradation);
-        plan.landlock_best_effort = landlock_best_effort;
-        plan.cgroup_procs = cgroups.procs_files();
-        plan.cgroups_found_here = found_here;
-        plan.disk_reserve = disk_reserve;
-        task_env(&mut plan)?;
         net.apply(&mut plan);
         result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
     }
@@ -738,54 +747,42 @@ pub fn run_probe(
 
 /// The plan an exec of `argv` in `cap` would run now at full isolation, with no flags:
 /// the policy with the hidden paths of now, the clean environment, the home layer,
-/// caches, revealed projects and devices ([`crate::home::sandbox::extend`], which
-/// prepares the home layer as an exec does), and the spec's network mode (the
-/// allowlist proxy is the executor's: without it, loopback only). For `capsule export`
-/// (whose bundle mounts the home layer), never on the exec path.
+/// caches, revealed projects and devices (the host facts gathered as for an exec, which
+/// prepares the home layer as an exec does; [`crate::plan`]), and the spec's network
+/// mode (the allowlist proxy is the executor's: without it, loopback only). For `capsule
+/// export` (whose bundle mounts the home layer), never on the exec path.
 pub fn plan_now(
     cap: &store::OpenCapsule,
     layout: &Layout,
     argv: Vec<OsString>,
 ) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, |p, c, s, g, r| {
-        crate::home::sandbox::extend(p, c, s, g, r, &[])
-    })
+    plan_for_rendering(cap, layout, argv, true)
 }
 
 /// [`plan_now`] without its side effects: nothing is created or written (the home
-/// layer and cache folders are named where an exec would make them;
-/// [`crate::home::sandbox::describe`]). For showing what an exec enforces
-/// (`capsule inspect`).
+/// layer and cache folders are named where an exec would make them). For showing what
+/// an exec enforces (`capsule inspect`).
 pub fn plan_preview(
     cap: &store::OpenCapsule,
     layout: &Layout,
     argv: Vec<OsString>,
 ) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, crate::home::sandbox::describe)
+    plan_for_rendering(cap, layout, argv, false)
 }
 
-type Wire = fn(
-    &mut ExecPlan,
-    &store::OpenCapsule,
-    &Settings,
-    bool,
-    &Path,
-) -> Result<crate::home::sandbox::EnvReport, crate::home::sandbox::EnvError>;
-
+/// [`plan_now`] (`make`) or [`plan_preview`].
 fn plan_for_rendering(
     cap: &store::OpenCapsule,
     layout: &Layout,
     argv: Vec<OsString>,
-    wire: Wire,
+    make: bool,
 ) -> Result<ExecPlan, CliError> {
     let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
     let policy = with_current_hidden(cap, layout);
-    let env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
-    let mut plan = ExecPlan::for_policy(&policy, Isolation::Full, argv, env, cap.workspace.clone());
     // the limits of an exec with no flags: the operator's defaults and the spec's, and
     // capsule's own where this user can enforce them, as an exec does (a runtime that
     // cannot apply a bundle's resources refuses it)
-    let (mut limits, activity) = limits_now(&settings, &cap.record.limits)?;
+    let (mut limits, activity_timeout) = limits_now(&settings, &cap.record.limits)?;
     let own = own_defaults(&mut limits, &settings);
     if own.needs_cgroup() {
         for (flag, r) in linux::cgroup::probe() {
@@ -801,13 +798,38 @@ fn plan_for_rendering(
             }
         }
     }
-    plan.limits = limits;
-    plan.activity_timeout = activity;
-    if let Some(size) = limits.tmp_size {
-        plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
-    }
-    wire(&mut plan, cap, &settings, true, &layout.root).map_err(|e| fail(e.to_string()))?;
-    Ok(plan)
+    let resolved = ResolvedPolicy {
+        policy: &policy,
+        isolation: Isolation::Full,
+        landlock_best_effort: false,
+        argv,
+        env: plan::clean_env(std::env::vars_os(), &policy.pass_env),
+        cwd: cap.workspace.clone(),
+        workspace: cap.workspace.clone(),
+        stdio: Stdio::Inherit,
+        timeout: None,
+        activity_timeout,
+        limits,
+        cgroups_found_here: false,
+        disk_reserve: Default::default(),
+        list_reads: false,
+        list_writes: true,
+        prepared: None,
+        login: Vec::new(),
+    };
+    let facts = crate::plan::gather(
+        &resolved,
+        Gather {
+            cap,
+            settings: &settings,
+            capsule_root: &layout.root,
+            gpu: true,
+            make,
+            cgroup_procs: Vec::new(),
+        },
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    Ok(crate::plan::plan(&resolved, &facts))
 }
 
 /// What the executor runs at for an isolation decision: `(isolation, landlock_best_effort)`.
@@ -844,40 +866,41 @@ pub fn weaker_or_refuse(
     }
 }
 
-fn build_plan(
+/// The exec `a` of `command` as the plan takes it: `policy` (resolved for this exec),
+/// the clean environment with the exec's own variables, at `isolation` (and whether
+/// Landlock is best effort), `login` the agent login paths it un-hid.
+fn resolved_policy<'p>(
     a: &ExecOptions,
     command: &[OsString],
-    policy: &SandboxPolicy,
+    policy: &'p SandboxPolicy,
     cwd: &Path,
-    isolation: Isolation,
-    bundle_dir: &Path,
-) -> ExecPlan {
-    let full = isolation == Isolation::Full;
+    cap: &store::OpenCapsule,
+    (isolation, landlock_best_effort): (Isolation, bool),
+    login: &[String],
+    (cgroups_found_here, disk_reserve): (bool, crate::limits::DiskReserve),
+) -> ResolvedPolicy<'p> {
     let mut env = plan::clean_env(std::env::vars_os(), &policy.pass_env);
     super::set_env(&mut env, &a.env);
-    if !full {
-        // no mount namespace: the capsule's tmp is where it is
-        for (k, v) in env.iter_mut() {
-            if k == "TMPDIR" {
-                *v = policy.tmp_dir.clone().into_os_string();
-            }
-        }
-    }
-    let mut plan = ExecPlan {
+    ResolvedPolicy {
+        policy,
+        isolation,
+        landlock_best_effort,
+        argv: command.to_vec(),
+        env,
+        cwd: cwd.to_path_buf(),
+        workspace: cap.workspace.clone(),
         stdio: if a.tty { Stdio::Tty } else { Stdio::Inherit },
         timeout: a.timeout,
         activity_timeout: a.activity_timeout,
         limits: a.limits,
+        cgroups_found_here,
+        disk_reserve,
         list_reads: a.list_reads,
         list_writes: !a.no_list_writes,
         // the root is prepared once per capsule and policy, and joined by each exec
-        prepared: Some(crate::linux::prepared::dir(bundle_dir)),
-        ..ExecPlan::for_policy(policy, isolation, command.to_vec(), env, cwd.to_path_buf())
-    };
-    if let Some(size) = a.limits.tmp_size {
-        plan::with_tmp_size(&mut plan.mounts, &policy.tmp_dir, size);
+        prepared: Some(crate::linux::prepared::dir(&cap.bundle_dir)),
+        login: login.to_vec(),
     }
-    plan
 }
 
 #[cfg(test)]

@@ -10,8 +10,9 @@
 //!    [`ExecOptions`] ([`resolve_policy`]): the one place an exec's policy is decided, for
 //!    every executor and every rendering;
 //! 4. **plan**: the network of the exec (`crate::net::exec`), the isolation level (never a
-//!    silent fallback), limits and cgroups, the task's environment (`crate::home::sandbox`),
-//!    all turned into one executor description (the Linux [`crate::linux::ExecPlan`], the
+//!    silent fallback), limits and cgroups, then the host facts gathered once and the
+//!    plan made of them and the resolved policy by one pure function (`crate::plan`),
+//!    turned into one executor description (the Linux [`crate::linux::ExecPlan`], the
 //!    macOS `crate::macos::MacExec`);
 //! 5. **executor**: `crate::linux::run` or `crate::macos::run`, handed that description
 //!    and, on Linux, the hooks it calls at fixed points ([`crate::linux::Hooks`]);

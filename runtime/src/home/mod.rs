@@ -11,7 +11,7 @@
 //! - [`caches`]: per-tool package caches as overlays over the person's caches.
 //! - [`devices`]: the device allowlist and validation of `sandbox.devices`.
 //! - [`view`]: the home as a command sees it: only what development tools need.
-//! - [`sandbox`]: all of the above wired into an exec's mount plan; [`display`]: telling
+//! - all of the above are put into an exec's plan by `crate::plan`; [`display`]: telling
 //!   a command that failed for want of a display.
 
 pub mod applytmp;
@@ -26,8 +26,6 @@ pub mod layer;
 pub mod lock;
 pub mod reveal;
 pub mod review;
-#[cfg(target_os = "linux")]
-pub mod sandbox;
 #[cfg(target_os = "linux")]
 pub mod view;
 

@@ -332,13 +332,19 @@ pub fn held_in(upper: &Path, rel: &Path, seen: &mut HashMap<PathBuf, Held>) -> b
     let mut at = PathBuf::new();
     for c in rel.components() {
         at.push(c);
-        let held = *seen.entry(at.clone()).or_insert_with(|| {
-            match std::fs::symlink_metadata(upper.join(&at)) {
-                Err(_) => Held::No,
-                Ok(m) if m.is_dir() => Held::Folder,
-                Ok(_) => Held::Other,
+        // asked before a copy of the key is made (most answers are known)
+        let held = match seen.get(&at) {
+            Some(h) => *h,
+            None => {
+                let h = match std::fs::symlink_metadata(upper.join(&at)) {
+                    Err(_) => Held::No,
+                    Ok(m) if m.is_dir() => Held::Folder,
+                    Ok(_) => Held::Other,
+                };
+                seen.insert(at.clone(), h);
+                h
             }
-        });
+        };
         match held {
             Held::No => return false,
             // nothing below it is looked at (a symlink is never followed)

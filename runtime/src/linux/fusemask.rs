@@ -106,14 +106,38 @@ fn is_fuse(st: &libc::stat) -> bool {
 /// revealed, none with another step of `steps` at or inside it (the filtered
 /// `~/.npmrc`, a bind).
 pub fn watched(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<PathBuf> {
+    select(policy, home, steps, &present(policy, home))
+}
+
+/// The hidden credentials below `home` that the host has as a folder or a file (one
+/// `lstat` each, nothing followed), when [`usable`]: the host's part of [`watched`],
+/// gathered before a plan is made ([`select`] is the rest).
+pub fn present(policy: &SandboxPolicy, home: &Path) -> Vec<PathBuf> {
     if !usable() {
         return Vec::new();
     }
-    select(policy, home, steps)
+    on_host(policy, home)
 }
 
-/// [`watched`], wherever FUSE can be used.
-fn select(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<PathBuf> {
+/// [`present`], wherever FUSE can be used.
+fn on_host(policy: &SandboxPolicy, home: &Path) -> Vec<PathBuf> {
+    policy
+        .hidden
+        .iter()
+        .filter(|h| h.reason == HiddenReason::Credentials && h.path != home && within(&h.path, home))
+        .filter(|h| std::fs::symlink_metadata(&h.path).is_ok_and(|m| m.is_dir() || m.is_file()))
+        .map(|h| h.path.clone())
+        .collect()
+}
+
+/// The watched masks of a plan (see [`watched`]) among the credentials the host has
+/// (`present`, from [`present`]): no system call.
+pub fn select(
+    policy: &SandboxPolicy,
+    home: &Path,
+    steps: &[MountStep],
+    present: &[PathBuf],
+) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for h in &policy.hidden {
         if out.len() == MAX_WATCHED {
@@ -138,9 +162,8 @@ fn select(policy: &SandboxPolicy, home: &Path, steps: &[MountStep]) -> Vec<PathB
         if mounted_inside || out.iter().any(|o| within(p, o) || within(o, p)) {
             continue;
         }
-        match std::fs::symlink_metadata(p) {
-            Ok(m) if m.is_dir() || m.is_file() => out.push(p.clone()),
-            _ => {}
+        if present.contains(p) {
+            out.push(p.clone());
         }
     }
     out
@@ -384,7 +407,7 @@ mod tests {
             rw: false,
             optional: true,
         }];
-        let got = select(&policy, &home, &steps);
+        let got = select(&policy, &home, &steps, &on_host(&policy, &home));
         // a folder and a file the host has; not revealed, not mounted inside, not a
         // symlink, not absent, not inside another, not a personal folder, not elsewhere
         assert_eq!(

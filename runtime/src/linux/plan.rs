@@ -2,8 +2,10 @@
 //! argv, the clean environment, the working directory, the namespaces, and the mount plan
 //! as a list of small typed [`MountStep`]s derived from the [`SandboxPolicy`].
 //!
-//! Other parts of the runtime (the home layer, caches, devices, the network proxy socket)
-//! add steps to [`ExecPlan::mounts`] before calling [`super::run`]; steps run in order,
+//! The mount plan of a policy is made here from the host's facts ([`SystemFacts`],
+//! [`mount_plan_from`]: no system call); the runtime's plan (`crate::plan`) adds the home
+//! view, caches, devices and reveals, and the network its own steps, before
+//! [`super::run`]; steps run in order,
 //! after the host root is reachable under `/oldroot` and before the final `pivot_root`.
 //! Every `dst` is a path as the command will see it; every `src` is a host path.
 
@@ -245,17 +247,31 @@ impl ExecPlan {
         env: Vec<(OsString, OsString)>,
         cwd: PathBuf,
     ) -> Self {
+        let mounts = if isolation == Isolation::Full {
+            mount_plan(policy, &policy.devices)
+        } else {
+            Vec::new()
+        };
+        Self::with_mounts(policy, isolation, argv, env, cwd, mounts)
+    }
+
+    /// [`ExecPlan::for_policy`] with its mount steps given (at full isolation; none
+    /// else), made from facts gathered before ([`mount_plan_from`]): no system call.
+    pub fn with_mounts(
+        policy: &SandboxPolicy,
+        isolation: Isolation,
+        argv: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        cwd: PathBuf,
+        mounts: Vec<MountStep>,
+    ) -> Self {
         let full = isolation == Isolation::Full;
         use capsule_bundle::policy::NetworkMode;
         ExecPlan {
             argv,
             env,
             cwd,
-            mounts: if full {
-                mount_plan(policy, &policy.devices)
-            } else {
-                Vec::new()
-            },
+            mounts,
             isolation,
             new_netns: policy.network.mode != NetworkMode::Open,
             hostname: format!("capsule-{}", policy.capsule_name)
@@ -323,34 +339,167 @@ fn bytes(p: &Path) -> &[u8] {
     p.as_os_str().as_bytes()
 }
 
-/// Build the mount plan of `policy`: system dirs, `/dev`, `/proc`, the capsule's `/tmp`,
-/// the home (read-only), then every policy path in order of depth so deeper rules win
-/// (hidden < revealed < writable < read-only at equal depth), then seals.
-pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<MountStep> {
-    let mut steps = Vec::new();
-    let mut visible_roots: Vec<PathBuf> = Vec::new();
-    for d in SYSTEM_DIRS {
-        let p = Path::new(d);
-        match std::fs::symlink_metadata(p) {
-            Ok(md) if md.file_type().is_symlink() => {
-                if let Ok(t) = std::fs::read_link(p) {
-                    steps.push(MountStep::Symlink {
-                        target: t,
-                        dst: p.to_path_buf(),
-                    });
+/// What [`mount_plan_from`] needs to know of the host: how its system directories are
+/// (a folder, a symlink and its target, or absent), whether it has a `/var/tmp` folder,
+/// the workspace's git dirs ([`git_dir_rules`]), whether capsule runs as root, and the
+/// host's unix sockets the sandbox would show ([`super::sockets::host_sockets`]).
+/// Gathered once per plan by [`SystemFacts::gather`]; a plan made from it makes no system
+/// call.
+#[derive(Debug, Clone, Default)]
+pub struct SystemFacts {
+    /// Each of [`SYSTEM_DIRS`] the host has as a folder or a symlink, in that order.
+    pub dirs: Vec<(PathBuf, SystemDir)>,
+    /// The host's [`VAR_TMP`] is a folder.
+    pub var_tmp: bool,
+    /// [`git_dir_rules`] of the policy's workspace.
+    pub git: Vec<(PathBuf, bool)>,
+    /// capsule runs as root (the root-only files of the host are masked too).
+    pub root: bool,
+    /// The canonical paths of the host's pathname sockets the policy's binds would show.
+    pub sockets: Vec<PathBuf>,
+}
+
+/// A system directory as the host has it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SystemDir {
+    Folder,
+    /// A symlink, with its target (bound as the same symlink inside).
+    Symlink(PathBuf),
+}
+
+impl SystemFacts {
+    /// The host as `policy`'s mount plan needs to know it: one `lstat` (and `readlink`)
+    /// per system directory, two for the workspace's git dir, one read of the kernel's
+    /// socket list (its candidates resolved).
+    pub fn gather(policy: &SandboxPolicy) -> Self {
+        let mut dirs = Vec::new();
+        for d in SYSTEM_DIRS {
+            let p = Path::new(d);
+            match std::fs::symlink_metadata(p) {
+                Ok(md) if md.file_type().is_symlink() => {
+                    if let Ok(t) = std::fs::read_link(p) {
+                        dirs.push((p.to_path_buf(), SystemDir::Symlink(t)));
+                    }
                 }
+                Ok(md) if md.is_dir() => dirs.push((p.to_path_buf(), SystemDir::Folder)),
+                _ => {}
             }
-            Ok(md) if md.is_dir() => {
-                steps.push(MountStep::Bind {
-                    src: p.to_path_buf(),
-                    dst: p.to_path_buf(),
-                    rw: false,
-                    optional: true,
-                });
-                visible_roots.push(p.to_path_buf());
-            }
-            _ => {}
         }
+        let mut facts = SystemFacts {
+            dirs,
+            var_tmp: std::fs::symlink_metadata(VAR_TMP).is_ok_and(|m| m.is_dir()),
+            git: git_dir_rules(&policy.workspace),
+            root: is_root(),
+            sockets: Vec::new(),
+        };
+        // (`shown` looks at the rules that bind: the hidden paths are left out)
+        let (visible_roots, rules) = policy_rules(policy, &facts, false);
+        facts.sockets = super::sockets::host_sockets(|p| shown(p, &visible_roots, &rules));
+        facts
+    }
+}
+
+/// How a policy path is mounted, by precedence.
+#[derive(Clone, Copy, PartialEq)]
+enum Rule {
+    Home,
+    Hide,
+    Reveal,
+    Write,
+    ReadOnly,
+}
+
+/// The system folders bound read-only (`facts`), and the policy's rules `(path,
+/// precedence, rule)` before the host's sockets are added (its hidden paths only
+/// `with_hidden`).
+fn policy_rules(
+    policy: &SandboxPolicy,
+    facts: &SystemFacts,
+    with_hidden: bool,
+) -> (Vec<PathBuf>, Vec<(PathBuf, u8, Rule)>) {
+    let visible_roots: Vec<PathBuf> = facts
+        .dirs
+        .iter()
+        .filter(|(_, k)| *k == SystemDir::Folder)
+        .map(|(p, _)| p.clone())
+        .collect();
+    let mut rules: Vec<(PathBuf, u8, Rule)> = Vec::new();
+    if let Some(home) = &policy.home {
+        if !visible_roots.iter().any(|r| home.starts_with(r)) {
+            rules.push((home.clone(), 0, Rule::Home));
+        }
+    }
+    if with_hidden {
+        for h in &policy.hidden {
+            rules.push((h.path.clone(), 1, Rule::Hide));
+        }
+    }
+    if with_hidden && (policy.home.as_deref() == Some(Path::new("/root")) || facts.root) {
+        for s in SYSTEM_SECRETS {
+            rules.push((PathBuf::from(s), 1, Rule::Hide));
+        }
+    }
+    for r in &policy.revealed {
+        rules.push((r.clone(), 2, Rule::Reveal));
+    }
+    rules.push((policy.workspace.clone(), 3, Rule::Write));
+    // the workspace's `.git` bound onto itself: a mount point, which the command cannot
+    // rename, remove or replace (EBUSY), and its hooks read-only (see [`git_dir_rules`])
+    for (p, ro) in &facts.git {
+        if *ro {
+            rules.push((p.clone(), 4, Rule::ReadOnly));
+        } else {
+            rules.push((p.clone(), 3, Rule::Write));
+        }
+    }
+    for w in &policy.writable {
+        rules.push((w.clone(), 3, Rule::Write));
+    }
+    for r in &policy.read_only {
+        rules.push((r.clone(), 4, Rule::ReadOnly));
+    }
+    (visible_roots, rules)
+}
+
+/// A host path the sandbox would show (outside its own tmp): below a system folder or a
+/// rule that binds.
+fn shown(p: &Path, visible_roots: &[PathBuf], rules: &[(PathBuf, u8, Rule)]) -> bool {
+    !within(p, Path::new("/tmp"))
+        && !within(p, Path::new(VAR_TMP))
+        && (visible_roots.iter().any(|r| within(p, r))
+            || rules
+                .iter()
+                .any(|(r, _, k)| *k != Rule::Hide && within(p, r)))
+}
+
+/// [`mount_plan_from`] with the host's facts of now ([`SystemFacts::gather`]).
+pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<MountStep> {
+    mount_plan_from(policy, extra_devices, &SystemFacts::gather(policy))
+}
+
+/// Build the mount plan of `policy` on a host as `facts` describe it (no system call):
+/// system dirs, `/dev`, `/proc`, the capsule's `/tmp`, the home (read-only), then every
+/// policy path in order of depth so deeper rules win (hidden < revealed < writable <
+/// read-only at equal depth), then seals.
+pub fn mount_plan_from(
+    policy: &SandboxPolicy,
+    extra_devices: &[String],
+    facts: &SystemFacts,
+) -> Vec<MountStep> {
+    let mut steps = Vec::new();
+    for (p, kind) in &facts.dirs {
+        steps.push(match kind {
+            SystemDir::Symlink(t) => MountStep::Symlink {
+                target: t.clone(),
+                dst: p.clone(),
+            },
+            SystemDir::Folder => MountStep::Bind {
+                src: p.clone(),
+                dst: p.clone(),
+                rw: false,
+                optional: true,
+            },
+        });
     }
     steps.push(MountStep::Dev {
         dst: "/dev".into(),
@@ -367,7 +516,7 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
     });
     // the host's /var/tmp is the task's own too: the same folder as its /tmp (a symlink
     // there points elsewhere, and a missing one needs nothing)
-    if std::fs::symlink_metadata(VAR_TMP).is_ok_and(|m| m.is_dir()) {
+    if facts.var_tmp {
         steps.push(MountStep::Bind {
             src: policy.tmp_dir.clone(),
             dst: VAR_TMP.into(),
@@ -375,60 +524,10 @@ pub fn mount_plan(policy: &SandboxPolicy, extra_devices: &[String]) -> Vec<Mount
             optional: false,
         });
     }
-
-    // (path, precedence, rule)
-    #[derive(Clone, Copy, PartialEq)]
-    enum Rule {
-        Home,
-        Hide,
-        Reveal,
-        Write,
-        ReadOnly,
-    }
-    let mut rules: Vec<(PathBuf, u8, Rule)> = Vec::new();
-    if let Some(home) = &policy.home {
-        if !visible_roots.iter().any(|r| home.starts_with(r)) {
-            rules.push((home.clone(), 0, Rule::Home));
-        }
-    }
-    for h in &policy.hidden {
-        rules.push((h.path.clone(), 1, Rule::Hide));
-    }
-    if policy.home.as_deref() == Some(Path::new("/root")) || is_root() {
-        for s in SYSTEM_SECRETS {
-            rules.push((PathBuf::from(s), 1, Rule::Hide));
-        }
-    }
-    for r in &policy.revealed {
-        rules.push((r.clone(), 2, Rule::Reveal));
-    }
-    rules.push((policy.workspace.clone(), 3, Rule::Write));
-    // the workspace's `.git` bound onto itself: a mount point, which the command cannot
-    // rename, remove or replace (EBUSY), and its hooks read-only (see [`git_dir_rules`])
-    for (p, ro) in git_dir_rules(&policy.workspace) {
-        if ro {
-            rules.push((p, 4, Rule::ReadOnly));
-        } else {
-            rules.push((p, 3, Rule::Write));
-        }
-    }
-    for w in &policy.writable {
-        rules.push((w.clone(), 3, Rule::Write));
-    }
-    for r in &policy.read_only {
-        rules.push((r.clone(), 4, Rule::ReadOnly));
-    }
+    let (mut visible_roots, mut rules) = policy_rules(policy, facts, true);
     // the host's unix sockets that would be visible are hidden like secrets
-    let shown = |p: &Path| {
-        !within(p, Path::new("/tmp"))
-            && !within(p, Path::new(VAR_TMP))
-            && (visible_roots.iter().any(|r| within(p, r))
-                || rules
-                    .iter()
-                    .any(|(r, _, k)| *k != Rule::Hide && within(p, r)))
-    };
-    for s in super::sockets::host_sockets(shown) {
-        rules.push((s, 1, Rule::Hide));
+    for s in &facts.sockets {
+        rules.push((s.clone(), 1, Rule::Hide));
     }
     rules.retain(|(p, _, _)| {
         // the sandbox's own /proc and /dev are not the host's; host paths below /dev/shm
