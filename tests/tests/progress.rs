@@ -51,19 +51,6 @@ fn on_pty(cmd: &mut Command) -> (std::process::Output, Vec<u8>) {
     (o, reader.join().expect("pty reader"))
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let o = run(Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "T")
-        .env("GIT_AUTHOR_EMAIL", "t@example.org")
-        .env("GIT_COMMITTER_NAME", "T")
-        .env("GIT_COMMITTER_EMAIL", "t@example.org")
-        .args(args));
-    assert_ok(&o, &format!("git {args:?}"));
-}
-
 /// A checkout of a few commits and files.
 fn source(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
