@@ -34,7 +34,7 @@ fn on_pty(cmd: &mut Command) -> (std::process::Output, Vec<u8>) {
     cmd.stderr(Stdio::from(slave)).stdout(Stdio::piped());
     let child = cmd.spawn().expect("spawn capsule");
     // the only slave descriptor left is the child's: reading ends (EIO) when it exits
-    drop(cmd.stderr(Stdio::null()));
+    cmd.stderr(Stdio::null());
     let reader = std::thread::spawn(move || {
         let mut f = std::fs::File::from(master);
         let mut out = Vec::new();
