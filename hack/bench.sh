@@ -8,10 +8,16 @@
 #
 # Usage: [BIN=...] [BASE_BIN=...] hack/bench.sh [--all] [NAME...]
 #   NAME       run only these: exec open policy refusals proxy landlock seatbelt open-specs
+#              work open-repos containerd refused-connect
 #              (default: exec open policy refusals proxy)
 #   --all      also landlock and seatbelt (they build test and example binaries in the
-#              release profile: several minutes of both CPUs the first time) and
-#              open-specs (only with OPEN_SPECS_OLD_BIN set)
+#              release profile: several minutes of both CPUs the first time),
+#              open-specs (only with OPEN_SPECS_OLD_BIN set), work (real workloads:
+#              WORK_ROUNDS [2]), open-repos (only with OPEN_REPOS="DIR..." set: checkouts
+#              made by `hack/bench-open-repos.sh --fetch`), containerd (as root, with
+#              containerd, ctr, umoci, runc and crun installed: CONTAINERD_ROUNDS [5]) and
+#              refused-connect (only with BASE_BIN set). Their own tables are printed
+#              after this script's, as each script prints them.
 #   BIN        the binary measured (default: hack/build-release.sh, which builds it)
 #   BASE_BIN   an older binary: its rows beside BIN's in `exec`, for before/after
 #   LISTING_BASE_BIN   a binary without refusal listing (this tree built with
@@ -32,14 +38,14 @@ all=0
 for a in "$@"; do
   case "$a" in
     --all) all=1 ;;
-    exec | open | policy | refusals | proxy | landlock | seatbelt | open-specs) names+=("$a") ;;
+    exec | open | policy | refusals | proxy | landlock | seatbelt | open-specs | work | open-repos | containerd | refused-connect) names+=("$a") ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "hack/bench.sh: unknown benchmark '$a' (see --help)" >&2; exit 2 ;;
   esac
 done
 if [ "${#names[@]}" = 0 ]; then
   names=(exec open policy refusals proxy)
-  [ "$all" = 1 ] && names+=(landlock seatbelt open-specs)
+  [ "$all" = 1 ] && names+=(landlock seatbelt open-specs work open-repos containerd refused-connect)
 fi
 want() { local n; for n in "${names[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
 
@@ -103,6 +109,22 @@ fi
 if want open-specs && [ -n "${OPEN_SPECS_OLD_BIN:-}" ]; then
   r=${OPEN_SPECS_ROUNDS:-3}
   run open-specs "hack/bench-open-specs.sh OLD_BIN BIN $r" hack/bench-open-specs.sh "$OPEN_SPECS_OLD_BIN" "$BIN" "$r"
+fi
+
+if want work; then
+  r=${WORK_ROUNDS:-2}
+  run work "hack/bench-work.sh $r" env ${BASE_BIN:+BASE_BIN="$BASE_BIN"} hack/bench-work.sh "$r"
+fi
+if want open-repos && [ -n "${OPEN_REPOS:-}" ]; then
+  # shellcheck disable=SC2086 # a list of folders
+  run open-repos "hack/bench-open-repos.sh 2 $OPEN_REPOS" hack/bench-open-repos.sh 2 $OPEN_REPOS
+fi
+if want containerd && [ "$(id -u)" = 0 ] && command -v containerd >/dev/null; then
+  r=${CONTAINERD_ROUNDS:-5}
+  run containerd "hack/bench-containerd.sh $r" hack/bench-containerd.sh "$r"
+fi
+if want refused-connect && [ -n "${BASE_BIN:-}" ]; then
+  run refused-connect "BASE_BIN=... hack/bench-refused-connect.sh" hack/bench-refused-connect.sh
 fi
 
 python3 - "$LOG" "$BIN" "$load0" "$(cut -d' ' -f1 /proc/loadavg)" "$(nproc)" \
@@ -315,3 +337,10 @@ for section in (S1, S2, S3, S4):
     for cells in rows[section]:
         print("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
 EOF
+# the scripts that print tables of their own: as they printed them
+for n in work open-repos containerd refused-connect; do
+  [ -f "$LOG/$n.out" ] || continue
+  printf '\n## %s (`%s`)\n\n```\n' "$n" "$(cat "$LOG/$n.cmd")"
+  cat "$LOG/$n.out"
+  printf '```\n'
+done
