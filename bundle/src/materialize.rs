@@ -175,7 +175,6 @@ pub fn synthetic(spec: &Spec, root: &Path, runner: &dyn StepRunner, scratch: &Pa
     crate::overlay::apply(spec, root)
 }
 
-
 fn apply(git: &Git, root: &Path, step: &Step) -> std::result::Result<(), String> {
     match &step.action {
         Action::Write { path, content } => write_file(root, path, content.as_bytes(), 0o644),

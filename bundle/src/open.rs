@@ -18,8 +18,8 @@ use crate::policy::{
     default_hidden, HiddenInputs, HiddenPath, HiddenReason, NetworkMode, NetworkPolicy,
     SandboxPolicy, SDK_ENV,
 };
-use crate::spec::{Source, Spec, SpecNetwork};
 use crate::record::{BundleRecord, RECORD_VERSION};
+use crate::spec::{Source, Spec, SpecNetwork};
 use crate::store::OpenCapsule;
 use std::path::{Path, PathBuf};
 

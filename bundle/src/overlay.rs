@@ -7,8 +7,8 @@
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsat;
-use crate::wspath::{inside, mkdirs, write_file, Last};
 use crate::spec::Spec;
+use crate::wspath::{inside, mkdirs, write_file, Last};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -174,9 +174,7 @@ mod tests {
             std::ffi::CString::new(d.path().join("ov/sub/pipe").as_os_str().as_bytes()).unwrap();
         // SAFETY: mkfifo on a valid C string.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let e = apply(&spec, &ws)
-            .unwrap_err()
-            .to_string();
+        let e = apply(&spec, &ws).unwrap_err().to_string();
         assert!(e.contains("sub/pipe: a FIFO, socket or device"), "{e}");
         assert_eq!(e.lines().count(), 1, "{e}");
     }
@@ -189,9 +187,7 @@ mod tests {
             p.push("d");
         }
         std::fs::create_dir_all(&p).unwrap();
-        let e = apply(&spec, &ws)
-            .unwrap_err()
-            .to_string();
+        let e = apply(&spec, &ws).unwrap_err().to_string();
         assert!(e.contains("nested deeper than"), "{e}");
     }
 }

@@ -142,7 +142,14 @@ fn proxy_refusals_name_the_program_that_tried() {
             curl -s -o /dev/null --max-time 20 -x socks5h://127.0.0.1:3128 http://127.0.0.1:11/ || true"#;
         let mut cmd = c.capsule();
         cmd.env("CAPSULE_PROXY_TEST_RESOLVE", "listed.test=127.0.0.1");
-        cmd.args(["exec", NAME, "--json", "--allow-host", "listed.test:443", "--"]);
+        cmd.args([
+            "exec",
+            NAME,
+            "--json",
+            "--allow-host",
+            "listed.test:443",
+            "--",
+        ]);
         cmd.args(["sh", "-c", script]);
         cmd.stdin(std::process::Stdio::null());
         let o = cmd.output().unwrap();
@@ -177,11 +184,15 @@ fn proxy_refusals_name_the_program_that_tried() {
         let e = err(&o);
         assert!(!e.contains('\x1b'), "{e:?}");
         assert!(
-            e.contains("capsule: refused connect 127.0.0.1:10 (ev\\x1b[2Jil): not on the allowlist"),
+            e.contains(
+                "capsule: refused connect 127.0.0.1:10 (ev\\x1b[2Jil): not on the allowlist"
+            ),
             "{e}"
         );
         assert!(
-            e.contains("capsule: refused connect 127.0.0.1:9 (fetch-o-matic-3000): not on the allowlist"),
+            e.contains(
+                "capsule: refused connect 127.0.0.1:9 (fetch-o-matic-3000): not on the allowlist"
+            ),
             "{e}"
         );
         let o = c.capsule().args(["refusals", NAME]).output().unwrap();

@@ -124,7 +124,9 @@ fn on_host(policy: &SandboxPolicy, home: &Path) -> Vec<PathBuf> {
     policy
         .hidden
         .iter()
-        .filter(|h| h.reason == HiddenReason::Credentials && h.path != home && within(&h.path, home))
+        .filter(|h| {
+            h.reason == HiddenReason::Credentials && h.path != home && within(&h.path, home)
+        })
         .filter(|h| std::fs::symlink_metadata(&h.path).is_ok_and(|m| m.is_dir() || m.is_file()))
         .map(|h| h.path.clone())
         .collect()

@@ -441,7 +441,10 @@ mod tests {
         let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (accepted, _) = l.accept().unwrap();
         handoff::send(r.as_fd(), accepted.as_fd()).unwrap();
-        assert!(matches!(handoff::recv(p.as_fd()).unwrap(), handoff::Received::Fd(_)));
+        assert!(matches!(
+            handoff::recv(p.as_fd()).unwrap(),
+            handoff::Received::Fd(_)
+        ));
     }
 
     use super::*;

@@ -135,7 +135,10 @@ mod tests {
             timeout: Some(10),
         };
         let e = run(&[h], "prestart", &serde_json::json!({})).unwrap_err();
-        assert!(e.starts_with("hooks.prestart[0] (/bin/sh): exit status: 3"), "{e}");
+        assert!(
+            e.starts_with("hooks.prestart[0] (/bin/sh): exit status: 3"),
+            "{e}"
+        );
         assert!(e.contains(r#"stdout: "clear\x1b[2J""#), "{e}");
         assert!(e.contains(r#"stderr: "oops\n""#), "{e}");
         assert!(!e.contains('\x1b') && !e.contains('\n'), "{e:?}");

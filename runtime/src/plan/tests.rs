@@ -4,8 +4,8 @@
 use super::*;
 use crate::home::caches::CacheLayer;
 use crate::home::layer::LayerPaths;
-use crate::linux::plan::{SystemDir, SystemFacts};
 use crate::linux::plan::view::{Entry, EntryKind};
+use crate::linux::plan::{SystemDir, SystemFacts};
 use capsule_bundle::policy::{HiddenPath, HiddenReason, NetworkPolicy};
 use std::collections::HashMap;
 
@@ -146,7 +146,10 @@ fn the_plan_is_made_of_the_facts_alone() {
         .any(|s| matches!(s, MountStep::Dev { extra, .. } if extra == &["dri/card0".to_string()])));
     // no display
     assert!(!plan.env.iter().any(|(k, _)| k == "DISPLAY"));
-    assert_eq!(plan.cgroup_procs, vec![PathBuf::from("/nowhere/cgroup/cgroup.procs")]);
+    assert_eq!(
+        plan.cgroup_procs,
+        vec![PathBuf::from("/nowhere/cgroup/cgroup.procs")]
+    );
     // the view right after the home's own bind, the cache right after the view
     let home_bind = plan
         .mounts

@@ -17,7 +17,6 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-
 /// One command the demo runs.
 #[derive(Debug, serde::Serialize)]
 struct DemoStep {

@@ -12,7 +12,6 @@ pub struct InspectArgs {
     pub json: bool,
 }
 
-
 fn reason_words(r: HiddenReason) -> &'static str {
     match r {
         HiddenReason::Credentials => "credentials",

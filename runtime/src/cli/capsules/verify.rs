@@ -17,7 +17,6 @@ pub struct VerifyArgs {
     pub json: bool,
 }
 
-
 /// The outcome of one probe.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProbeResult {

@@ -53,11 +53,11 @@ impl Holder<'_> {
         set_title();
         // the folders its spares' cgroups go in, while the host's are still in view (or
         // why they cannot be made, told to each exec)
-        let (cgroups, no_cgroups) = match crate::linux::cgroup::SpareCgroups::open(&self.plan.limits)
-        {
-            Ok(c) => (c, None),
-            Err(why) => (None, Some(why)),
-        };
+        let (cgroups, no_cgroups) =
+            match crate::linux::cgroup::SpareCgroups::open(&self.plan.limits) {
+                Ok(c) => (c, None),
+                Err(why) => (None, Some(why)),
+            };
         // and the device its spares' watched masks are opened from
         let fuse_dev = if self.plan.watched.is_empty() {
             None
