@@ -5,38 +5,12 @@
 //! trusted; and no file a sandbox can write is shared between two capsules or with the
 //! cache.
 
+use capsule_e2e::git::{fixed_git as plain_git, fixed_git_out as git};
 use capsule_e2e::*;
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-/// The git CLI isolated from the machine's configuration (any owner's repository).
-fn plain_git(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_COUNT", "1")
-        .env("GIT_CONFIG_KEY_0", "safe.directory")
-        .env("GIT_CONFIG_VALUE_0", "*")
-        .env("GIT_AUTHOR_NAME", "T")
-        .env("GIT_AUTHOR_EMAIL", "t@example.org")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_NAME", "T")
-        .env("GIT_COMMITTER_EMAIL", "t@example.org")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z");
-    c
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = run(plain_git(dir).args(args));
-    assert_ok(&o, &format!("git {args:?} in {}", dir.display()));
-    stdout(&o).trim().to_string()
-}
+use std::process::Output;
 
 /// A commit in `src` that changes `f.txt` (one line more: `v<n>`) and adds `u<n>.txt`.
 fn commit(src: &Path, n: usize) -> String {

@@ -4,34 +4,10 @@
 //! pull those into a workspace; a pinned repo's `.git` file or symlinked object store that
 //! leads elsewhere is refused; the workspace holds only what its commit reaches.
 
+use capsule_e2e::git::{fixed_git as plain_git, fixed_git_out as git};
 use capsule_e2e::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// A git CLI command isolated from the machine's configuration.
-fn plain_git(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "T")
-        .env("GIT_AUTHOR_EMAIL", "t@example.org")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_NAME", "T")
-        .env("GIT_COMMITTER_EMAIL", "t@example.org")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z");
-    c
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let o = run(plain_git(dir).args(args));
-    assert_ok(&o, &format!("git {args:?}"));
-    stdout(&o).trim().to_string()
-}
 
 /// `git cat-file -e id` in `dir`: does its object store hold `id`?
 fn has_object(dir: &Path, id: &str) -> bool {
