@@ -43,10 +43,21 @@ struct Echo {
 
 impl Echo {
     fn start(dir: &Path, real: &str, tls: Option<(&Path, &Path)>) -> Echo {
-        let script = dir.join("echo.py");
-        std::fs::write(&script, ECHO).unwrap();
+        Echo::serve(dir, "echo.py", ECHO, &[("REAL", real)], tls)
+    }
+
+    /// Runs a python3 server `script` (written to `dir/name`), which prints its port first.
+    fn serve(
+        dir: &Path,
+        name: &str,
+        script: &str,
+        env: &[(&str, &str)],
+        tls: Option<(&Path, &Path)>,
+    ) -> Echo {
+        let path = dir.join(name);
+        std::fs::write(&path, script).unwrap();
         let mut cmd = Command::new("python3");
-        cmd.arg("-u").arg(&script).env("REAL", real);
+        cmd.arg("-u").arg(&path).envs(env.iter().copied());
         if let Some((cert, key)) = tls {
             cmd.arg(cert).arg(key);
         }
@@ -54,7 +65,7 @@ impl Echo {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start python3 echo server");
+            .unwrap_or_else(|e| panic!("start python3 {name}: {e}"));
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
@@ -405,27 +416,7 @@ s.serve_forever()
 "#;
 
 fn start_reflect(dir: &Path, tls: Option<(&Path, &Path)>) -> Echo {
-    let script = dir.join("reflect.py");
-    std::fs::write(&script, REFLECT).unwrap();
-    let mut cmd = Command::new("python3");
-    cmd.arg("-u").arg(&script);
-    if let Some((cert, key)) = tls {
-        cmd.arg(cert).arg(key);
-    }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start python3 reflecting server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("port: {line:?}"));
-    Echo { child, port }
+    Echo::serve(dir, "reflect.py", REFLECT, &[], tls)
 }
 
 /// The issue's repro and its harder cases: a server of the secret's host reflecting the

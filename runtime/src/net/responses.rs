@@ -439,6 +439,23 @@ fn pass(st: &mut Stream<'_>, data: &[u8], out: &mut Vec<u8>, chunks: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Scrub the next piece of at most `left` bytes of the body into `out`; its length.
+async fn piece<R: AsyncRead + Unpin>(
+    up: &mut Up<'_, R>,
+    left: u64,
+    st: &mut Stream<'_>,
+    out: &mut Vec<u8>,
+    chunks: bool,
+) -> Result<u64, Fail> {
+    let n = up.avail(left).await?;
+    if n == 0 {
+        return Err(Fail::Closed);
+    }
+    pass(st, &up.buf[..n], out, chunks);
+    up.consume(n);
+    Ok(n as u64)
+}
+
 /// Pass on one body framed by a length or chunks, scrubbed, as chunks or as it is.
 async fn body<R, W>(
     up: &mut Up<'_, R>,
@@ -456,13 +473,7 @@ where
     match frame {
         Frame::Length(mut left) => {
             while left > 0 {
-                let n = up.avail(left).await?;
-                if n == 0 {
-                    return Err(Fail::Closed);
-                }
-                pass(&mut st, &up.buf[..n], &mut out, chunks);
-                up.consume(n);
-                left -= n as u64;
+                left -= piece(up, left, &mut st, &mut out, chunks).await?;
                 send(client, &out).await?;
                 out.clear();
             }
@@ -483,13 +494,7 @@ where
                 break;
             }
             while left > 0 {
-                let n = up.avail(left).await?;
-                if n == 0 {
-                    return Err(Fail::Closed);
-                }
-                pass(&mut st, &up.buf[..n], &mut out, chunks);
-                up.consume(n);
-                left -= n as u64;
+                left -= piece(up, left, &mut st, &mut out, chunks).await?;
             }
             if !up.line(2).await?.is_empty() {
                 return Err(Fail::Closed);
