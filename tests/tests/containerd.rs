@@ -12,7 +12,7 @@
 //! runtime-tools' validation suite does (create, state, start, kill, delete and the
 //! refusal of a field it cannot honour).
 
-use capsule_e2e::{capsule_bin, code, stderr, stdout};
+use capsule_e2e::{code, stderr, stdout};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -150,8 +150,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let runc = dir.join("capsule-runc");
-    std::os::unix::fs::symlink(capsule_bin(), &runc).unwrap();
+    let runc = capsule_e2e::oci::runc_link(&dir);
     let e = Engine { dir, sock, runc };
     image(&e);
     e
@@ -509,42 +508,11 @@ fn bundle(
     args: &[&str],
     extra: impl FnOnce(&mut serde_json::Value),
 ) -> PathBuf {
-    let b = e.dir.join(format!("bundle-{name}"));
-    let _ = std::fs::remove_dir_all(&b);
-    std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
-    std::fs::copy("/bin/busybox", b.join("rootfs/bin/busybox")).unwrap();
-    for a in ["sh", "sleep", "echo", "cat", "touch"] {
-        std::os::unix::fs::symlink("busybox", b.join("rootfs/bin").join(a)).unwrap();
-    }
-    let mut c = serde_json::json!({
-        "ociVersion": "1.0.2",
-        "process": {"user": {"uid": 0, "gid": 0}, "args": args, "env": ["PATH=/bin"], "cwd": "/",
-            "capabilities": {"bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"]}},
-        "root": {"path": "rootfs", "readonly": true},
-        "hostname": "lifecycle",
-        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
-                   {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}],
-        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}],
-                  "cgroupsPath": format!("/capsule-test/{name}-{}", std::process::id()),
-                  "maskedPaths": ["/proc/timer_list"], "readonlyPaths": ["/proc/sys"]}
-    });
-    extra(&mut c);
-    std::fs::write(
-        b.join("config.json"),
-        serde_json::to_vec_pretty(&c).unwrap(),
-    )
-    .unwrap();
-    b
+    capsule_e2e::oci::bundle(&e.dir, name, args, extra)
 }
 
 fn runc(e: &Engine, args: &[&str]) -> Output {
-    Command::new(&e.runc)
-        .arg("--root")
-        .arg(e.dir.join("runc-root"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    capsule_e2e::oci::runc(&e.runc, &e.dir.join("runc-root"), args)
 }
 
 fn state_of(e: &Engine, cid: &str) -> serde_json::Value {
