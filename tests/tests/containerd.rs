@@ -870,3 +870,50 @@ fn run_enforces_the_bundle() {
     assert!(!out.contains("WROTE"), "{out}");
     assert!(out.contains("masked:0"), "{out}");
 }
+
+/// The disk guard through containerd: a container filling a bind mount of a small
+/// tmpfs (256 MiB, reserve 12.8 MiB) is killed (137) with the reserve free, the reason
+/// in the task's log.json (tests/tests/oci_disk_guard.rs has the rest).
+#[test]
+fn the_disk_guard_stops_a_container_through_ctr() {
+    let Some(e) = engine() else { return };
+    let cid = id("diskguard");
+    let fs = capsule_e2e::faults::SmallFs::mount(
+        &e.dir.join("small-fs"),
+        "256m",
+        &capsule_e2e::Runner::Current,
+    );
+    let mount = format!(
+        "type=bind,src={},dst=/data,options=rbind:rw",
+        fs.0.display()
+    );
+    let fill =
+        "i=0; while :; do head -c 8388608 /dev/zero > /data/fill$i || exit 3; i=$((i+1)); done";
+    let o = ctr(e)
+        .args(["run", "-d", "--mount", &mount, "--runc-binary"])
+        .arg(&e.runc)
+        .args([IMAGE, &cid, "sh", "-c", fill])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stopped = wait_status(e, &cid, "STOPPED");
+    let log = e.dir.join("state/io.containerd.runtime.v2.task/default");
+    let logged = std::fs::read_to_string(log.join(&cid).join("log.json")).unwrap_or_default();
+    let left = capsule_e2e::faults::free(&fs.0);
+    // ctr task delete says the task's status
+    let o = ctr(e).args(["task", "delete", &cid]).output().unwrap();
+    cleanup(e, &cid);
+    assert!(stopped, "still running: {logged}");
+    assert!(
+        stderr(&o).contains("exit code 137"),
+        "{} {logged}",
+        stderr(&o)
+    );
+    assert!(left >= (256 << 20) / 100 * 5, "{left} bytes free");
+    assert!(
+        logged.contains("\"level\":\"error\"")
+            && logged.contains("killed: free space on the filesystem of")
+            && logged.contains("the disk guard stopped"),
+        "log.json: {logged}"
+    );
+}

@@ -29,10 +29,11 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// (fields dropped in order: the tmpfs unmounted before the scratch folder is removed)
 struct Setup {
+    fs: SmallFs,
     _t: tempfile::TempDir,
     dir: PathBuf,
-    fs: SmallFs,
     runc: PathBuf,
     root: PathBuf,
     data: Vec<u8>,
@@ -115,8 +116,9 @@ impl Setup {
         assert_eq!(lines[0]["level"], "error", "{text}");
         let msg = lines[0]["msg"].as_str().unwrap().to_string();
         assert!(
-            msg.starts_with(&format!("capsule: container {name}: killed: free space on the filesystem of "))
-                && msg.contains("at the disk reserve of 12.8 MiB")
+            msg.starts_with(&format!(
+                "capsule: container {name}: killed: free space on the filesystem of "
+            )) && msg.contains("at the disk reserve of 12.8 MiB")
                 && msg.contains("dev.capsule.disk-reserve"),
             "{msg}"
         );
@@ -127,7 +129,10 @@ impl Setup {
     fn assert_reserve_kept(&self, name: &str, fills: &Path) {
         let left = free(&self.fs.0);
         eprintln!("{name}: {left} bytes free after the stop");
-        assert!(left >= RESERVE, "{name}: {left} bytes free, reserve {RESERVE}");
+        assert!(
+            left >= RESERVE,
+            "{name}: {left} bytes free, reserve {RESERVE}"
+        );
         assert!(std::fs::read(self.fs.0.join(OPERATOR_FILE)).unwrap() == self.data);
         for e in std::fs::read_dir(fills).unwrap().flatten() {
             if e.file_name().to_string_lossy().starts_with("fill") {
@@ -135,6 +140,39 @@ impl Setup {
             }
         }
     }
+}
+
+impl Drop for Setup {
+    /// What a failed test left: its containers deleted (their processes and cgroups).
+    fn drop(&mut self) {
+        for e in std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let id = e.file_name().to_string_lossy().into_owned();
+            let _ = self.runc(&["delete", "--force", &id]);
+        }
+    }
+}
+
+/// A bundle in the scratch folder (its rootfs read-only there) running `args`, with the
+/// small filesystem's `data` folder (made) bound writable at `/data`; `extra` adjusts it.
+fn bind_bundle(
+    s: &Setup,
+    id: &str,
+    args: &[&str],
+    extra: impl FnOnce(&mut serde_json::Value),
+) -> (PathBuf, PathBuf) {
+    let data = s.fs.0.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let b = bundle(&s.dir, id, args, |c| {
+        c["mounts"].as_array_mut().unwrap().push(serde_json::json!(
+            {"destination": "/data", "type": "bind", "source": data, "options": ["rbind", "rw"]}
+        ));
+        extra(c);
+    });
+    (b, data)
 }
 
 fn wait_stopped(s: &Setup, id: &str) -> serde_json::Value {
@@ -168,11 +206,18 @@ fn a_container_filling_its_rootfs_is_stopped_with_the_reserve_still_free() {
     let msg = s.guard_line(id);
     assert_eq!(
         st["limits_reached"],
-        serde_json::json!([msg.trim_start_matches(&format!("capsule: container {id}: ")).split("; another reserve").next().unwrap()]),
+        serde_json::json!([msg
+            .trim_start_matches(&format!("capsule: container {id}: "))
+            .split("; another reserve")
+            .next()
+            .unwrap()]),
         "{st}"
     );
     // the filesystem named is the rootfs's
-    assert!(msg.contains(&b.join("rootfs").display().to_string()), "{msg}");
+    assert!(
+        msg.contains(&b.join("rootfs").display().to_string()),
+        "{msg}"
+    );
     assert!(s.runc(&["delete", id]).status.success());
     s.assert_reserve_kept(id, &b.join("rootfs"));
 }
@@ -183,13 +228,8 @@ fn a_container_filling_its_rootfs_is_stopped_with_the_reserve_still_free() {
 fn a_container_filling_a_bind_mount_is_killed_exit_137() {
     let Some(s) = Setup::new() else { return };
     let id = "guard-bind";
-    let data = s.fs.0.join("data");
-    std::fs::create_dir(&data).unwrap();
-    let b = bundle(&s.dir, id, &["sh", "-c", &FILL.replace("DIR", "/data")], |c| {
-        c["mounts"].as_array_mut().unwrap().push(serde_json::json!(
-            {"destination": "/data", "type": "bind", "source": data, "options": ["rbind", "rw"]}
-        ));
-    });
+    let fill = FILL.replace("DIR", "/data");
+    let (b, data) = bind_bundle(&s, id, &["sh", "-c", &fill], |_| {});
     let o = s.logged(id, &["run", "--bundle", b.to_str().unwrap(), id]);
     assert_eq!(code(&o), 137, "run: {}", stderr(&o));
     let msg = s.guard_line(id);
@@ -203,12 +243,8 @@ fn a_container_filling_a_bind_mount_is_killed_exit_137() {
 fn the_annotation_turns_it_off() {
     let Some(s) = Setup::new() else { return };
     let id = "guard-off";
-    let data = s.fs.0.join("data");
-    std::fs::create_dir(&data).unwrap();
-    let b = bundle(&s.dir, id, &["sh", "-c", &FILL.replace("DIR", "/data")], |c| {
-        c["mounts"].as_array_mut().unwrap().push(serde_json::json!(
-            {"destination": "/data", "type": "bind", "source": data, "options": ["rbind", "rw"]}
-        ));
+    let fill = FILL.replace("DIR", "/data");
+    let (b, _) = bind_bundle(&s, id, &["sh", "-c", &fill], |c| {
         c["annotations"] = serde_json::json!({"dev.capsule.disk-reserve": "off"});
     });
     let o = s.logged(id, &["run", "--bundle", b.to_str().unwrap(), id]);
@@ -224,13 +260,7 @@ fn the_annotation_turns_it_off() {
 fn a_filesystem_below_its_reserve_already_fails_create() {
     let Some(s) = Setup::new() else { return };
     let id = "guard-full";
-    let data = s.fs.0.join("data");
-    std::fs::create_dir(&data).unwrap();
-    let b = bundle(&s.dir, id, &["true"], |c| {
-        c["mounts"].as_array_mut().unwrap().push(serde_json::json!(
-            {"destination": "/data", "type": "bind", "source": data, "options": ["rbind", "rw"]}
-        ));
-    });
+    let (b, _) = bind_bundle(&s, id, &["true"], |_| {});
     let big = vec![0u8; (free(&s.fs.0) - RESERVE / 2) as usize];
     std::fs::write(s.fs.0.join("big"), big).unwrap();
     let (st, e) = s.create(id, &b);

@@ -70,12 +70,7 @@ pub fn fork(dir: &Path, pid_file: &str, what: &str, keep: &[RawFd]) -> Result<bo
         for (k, fd) in high.iter().enumerate() {
             libc::dup3(*fd, 3 + k as RawFd, libc::O_CLOEXEC);
         }
-        libc::syscall(
-            libc::SYS_close_range,
-            3 + keep.len() as u32,
-            u32::MAX,
-            0u32,
-        );
+        libc::syscall(libc::SYS_close_range, 3 + keep.len() as u32, u32::MAX, 0u32);
     }
     // SIGUSR1 (from delete: the container's processes are gone): finish and end
     // SAFETY: a handler that only stores to an atomic.

@@ -53,10 +53,13 @@ pub fn reserve(spec: &Spec) -> Result<(Reserve, bool), String> {
     Ok((Reserve::default(), true))
 }
 
-/// The reserve as the log and the state say it (`disk_reserve=5%,2.0 GiB`).
+/// The reserve as the log and the state say it (`disk_reserve=5%,2 GiB`).
 pub fn show(r: Reserve) -> String {
     let v = match r {
-        Reserve::Share { percent, cap: u64::MAX } => format!("{percent}%"),
+        Reserve::Share {
+            percent,
+            cap: u64::MAX,
+        } => format!("{percent}%"),
         Reserve::Share { percent, cap } => {
             format!("{percent}%,{}", crate::limits::show_size(cap))
         }
@@ -278,6 +281,6 @@ mod tests {
         assert_eq!(reserve(&s).unwrap(), (Reserve::Bytes(1 << 30), false));
         s.annotations.insert(ANNOTATION.into(), "lots".into());
         assert!(reserve(&s).unwrap_err().contains(ANNOTATION));
-        assert_eq!(show(Reserve::default()), "disk_reserve=5%,2.0 GiB");
+        assert_eq!(show(Reserve::default()), "disk_reserve=5%,2 GiB");
     }
 }
