@@ -95,13 +95,14 @@ pub fn wait_for(dir: &Path, pid_file: &str) {
         // SAFETY: a signal to our own process (checked by its executable just now).
         unsafe { libc::kill(pid, libc::SIGUSR1) };
     }
-    for _ in 0..500 {
+    // in steps of 0.2 ms: the process ends within a few of them, and delete waits
+    for _ in 0..5000 {
         let (t, zombie) = super::state::proc_start(pid);
         // gone, a zombie, or another process (not of our executable)
         if t == 0 || zombie || !is_ours(pid) {
             return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
+        std::thread::sleep(std::time::Duration::from_micros(200));
     }
 }
 
