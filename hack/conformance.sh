@@ -9,7 +9,9 @@
 # RUNTIME: capsule (target/debug/capsule as capsule-runc), runc, crun (default: all).
 # crun 1.8 refuses hybrid cgroup hosts; it runs here in a mount namespace without the
 # cgroup v2 mount (as tests/tests/oci_export.rs does). Root only. Each case's TAP output
-# goes to $OUT/<runtime>/<case>.tap (OUT defaults to /dev/shm/conformance).
+# goes to $OUT/<runtime>/<case>.tap (OUT defaults to /dev/shm/conformance). With capsule
+# and runc both run, it then lists what runc passes and capsule-runc does not (the cases,
+# then the checks: the `ok` lines of runc's TAP output missing from capsule-runc's).
 set -u
 rt_dir=${1:?usage: hack/conformance.sh RT_DIR [RUNTIME...]}
 shift
@@ -70,3 +72,16 @@ for r in "${runtimes[@]}"; do
   printf ' **%s** |' "$n"
 done
 echo
+# the superset check, case by case and check by check: what runc passes and capsule-runc
+# does not (the `ok` lines of runc's TAP output missing from capsule-runc's)
+if [[ " ${runtimes[*]} " == *" capsule "* && " ${runtimes[*]} " == *" runc "* ]]; then
+  echo
+  echo "runc passes, capsule-runc fails:"
+  for t in $cases; do
+    name=$(basename "$t" .t)
+    case ${result[runc,$name]} in pass*) case ${result[capsule,$name]} in pass*) ;; *) echo "  case $name" ;; esac ;; esac
+    comm -23 <(sed -n 's/^ok [0-9]* - //p' "$out/runc/$name.tap" | sort -u) \
+             <(sed -n 's/^ok [0-9]* - //p' "$out/capsule/$name.tap" | sort -u) |
+      sed "s/^/  check $name: /"
+  done
+fi

@@ -149,6 +149,23 @@ pub fn names(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Free bytes (for unprivileged users) on the filesystem of `p`.
+pub fn free(p: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs fills a struct of ours from a valid path.
+    unsafe {
+        let mut s: libc::statvfs = std::mem::zeroed();
+        assert_eq!(
+            libc::statvfs(c.as_ptr(), &mut s),
+            0,
+            "statvfs {}",
+            p.display()
+        );
+        s.f_bavail as u64 * s.f_frsize as u64
+    }
+}
+
 /// A tmpfs of `size` mounted on `dir` (made), owned by `r`; unmounted on drop.
 pub struct SmallFs(pub PathBuf);
 

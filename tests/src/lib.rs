@@ -15,6 +15,7 @@
 pub mod bounded;
 pub mod faults;
 pub mod git;
+pub mod oci;
 pub mod procs;
 pub mod project;
 pub mod sandbox;

@@ -12,7 +12,7 @@
 //! runtime-tools' validation suite does (create, state, start, kill, delete and the
 //! refusal of a field it cannot honour).
 
-use capsule_e2e::{capsule_bin, code, stderr, stdout};
+use capsule_e2e::{code, stderr, stdout};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -150,8 +150,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let runc = dir.join("capsule-runc");
-    std::os::unix::fs::symlink(capsule_bin(), &runc).unwrap();
+    let runc = capsule_e2e::oci::runc_link(&dir);
     let e = Engine { dir, sock, runc };
     image(&e);
     e
@@ -509,42 +508,11 @@ fn bundle(
     args: &[&str],
     extra: impl FnOnce(&mut serde_json::Value),
 ) -> PathBuf {
-    let b = e.dir.join(format!("bundle-{name}"));
-    let _ = std::fs::remove_dir_all(&b);
-    std::fs::create_dir_all(b.join("rootfs/bin")).unwrap();
-    std::fs::copy("/bin/busybox", b.join("rootfs/bin/busybox")).unwrap();
-    for a in ["sh", "sleep", "echo", "cat", "touch"] {
-        std::os::unix::fs::symlink("busybox", b.join("rootfs/bin").join(a)).unwrap();
-    }
-    let mut c = serde_json::json!({
-        "ociVersion": "1.0.2",
-        "process": {"user": {"uid": 0, "gid": 0}, "args": args, "env": ["PATH=/bin"], "cwd": "/",
-            "capabilities": {"bounding": ["CAP_KILL"], "effective": ["CAP_KILL"], "permitted": ["CAP_KILL"]}},
-        "root": {"path": "rootfs", "readonly": true},
-        "hostname": "lifecycle",
-        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
-                   {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}],
-        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}],
-                  "cgroupsPath": format!("/capsule-test/{name}-{}", std::process::id()),
-                  "maskedPaths": ["/proc/timer_list"], "readonlyPaths": ["/proc/sys"]}
-    });
-    extra(&mut c);
-    std::fs::write(
-        b.join("config.json"),
-        serde_json::to_vec_pretty(&c).unwrap(),
-    )
-    .unwrap();
-    b
+    capsule_e2e::oci::bundle(&e.dir, name, args, extra)
 }
 
 fn runc(e: &Engine, args: &[&str]) -> Output {
-    Command::new(&e.runc)
-        .arg("--root")
-        .arg(e.dir.join("runc-root"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    capsule_e2e::oci::runc(&e.runc, &e.dir.join("runc-root"), args)
 }
 
 fn state_of(e: &Engine, cid: &str) -> serde_json::Value {
@@ -901,4 +869,51 @@ fn run_enforces_the_bundle() {
     assert!(out.contains("lifecycle"), "{out}");
     assert!(!out.contains("WROTE"), "{out}");
     assert!(out.contains("masked:0"), "{out}");
+}
+
+/// The disk guard through containerd: a container filling a bind mount of a small
+/// tmpfs (256 MiB, reserve 12.8 MiB) is killed (137) with the reserve free, the reason
+/// in the task's log.json (tests/tests/oci_disk_guard.rs has the rest).
+#[test]
+fn the_disk_guard_stops_a_container_through_ctr() {
+    let Some(e) = engine() else { return };
+    let cid = id("diskguard");
+    let fs = capsule_e2e::faults::SmallFs::mount(
+        &e.dir.join("small-fs"),
+        "256m",
+        &capsule_e2e::Runner::Current,
+    );
+    let mount = format!(
+        "type=bind,src={},dst=/data,options=rbind:rw",
+        fs.0.display()
+    );
+    let fill =
+        "i=0; while :; do head -c 8388608 /dev/zero > /data/fill$i || exit 3; i=$((i+1)); done";
+    let o = ctr(e)
+        .args(["run", "-d", "--mount", &mount, "--runc-binary"])
+        .arg(&e.runc)
+        .args([IMAGE, &cid, "sh", "-c", fill])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stopped = wait_status(e, &cid, "STOPPED");
+    let log = e.dir.join("state/io.containerd.runtime.v2.task/default");
+    let logged = std::fs::read_to_string(log.join(&cid).join("log.json")).unwrap_or_default();
+    let left = capsule_e2e::faults::free(&fs.0);
+    // ctr task delete says the task's status
+    let o = ctr(e).args(["task", "delete", &cid]).output().unwrap();
+    cleanup(e, &cid);
+    assert!(stopped, "still running: {logged}");
+    assert!(
+        stderr(&o).contains("exit code 137"),
+        "{} {logged}",
+        stderr(&o)
+    );
+    assert!(left >= (256 << 20) / 100 * 5, "{left} bytes free");
+    assert!(
+        logged.contains("\"level\":\"error\"")
+            && logged.contains("killed: free space on the filesystem of")
+            && logged.contains("the disk guard stopped"),
+        "log.json: {logged}"
+    );
 }

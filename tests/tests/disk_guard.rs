@@ -26,23 +26,6 @@ fn is_root() -> bool {
     unsafe { libc::getuid() == 0 }
 }
 
-/// Free bytes (for unprivileged users) on the filesystem of `p`.
-fn free(p: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statvfs fills a struct of ours from a valid path.
-    unsafe {
-        let mut s: libc::statvfs = std::mem::zeroed();
-        assert_eq!(
-            libc::statvfs(c.as_ptr(), &mut s),
-            0,
-            "statvfs {}",
-            p.display()
-        );
-        s.f_bavail as u64 * s.f_frsize as u64
-    }
-}
-
 /// A capsule `g` opened from a one-file checkout into a capsule root on a small tmpfs,
 /// with the operator's file of 16 MiB next to that root; (the tmpfs, the root, the
 /// operator file's bytes).

@@ -78,11 +78,13 @@ impl Guard {
     /// The guard of `plan`'s writable host filesystems with `reserve` (`None`: off). The
     /// filesystems are found at the first look, not here.
     pub fn new(plan: &ExecPlan, reserve: Reserve, started: Instant) -> Option<Guard> {
-        if reserve == Reserve::Off {
-            return None;
-        }
-        let paths = writable_host_paths(plan);
-        if paths.is_empty() {
+        Guard::of_paths(writable_host_paths(plan), reserve, started)
+    }
+
+    /// The guard of the filesystems of `paths` (host paths the task can write) with
+    /// `reserve` (`None`: off, or no path); found at the first look.
+    pub fn of_paths(paths: Vec<PathBuf>, reserve: Reserve, started: Instant) -> Option<Guard> {
+        if reserve == Reserve::Off || paths.is_empty() {
             return None;
         }
         Some(Guard {
@@ -91,6 +93,14 @@ impl Guard {
             paths,
             next: started + FIRST_LOOK,
         })
+    }
+
+    /// Look now, whenever the next look was due: `Some` when a filesystem is below its
+    /// reserve already.
+    pub fn look_now(&mut self) -> Option<Breach> {
+        let now = Instant::now();
+        self.next = now;
+        self.check(now)
     }
 
     /// When the supervisor should look next.

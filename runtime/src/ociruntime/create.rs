@@ -102,6 +102,8 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     };
     let rootfs = std::fs::canonicalize(&rootfs)
         .map_err(|e| format!("root.path {}: {e}", rootfs.display()))?;
+    // the disk guard's first look: a filesystem below its reserve already fails here
+    let guard = super::diskguard::prepare(&spec, &rootfs)?;
     if proc_.terminal && a.console_socket.is_none() {
         return Err("process.terminal is true but no --console-socket was given".into());
     }
@@ -130,10 +132,18 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         } else {
             cgroup::with_defaults(l.resources.as_ref())
         };
+    let mut defaults = defaults;
+    if let (Some(_), (r, true)) = (&guard, super::diskguard::reserve(&spec)?) {
+        defaults.push(super::diskguard::show(r));
+    }
     let r = (|| {
         let rel = rel?;
         cg_dirs = cgroup::setup(&rel, Some(&resources))?;
-        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs, &defaults)
+        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs, &defaults)?;
+        match guard {
+            Some(g) => super::diskguard::start(g, a.root, a.id, a.log.as_ref()),
+            None => Ok(()),
+        }
     })();
     if r.is_ok() && !defaults.is_empty() {
         if let Some(lg) = &a.log {

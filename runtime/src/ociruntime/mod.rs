@@ -19,6 +19,8 @@
 pub mod cgroup;
 pub mod cli;
 pub mod create;
+pub mod detached;
+pub mod diskguard;
 pub mod exec;
 pub mod hooks;
 pub mod observe;
@@ -389,6 +391,7 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
     cgroup::remove(&s.cgroups);
     // the observer's last lines (its summary in the log) before the state goes
     observe::wait_for(&state::dir(root, id));
+    diskguard::wait_for(&state::dir(root, id));
     if let Some(h) = &s.hooks {
         let mut st = s.spec_state(root);
         st["status"] = "stopped".into();

@@ -113,60 +113,13 @@ pub fn spawn(
     listen: OwnedFd,
     log: Option<LogTo>,
 ) -> Result<(), String> {
-    // SAFETY: fork of a single-threaded process (create).
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(format!(
-            "starting the refusal observer: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    if child > 0 {
-        let mut st = 0;
-        // SAFETY: reaping our own child (it forks the observer and exits).
-        unsafe { libc::waitpid(child, &mut st, 0) };
-        return if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 {
-            Ok(())
-        } else {
-            Err("starting the refusal observer: it failed".into())
-        };
-    }
-    // SAFETY: a session of its own, then the observer itself in a second fork (so it is
-    // nobody's child but the reaper's, as the container's init); its pid is written
-    // before create returns, so that a delete however soon finds it.
-    unsafe {
-        libc::setsid();
-        match libc::fork() {
-            0 => {}
-            n if n < 0 => libc::_exit(1),
-            n => {
-                let ok = std::fs::write(dir.join(PID_FILE), n.to_string()).is_ok();
-                libc::_exit(if ok { 0 } else { 1 })
-            }
-        }
-    }
-    // stdio on /dev/null, the two sockets at 3 and 4, nothing else: whoever waits for
-    // create's output (the shim) sees it end with create
     let (i, l) = (init.into_raw_fd(), listen.into_raw_fd());
-    // SAFETY: descriptors of ours, moved into place.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        for n in 0..3 {
-            libc::dup2(null, n);
-        }
-        let i2 = libc::fcntl(i, libc::F_DUPFD_CLOEXEC, 10);
-        let l2 = libc::fcntl(l, libc::F_DUPFD_CLOEXEC, 10);
-        libc::dup3(i2, 3, libc::O_CLOEXEC);
-        libc::dup3(l2, 4, libc::O_CLOEXEC);
-        libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32);
-    }
-    // SIGUSR1 (from delete: the container's processes are gone): answer what is pending
-    // and end, without waiting for the kernel to say the filters' last task is released
-    // SAFETY: a handler that only stores to an atomic.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as usize;
-        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
+    // the two sockets at 3 and 4 of the observer
+    let here = super::detached::fork(dir, PID_FILE, "refusal observer", &[i, l]);
+    if !matches!(here, Ok(true)) {
+        crate::linux::sys::close(i);
+        crate::linux::sys::close(l);
+        return here.map(|_| ());
     }
     // SAFETY: the descriptors just put there.
     let (init, listen) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
@@ -184,40 +137,10 @@ pub fn spawn(
     unsafe { libc::_exit(0) }
 }
 
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
 /// `delete`, once the container's processes are gone: tell the observer to end, and wait
 /// (at most a second) for it to write its last lines.
 pub fn wait_for(dir: &Path) {
-    let Some(pid) = std::fs::read_to_string(dir.join(PID_FILE))
-        .ok()
-        .and_then(|s| s.trim().parse::<libc::pid_t>().ok())
-    else {
-        return;
-    };
-    if is_observer(pid) {
-        // SAFETY: a signal to our own observer (checked by its executable just now).
-        unsafe { libc::kill(pid, libc::SIGUSR1) };
-    }
-    for _ in 0..500 {
-        let (t, zombie) = super::state::proc_start(pid);
-        // gone, a zombie, or another process (not in a session of the observer's name)
-        if t == 0 || zombie || !is_observer(pid) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
-
-fn is_observer(pid: libc::pid_t) -> bool {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .ok()
-        .zip(std::env::current_exe().ok())
-        .is_some_and(|(a, b)| a == b)
+    super::detached::wait_for(dir, PID_FILE)
 }
 
 fn say(log: Option<&LogTo>, level: &str, msg: &str) {
@@ -270,7 +193,7 @@ fn serve(
         let mut p = vec![pfd(listen.as_raw_fd())];
         p.extend(socks.iter().map(|s| pfd(s.as_raw_fd())));
         p.extend(listeners.iter().map(|l| pfd(l.as_raw_fd())));
-        let stopping = STOP.load(std::sync::atomic::Ordering::SeqCst);
+        let stopping = super::detached::stopping();
         // SAFETY: valid pollfds.
         let n = unsafe {
             libc::poll(

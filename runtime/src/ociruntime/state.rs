@@ -1,7 +1,7 @@
 //! A container's state directory, `<root>/<id>/`: `state.json` (what capsule-runc needs
 //! later: the init's pid and start time, the bundle, the cgroups), `exec.fifo` while the
-//! container is created and not started, and `refusals.log` (capsule's listing: see
-//! `docs/oci.md`). The status the runtime spec defines is worked out from these and from
+//! container is created and not started, `refusals.jsonl` (capsule's listing) and
+//! `limits_reached` (why its disk guard stopped it; see `docs/oci.md`). The status the runtime spec defines is worked out from these and from
 //! the init process itself ([`Saved::status`]).
 
 use std::path::{Path, PathBuf};
@@ -88,7 +88,7 @@ impl Saved {
     /// The runtime spec's state JSON (with runc's extra fields, which go-runc reads).
     pub fn spec_state(&self, root: &Path) -> serde_json::Value {
         let status = self.status(root);
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "ociVersion": "1.0.2",
             "id": self.id,
             "status": status,
@@ -98,7 +98,13 @@ impl Saved {
             "created": self.created,
             "annotations": self.annotations,
             "owner": "",
-        })
+        });
+        // capsule's: why its disk guard stopped the container
+        let reached = super::diskguard::reached(&dir(root, &self.id));
+        if !reached.is_empty() {
+            v["limits_reached"] = reached.into();
+        }
+        v
     }
 }
 

@@ -1,0 +1,286 @@
+//! The disk guard of a container: the reserve `capsule exec` keeps free on every host
+//! filesystem its task can write ([`crate::linux::diskguard`], whose looks and reserve
+//! this reuses), kept for the host filesystems a container can write: the one behind its
+//! rootfs (unless `root.readonly`) and those behind its writable bind mounts. A
+//! filesystem the bundle mounts itself (a tmpfs: memory, bounded by the memory cgroup)
+//! is not the host's and not watched.
+//!
+//! `create` looks once before anything is made (a filesystem below its reserve already
+//! fails create: nothing runs) and leaves a guard process behind
+//! ([`super::detached`]), apart from the refusal observer so that either can be off. It
+//! looks as the exec's supervisor does, at an interval set by the headroom, and when the
+//! container's writing would take a filesystem below its reserve within 50 ms it kills
+//! the container (its init, whose death ends its pid namespace, and every process of its
+//! cgroup), says so in one line in `--log` (level `error`) and writes the line to
+//! `<root>/<id>/limits_reached`, which `state` shows as `limits_reached`. The guard ends
+//! with the container's processes or its state directory.
+//!
+//! The reserve: the annotation `dev.capsule.disk-reserve` of config.json, else
+//! `CAPSULE_OCI_DISK_RESERVE` in capsule-runc's environment, else none with
+//! `CAPSULE_OCI_DEFAULTS=0`, else capsule's default (the smaller of 5% and 2 GiB);
+//! values as settings.json's `disk_reserve` (`"1G"`, `"10%"`, `"5%,1G"`, `"off"`).
+
+use super::observe::LogTo;
+use super::spec::Spec;
+use crate::linux::diskguard::{Breach, Guard, Reserve};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The annotation that sets a container's reserve.
+pub const ANNOTATION: &str = "dev.capsule.disk-reserve";
+/// The variable of capsule-runc's environment that sets the reserve of its containers.
+pub const ENV: &str = "CAPSULE_OCI_DISK_RESERVE";
+/// Why the guard stopped the container, in the state directory.
+pub const REACHED: &str = "limits_reached";
+const PID_FILE: &str = "diskguard.pid";
+
+/// The reserve of `spec`'s container, and whether it is capsule's own (not the bundle's).
+pub fn reserve(spec: &Spec) -> Result<(Reserve, bool), String> {
+    if let Some(v) = spec.annotations.get(ANNOTATION) {
+        return Reserve::parse(v)
+            .map(|r| (r, false))
+            .map_err(|e| format!("annotations.{ANNOTATION}: {e}"));
+    }
+    if let Some(v) = std::env::var_os(ENV) {
+        return Reserve::parse(&v.to_string_lossy())
+            .map(|r| (r, true))
+            .map_err(|e| format!("{ENV}: {e}"));
+    }
+    if std::env::var_os("CAPSULE_OCI_DEFAULTS").is_some_and(|v| v == "0") {
+        return Ok((Reserve::Off, true));
+    }
+    Ok((Reserve::default(), true))
+}
+
+/// The reserve as the log and the state say it (`disk_reserve=5%,2 GiB`).
+pub fn show(r: Reserve) -> String {
+    let v = match r {
+        Reserve::Share {
+            percent,
+            cap: u64::MAX,
+        } => format!("{percent}%"),
+        Reserve::Share { percent, cap } => {
+            format!("{percent}%,{}", crate::limits::show_size(cap))
+        }
+        Reserve::Bytes(b) => crate::limits::show_size(b),
+        Reserve::Off => "off".into(),
+    };
+    format!("disk_reserve={v}")
+}
+
+/// The host paths the container can write: its rootfs unless read-only, the sources of
+/// its writable bind mounts (a relative source is the host's, from `/`, as
+/// [`super::rootfs`] binds it).
+pub fn writable_host_paths(spec: &Spec, rootfs: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
+        v.push(rootfs.to_path_buf());
+    }
+    for m in &spec.mounts {
+        let bind = m.typ.as_deref() == Some("bind")
+            || m.options.iter().any(|o| o == "bind" || o == "rbind");
+        let ro = m.options.iter().any(|o| o == "ro");
+        if let (true, false, Some(src)) = (bind, ro, &m.source) {
+            v.push(Path::new("/").join(src));
+        }
+    }
+    v
+}
+
+/// `create`, before anything is made: the container's guard (`None`: off), having looked
+/// once; an error when a filesystem is below its reserve already.
+pub fn prepare(spec: &Spec, rootfs: &Path) -> Result<Option<Guard>, String> {
+    let (r, _) = reserve(spec)?;
+    let Some(mut g) = Guard::of_paths(writable_host_paths(spec, rootfs), r, Instant::now()) else {
+        return Ok(None);
+    };
+    match g.look_now() {
+        None => Ok(Some(g)),
+        Some(b) => Err(format!(
+            "the disk guard: free space on the filesystem of {} is {}, below the disk reserve of {}: nothing ran (free space there, or set another reserve: annotation {ANNOTATION} or {ENV}, \"1G\", \"1%\", \"off\")",
+            capsule_bundle::escape::name(b.path.as_os_str().as_bytes()),
+            crate::limits::show_size(b.free),
+            crate::limits::show_size(b.reserve)
+        )),
+    }
+}
+
+/// The container whose guard it is.
+struct Container<'a> {
+    dir: &'a Path,
+    id: &'a str,
+    pid: libc::pid_t,
+    start_time: u64,
+    cgroups: &'a [PathBuf],
+    log: Option<&'a LogTo>,
+}
+
+/// `create`, once the init is ready and its state saved: leave the guard of container
+/// `id` behind. Returns once it runs on its own; on an error the init is killed.
+pub fn start(guard: Guard, root: &Path, id: &str, log: Option<&LogTo>) -> Result<(), String> {
+    let s = super::state::load(root, id)?;
+    let dir = super::state::dir(root, id);
+    let c = Container {
+        dir: &dir,
+        id,
+        pid: s.pid,
+        start_time: s.start_time,
+        cgroups: &s.cgroups,
+        log,
+    };
+    spawn(guard, &c).inspect_err(|_| {
+        // SAFETY: killing and reaping our own child, the init.
+        unsafe {
+            libc::kill(s.pid, libc::SIGKILL);
+            libc::waitpid(s.pid, std::ptr::null_mut(), 0);
+        }
+    })
+}
+
+fn spawn(guard: Guard, c: &Container<'_>) -> Result<(), String> {
+    if !super::detached::fork(c.dir, PID_FILE, "disk guard", &[])? {
+        return Ok(());
+    }
+    watch(guard, c);
+    let _ = std::fs::remove_file(c.dir.join(PID_FILE));
+    // SAFETY: leaving the guard process.
+    unsafe { libc::_exit(0) }
+}
+
+/// `delete`: tell the guard to end, and wait for it.
+pub fn wait_for(dir: &Path) {
+    super::detached::wait_for(dir, PID_FILE)
+}
+
+/// What the guard stopped the container for (empty: nothing).
+pub fn reached(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join(REACHED))
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn init_alive(c: &Container<'_>) -> bool {
+    let (t, zombie) = super::state::proc_start(c.pid);
+    t == c.start_time && !zombie
+}
+
+fn watch(mut guard: Guard, c: &Container<'_>) {
+    loop {
+        if super::detached::stopping() || !c.dir.exists() {
+            return;
+        }
+        if !init_alive(c) && super::cgroup::pids(c.cgroups).is_empty() {
+            return;
+        }
+        if let Some(b) = guard.check(Instant::now()) {
+            kill(c);
+            say(c, &b);
+            sweep(c);
+            return;
+        }
+        let wait = guard.due().saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: a sleep (cut short by delete's SIGUSR1).
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    }
+}
+
+/// Kill the container at once: its init (in its own pid namespace that ends them all),
+/// its cgroup (v2's `cgroup.kill`, where the kernel has it).
+fn kill(c: &Container<'_>) {
+    if init_alive(c) {
+        // SAFETY: killing the container's init (the same process as at create).
+        unsafe { libc::kill(c.pid, libc::SIGKILL) };
+    }
+    for d in c.cgroups {
+        let _ = std::fs::write(d.join("cgroup.kill"), "1");
+    }
+}
+
+/// Then every process left in its cgroup, until none is (a second at most).
+fn sweep(c: &Container<'_>) {
+    for _ in 0..500 {
+        let pids = super::cgroup::pids(c.cgroups);
+        if pids.is_empty() {
+            break;
+        }
+        for p in pids {
+            // SAFETY: killing a process of the container.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        if super::cgroup::is_frozen(c.cgroups) {
+            // a frozen process gets its SIGKILL once thawed
+            let _ = super::cgroup::freeze(c.cgroups, false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn say(c: &Container<'_>, b: &Breach) {
+    let line = b.message();
+    let _ = std::fs::write(c.dir.join(REACHED), format!("{line}\n"));
+    if let Some(l) = c.log {
+        super::log_to(
+            &l.path,
+            l.json,
+            "error",
+            &format!(
+                "capsule: container {}: {line}; another reserve: annotation {ANNOTATION} or {ENV} (\"1G\", \"1%\", \"off\")",
+                c.id
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> Spec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_host_paths_it_can_write() {
+        let s = spec(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "rootfs", "readonly": false},
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/data", "type": "bind", "source": "/srv/data"},
+                {"destination": "/cfg", "source": "/etc/cfg", "options": ["rbind", "ro"]},
+                {"destination": "/logs", "source": "var/log", "options": ["rbind", "rw"]},
+                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}
+            ]
+        }));
+        assert_eq!(
+            writable_host_paths(&s, Path::new("/b/rootfs")),
+            [
+                PathBuf::from("/b/rootfs"),
+                "/srv/data".into(),
+                "/var/log".into()
+            ]
+        );
+        let ro = spec(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "rootfs", "readonly": true}
+        }));
+        assert!(writable_host_paths(&ro, Path::new("/b/rootfs")).is_empty());
+    }
+
+    #[test]
+    fn the_annotation_sets_the_reserve() {
+        let mut s = spec(serde_json::json!({"ociVersion": "1.0.2"}));
+        s.annotations.insert(ANNOTATION.into(), "off".into());
+        assert_eq!(reserve(&s).unwrap(), (Reserve::Off, false));
+        s.annotations.insert(ANNOTATION.into(), "1G".into());
+        assert_eq!(reserve(&s).unwrap(), (Reserve::Bytes(1 << 30), false));
+        s.annotations.insert(ANNOTATION.into(), "lots".into());
+        assert!(reserve(&s).unwrap_err().contains(ANNOTATION));
+        assert_eq!(show(Reserve::default()), "disk_reserve=5%,2 GiB");
+    }
+}
