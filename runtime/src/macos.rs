@@ -1,14 +1,14 @@
 //! The macOS executor: runs a command under `/usr/bin/sandbox-exec` with the Seatbelt
-//! profile that `capsule-seatbelt` generates from the exec's policy.
+//! profile rendered from the exec's macOS plan ([`crate::plan::seatbelt`]).
 //!
-//! That policy is resolved where the Linux executor's is (`crate::exec::resolve_policy`:
-//! the stored policy, the hidden paths of now, the exec's flags), and `capsule seatbelt`
-//! renders the same resolution: what is hidden, writable, read-only and the network mode
-//! are decided there, never here. The generator only translates it (and hides the default
-//! credential paths even when they did not exist yet: stricter, never looser).
+//! The exec's policy is resolved where the Linux executor's is
+//! (`crate::exec::resolve_policy`: the stored policy, the hidden paths of now, the exec's
+//! flags); what is hidden, writable, read-only, the home view and the network mode are
+//! decided by the plan made of it and the host's paths, never here, and `capsule
+//! seatbelt` renders the same plan. The rendering only translates it.
 //!
 //! Steps: a fresh nonce and the task's own TMPDIR (inside the capsule's tmp folder); the
-//! profile (generated, round-tripped and linted by the crate); a preflight of
+//! host's paths, the plan and the profile (rendered, round-tripped and linted); a preflight of
 //! `/usr/bin/true` under the same profile, so a profile error is reported as one and not
 //! as the command's status (65/71); a nested sandbox (`sandbox_apply: Operation not
 //! permitted`) is reported, never retried without a sandbox; `log stream` filtered by the
@@ -19,12 +19,11 @@
 //! with a stand-in `sandbox-exec`) in Linux test builds; it has never run on a Mac.
 
 use crate::exit;
+use crate::plan::seatbelt::{self, SeatbeltRequest};
 use capsule_bundle::layout::bundle_files;
 use capsule_bundle::policy::{is_default_env, SandboxPolicy};
 use capsule_seatbelt::refusal::{parse_log_line, refusal_predicate};
-use capsule_seatbelt::{
-    env::task_env, generate_checked, HostResolver, Nonce, ProfileInputs, Resolver,
-};
+use capsule_seatbelt::{HostResolver, Nonce};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -109,19 +108,20 @@ pub fn run(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
         .create(&tmp)
         .map_err(|e| MacError::TmpDir(tmp.clone(), e))?;
     let _cleanup = TaskTmp(tmp.clone());
-    let mut inp = ProfileInputs::new(x.policy, nonce.clone());
-    inp.tmpdir = Some(tmp);
-    inp.proxy_port = x.proxy_port;
-    inp.allow_keychain = x.allow_keychain;
-    inp.env_dirs =
-        capsule_bundle::policy::env_dirs(x.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
-    let resolver: &dyn Resolver = &HostResolver;
-    let g = generate_checked(&inp, resolver)?;
-    let mut env = x.env.clone();
-    for (k, v) in task_env(&g.effective, &g.task_tmpdir) {
-        env.retain(|(ek, _)| ek.as_os_str() != k.as_str());
-        env.push((k.into(), v.into()));
-    }
+    let req = SeatbeltRequest {
+        policy: x.policy,
+        nonce: nonce.clone(),
+        network: None,
+        proxy_port: x.proxy_port,
+        allow_keychain: x.allow_keychain,
+        tmpdir: Some(tmp),
+        env: x.env.clone(),
+    };
+    // the host's paths first, then the plan (pure) and its rendering
+    let facts = seatbelt::gather(&req, &HostResolver);
+    let plan = seatbelt::plan(&req, &facts).map_err(capsule_seatbelt::CheckError::from)?;
+    let g = seatbelt::render(&plan)?;
+    let env = plan.env;
     let mut prefix: Vec<OsString> = vec!["-p".into(), g.text.clone().into()];
     prefix.extend(g.define_args().into_iter().map(OsString::from));
     prefix.push("--".into());
