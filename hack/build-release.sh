@@ -17,8 +17,8 @@
 #
 # The functions an exec runs are linked together at the start of the code, in the order
 # of hack/exec-order.txt (lld's --symbol-ordering-file; lld is Rust's linker on
-# x86_64-unknown-linux-gnu): a warm `exec -- /bin/true` then takes ~70 fewer page faults
-# and ~0.5 ms less (hack/exec-order.sh says how the file is made). It is passed as a copy
+# x86_64-unknown-linux-gnu): a warm `exec -- /bin/true` then takes ~50 fewer page faults
+# and ~0.3 ms less (hack/exec-order.sh says how the file is made; `--check` how stale it is). It is passed as a copy
 # named after its digest, so that a new order is a new RUSTFLAGS and cargo links again.
 # Where that link fails (another linker; a checkout path with spaces, which RUSTFLAGS
 # cannot carry), the default order is used, said on stderr.

@@ -9,13 +9,16 @@
 # runs laid out together, 23 (`perf record -e exceptions:page_fault_user`). What that
 # gives per exec: hack/bench-exec.sh, see docs/benchmarks.md.
 #
-# How: hack/steptrace.c single-steps execs of a scratch capsule (a warm one; as root, a
-# warm one with limits, whose spare waits in cgroups; and one that builds its sandbox's
-# root, which runs what the prepared roots' holder runs when it makes a spare) and records
-# every instruction address; the addresses are mapped to the binary's function symbols.
-# A function renamed since is simply not found by the linker (no error): regenerate when
-# the exec path has changed much. `--check` says how many of the file's functions a
-# binary has and whether they sit at the start of its code (it was linked in this order).
+# How: hack/functrace.c traces execs of a scratch capsule (a warm one; as root, a warm
+# one with limits, whose spare waits in cgroups; and one that builds its sandbox's root,
+# which runs what the prepared roots' holder runs when it makes a spare) with a
+# breakpoint on every function of the binary, each removed when first hit, and records
+# the functions in the order first run (a few seconds in all; hack/steptrace.c, which
+# single-steps every instruction, gives the same functions in hours). A function renamed
+# since is simply not found by the linker (no error): regenerate when the exec path has
+# changed (`--check` on a fresh build shows how many of the file's functions are gone).
+# `--check` says how many of the file's functions a binary has and whether they sit at
+# the start of its code (it was linked in this order).
 #
 #   [BIN=...] hack/exec-order.sh [--check]
 set -euo pipefail
@@ -46,21 +49,22 @@ command -v gcc >/dev/null || { echo "gcc missing: apt-get install -y gcc" >&2; e
 command -v nm >/dev/null || { echo "nm missing: apt-get install -y binutils" >&2; exit 1; }
 # shellcheck source=hack/bench-capsule.sh
 . hack/bench-capsule.sh order
-gcc -O2 -o "$W/steptrace" hack/steptrace.c
+gcc -O2 -o "$W/functrace" hack/functrace.c
+functions >"$W/syms"
+awk '{print $1}' "$W/syms" >"$W/funcs"
 cd "$WS"
 runs="warm"
 for _ in 1 2 3; do "$BIN" exec bench -- /bin/true; done
-"$W/steptrace" "$W/warm" "$BIN" exec bench -- /bin/true
+"$W/functrace" "$W/funcs" "$W/warm" "$BIN" exec bench -- /bin/true
 if [ "$(id -u)" = 0 ]; then
   limits=(--memory 4G --pids 4096)
   for _ in 1 2 3; do "$BIN" exec bench "${limits[@]}" -- /bin/true; done
-  "$W/steptrace" "$W/limits" "$BIN" exec bench "${limits[@]}" -- /bin/true
+  "$W/functrace" "$W/funcs" "$W/limits" "$BIN" exec bench "${limits[@]}" -- /bin/true
   runs="$runs limits"
 fi
 runs="$runs built"
-CAPSULE_PREPARED_IDLE=0 "$W/steptrace" "$W/built" "$BIN" exec bench -- /bin/true
+CAPSULE_PREPARED_IDLE=0 "$W/functrace" "$W/funcs" "$W/built" "$BIN" exec bench -- /bin/true
 cd - >/dev/null
-functions >"$W/syms"
 python3 - "$W" "$BIN" "$OUT" "$runs" <<'PY'
 import bisect, os, sys
 w, binary, out, runs = sys.argv[1:]

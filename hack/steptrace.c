@@ -3,7 +3,8 @@
  * the order first run, one hex address per line; the traced program's mappings go to
  * OUT.maps. For hack/exec-order.sh, which turns the addresses into the link order of
  * capsule's functions. Slow on purpose (one ptrace stop per instruction): a warm
- * `capsule exec -- /bin/true` takes a few minutes.
+ * `capsule exec -- /bin/true` takes hours. hack/exec-order.sh uses hack/functrace.c, which
+ * stops once per function; this stays to check it against (same functions, every address).
  *
  *   steptrace OUT CMD [ARGS...]
  */

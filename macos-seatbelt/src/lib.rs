@@ -26,7 +26,7 @@ pub mod sbpl;
 
 pub use canon::{HostResolver, ModelResolver, Resolver};
 pub use eval::{Decision, Evaluator, Target};
-pub use profile::{generate, GenError, Generated, Nonce, ProfileInputs};
+pub use profile::{effective_policy, generate, render, GenError, Generated, Nonce, ProfileInputs};
 
 /// Generate, then check the result: the text parses back to the same model, the linter
 /// finds nothing. Use this, not [`generate`], for anything that runs or is shown.
@@ -34,7 +34,21 @@ pub fn generate_checked(
     inp: &ProfileInputs<'_>,
     r: &dyn Resolver,
 ) -> Result<Generated, CheckError> {
-    let g = generate(inp, r)?;
+    checked(generate(inp, r)?)
+}
+
+/// [`profile::render`] (a policy already decided, e.g. by the runtime's macOS plan),
+/// then the same checks as [`generate_checked`].
+pub fn render_checked(
+    inp: &ProfileInputs<'_>,
+    eff: capsule_bundle::policy::SandboxPolicy,
+    task_tmp: std::path::PathBuf,
+) -> Result<Generated, CheckError> {
+    checked(profile::render(inp, eff, task_tmp)?)
+}
+
+/// The text parses back to the same model and the linter finds nothing.
+fn checked(g: Generated) -> Result<Generated, CheckError> {
     let back = parse::parse(&g.text)?;
     if back != g.profile {
         return Err(CheckError::RoundTrip);

@@ -18,13 +18,15 @@
 //! Every path is a parameter; deny rules name both the canonical and the original
 //! spelling when they differ.
 //!
-//! The generator decides no policy: hidden, revealed, writable and read-only paths and the
-//! network mode come from the [`SandboxPolicy`] the runtime resolved for the exec (the
-//! same resolution the Linux plan is made from). It only adds what this backend needs:
-//! the task's TMPDIR, home layer and caches writable, the default home credential,
-//! personal and agent-login paths hidden whether or not they exist yet, and the home
-//! default deny: the home hidden, with only its visible list and the PATH and SDK
-//! folders in it readable (read-only).
+//! Two halves. [`effective_policy`] is what this backend adds to the [`SandboxPolicy`]
+//! the runtime resolved for the exec (hidden, revealed, writable and read-only paths and
+//! the network mode are that policy's): the task's TMPDIR, home layer and caches
+//! writable, the default home credential, personal and agent-login paths hidden whether
+//! or not they exist yet, and the home default deny (the home hidden, with only its
+//! visible list and the PATH and SDK folders in it readable, read-only), all canonical.
+//! The runtime's macOS plan (`capsule_runtime::plan::seatbelt`) is made with it. [`render`]
+//! translates such a decided policy into SBPL and adds nothing to it; [`generate`] is
+//! both, for a policy on its own.
 
 use crate::canon::{canonicalize, CanonError, Resolver};
 use crate::sbpl::{self, Action, Filter, Item, Modifier, Profile, Rule, Str};
@@ -442,6 +444,27 @@ pub fn generate(inp: &ProfileInputs<'_>, r: &dyn Resolver) -> Result<Generated, 
         return Err(GenError::NoProxyPort);
     }
     let eff = effective_policy(inp, r)?;
+    let task_tmp = canon(inp.task_tmpdir(), "tmpdir", r)?;
+    render(inp, eff, task_tmp)
+}
+
+/// The profile of a policy already decided ([`effective_policy`], or the runtime's macOS
+/// plan made with it): `eff` (canonical paths) is translated as it is, nothing is added
+/// to it, and the network mode is `eff`'s. `inp` gives the policy as resolved before
+/// (its original spellings become deny aliases), the nonce, the proxy port and the
+/// keychain; `task_tmp` is the task's TMPDIR, canonical. No path is resolved here.
+pub fn render(
+    inp: &ProfileInputs<'_>,
+    eff: SandboxPolicy,
+    task_tmp: PathBuf,
+) -> Result<Generated, GenError> {
+    let mode = eff.network.mode;
+    if mode == NetworkMode::Replay {
+        return Err(GenError::Unsupported(mode.as_str()));
+    }
+    if mode == NetworkMode::Allowlist && inp.proxy_port.is_none() {
+        return Err(GenError::NoProxyPort);
+    }
     let mut params = Params::default();
     let mut items =
         vec![
@@ -513,7 +536,6 @@ pub fn generate(inp: &ProfileInputs<'_>, r: &dyn Resolver) -> Result<Generated, 
     )));
 
     // path rules, shallow to deep
-    let task_tmp = canon(inp.task_tmpdir(), "tmpdir", r)?;
     let es = entries(inp.policy, &eff, &task_tmp);
     let mut reads = Vec::new();
     let mut writes = Vec::new();

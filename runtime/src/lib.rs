@@ -57,6 +57,11 @@ pub mod net;
 pub mod ociruntime;
 #[cfg(target_os = "linux")]
 pub mod plan;
+/// Elsewhere only the macOS plan ([`plan::seatbelt`]).
+#[cfg(not(target_os = "linux"))]
+pub mod plan {
+    pub mod seatbelt;
+}
 pub mod record;
 pub mod refusals;
 pub mod settings;

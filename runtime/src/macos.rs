@@ -1,30 +1,29 @@
 //! The macOS executor: runs a command under `/usr/bin/sandbox-exec` with the Seatbelt
-//! profile that `capsule-seatbelt` generates from the exec's policy.
+//! profile it is handed, rendered from the exec's macOS plan (`crate::plan::seatbelt`, by
+//! the exec pipeline, `crate::exec`).
 //!
-//! That policy is resolved where the Linux executor's is (`crate::exec::resolve_policy`:
-//! the stored policy, the hidden paths of now, the exec's flags), and `capsule seatbelt`
-//! renders the same resolution: what is hidden, writable, read-only and the network mode
-//! are decided there, never here. The generator only translates it (and hides the default
-//! credential paths even when they did not exist yet: stricter, never looser).
+//! The exec's policy is resolved where the Linux executor's is
+//! (`crate::exec::resolve_policy`: the stored policy, the hidden paths of now, the exec's
+//! flags); what is hidden, writable, read-only, the home view and the network mode are
+//! decided by the plan made of it and the host's paths, never here, and `capsule
+//! seatbelt` renders the same plan.
 //!
-//! Steps: a fresh nonce and the task's own TMPDIR (inside the capsule's tmp folder); the
-//! profile (generated, round-tripped and linted by the crate); a preflight of
-//! `/usr/bin/true` under the same profile, so a profile error is reported as one and not
-//! as the command's status (65/71); a nested sandbox (`sandbox_apply: Operation not
-//! permitted`) is reported, never retried without a sandbox; `log stream` filtered by the
-//! nonce feeds the capsule's `refusals.jsonl` while the command runs.
+//! Steps: the task's own TMPDIR the plan named (inside the capsule's tmp folder); a
+//! preflight of `/usr/bin/true` under the profile, so a profile error is reported as one
+//! and not as the command's status (65/71); a nested sandbox (`sandbox_apply: Operation
+//! not permitted`) is reported, never retried without a sandbox; `log stream` filtered by
+//! the nonce feeds the capsule's `refusals.jsonl` while the command runs.
 //!
-//! Everything that can be a pure function lives in `capsule-seatbelt` and is tested on
-//! Linux. This file uses only `std`, so it is also compiled (and its control flow tested
-//! with a stand-in `sandbox-exec`) in Linux test builds; it has never run on a Mac.
+//! Everything that can be a pure function lives in `capsule-seatbelt` and the plan, tested
+//! on Linux. This file uses only `std`, so it is also compiled (and its control flow tested
+//! with a stand-in `sandbox-exec`, `crate::exec`'s macOS tests) in Linux test builds; it
+//! has never run on a Mac.
 
 use crate::exit;
 use capsule_bundle::layout::bundle_files;
-use capsule_bundle::policy::{is_default_env, SandboxPolicy};
+use capsule_bundle::policy::is_default_env;
 use capsule_seatbelt::refusal::{parse_log_line, refusal_predicate};
-use capsule_seatbelt::{
-    env::task_env, generate_checked, HostResolver, Nonce, ProfileInputs, Resolver,
-};
+use capsule_seatbelt::{Generated, Nonce};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -38,18 +37,20 @@ pub const LOG: &str = "/usr/bin/log";
 /// The preflight command.
 pub const TRUE: &str = "/usr/bin/true";
 
-/// One exec on macOS.
+/// One exec on macOS: the profile rendered from its plan and what the plan gave the
+/// command (`crate::exec`'s macOS pipeline makes both; the executor decides nothing).
 #[derive(Debug, Clone)]
 pub struct MacExec<'a> {
-    /// The exec's policy (the capsule's, with this exec's flags applied).
-    pub policy: &'a SandboxPolicy,
+    /// The profile (`crate::plan::seatbelt::render`): its text and `-D` parameters.
+    pub profile: &'a Generated,
+    /// The refusal nonce the profile carries.
+    pub nonce: &'a Nonce,
+    /// The task's own TMPDIR, made here for the task and removed after it.
+    pub task_tmpdir: &'a Path,
+    /// The command's whole environment (the plan's, with the task's variables).
+    pub env: &'a [(OsString, OsString)],
     /// The capsule's bundle directory (for `refusals.jsonl`).
     pub bundle_dir: &'a Path,
-    /// Port of the allowlist proxy (allowlist mode).
-    pub proxy_port: Option<u16>,
-    pub allow_keychain: bool,
-    /// The environment the command gets before the task's own variables are added.
-    pub env: Vec<(OsString, OsString)>,
     pub cwd: &'a Path,
     pub command: &'a [OsString],
     /// `sandbox-exec` to use ([`SANDBOX_EXEC`]; tests substitute a stand-in).
@@ -101,27 +102,15 @@ impl Drop for TaskTmp {
 
 /// Run the command; its exit status on success.
 pub fn run(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
-    let nonce = Nonce::random().map_err(MacError::Nonce)?;
     // the task's own TMPDIR, private to it
-    let tmp = x.policy.tmp_dir.join(format!("task-{}", nonce.as_str()));
+    let tmp = x.task_tmpdir.to_path_buf();
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&tmp)
         .map_err(|e| MacError::TmpDir(tmp.clone(), e))?;
-    let _cleanup = TaskTmp(tmp.clone());
-    let mut inp = ProfileInputs::new(x.policy, nonce.clone());
-    inp.tmpdir = Some(tmp);
-    inp.proxy_port = x.proxy_port;
-    inp.allow_keychain = x.allow_keychain;
-    inp.env_dirs =
-        capsule_bundle::policy::env_dirs(x.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())));
-    let resolver: &dyn Resolver = &HostResolver;
-    let g = generate_checked(&inp, resolver)?;
-    let mut env = x.env.clone();
-    for (k, v) in task_env(&g.effective, &g.task_tmpdir) {
-        env.retain(|(ek, _)| ek.as_os_str() != k.as_str());
-        env.push((k.into(), v.into()));
-    }
+    let _cleanup = TaskTmp(tmp);
+    let g = x.profile;
+    let env = x.env;
     let mut prefix: Vec<OsString> = vec!["-p".into(), g.text.clone().into()];
     prefix.extend(g.define_args().into_iter().map(OsString::from));
     prefix.push("--".into());
@@ -157,7 +146,7 @@ pub fn run(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
 
     let logger = x
         .log
-        .and_then(|log| start_refusal_log(log, &nonce, x.bundle_dir));
+        .and_then(|log| start_refusal_log(log, x.nonce, x.bundle_dir));
     let status = sandboxed(x.command)
         .current_dir(x.cwd)
         .status()
@@ -257,159 +246,5 @@ pub fn exit_status(st: ExitStatus) -> u8 {
         (Some(c), _) => c.clamp(0, 255) as u8,
         (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
         _ => exit::SANDBOX_FAILED,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! Control flow with a stand-in `sandbox-exec` (a shell script) on Linux: what reaches
-    //! the command, what a refused profile and a nested sandbox look like. Whether the real
-    //! `sandbox-exec` behaves so is only known from its documentation and Codex's use.
-    use super::*;
-    use capsule_bundle::policy::{NetworkMode, NetworkPolicy};
-    use std::os::unix::fs::PermissionsExt;
-
-    fn policy(root: &Path) -> SandboxPolicy {
-        SandboxPolicy {
-            version: 1,
-            capsule_name: "t".into(),
-            workspace: root.join("ws"),
-            read_only: vec![],
-            tmp_dir: root.join("tmp"),
-            home: None,
-            home_layer: Some(root.join("home")),
-            cache_dir: None,
-            writable: vec![],
-            hidden: vec![],
-            revealed: vec![],
-            pass_env: vec![],
-            devices: vec![],
-            network: NetworkPolicy {
-                mode: NetworkMode::None,
-                ..Default::default()
-            },
-        }
-    }
-
-    /// A stand-in for sandbox-exec: checks the argument shape, logs it, runs `$@`.
-    /// [`run`], again while the fake is "text file busy": another test thread's fork may
-    /// hold the fake's write descriptor (close-on-exec) for a moment after it was written.
-    fn run_fake(x: &MacExec<'_>) -> Result<ExitStatus, MacError> {
-        for _ in 0..100 {
-            match run(x) {
-                Err(MacError::Spawn(_, e)) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(10))
-                }
-                r => return r,
-            }
-        }
-        run(x)
-    }
-
-    fn fake(root: &Path, body: &str) -> PathBuf {
-        let p = root.join("sandbox-exec");
-        let script = format!(
-            "#!/bin/sh\n[ \"$1\" = -p ] || exit 64\nprintf '%s\\n' \"$2\" > \"{log}/profile.sb\"\nshift 2\nwhile [ \"$1\" = -D ]; do echo \"$2\" >> \"{log}/defines\"; shift 2; done\n[ \"$1\" = -- ] || exit 64\nshift\n{body}\nexec \"$@\"\n",
-            log = root.display()
-        );
-        std::fs::write(&p, script).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        p
-    }
-
-    fn exec<'a>(
-        pol: &'a SandboxPolicy,
-        root: &'a Path,
-        fake: &'a Path,
-        cmd: &'a [OsString],
-    ) -> MacExec<'a> {
-        MacExec {
-            policy: pol,
-            bundle_dir: root,
-            proxy_port: None,
-            allow_keychain: false,
-            env: vec![
-                ("PATH".into(), "/usr/bin:/bin".into()),
-                ("TMPDIR".into(), "/elsewhere".into()),
-            ],
-            cwd: root,
-            command: cmd,
-            sandbox_exec: fake,
-            log: None,
-        }
-    }
-
-    fn setup() -> (tempfile::TempDir, PathBuf, SandboxPolicy) {
-        let t = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(t.path()).unwrap();
-        for d in ["ws", "tmp", "home"] {
-            std::fs::create_dir(root.join(d)).unwrap();
-        }
-        let pol = policy(&root);
-        (t, root, pol)
-    }
-
-    #[test]
-    fn runs_the_command_with_the_task_environment() {
-        let (_t, root, pol) = setup();
-        let f = fake(&root, "");
-        let out = root.join("out");
-        let cmd: Vec<OsString> = vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            format!("echo \"$TMPDIR|$HOME\" > {}; exit 7", out.display()).into(),
-        ];
-        let st = run_fake(&exec(&pol, &root, &f, &cmd)).unwrap();
-        assert_eq!(st.code(), Some(7));
-        let got = std::fs::read_to_string(&out).unwrap();
-        let (tmp, home) = got.trim().split_once('|').unwrap();
-        assert!(
-            tmp.starts_with(&format!("{}/task-capsule-", root.join("tmp").display())),
-            "{tmp}"
-        );
-        assert!(
-            !Path::new(tmp).exists(),
-            "the task's TMPDIR is removed at the end"
-        );
-        assert_eq!(home, root.join("home").to_str().unwrap());
-        let profile = std::fs::read_to_string(root.join("profile.sb")).unwrap();
-        assert!(profile.starts_with("(version 1)"));
-        let defines = std::fs::read_to_string(root.join("defines")).unwrap();
-        assert!(defines.contains(&format!("WORKSPACE={}", root.join("ws").display())));
-        assert!(defines.lines().any(|l| l == format!("TMPDIR={tmp}")));
-    }
-
-    #[test]
-    fn a_nested_sandbox_is_reported_and_nothing_runs() {
-        let (_t, root, pol) = setup();
-        let f = fake(
-            &root,
-            "echo 'sandbox-exec: sandbox_apply: Operation not permitted' >&2; exit 71",
-        );
-        let marker = root.join("ran");
-        let cmd: Vec<OsString> = vec!["/usr/bin/touch".into(), marker.clone().into()];
-        let e = run_fake(&exec(&pol, &root, &f, &cmd)).unwrap_err();
-        assert!(matches!(e, MacError::Nested(_)), "{e}");
-        assert!(!marker.exists());
-        assert_eq!(
-            std::fs::read_dir(root.join("tmp")).unwrap().count(),
-            0,
-            "nothing left behind"
-        );
-    }
-
-    #[test]
-    fn a_refused_profile_is_reported_as_such() {
-        let (_t, root, pol) = setup();
-        let f = fake(
-            &root,
-            "echo 'sandbox-exec: unbound variable: foo' >&2; exit 65",
-        );
-        let marker = root.join("ran");
-        let cmd: Vec<OsString> = vec!["/usr/bin/touch".into(), marker.clone().into()];
-        let e = run_fake(&exec(&pol, &root, &f, &cmd)).unwrap_err();
-        assert!(matches!(e, MacError::Preflight(_, 65, _)), "{e}");
-        assert!(e.to_string().contains("unbound variable"));
-        assert!(!marker.exists());
     }
 }

@@ -1,15 +1,15 @@
 //! `capsule seatbelt <capsule> [--json]`: print the macOS Seatbelt profile generated for a
 //! capsule and its parameters, so a person on a Mac can read it and try it with
-//! `sandbox-exec -f`. Works on any OS; the profile comes from `capsule-seatbelt` and has
-//! passed its round trip and linter before it is printed.
+//! `sandbox-exec -f`. Works on any OS; the profile is the rendering of the capsule's macOS
+//! plan ([`crate::plan::seatbelt`]) and has passed its round trip and linter before it is
+//! printed.
 
 use crate::exit::{CliError, CliResult};
+use crate::plan::seatbelt::{self, SeatbeltRequest};
 use capsule_bundle::layout::{capsule_root, Layout};
 use capsule_bundle::policy::{NetworkMode, SandboxPolicy};
 use capsule_bundle::store;
-use capsule_seatbelt::{
-    env::task_env, generate_checked, HostResolver, ModelResolver, Nonce, ProfileInputs, Resolver,
-};
+use capsule_seatbelt::{CheckError, HostResolver, ModelResolver, Nonce, Resolver};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -106,15 +106,15 @@ pub fn seatbelt(a: SeatbeltArgs) -> CliResult {
             .map_err(|e| CliError::new(crate::exit::USAGE, format!("--nonce: {e}")))?,
         None => Nonce::random().map_err(|e| fail(format!("cannot make a nonce: {e}")))?,
     };
-    let mut inp = ProfileInputs::new(&policy, nonce);
-    inp.network = a.network.as_deref().map(parse_mode).transpose()?;
-    inp.proxy_port = a.proxy_port;
-    inp.allow_keychain = a.keychain;
-    inp.tmpdir = a.tmpdir.clone();
-    let host_env: Vec<_> = std::env::vars_os().collect();
-    inp.env_dirs = capsule_bundle::policy::env_dirs(
-        host_env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
-    );
+    let req = SeatbeltRequest {
+        policy: &policy,
+        nonce,
+        network: a.network.as_deref().map(parse_mode).transpose()?,
+        proxy_port: a.proxy_port,
+        allow_keychain: a.keychain,
+        tmpdir: a.tmpdir.clone(),
+        env: std::env::vars_os().collect(),
+    };
     // On a Mac the real file system; elsewhere a model of macOS's /tmp, /var, /etc links.
     let host = HostResolver;
     let model = ModelResolver::macos();
@@ -123,24 +123,28 @@ pub fn seatbelt(a: SeatbeltArgs) -> CliResult {
     } else {
         &model
     };
-    let g = generate_checked(&inp, resolver).map_err(|e| {
-        let hint = match e {
-            capsule_seatbelt::CheckError::Gen(capsule_seatbelt::GenError::NoProxyPort) => {
-                " (pass --proxy-port PORT, or --network none|off|open)"
-            }
-            _ => "",
-        };
-        fail(format!(
-            "seatbelt profile for {:?}: {e}{hint}",
-            policy.capsule_name
-        ))
-    })?;
-    let env = task_env(&g.effective, &g.task_tmpdir);
+    let facts = seatbelt::gather(&req, resolver);
+    let planned = seatbelt::plan(&req, &facts).map_err(CheckError::from);
+    let (plan, g) = planned
+        .and_then(|p| seatbelt::render(&p).map(|g| (p, g)))
+        .map_err(|e| {
+            let hint = match e {
+                CheckError::Gen(capsule_seatbelt::GenError::NoProxyPort) => {
+                    " (pass --proxy-port PORT, or --network none|off|open)"
+                }
+                _ => "",
+            };
+            fail(format!(
+                "seatbelt profile for {:?}: {e}{hint}",
+                policy.capsule_name
+            ))
+        })?;
+    let env = &plan.task_env;
     if a.json {
         let v = serde_json::json!({
             "capsule": policy.capsule_name,
-            "network": g.effective.network.mode.as_str(),
-            "nonce": inp.nonce.as_str(),
+            "network": plan.policy.network.mode.as_str(),
+            "nonce": req.nonce.as_str(),
             "profile": g.text,
             "params": g.params,
             "define_args": g.define_args(),

@@ -1,13 +1,17 @@
 //! The exec pipeline on macOS ([`run`]): the capsule, the gate, the policy
-//! ([`super::resolve_policy`]), then the Seatbelt executor ([`crate::macos::run`]) and the
-//! git guard. Options the macOS executor does not have yet are refused, never ignored.
+//! ([`super::resolve_policy`]), the host's paths and the macOS plan made of them
+//! ([`crate::plan::seatbelt`]) and its profile, then the Seatbelt executor
+//! ([`crate::macos::run`]) and the git guard. Options the macOS executor does not have yet are refused, never ignored.
 
 use super::{resolve_policy, Exec, Finished};
 use crate::exit::{self, CliError};
-use crate::macos::{clean_env, exit_status, MacExec, LOG, SANDBOX_EXEC};
+use crate::macos::{clean_env, exit_status, MacError, MacExec, LOG, SANDBOX_EXEC};
+use crate::plan::seatbelt::{self, SeatbeltPlan, SeatbeltRequest};
 use capsule_bundle::layout::{capsule_root, Layout};
-use capsule_bundle::policy::NetworkMode;
+use capsule_bundle::policy::{NetworkMode, SandboxPolicy};
 use capsule_bundle::store;
+use capsule_seatbelt::{CheckError, Generated, HostResolver, Nonce, Resolver};
+use std::ffi::OsString;
 use std::path::Path;
 
 /// [`Exec::run`] on macOS. No exec record is kept there yet ([`Finished::record`] is
@@ -51,19 +55,20 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
             "network allowlist on macOS needs capsule's proxy, which the macOS executor does not start yet; nothing ran (use --no-network or --open-network)",
         ));
     }
-    let sandbox_exec = Path::new(SANDBOX_EXEC);
-    let x = MacExec {
-        policy: &policy,
-        bundle_dir: &cap.bundle_dir,
-        proxy_port: None,
-        allow_keychain: false,
-        env: clean_env(std::env::vars_os(), &policy.pass_env),
-        cwd: &cwd,
-        command: &command,
-        sandbox_exec,
-        log: Some(Path::new(LOG)),
-    };
-    let result = crate::macos::run(&x);
+    let env = clean_env(std::env::vars_os(), &policy.pass_env);
+    let result = planned(&policy, env, &HostResolver).and_then(|(plan, profile)| {
+        crate::macos::run(&MacExec {
+            profile: &profile,
+            nonce: &plan.nonce,
+            task_tmpdir: &plan.task_tmpdir,
+            env: &plan.env,
+            bundle_dir: &cap.bundle_dir,
+            cwd: &cwd,
+            command: &command,
+            sandbox_exec: Path::new(SANDBOX_EXEC),
+            log: Some(Path::new(LOG)),
+        })
+    });
     // the operator's own git in the workspace must not run what the command planted
     let guard = capsule_bundle::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, None);
     if let Some(line) = guard.summary_line() {
@@ -81,3 +86,30 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         )),
     }
 }
+
+/// The exec's macOS plan and its profile: a fresh nonce, which names the task's own
+/// TMPDIR in the capsule's tmp folder; the host's paths (`r`), then the plan
+/// ([`seatbelt::plan`], pure) and its rendering.
+fn planned(
+    policy: &SandboxPolicy,
+    env: Vec<(OsString, OsString)>,
+    r: &dyn Resolver,
+) -> Result<(SeatbeltPlan, Generated), MacError> {
+    let nonce = Nonce::random().map_err(MacError::Nonce)?;
+    let req = SeatbeltRequest {
+        policy,
+        tmpdir: Some(policy.tmp_dir.join(format!("task-{}", nonce.as_str()))),
+        nonce,
+        network: None,
+        proxy_port: None,
+        allow_keychain: false,
+        env,
+    };
+    let facts = seatbelt::gather(&req, r);
+    let plan = seatbelt::plan(&req, &facts).map_err(CheckError::from)?;
+    let profile = seatbelt::render(&plan)?;
+    Ok((plan, profile))
+}
+
+#[cfg(test)]
+mod tests;

@@ -30,8 +30,11 @@
 //! and the revealed views as readable, under full isolation only: without namespaces
 //! there is no overlay, and the real home must stay read-only. The network of the exec
 //! (`crate::net::exec::ExecNet::apply`) is added to the plan by the pipeline after it.
+//!
+//! The macOS plan, which the Seatbelt rendering translates, is [`seatbelt`]'s.
 
 pub mod facts;
+pub mod seatbelt;
 
 pub use facts::{gather, FactsError, Gather, HomeFacts, HostFacts, Reveals};
 
