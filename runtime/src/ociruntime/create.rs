@@ -87,7 +87,7 @@ pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Re
 pub fn run(a: Args<'_>) -> Result<(), String> {
     let bundle = std::fs::canonicalize(a.bundle)
         .map_err(|e| format!("--bundle {}: {e}", a.bundle.display()))?;
-    let spec = super::spec::load(&bundle)?;
+    let spec = super::bundle::load(&bundle)?;
     let l = spec.linux.clone().unwrap_or_default();
     let proc_ = spec.process.clone().ok_or("process: missing")?;
     let root_path = spec

@@ -47,7 +47,7 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         return Err(format!("cannot exec in a container that is {status}"));
     }
     // config.json as it was at create (kept in the state directory)
-    let spec = super::spec::load(&state::dir(a.root, a.id))?;
+    let spec = super::bundle::load(&state::dir(a.root, a.id))?;
     let base = spec.process.clone().ok_or("process: missing")?;
     let p: Process = match a.process {
         Some(f) => {

@@ -16,6 +16,7 @@
 //! (`--log-format json`: `{"level":"error","msg":…,"time":…}`), which is where the shim
 //! reads the reason a `create` failed. Exit status 1 on error, 2 on a usage error.
 
+pub mod bundle;
 pub mod cgroup;
 pub mod cli;
 pub mod create;
@@ -24,9 +25,10 @@ pub mod hooks;
 pub mod observe;
 pub mod process;
 pub mod rootfs;
-pub mod seccomp;
-pub mod spec;
 pub mod state;
+
+// the config model and the seccomp compiler are the plan's (pure, below the front end)
+pub use crate::plan::container::{config as spec, seccomp};
 
 use std::io::Write;
 use std::path::Path;

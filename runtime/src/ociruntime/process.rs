@@ -226,6 +226,27 @@ pub fn apparmor_enabled() -> bool {
         .is_ok_and(|s| s.trim() == "Y")
 }
 
+/// Install the compiled filter `p` on the calling thread (no allocation).
+fn install(p: &super::seccomp::Program) -> std::io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: p.bpf.len() as libc::c_ushort,
+        filter: p.bpf.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: a live BPF program the kernel copies.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            p.flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The seccomp filters: capsule's observer (it sends its listener at once: no call of
 /// ours is observed before), then the bundle's.
 fn filters(p: &Prepared) -> Result<(), String> {
@@ -236,8 +257,7 @@ fn filters(p: &Prepared) -> Result<(), String> {
         }
     }
     if let Some(s) = &p.seccomp {
-        s.install()
-            .map_err(|err| format!("linux.seccomp: installing the filter: {err}"))?;
+        install(s).map_err(|err| format!("linux.seccomp: installing the filter: {err}"))?;
     }
     Ok(())
 }

@@ -31,6 +31,7 @@
 //! there is no overlay, and the real home must stay read-only. The network of the exec
 //! (`crate::net::exec::ExecNet::apply`) is added to the plan by the pipeline after it.
 
+pub mod container;
 pub mod facts;
 
 pub use facts::{gather, FactsError, Gather, HomeFacts, HostFacts, Reveals};

@@ -1,8 +1,9 @@
-//! A bundle's `config.json`, read into types that hold exactly what capsule-runc
-//! enforces: every object refuses fields it does not know (`deny_unknown_fields`), so a
-//! field that cannot be honoured fails `create` with one line naming it (serde's message
-//! with the line and column), never a silent skip. Values that are present but cannot be
-//! honoured are refused by [`check`], naming the field.
+//! A bundle's `config.json`, as the types that hold exactly what capsule-runc enforces:
+//! every object refuses fields it does not know (`deny_unknown_fields`), so a field that
+//! cannot be honoured fails `create` with one line naming it (serde's message with the
+//! line and column), never a silent skip. Values that are present but cannot be honoured
+//! are refused by [`check`], naming the field. Reading the file is the front end's
+//! (`crate::ociruntime`'s `bundle::load`); this module reads nothing.
 //!
 //! (oci-spec's types, used by `capsule export` to write bundles, accept every field of
 //! the spec; a runtime that must refuse what it cannot enforce needs the closed list.)
@@ -264,20 +265,6 @@ pub struct BlockIo {
 pub struct HugepageLimit {
     pub page_size: String,
     pub limit: i64,
-}
-
-/// Read `bundle/config.json`. Errors: one line naming the file, the field and where.
-pub fn load(bundle: &Path) -> Result<Spec, String> {
-    let path = bundle.join("config.json");
-    let text = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let spec: Spec = serde_json::from_slice(&text).map_err(|e| {
-        format!(
-            "{}: {e} (capsule-runc refuses fields it cannot enforce)",
-            path.display()
-        )
-    })?;
-    check(&spec).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(spec)
 }
 
 /// Namespace kinds, as config.json names them, with their clone flags.
