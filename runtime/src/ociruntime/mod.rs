@@ -21,6 +21,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod create;
 pub mod exec;
+pub mod facts;
 pub mod hooks;
 pub mod observe;
 pub mod process;

@@ -511,22 +511,6 @@ fn climbs(p: &Path) -> bool {
         .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
-/// The paths the container may write, as its mounts allow.
-pub fn writable_set(spec: &Spec) -> Vec<PathBuf> {
-    let mut w = Vec::new();
-    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
-        w.push(PathBuf::from("/"));
-    }
-    for m in &spec.mounts {
-        let ro = m.options.iter().any(|o| o == "ro");
-        let typ = m.typ.as_deref().unwrap_or("bind");
-        if !ro && !matches!(typ, "sysfs" | "cgroup" | "cgroup2") {
-            w.push(m.destination.clone());
-        }
-    }
-    w
-}
-
 /// `RLIMIT_*` by the name config.json gives it.
 pub fn rlimit_resource(name: &str) -> Option<libc::__rlimit_resource_t> {
     Some(match name {
