@@ -68,12 +68,19 @@ fn cap_sys_admin_cannot_remount_the_read_only_root_and_write() {
     let o = run("1");
     let out = stdout(&o);
     assert!(out.contains("done"), "{out} {}", stderr(&o));
-    assert!(!out.contains("WROTE"), "Landlock let the write through: {out}");
+    assert!(
+        !out.contains("WROTE"),
+        "Landlock let the write through: {out}"
+    );
     // the control: the same bundle without capsule's Landlock writes (the test can fail)
     let o = run("0");
     let out = stdout(&o);
     let ok = out.contains("WROTE");
     let _ = std::fs::remove_file(b.join("rootfs/f"));
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(ok, "without Landlock the remount and write should work: {out} {}", stderr(&o));
+    assert!(
+        ok,
+        "without Landlock the remount and write should work: {out} {}",
+        stderr(&o)
+    );
 }

@@ -6,8 +6,8 @@
 //! The host's layout ([`unified`], [`hierarchies`]) is a fact the plan is made from.
 
 use super::spec::{DeviceRule, Resources};
-pub use crate::plan::container::Hierarchy;
 use crate::plan::container::CgroupPlan;
+pub use crate::plan::container::Hierarchy;
 use std::path::{Path, PathBuf};
 
 /// Is this host's `/sys/fs/cgroup` the unified (v2) hierarchy?

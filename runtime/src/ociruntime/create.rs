@@ -10,9 +10,9 @@
 //! `create`; after `start`, the init can only write its error to its stderr (the
 //! container's) and exit 127, as runc does.
 
-use crate::plan::container::{container, ContainerPlan, Create};
 use super::state::{self, Saved};
 use super::{cgroup, hooks, observe, process, rootfs};
+use crate::plan::container::{container, ContainerPlan, Create};
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -167,8 +167,7 @@ fn spawn(
     let (root_uid, root_gid) = plan.root_ids;
     // SAFETY: chown/chmod of the fifo just made in our own state directory.
     if unsafe {
-        libc::chown(cf.as_ptr(), root_uid, root_gid) < 0
-            || libc::chmod(cf.as_ptr(), 0o622) < 0
+        libc::chown(cf.as_ptr(), root_uid, root_gid) < 0 || libc::chmod(cf.as_ptr(), 0o622) < 0
     } {
         return Err(format!(
             "making {}: {}",

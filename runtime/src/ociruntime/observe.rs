@@ -21,8 +21,8 @@
 //! the init dead) or its state directory is removed; `delete` waits for it (briefly) so
 //! the summary is in the log before the task is gone.
 
-use crate::plan::container::Watch;
 use crate::linux::observe::Allowed;
+use crate::plan::container::Watch;
 use crate::refusals::{Collector, Say};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};

@@ -10,8 +10,8 @@
 //! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
 //! reachable as `/oldroot/proc`).
 
-use crate::plan::container::{ContainerPlan, DeviceNode, Mount, MountKind};
 use crate::linux::mounts::{self, StepError};
+use crate::plan::container::{ContainerPlan, DeviceNode, Mount, MountKind};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -212,7 +212,10 @@ pub enum MountKind {
     /// On a v1 host: a tmpfs with, for each hierarchy, the container's own directory
     /// (host path, under the old root) bound at its name (read-only when `ro`), as runc
     /// does without a cgroup namespace.
-    CgroupV1 { ro: bool, binds: Vec<(PathBuf, PathBuf)> },
+    CgroupV1 {
+        ro: bool,
+        binds: Vec<(PathBuf, PathBuf)>,
+    },
 }
 
 /// A device node of the container.
@@ -409,8 +412,8 @@ fn namespaces(list: &[config::Namespace]) -> Namespaces {
         }
     }
     ns.join.sort_by_key(|j| j.flag != libc::CLONE_NEWUSER);
-    ns.userns = ns.new & libc::CLONE_NEWUSER != 0
-        || ns.join.iter().any(|j| j.flag == libc::CLONE_NEWUSER);
+    ns.userns =
+        ns.new & libc::CLONE_NEWUSER != 0 || ns.join.iter().any(|j| j.flag == libc::CLONE_NEWUSER);
     ns
 }
 
@@ -443,9 +446,9 @@ pub fn relative_path(
         let mut path = PathBuf::new();
         if slice != "-.slice" {
             // a-b-c.slice lives in a.slice/a-b.slice/a-b-c.slice
-            let stem = slice.strip_suffix(".slice").ok_or_else(|| {
-                Refused(format!("linux.cgroupsPath: {slice:?} is not a slice"))
-            })?;
+            let stem = slice
+                .strip_suffix(".slice")
+                .ok_or_else(|| Refused(format!("linux.cgroupsPath: {slice:?} is not a slice")))?;
             let mut acc = String::new();
             for part in stem.split('-') {
                 if !acc.is_empty() {

@@ -77,7 +77,8 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
             "bounding": ["CAP_CHOWN", "CAP_KILL"], "permitted": ["CAP_KILL"],
             "effective": ["CAP_KILL"], "ambient": ["CAP_KILL", "CAP_CHOWN"]
         });
-        c["process"]["rlimits"] = serde_json::json!([{"type": "RLIMIT_NOFILE", "hard": 77, "soft": 70}]);
+        c["process"]["rlimits"] =
+            serde_json::json!([{"type": "RLIMIT_NOFILE", "hard": 77, "soft": 70}]);
     });
     let p = plan_of(&spec, &facts()).unwrap();
     assert_eq!(p.rootfs, Path::new("/b/rootfs"));
@@ -143,7 +144,10 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
     let devs: Vec<&Path> = p.devices.iter().map(|d| d.path.as_path()).collect();
     assert_eq!(devs.len(), DEFAULT_DEVICES.len() + 1);
     assert_eq!(devs[0], Path::new("/dev/null"));
-    assert_eq!(p.devices.last().unwrap().what, "linux.devices[0] (/dev/fuse)");
+    assert_eq!(
+        p.devices.last().unwrap().what,
+        "linux.devices[0] (/dev/fuse)"
+    );
     assert_eq!(p.masked_paths, [PathBuf::from("/proc/kcore")]);
     // the process
     let kill = 1u64 << caps::Capability::CAP_KILL.index();
@@ -185,13 +189,17 @@ fn the_same_input_gives_the_same_plan() {
     let a = format!("{:?}", plan_of(&spec, &facts()).unwrap());
     let b = format!("{:?}", plan_of(&spec, &facts()).unwrap());
     assert_eq!(a, b);
-    assert!(a.contains("bpf"), "the seccomp program is compiled in the plan");
+    assert!(
+        a.contains("bpf"),
+        "the seccomp program is compiled in the plan"
+    );
 }
 
 #[test]
 fn the_bundles_own_limits_stand_and_defaults_need_their_controller() {
     let own = spec_with(|c| {
-        c["linux"]["resources"] = serde_json::json!({"pids": {"limit": 50}, "memory": {"limit": -1}})
+        c["linux"]["resources"] =
+            serde_json::json!({"pids": {"limit": 50}, "memory": {"limit": -1}})
     });
     let p = plan_of(&own, &facts()).unwrap();
     assert!(p.cgroup.defaults.is_empty());
@@ -218,9 +226,9 @@ fn a_unified_host_mounts_cgroup2() {
         mount: "/sys/fs/cgroup".into(),
         controllers: vec![],
     }];
-    let spec = spec_with(|c| {
-        c["mounts"] = serde_json::json!([{"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup"}])
-    });
+    let spec = spec_with(
+        |c| c["mounts"] = serde_json::json!([{"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup"}]),
+    );
     let p = plan_of(&spec, &f).unwrap();
     assert_eq!(p.mounts[0].kind, MountKind::Cgroup2 { ro: false });
     // every controller of the v2 root counts
@@ -231,7 +239,8 @@ fn a_unified_host_mounts_cgroup2() {
 fn landlock_follows_the_mounts_the_settings_and_the_kernel() {
     let ro_root = spec_with(|c| {
         c["root"]["readonly"] = true.into();
-        c["mounts"] = serde_json::json!([{"destination": "/work", "type": "tmpfs", "source": "tmpfs"}]);
+        c["mounts"] =
+            serde_json::json!([{"destination": "/work", "type": "tmpfs", "source": "tmpfs"}]);
     });
     let p = plan_of(&ro_root, &facts()).unwrap();
     let ll = p.confine.landlock.unwrap();
@@ -252,7 +261,9 @@ fn landlock_follows_the_mounts_the_settings_and_the_kernel() {
 fn what_cannot_be_honoured_is_refused_naming_the_field() {
     type Change = fn(&mut serde_json::Value);
     let cases: &[(&str, Change)] = &[
-        ("process.terminal", |c| c["process"]["terminal"] = true.into()),
+        ("process.terminal", |c| {
+            c["process"]["terminal"] = true.into()
+        }),
         ("linux.resources.unified", |c| {
             c["linux"]["resources"] = serde_json::json!({"unified": {"memory.high": "1"}})
         }),
@@ -262,16 +273,23 @@ fn what_cannot_be_honoured_is_refused_naming_the_field() {
         ("process.apparmorProfile", |c| {
             c["process"]["apparmorProfile"] = "runtime/default".into()
         }),
-        ("process.rlimits", |c| {
-            c["process"]["rlimits"] = serde_json::json!([{"type": "RLIMIT_NOPE", "hard": 1, "soft": 1}])
-        }),
+        (
+            "process.rlimits",
+            |c| {
+                c["process"]["rlimits"] =
+                    serde_json::json!([{"type": "RLIMIT_NOPE", "hard": 1, "soft": 1}])
+            },
+        ),
         ("process.capabilities.bounding", |c| {
             c["process"]["capabilities"] = serde_json::json!({"bounding": ["CAP_TEST"]})
         }),
-        ("linux.seccomp.listenerPath", |c| {
-            c["linux"]["seccomp"] =
-                serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/x"})
-        }),
+        (
+            "linux.seccomp.listenerPath",
+            |c| {
+                c["linux"]["seccomp"] =
+                    serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/x"})
+            },
+        ),
         ("linux.namespaces", |c| {
             c["linux"]["namespaces"] = serde_json::json!([{"type": "pid"}])
         }),
@@ -285,7 +303,8 @@ fn what_cannot_be_honoured_is_refused_naming_the_field() {
     // the host decides too: a memory limit without a memory controller
     let mut f = facts();
     f.hierarchies.clear();
-    let spec = spec_with(|c| c["linux"]["resources"] = serde_json::json!({"memory": {"limit": 1 << 30}}));
+    let spec =
+        spec_with(|c| c["linux"]["resources"] = serde_json::json!({"memory": {"limit": 1 << 30}}));
     assert_eq!(
         plan_of(&spec, &f).unwrap_err().field(),
         "linux.resources.memory"
