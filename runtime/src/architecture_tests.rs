@@ -97,6 +97,34 @@ fn the_pipeline_is_the_top_of_the_library() {
     );
 }
 
+/// The front ends (the command line, the OCI runtime `capsule-runc`) are used by the
+/// binary's entry alone, and the plans (`crate::plan`, the exec's and the container's)
+/// use no front end and not the pipeline above them: they are pure functions of their
+/// input that the front ends execute.
+#[test]
+fn front_ends_are_the_top_and_plans_use_none() {
+    let mut bad = Vec::new();
+    for (file, code) in all_sources() {
+        let used = crate_modules(&code);
+        if !under(&file, "ociruntime")
+            && file != Path::new("main.rs")
+            && file != Path::new("lib.rs")
+        {
+            if used.iter().any(|m| m == "ociruntime") {
+                bad.push(format!("{} uses crate::ociruntime", file.display()));
+            }
+        }
+        if under(&file, "plan") {
+            for m in used {
+                if matches!(m.as_str(), "ociruntime" | "cli" | "exec") {
+                    bad.push(format!("{} uses crate::{m}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "front ends used from below: {bad:#?}");
+}
+
 /// Inside the Linux executor each module uses only modules of a lower layer: `mod.rs`
 /// (the executor's entry) over the prepared-root holder, over its warm spares, over
 /// init, over the building blocks. A module missing from the table fails the test: give

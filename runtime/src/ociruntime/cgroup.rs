@@ -1,18 +1,14 @@
-//! The container's cgroups from `linux.cgroupsPath` and `linux.resources`: one directory
-//! per v1 hierarchy mounted on this host (or the one v2 directory on a unified host), the
-//! limits written before the container's init runs, the init moved in, and their
-//! removal at `delete`. `--systemd-cgroup` paths (`slice:prefix:name`) are expanded the
-//! way systemd names them and made directly in cgroupfs (no systemd unit is created).
+//! The container's cgroups as its plan has them ([`crate::plan::container::CgroupPlan`]:
+//! the path, with `--systemd-cgroup`'s `slice:prefix:name` expanded, and the limits): one
+//! directory per v1 hierarchy mounted on this host (or the one v2 directory on a unified
+//! host), made directly in cgroupfs (no systemd unit is created), the limits written
+//! before the container's init runs, the init moved in, and their removal at `delete`.
+//! The host's layout ([`unified`], [`hierarchies`]) is a fact the plan is made from.
 
 use super::spec::{DeviceRule, Resources};
+use crate::plan::container::CgroupPlan;
+pub use crate::plan::container::Hierarchy;
 use std::path::{Path, PathBuf};
-
-/// One hierarchy: where it is mounted and which controllers it has.
-#[derive(Debug, Clone)]
-pub struct Hierarchy {
-    pub mount: PathBuf,
-    pub controllers: Vec<String>,
-}
 
 /// Is this host's `/sys/fs/cgroup` the unified (v2) hierarchy?
 pub fn unified() -> bool {
@@ -64,110 +60,11 @@ pub fn hierarchies() -> Vec<Hierarchy> {
     out
 }
 
-/// The cgroup path (relative to each hierarchy's root) of `cgroups_path` for container `id`.
-pub fn relative_path(
-    cgroups_path: Option<&str>,
-    id: &str,
-    systemd: bool,
-) -> Result<PathBuf, String> {
-    let p = cgroups_path.unwrap_or("");
-    let rel = if systemd {
-        // slice:prefix:name
-        let parts: Vec<&str> = if p.is_empty() {
-            vec!["system.slice", "capsule", id]
-        } else {
-            p.split(':').collect()
-        };
-        if parts.len() != 3 {
-            return Err(format!(
-                "linux.cgroupsPath {p:?}: --systemd-cgroup expects slice:prefix:name"
-            ));
-        }
-        let slice = if parts[0].is_empty() {
-            "system.slice"
-        } else {
-            parts[0]
-        };
-        let mut path = PathBuf::new();
-        if slice != "-.slice" {
-            // a-b-c.slice lives in a.slice/a-b.slice/a-b-c.slice
-            let stem = slice
-                .strip_suffix(".slice")
-                .ok_or_else(|| format!("linux.cgroupsPath: {slice:?} is not a slice"))?;
-            let mut acc = String::new();
-            for part in stem.split('-') {
-                if !acc.is_empty() {
-                    acc.push('-');
-                }
-                acc.push_str(part);
-                path.push(format!("{acc}.slice"));
-            }
-        }
-        path.push(format!("{}-{}.scope", parts[1], parts[2]));
-        path
-    } else if p.is_empty() {
-        PathBuf::from("capsule-runc").join(id)
-    } else {
-        PathBuf::from(p.trim_start_matches('/'))
-    };
-    if rel
-        .components()
-        .any(|c| !matches!(c, std::path::Component::Normal(_)))
-    {
-        return Err(format!(
-            "linux.cgroupsPath {p:?}: must not climb out of the hierarchy"
-        ));
-    }
-    Ok(rel)
-}
-
-/// capsule's own limits ([`crate::limits::machine_defaults`]: memory, processes) where
-/// the bundle's `linux.resources` sets none (an explicit value, `-1` for no limit
-/// included, stands), on the controllers this host has. Returns the resources to write
-/// and what was added (`memory=…`, `pids=…`).
-pub fn with_defaults(r: Option<&Resources>) -> (Resources, Vec<String>) {
-    let own = crate::limits::machine_defaults();
-    let mut r = r.cloned().unwrap_or_default();
-    let mut added = Vec::new();
-    let hs = hierarchies();
-    let has = |c: &str| {
-        hs.iter().any(|h| {
-            h.controllers.iter().any(|x| x == c) || (h.controllers.is_empty() && unified())
-        })
-    };
-    if let Some(m) = own.memory.filter(|_| has("memory")) {
-        let mem = r.memory.get_or_insert_with(Default::default);
-        if mem.limit.is_none() {
-            mem.limit = Some(m as i64);
-            added.push(format!("memory={m}"));
-        }
-    }
-    if let Some(n) = own.pids.filter(|_| has("pids")) {
-        if r.pids.is_none() {
-            r.pids = Some(super::spec::Pids { limit: n as i64 });
-            added.push(format!("pids={n}"));
-        }
-    }
-    (r, added)
-}
-
-/// The container's directories, made, with the resources written.
-pub fn setup(rel: &Path, res: Option<&Resources>) -> Result<Vec<PathBuf>, String> {
-    if res.is_some_and(|r| !r.unified.is_empty()) {
-        // the unified files are not written by this version, v2 host or not
-        return Err("linux.resources.unified: not supported".into());
-    }
-    let hs = hierarchies();
-    let memory = |h: &Hierarchy| {
-        h.controllers.iter().any(|c| c == "memory") || (h.controllers.is_empty() && unified())
-    };
-    if res.is_some_and(|r| r.memory.as_ref().is_some_and(|m| m.limit.is_some()))
-        && !hs.iter().any(memory)
-    {
-        return Err("linux.resources.memory: no memory controller on this host".into());
-    }
+/// The container's directories of `plan`, made, with its resources written.
+pub fn setup(plan: &CgroupPlan) -> Result<Vec<PathBuf>, String> {
+    let rel = &plan.rel;
     let mut dirs = Vec::new();
-    for h in hs {
+    for h in &plan.hierarchies {
         let dir = h.mount.join(rel);
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
@@ -178,9 +75,7 @@ pub fn setup(rel: &Path, res: Option<&Resources>) -> Result<Vec<PathBuf>, String
             }
         }
         dirs.push(dir.clone());
-        if let Some(r) = res {
-            write_resources(&h, &dir, r)?;
-        }
+        write_resources(h, &dir, &plan.resources)?;
     }
     Ok(dirs)
 }
@@ -409,23 +304,5 @@ pub fn remove(dirs: &[PathBuf]) {
                 _ => break,
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths() {
-        assert_eq!(
-            relative_path(Some("/default/c1"), "c1", false).unwrap(),
-            PathBuf::from("default/c1")
-        );
-        assert_eq!(
-            relative_path(Some("kubepods-burstable-pod1.slice:cri-containerd:abc"), "abc", true).unwrap(),
-            PathBuf::from("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-abc.scope")
-        );
-        assert!(relative_path(Some("/a/../../etc"), "c", false).is_err());
     }
 }

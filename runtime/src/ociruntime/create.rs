@@ -10,9 +10,9 @@
 //! `create`; after `start`, the init can only write its error to its stderr (the
 //! container's) and exit 127, as runc does.
 
-use super::spec::{Spec, NAMESPACES};
 use super::state::{self, Saved};
 use super::{cgroup, hooks, observe, process, rootfs};
+use crate::plan::container::{container, ContainerPlan, Create};
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -87,26 +87,20 @@ pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Re
 pub fn run(a: Args<'_>) -> Result<(), String> {
     let bundle = std::fs::canonicalize(a.bundle)
         .map_err(|e| format!("--bundle {}: {e}", a.bundle.display()))?;
-    let spec = super::spec::load(&bundle)?;
-    let l = spec.linux.clone().unwrap_or_default();
-    let proc_ = spec.process.clone().ok_or("process: missing")?;
-    let root_path = spec
-        .root
-        .as_ref()
-        .map(|r| r.path.clone())
-        .unwrap_or_default();
-    let rootfs = if root_path.is_absolute() {
-        root_path
-    } else {
-        bundle.join(root_path)
+    let spec = super::bundle::load(&bundle)?;
+    // the container's plan: every decision, before anything is made
+    let facts = super::facts::gather(true);
+    let call = Create {
+        id: a.id,
+        bundle: &bundle,
+        systemd_cgroup: a.systemd_cgroup,
+        console_socket: a.console_socket.is_some(),
     };
-    let rootfs = std::fs::canonicalize(&rootfs)
-        .map_err(|e| format!("root.path {}: {e}", rootfs.display()))?;
+    let plan = container(&spec, &call, &facts).map_err(|e| e.to_string())?;
+    let rootfs = std::fs::canonicalize(&plan.rootfs)
+        .map_err(|e| format!("root.path {}: {e}", plan.rootfs.display()))?;
     // the disk guard's first look: a filesystem below its reserve already fails here
     let guard = super::diskguard::prepare(&spec, &rootfs)?;
-    if proc_.terminal && a.console_socket.is_none() {
-        return Err("process.terminal is true but no --console-socket was given".into());
-    }
     std::fs::create_dir_all(a.root).map_err(|e| format!("--root {}: {e}", a.root.display()))?;
     let dir = state::dir(a.root, a.id);
     match std::fs::create_dir(&dir) {
@@ -123,23 +117,16 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(format!("copying config.json into {}: {e}", dir.display()));
     }
-    let rel = cgroup::relative_path(l.cgroups_path.as_deref(), a.id, a.systemd_cgroup);
     let mut cg_dirs = Vec::new();
-    // capsule's own limits where the bundle sets none (CAPSULE_OCI_DEFAULTS=0: none)
-    let (resources, defaults) =
-        if std::env::var_os("CAPSULE_OCI_DEFAULTS").is_some_and(|v| v == "0") {
-            (l.resources.clone().unwrap_or_default(), Vec::new())
-        } else {
-            cgroup::with_defaults(l.resources.as_ref())
-        };
-    let mut defaults = defaults;
+    // capsule's own limits where the bundle sets none (CAPSULE_OCI_DEFAULTS=0: none),
+    // and the disk guard's reserve when it is capsule's own
+    let mut defaults = plan.cgroup.defaults.clone();
     if let (Some(_), (r, true)) = (&guard, super::diskguard::reserve(&spec)?) {
         defaults.push(super::diskguard::show(r));
     }
     let r = (|| {
-        let rel = rel?;
-        cg_dirs = cgroup::setup(&rel, Some(&resources))?;
-        spawn(&a, &spec, &bundle, &rootfs, &dir, &rel, &cg_dirs, &defaults)?;
+        cg_dirs = cgroup::setup(&plan.cgroup)?;
+        spawn(&a, &plan, &bundle, &rootfs, &dir, &cg_dirs, &defaults)?;
         match guard {
             Some(g) => super::diskguard::start(g, a.root, a.id, a.log.as_ref()),
             None => Ok(()),
@@ -168,16 +155,14 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
 
 fn spawn(
     a: &Args<'_>,
-    spec: &Spec,
+    plan: &ContainerPlan,
     bundle: &Path,
     rootfs: &Path,
     dir: &Path,
-    rel: &Path,
     cg_dirs: &[PathBuf],
     defaults: &[String],
 ) -> Result<(), String> {
-    let l = spec.linux.clone().unwrap_or_default();
-    let p = spec.process.clone().ok_or("process: missing")?;
+    let p = &plan.process;
     let fifo = dir.join("exec.fifo");
     let cf = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| "state path with NUL")?;
     // SAFETY: mkfifo of a C string path.
@@ -190,16 +175,10 @@ fn spawn(
     }
     // the init opens it for writing as the container's root: with a new user namespace,
     // that is the host id mapped to 0 (mkfifo's mode is cut by the umask)
-    let host = |m: &[super::spec::IdMapping]| {
-        m.iter()
-            .find(|m| m.container_id == 0)
-            .map(|m| m.host_id)
-            .unwrap_or(0)
-    };
+    let (root_uid, root_gid) = plan.root_ids;
     // SAFETY: chown/chmod of the fifo just made in our own state directory.
     if unsafe {
-        libc::chown(cf.as_ptr(), host(&l.uid_mappings), host(&l.gid_mappings)) < 0
-            || libc::chmod(cf.as_ptr(), 0o622) < 0
+        libc::chown(cf.as_ptr(), root_uid, root_gid) < 0 || libc::chmod(cf.as_ptr(), 0o622) < 0
     } {
         return Err(format!(
             "making {}: {}",
@@ -218,30 +197,18 @@ fn spawn(
     }
     let console = a.console_socket.map(console).transpose()?;
     // namespaces: new ones by clone flags, given ones joined (pid before the clone)
-    let mut flags: libc::c_int = 0;
+    let flags = plan.namespaces.new;
     let mut join: Vec<(OwnedFd, libc::c_int, String)> = Vec::new();
-    for n in &l.namespaces {
-        let f = NAMESPACES
-            .iter()
-            .find(|(k, _)| *k == n.typ)
-            .map(|(_, f)| *f)
-            .unwrap_or(0);
-        match &n.path {
-            None => flags |= f,
-            Some(path) => {
-                let fd = std::fs::File::open(path).map_err(|e| {
-                    format!(
-                        "linux.namespaces: {} namespace {}: {e}",
-                        n.typ,
-                        path.display()
-                    )
-                })?;
-                join.push((OwnedFd::from(fd), f, n.typ.clone()));
-            }
-        }
+    for n in &plan.namespaces.join {
+        let fd = std::fs::File::open(&n.path).map_err(|e| {
+            format!(
+                "linux.namespaces: {} namespace {}: {e}",
+                n.typ,
+                n.path.display()
+            )
+        })?;
+        join.push((OwnedFd::from(fd), n.flag, n.typ.clone()));
     }
-    // a user namespace first, then the rest
-    join.sort_by_key(|(_, f, _)| *f != libc::CLONE_NEWUSER);
     if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
         // SAFETY: setns of a namespace descriptor (our children are born in it).
         if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
@@ -251,11 +218,10 @@ fn spawn(
             ));
         }
     }
-    let userns =
-        flags & libc::CLONE_NEWUSER != 0 || join.iter().any(|(_, f, _)| *f == libc::CLONE_NEWUSER);
+    let userns = plan.namespaces.userns;
     // the refusal observer's way in: a socket pair for the init, a socket for exec
     // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
-    let observed = !std::env::var_os("CAPSULE_OCI_OBSERVE").is_some_and(|v| v == "0");
+    let observed = plan.observe.is_some();
     let obs = if observed {
         let (mine, init) = crate::linux::notify::channel()
             .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
@@ -265,9 +231,8 @@ fn spawn(
     };
     let (err_r, err_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
-    let hostname = spec.hostname.clone();
-    let domainname = spec.domainname.clone();
-    let sysctl = l.sysctl.clone();
+    let hostname = plan.hostname.clone();
+    let domainname = plan.domainname.clone();
     // SAFETY: clone without CLONE_VM: a fork into new namespaces (single-threaded here).
     let pid = unsafe {
         libc::syscall(
@@ -330,7 +295,7 @@ fn spawn(
                 // SAFETY: setsid cannot fail for a process that leads no group.
                 unsafe { libc::setsid() };
             }
-            rootfs::build(spec, rootfs, rel, userns).map_err(|e| e.to_string())?;
+            rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
                 crate::linux::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
@@ -344,23 +309,18 @@ fn spawn(
                     ));
                 }
             }
-            for (k, v) in &sysctl {
-                let path = format!("/proc/sys/{}", k.replace('.', "/"));
-                std::fs::write(&path, v).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
+            for (k, path, v) in &plan.sysctl {
+                std::fs::write(path, v).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
             }
             if let Some(c) = &console {
-                terminal(
-                    c.as_raw_fd(),
-                    p.console_size.as_ref().map(|s| (s.height, s.width)),
-                    true,
-                )?;
+                terminal(c.as_raw_fd(), p.console_size, true)?;
             }
-            process::setup(&p)?;
+            process::setup(p)?;
             hooks::run_inside(
-                &spec.hooks.clone().unwrap_or_default().create_container,
+                &plan.hooks.clone().unwrap_or_default().create_container,
                 "createContainer",
             )?;
-            let mut prep = process::prepare(&p, spec)?;
+            let mut prep = process::prepare(p, &plan.confine)?;
             prep.observer = obs_init.as_ref().map(|o| o.as_raw_fd());
             Ok(prep)
         })();
@@ -393,7 +353,7 @@ fn spawn(
             libc::close(fifo_fd);
         }
         if let Err(e) = hooks::run_inside(
-            &spec.hooks.clone().unwrap_or_default().start_container,
+            &plan.hooks.clone().unwrap_or_default().start_container,
             "startContainer",
         ) {
             eprintln!("capsule-runc: {e}");
@@ -425,7 +385,7 @@ fn spawn(
     let setup = (|| -> Result<(), String> {
         cgroup::enter(cg_dirs, pid)?;
         if flags & libc::CLONE_NEWUSER != 0 {
-            id_maps(pid, &l)?;
+            id_maps(pid, plan)?;
         }
         Ok(())
     })();
@@ -442,11 +402,11 @@ fn spawn(
         rootfs: rootfs.to_path_buf(),
         created: state::now_rfc3339(),
         cgroups: cg_dirs.to_vec(),
-        annotations: spec.annotations.clone(),
-        hooks: spec.hooks.clone(),
+        annotations: plan.annotations.clone(),
+        hooks: plan.hooks.clone(),
         default_limits: defaults.to_vec(),
     };
-    let hk = spec.hooks.clone().unwrap_or_default();
+    let hk = plan.hooks.clone().unwrap_or_default();
     let st = |status: &str| {
         let mut v = saved.spec_state(a.root);
         v["status"] = status.into();
@@ -478,8 +438,8 @@ fn spawn(
             text
         });
     }
-    if let Some((mine, listen)) = obs {
-        let allowed = observe::allowed(spec);
+    if let (Some((mine, listen)), Some(watch)) = (obs, &plan.observe) {
+        let allowed = observe::allowed(watch);
         let r = observe::spawn(
             dir,
             a.id,
@@ -505,7 +465,7 @@ fn spawn(
     Ok(())
 }
 
-fn id_maps(pid: libc::pid_t, l: &super::spec::Linux) -> Result<(), String> {
+fn id_maps(pid: libc::pid_t, l: &ContainerPlan) -> Result<(), String> {
     let fmt = |m: &[super::spec::IdMapping]| {
         m.iter()
             .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))

@@ -31,8 +31,6 @@ use std::time::Instant;
 pub const ANNOTATION: &str = "dev.capsule.disk-reserve";
 /// The variable of capsule-runc's environment that sets the reserve of its containers.
 pub const ENV: &str = "CAPSULE_OCI_DISK_RESERVE";
-/// Why the guard stopped the container, in the state directory.
-pub const REACHED: &str = "limits_reached";
 const PID_FILE: &str = "diskguard.pid";
 
 /// The reserve of `spec`'s container, and whether it is capsule's own (not the bundle's).
@@ -153,13 +151,6 @@ pub fn wait_for(dir: &Path) {
     super::detached::wait_for(dir, PID_FILE)
 }
 
-/// What the guard stopped the container for (empty: nothing).
-pub fn reached(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join(REACHED))
-        .map(|s| s.lines().map(str::to_string).collect())
-        .unwrap_or_default()
-}
-
 fn init_alive(c: &Container<'_>) -> bool {
     let (t, zombie) = super::state::proc_start(c.pid);
     t == c.start_time && !zombie
@@ -222,7 +213,7 @@ fn sweep(c: &Container<'_>) {
 
 fn say(c: &Container<'_>, b: &Breach) {
     let line = b.message();
-    let _ = std::fs::write(c.dir.join(REACHED), format!("{line}\n"));
+    let _ = std::fs::write(c.dir.join(super::state::REACHED), format!("{line}\n"));
     if let Some(l) = c.log {
         super::log_to(
             &l.path,

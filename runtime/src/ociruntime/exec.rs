@@ -1,13 +1,16 @@
 //! `exec`: another process in a running container (`ctr task exec`, `kubectl exec`).
 //! It joins the init's namespaces (`setns`: the pid namespace by a fork), its cgroups,
-//! gets the container's Landlock set and the bundle's seccomp filter, its process's own
-//! user, capabilities, limits and terminal, then `execve`s. With `--detach` (what the
+//! gets the container's Landlock set and the bundle's seccomp filter (planned from the
+//! config.json kept at create: [`crate::plan::container::confinement`]), its process's
+//! own user, capabilities, limits and terminal ([`crate::plan::container::process`]),
+//! then `execve`s. With `--detach` (what the
 //! shim passes) capsule-runc exits once the process runs, its pid in `--pid-file`; the
 //! process is then the shim's to reap. Without, capsule-runc waits and exits with its
 //! status.
 
 use super::spec::Process;
 use super::{create, process, state};
+use crate::plan::container as plan;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
@@ -47,7 +50,7 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         return Err(format!("cannot exec in a container that is {status}"));
     }
     // config.json as it was at create (kept in the state directory)
-    let spec = super::spec::load(&state::dir(a.root, a.id))?;
+    let spec = super::bundle::load(&state::dir(a.root, a.id))?;
     let base = spec.process.clone().ok_or("process: missing")?;
     let p: Process = match a.process {
         Some(f) => {
@@ -74,6 +77,10 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
     if p.terminal && a.console_socket.is_none() {
         return Err("process.terminal is true but no --console-socket was given".into());
     }
+    // the process's plan, and the container's confinement as create planned it
+    let facts = super::facts::gather(false);
+    let plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
+    let confine = plan::confinement(&spec, &facts).map_err(|e| e.to_string())?;
     let mut ns = Vec::new();
     for (k, f) in KINDS {
         let theirs = format!("/proc/{}/ns/{k}", saved.pid);
@@ -143,14 +150,10 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                 unsafe { libc::setsid() };
             }
             if let Some(c) = &console {
-                create::terminal(
-                    c.as_raw_fd(),
-                    p.console_size.as_ref().map(|s| (s.height, s.width)),
-                    false,
-                )?;
+                create::terminal(c.as_raw_fd(), plan.console_size, false)?;
             }
-            process::setup(&p)?;
-            let mut prep = process::prepare(&p, &spec)?;
+            process::setup(&plan)?;
+            let mut prep = process::prepare(&plan, &confine)?;
             prep.observer = observer.as_ref().map(|o| o.as_raw_fd());
             Ok(prep)
         })();

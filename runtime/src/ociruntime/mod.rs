@@ -3,32 +3,38 @@
 //! `capsule exec` pays one comparison), which containerd's `io.containerd.runc.v2` shim
 //! drives, and through it Kubernetes with a RuntimeClass (see `docs/oci.md`).
 //!
-//! One file per concern: [`cli`] the command line, [`spec`] config.json (a closed list
-//! of fields: what cannot be honoured fails `create` naming the field), [`state`] the
-//! state directory and the runtime spec's status, [`create`] the init and its release
-//! by `start`, [`rootfs`] the container's root over capsule's setup root
+//! Every decision is the container's plan's ([`crate::plan::container`]: config.json's
+//! closed model, its seccomp compiler and one pure function from config.json and the
+//! host's facts to the plan; re-exported here as [`spec`] and [`seccomp`]); the files
+//! here gather the facts and carry the plan out, one file per concern: [`cli`] the
+//! command line, [`bundle`] reading config.json, [`facts`] the host's facts, [`state`]
+//! the state directory and the runtime spec's status, [`create`] the init and its
+//! release by `start`, [`rootfs`] the container's root over capsule's setup root
 //! (`linux::mounts`), [`process`] the process's last steps (Landlock over the writable
-//! mounts, capabilities, user, seccomp), [`seccomp`] config.json's filter as BPF,
-//! [`cgroup`] the container's cgroups (v1 here; v2 basics), [`hooks`], [`exec`]; the
-//! small operations (start, state, kill, delete, ps, pause, resume, features) are here.
+//! mounts, capabilities, user, seccomp), [`cgroup`] the container's cgroups (v1 here;
+//! v2 basics), [`hooks`], [`observe`], [`exec`]; the small operations (start, state,
+//! kill, delete, ps, pause, resume, features) are here.
 //!
 //! Errors are one line, on stderr and, with `--log`, in the log file as runc writes it
 //! (`--log-format json`: `{"level":"error","msg":…,"time":…}`), which is where the shim
 //! reads the reason a `create` failed. Exit status 1 on error, 2 on a usage error.
 
+pub mod bundle;
 pub mod cgroup;
 pub mod cli;
 pub mod create;
 pub mod detached;
 pub mod diskguard;
 pub mod exec;
+pub mod facts;
 pub mod hooks;
 pub mod observe;
 pub mod process;
 pub mod rootfs;
-pub mod seccomp;
-pub mod spec;
 pub mod state;
+
+// the config model and the seccomp compiler are the plan's (pure, below the front end)
+pub use crate::plan::container::{config as spec, seccomp};
 
 use std::io::Write;
 use std::path::Path;

@@ -21,8 +21,8 @@
 //! the init dead) or its state directory is removed; `delete` waits for it (briefly) so
 //! the summary is in the log before the task is gone.
 
-use super::spec::Spec;
 use crate::linux::observe::Allowed;
+use crate::plan::container::Watch;
 use crate::refusals::{Collector, Say};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -41,24 +41,10 @@ pub struct LogTo {
     pub json: bool,
 }
 
-/// The writable set of a bundle, as the observer judges writes: the writable mounts
-/// (and `/dev`), the read-only ones inside them.
-pub fn allowed(spec: &Spec) -> Allowed {
-    let mut writable = super::spec::writable_set(spec);
-    writable.push("/dev".into());
-    let mut read_only: Vec<PathBuf> = spec
-        .mounts
-        .iter()
-        .filter(|m| {
-            m.options.iter().any(|o| o == "ro")
-                || matches!(m.typ.as_deref(), Some("sysfs" | "cgroup" | "cgroup2"))
-        })
-        .map(|m| m.destination.clone())
-        .collect();
-    if let Some(l) = &spec.linux {
-        read_only.extend(l.readonly_paths.iter().cloned());
-    }
-    Allowed::of_paths(writable, read_only)
+/// The writable set of a container, as its plan has it
+/// ([`crate::plan::container::watch`]), as the observer judges writes.
+pub fn allowed(w: &Watch) -> Allowed {
+    Allowed::of_paths(w.writable.clone(), w.read_only.clone())
 }
 
 /// Run `f` with the working directory in `dir` (a socket's path is limited to 108

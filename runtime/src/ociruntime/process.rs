@@ -5,13 +5,13 @@
 //! (after `start` for the init): Landlock, the user and its groups, the capability sets,
 //! `no_new_privs`, seccomp last.
 //!
-//! Landlock is capsule's addition to what the bundle asks: the container may write only
-//! where its mounts are writable (the root when `root.readonly` is false, read-write
-//! mounts), and read everywhere; `/dev` is left to the devices cgroup. Set
-//! `CAPSULE_OCI_LANDLOCK=0` in capsule-runc's environment to leave it out.
+//! What the process is (its user, capabilities, limits, environment) and what confines
+//! it (capsule's Landlock layer over the writable mounts, the bundle's seccomp program)
+//! are decided in its plan ([`crate::plan::container::ProcessPlan`],
+//! [`crate::plan::container::Confinement`]); this module only carries them out.
 
-use super::spec::{Process, Spec};
 use crate::linux::landlock::{LandlockOptions, LandlockRuleset};
+use crate::plan::container::{Confinement, ProcessPlan};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -39,45 +39,10 @@ fn cstr(s: &[u8], what: &str) -> Result<CString, String> {
     CString::new(s).map_err(|_| format!("{what}: contains a NUL byte"))
 }
 
-fn mask(names: &[String]) -> u64 {
-    names
-        .iter()
-        .filter_map(|n| n.parse::<caps::Capability>().ok())
-        .fold(0u64, |m, c| m | (1u64 << c.index()))
-}
-
-fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
-    if std::env::var_os("CAPSULE_OCI_LANDLOCK").is_some_and(|v| v == "0") {
+/// The Landlock ruleset of the plan's policy (built here: it opens the writable paths).
+fn landlock_ruleset(c: &Confinement) -> Result<Option<LandlockRuleset>, String> {
+    let Some(policy) = &c.landlock else {
         return Ok(None);
-    }
-    if crate::linux::landlock::abi_version() == 0 {
-        return Ok(None);
-    }
-    let mut w = super::spec::writable_set(spec);
-    // the terminal and shared memory are always the container's own
-    w.push("/dev".into());
-    let (workspace, read_only) = match w.first() {
-        Some(p) => (p.clone(), vec![]),
-        None => (PathBuf::from("/"), vec![PathBuf::from("/")]),
-    };
-    let policy = capsule_bundle::policy::SandboxPolicy {
-        version: 1,
-        capsule_name: "oci".into(),
-        workspace: workspace.clone(),
-        read_only,
-        tmp_dir: workspace,
-        home: None,
-        home_layer: None,
-        cache_dir: None,
-        writable: w.iter().skip(1).cloned().collect(),
-        hidden: vec![],
-        revealed: vec![],
-        pass_env: vec![],
-        devices: vec![],
-        network: capsule_bundle::policy::NetworkPolicy {
-            mode: capsule_bundle::policy::NetworkMode::Open,
-            ..Default::default()
-        },
     };
     let opts = LandlockOptions {
         namespaces: true,
@@ -87,13 +52,13 @@ fn landlock_ruleset(spec: &Spec) -> Result<Option<LandlockRuleset>, String> {
         all_devices: true,
         tcp_connect_ports: vec![],
     };
-    LandlockRuleset::build(&policy, &opts)
+    LandlockRuleset::build(policy, &opts)
         .map(Some)
         .map_err(|e| format!("Landlock over the writable mounts: {e}"))
 }
 
 /// Look the command up, build the layers. In the container's root, before the last steps.
-pub fn prepare(p: &Process, spec: &Spec) -> Result<Prepared, String> {
+pub fn prepare(p: &ProcessPlan, c: &Confinement) -> Result<Prepared, String> {
     let argv: Vec<CString> = p
         .args
         .iter()
@@ -105,29 +70,21 @@ pub fn prepare(p: &Process, spec: &Spec) -> Result<Prepared, String> {
         .map(|e| cstr(e.as_bytes(), "process.env"))
         .collect::<Result<_, _>>()?;
     let path = lookup(&p.args[0], &p.env, &p.cwd)?;
-    let c = p.capabilities.clone().unwrap_or_default();
-    let seccomp = match spec.linux.as_ref().and_then(|l| l.seccomp.as_ref()) {
-        Some(s) => Some(super::seccomp::compile(s)?),
-        None => None,
-    };
     Ok(Prepared {
         path,
         argv,
         envp,
-        uid: p.user.uid,
-        gid: p.user.gid,
-        groups: p.user.additional_gids.clone(),
-        bounding: mask(&c.bounding),
-        effective: mask(&c.effective),
-        permitted: mask(&c.permitted),
-        inheritable: mask(&c.inheritable),
-        // as runc: an ambient capability is raised only where the kernel allows it, when
-        // it is inheritable and permitted as well (runc's default spec lists ambient
-        // capabilities without inheritable ones, and runs them without)
-        ambient: mask(&c.ambient) & mask(&c.inheritable) & mask(&c.permitted),
-        no_new_privs: p.no_new_privileges,
-        seccomp,
-        landlock: landlock_ruleset(spec)?,
+        uid: p.uid,
+        gid: p.gid,
+        groups: p.groups.clone(),
+        bounding: p.caps.bounding,
+        effective: p.caps.effective,
+        permitted: p.caps.permitted,
+        inheritable: p.caps.inheritable,
+        ambient: p.caps.ambient,
+        no_new_privs: p.no_new_privs,
+        seccomp: c.seccomp.clone(),
+        landlock: landlock_ruleset(c)?,
         observer: None,
     })
 }
@@ -170,18 +127,16 @@ fn lookup(cmd: &str, env: &[String], cwd: &str) -> Result<CString, String> {
 
 /// Process steps that take place before the wait for `start` (limits, oom score,
 /// AppArmor, umask, the working directory).
-pub fn setup(p: &Process) -> Result<(), String> {
-    for r in &p.rlimits {
-        let res = super::spec::rlimit_resource(&r.typ).unwrap_or(libc::RLIMIT_NOFILE);
+pub fn setup(p: &ProcessPlan) -> Result<(), String> {
+    for (res, typ, soft, hard) in &p.rlimits {
         let lim = libc::rlimit {
-            rlim_cur: r.soft,
-            rlim_max: r.hard,
+            rlim_cur: *soft,
+            rlim_max: *hard,
         };
         // SAFETY: setrlimit with a valid struct.
-        if unsafe { libc::setrlimit(res, &lim) } < 0 {
+        if unsafe { libc::setrlimit(*res, &lim) } < 0 {
             return Err(format!(
-                "process.rlimits {}: {}",
-                r.typ,
+                "process.rlimits {typ}: {}",
                 std::io::Error::last_os_error()
             ));
         }
@@ -190,22 +145,16 @@ pub fn setup(p: &Process) -> Result<(), String> {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("process.oomScoreAdj: {e}"))?;
     }
-    if let Some(profile) = p.apparmor_profile.as_deref().filter(|s| !s.is_empty()) {
-        if apparmor_enabled() {
-            let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
-                "/proc/self/attr/apparmor/exec"
-            } else {
-                "/proc/self/attr/exec"
-            };
-            std::fs::write(attr, format!("exec {profile}"))
-                .map_err(|e| format!("process.apparmorProfile {profile:?}: {e}"))?;
+    if let Some(profile) = &p.apparmor {
+        let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
+            "/proc/self/attr/apparmor/exec"
         } else {
-            return Err(format!(
-                "process.apparmorProfile {profile:?}: AppArmor is not enabled on this host"
-            ));
-        }
+            "/proc/self/attr/exec"
+        };
+        std::fs::write(attr, format!("exec {profile}"))
+            .map_err(|e| format!("process.apparmorProfile {profile:?}: {e}"))?;
     }
-    if let Some(m) = p.user.umask {
+    if let Some(m) = p.umask {
         // SAFETY: umask cannot fail.
         unsafe { libc::umask(m as libc::mode_t) };
     }
@@ -226,6 +175,27 @@ pub fn apparmor_enabled() -> bool {
         .is_ok_and(|s| s.trim() == "Y")
 }
 
+/// Install the compiled filter `p` on the calling thread (no allocation).
+fn install(p: &super::seccomp::Program) -> std::io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: p.bpf.len() as libc::c_ushort,
+        filter: p.bpf.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: a live BPF program the kernel copies.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            p.flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The seccomp filters: capsule's observer (it sends its listener at once: no call of
 /// ours is observed before), then the bundle's.
 fn filters(p: &Prepared) -> Result<(), String> {
@@ -236,8 +206,7 @@ fn filters(p: &Prepared) -> Result<(), String> {
         }
     }
     if let Some(s) = &p.seccomp {
-        s.install()
-            .map_err(|err| format!("linux.seccomp: installing the filter: {err}"))?;
+        install(s).map_err(|err| format!("linux.seccomp: installing the filter: {err}"))?;
     }
     Ok(())
 }

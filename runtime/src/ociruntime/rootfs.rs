@@ -1,7 +1,8 @@
-//! The container's root: the bundle's rootfs bound over capsule's setup root
-//! (`linux::mounts::enter_setup_root`, the same first step as `capsule exec`'s), the
-//! bundle's mounts in order, the devices, the masked and read-only paths, then the switch
-//! with pivot_root (`linux::mounts::finish_root_as`).
+//! The container's root, as its plan has it ([`crate::plan::container::ContainerPlan`]):
+//! the bundle's rootfs bound over capsule's setup root (`linux::mounts::enter_setup_root`,
+//! the same first step as `capsule exec`'s), the mount steps in order, the devices, the
+//! masked and read-only paths, then the switch with pivot_root
+//! (`linux::mounts::finish_root_as`). Nothing is decided here: each step is the plan's.
 //!
 //! The rootfs is hostile input: every destination is resolved inside it with
 //! `openat2(RESOLVE_IN_ROOT)` (a symlink in the image cannot lead a mount out of it, as
@@ -9,13 +10,13 @@
 //! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
 //! reachable as `/oldroot/proc`).
 
-use super::spec::{mount_flag, propagation, Device, Mount, Spec};
 use crate::linux::mounts::{self, StepError};
+use crate::plan::container::{ContainerPlan, DeviceNode, Mount, MountKind};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 type R<T> = Result<T, StepError>;
 
@@ -153,158 +154,103 @@ fn mount(
     }
 }
 
-/// Flags and data of a mount's options (propagation options are [`propagate`]'s).
-fn options(opts: &[String]) -> (libc::c_ulong, libc::c_ulong, String) {
-    let (mut set, mut clear, mut data) = (0, 0, Vec::new());
-    for o in opts {
-        match mount_flag(o) {
-            Some((true, f)) => set |= f,
-            Some((false, f)) => clear |= f,
-            None if propagation(o).is_some() => {}
-            None => data.push(o.as_str()),
-        }
-    }
-    (set, clear, data.join(","))
-}
-
-/// A mount's propagation options, applied to what is now at its destination.
+/// A mount's propagation flags, applied to what is now at its destination.
 fn propagate(root: RawFd, m: &Mount) -> io::Result<()> {
-    for f in m.options.iter().filter_map(|o| propagation(o)) {
-        let d = open_in(
-            root,
-            m.destination.as_os_str().as_bytes(),
-            libc::O_PATH as u64,
-        )?;
-        mount(None, &fd_path(d.as_raw_fd())?, None, f, None)?;
+    for f in &m.propagation {
+        let d = open_in(root, m.dst.as_os_str().as_bytes(), libc::O_PATH as u64)?;
+        mount(None, &fd_path(d.as_raw_fd())?, None, *f, None)?;
     }
     Ok(())
 }
 
-/// One mount of config.json at its place in the root `root` (`/newroot`).
-fn apply(root: RawFd, m: &Mount, i: usize, cgroup_rel: &Path) -> R<()> {
-    let typ = m.typ.as_deref().unwrap_or("");
-    let what = || {
-        format!(
-            "mounts[{i}] ({} at {})",
-            if typ.is_empty() { "bind" } else { typ },
-            m.destination.display()
-        )
-    };
-    let (set, _clear, data) = options(&m.options);
-    let bind = set & libc::MS_BIND != 0 || typ == "bind";
-    if typ == "cgroup" && !bind {
-        return cgroup_v1(root, m, cgroup_rel).or_else(|e| err(what(), e));
-    }
-    if bind {
-        let src = m.source.as_deref().unwrap_or(Path::new(""));
-        let s = mounts::under(mounts::OLD, src).or_else(|e| err(what(), e))?;
-        // SAFETY: open of a host path as O_PATH (the host's own, not the image's).
-        let sfd = unsafe { libc::open(s.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-        if sfd < 0 {
-            return err(format!("{}: source {}", what(), src.display()), last());
+/// One mount step at its place in the root `root` (`/newroot`).
+fn apply(root: RawFd, m: &Mount) -> R<()> {
+    let what = || m.what.clone();
+    match &m.kind {
+        MountKind::Cgroup2 { ro } => cgroup2(root, &m.dst, *ro).or_else(|e| err(what(), e)),
+        MountKind::CgroupV1 { ro, binds } => {
+            cgroup_v1(root, &m.dst, *ro, binds).or_else(|e| err(what(), e))
         }
-        // SAFETY: ours.
-        let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
-        let d =
-            make_in(root, &m.destination, is_dir(sfd.as_raw_fd())).or_else(|e| err(what(), e))?;
-        let (sp, dp) = (
-            fd_path(sfd.as_raw_fd()).or_else(|e| err(what(), e))?,
-            fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?,
-        );
-        mount(
-            Some(&sp),
-            &dp,
-            None,
-            libc::MS_BIND | (set & libc::MS_REC),
-            None,
-        )
-        .or_else(|e| err(what(), e))?;
-        let attrs = set
-            & (libc::MS_RDONLY
-                | libc::MS_NOSUID
-                | libc::MS_NODEV
-                | libc::MS_NOEXEC
-                | libc::MS_NOATIME
-                | libc::MS_NODIRATIME
-                | libc::MS_RELATIME
-                | libc::MS_STRICTATIME);
-        if attrs != 0 {
-            // the new mount, as it is now at the destination (reopened: the old
-            // descriptor names what was under it)
-            let d2 = open_in(
-                root,
-                m.destination.as_os_str().as_bytes(),
-                libc::O_PATH as u64,
-            )
-            .or_else(|e| err(what(), e))?;
-            let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
-            let mut a = 0u64;
-            if attrs & libc::MS_RDONLY != 0 {
-                a |= crate::linux::sys::MOUNT_ATTR_RDONLY;
+        MountKind::Bind {
+            src,
+            recursive,
+            attrs,
+        } => {
+            let s = mounts::under(mounts::OLD, src).or_else(|e| err(what(), e))?;
+            // SAFETY: open of a host path as O_PATH (the host's own, not the image's).
+            let sfd = unsafe { libc::open(s.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+            if sfd < 0 {
+                return err(format!("{}: source {}", what(), src.display()), last());
             }
-            if attrs & libc::MS_NOSUID != 0 {
-                a |= crate::linux::sys::MOUNT_ATTR_NOSUID;
-            }
-            if attrs & libc::MS_NODEV != 0 {
-                a |= crate::linux::sys::MOUNT_ATTR_NODEV;
-            }
-            if attrs & libc::MS_NOEXEC != 0 {
-                a |= 0x8; // MOUNT_ATTR_NOEXEC
-            }
-            if a != 0 {
-                crate::linux::sys::mount_setattr(&dp2, a, set & libc::MS_REC != 0)
+            // SAFETY: ours.
+            let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+            let d = make_in(root, &m.dst, is_dir(sfd.as_raw_fd())).or_else(|e| err(what(), e))?;
+            let (sp, dp) = (
+                fd_path(sfd.as_raw_fd()).or_else(|e| err(what(), e))?,
+                fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?,
+            );
+            let rec = if *recursive { libc::MS_REC } else { 0 };
+            mount(Some(&sp), &dp, None, libc::MS_BIND | rec, None).or_else(|e| err(what(), e))?;
+            if *attrs != 0 {
+                // the new mount, as it is now at the destination (reopened: the old
+                // descriptor names what was under it)
+                let d2 = open_in(root, m.dst.as_os_str().as_bytes(), libc::O_PATH as u64)
+                    .or_else(|e| err(what(), e))?;
+                let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
+                crate::linux::sys::mount_setattr(&dp2, *attrs, *recursive)
                     .or_else(|e| err(what(), e))?;
             }
-        }
-        return Ok(());
-    }
-    let d = make_in(root, &m.destination, true).or_else(|e| err(what(), e))?;
-    let dp = fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?;
-    let src = cs(m
-        .source
-        .as_deref()
-        .unwrap_or(Path::new(typ))
-        .as_os_str()
-        .as_bytes())
-    .or_else(|e| err(what(), e))?;
-    let t = cs(typ.as_bytes()).or_else(|e| err(what(), e))?;
-    let dat = (!data.is_empty())
-        .then(|| cs(data.as_bytes()))
-        .transpose()
-        .or_else(|e| err(what(), e))?;
-    let r = mount(Some(&src), &dp, Some(&t), set & !libc::MS_REC, dat.as_ref());
-    match r {
-        // sysfs in a network namespace that is not ours to show (rootless): bind the host's
-        Err(e) if typ == "sysfs" && e.raw_os_error() == Some(libc::EPERM) => {
-            let s = cs(b"/oldroot/sys").or_else(|e| err(what(), e))?;
-            mount(Some(&s), &dp, None, libc::MS_BIND | libc::MS_REC, None)
-                .or_else(|e| err(what(), e))?;
             Ok(())
         }
-        Err(e) => err(what(), e),
-        Ok(()) => Ok(()),
+        MountKind::Fs {
+            typ,
+            src,
+            flags,
+            data,
+        } => {
+            let d = make_in(root, &m.dst, true).or_else(|e| err(what(), e))?;
+            let dp = fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?;
+            let src = cs(src.as_os_str().as_bytes()).or_else(|e| err(what(), e))?;
+            let t = cs(typ.as_bytes()).or_else(|e| err(what(), e))?;
+            let dat = (!data.is_empty())
+                .then(|| cs(data.as_bytes()))
+                .transpose()
+                .or_else(|e| err(what(), e))?;
+            let r = mount(Some(&src), &dp, Some(&t), *flags, dat.as_ref());
+            match r {
+                // sysfs in a network namespace that is not ours to show (rootless): bind the host's
+                Err(e) if typ == "sysfs" && e.raw_os_error() == Some(libc::EPERM) => {
+                    let s = cs(b"/oldroot/sys").or_else(|e| err(what(), e))?;
+                    mount(Some(&s), &dp, None, libc::MS_BIND | libc::MS_REC, None)
+                        .or_else(|e| err(what(), e))?;
+                    Ok(())
+                }
+                Err(e) => err(what(), e),
+                Ok(()) => Ok(()),
+            }
+        }
     }
 }
 
-/// A `cgroup` mount on a v1 host: a tmpfs with, for each hierarchy, the container's own
-/// directory bound (read-only when the mount is), as runc does without a cgroup namespace.
-fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
-    let ro = m.options.iter().any(|o| o == "ro");
-    let d = make_in(root, &m.destination, true)?;
+/// A `cgroup` mount on a unified host: the container's `cgroup2`.
+fn cgroup2(root: RawFd, dst: &Path, ro: bool) -> io::Result<()> {
+    let d = make_in(root, dst, true)?;
     let dp = fd_path(d.as_raw_fd())?;
-    if super::cgroup::unified() {
-        let t = cs(b"cgroup2")?;
-        return mount(
-            Some(&t),
-            &dp,
-            Some(&t),
-            libc::MS_NOSUID
-                | libc::MS_NODEV
-                | libc::MS_NOEXEC
-                | if ro { libc::MS_RDONLY } else { 0 },
-            None,
-        );
-    }
+    let t = cs(b"cgroup2")?;
+    mount(
+        Some(&t),
+        &dp,
+        Some(&t),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | if ro { libc::MS_RDONLY } else { 0 },
+        None,
+    )
+}
+
+/// A `cgroup` mount on a v1 host: a tmpfs with each of `binds` (the container's own
+/// directory of a hierarchy, at its name) bound (read-only when the mount is).
+fn cgroup_v1(root: RawFd, dst: &Path, ro: bool, binds: &[(PathBuf, PathBuf)]) -> io::Result<()> {
+    let d = make_in(root, dst, true)?;
+    let dp = fd_path(d.as_raw_fd())?;
     let t = cs(b"tmpfs")?;
     mount(
         Some(&t),
@@ -313,28 +259,17 @@ fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         Some(&cs(b"mode=755")?),
     )?;
-    for h in super::cgroup::hierarchies() {
-        let Some(name) = h.mount.file_name() else {
-            continue;
-        };
-        let host = Path::new("/oldroot")
-            .join(h.mount.strip_prefix("/").unwrap_or(&h.mount))
-            .join(rel);
-        let sub = m.destination.join(name);
-        let df = make_in(root, &sub, true)?;
+    for (host, sub) in binds {
+        let df = make_in(root, sub, true)?;
         let s = cs(host.as_os_str().as_bytes())?;
         let dp2 = fd_path(df.as_raw_fd())?;
         mount(Some(&s), &dp2, None, libc::MS_BIND, None)?;
         if ro {
-            seal(root, &sub, false)?;
+            seal(root, sub, false)?;
         }
     }
     if ro {
-        let again = open_in(
-            root,
-            m.destination.as_os_str().as_bytes(),
-            libc::O_PATH as u64,
-        )?;
+        let again = open_in(root, dst.as_os_str().as_bytes(), libc::O_PATH as u64)?;
         crate::linux::sys::mount_setattr(
             &fd_path(again.as_raw_fd())?,
             crate::linux::sys::MOUNT_ATTR_RDONLY,
@@ -343,16 +278,6 @@ fn cgroup_v1(root: RawFd, m: &Mount, rel: &Path) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// The devices every container gets (runtime spec: default devices), then the bundle's.
-const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[
-    ("null", 1, 3),
-    ("zero", 1, 5),
-    ("full", 1, 7),
-    ("random", 1, 8),
-    ("urandom", 1, 9),
-    ("tty", 5, 0),
-];
 
 fn device(
     root: RawFd,
@@ -422,24 +347,12 @@ fn device(
     Ok(())
 }
 
-fn devices(root: RawFd, list: &[Device], userns: bool, terminal: bool) -> R<()> {
-    for (n, maj, min) in DEFAULT_DEVICES {
-        let p = Path::new("/dev").join(n);
-        device(root, &p, "c", *maj, *min, 0o666, None, userns)
-            .or_else(|e| err(format!("creating /dev/{n}"), e))?;
-    }
-    for (i, d) in list.iter().enumerate() {
+fn devices(root: RawFd, list: &[DeviceNode], userns: bool, terminal: bool) -> R<()> {
+    for d in list {
         device(
-            root,
-            &d.path,
-            &d.typ,
-            d.major as u32,
-            d.minor as u32,
-            d.file_mode.unwrap_or(0o666),
-            d.uid.zip(d.gid).or(d.uid.map(|u| (u, 0))),
-            userns,
+            root, &d.path, &d.typ, d.major, d.minor, d.mode, d.owner, userns,
         )
-        .or_else(|e| err(format!("linux.devices[{i}] ({})", d.path.display()), e))?;
+        .or_else(|e| err(d.what.clone(), e))?;
     }
     // the links every container has
     let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64)
@@ -514,9 +427,10 @@ fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     )
 }
 
-/// Build the whole root and switch to it. `rootfs` is the host path; runs in the
-/// container's init, in its new mount namespace, before anything is forked.
-pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<()> {
+/// Build the whole root of `plan` and switch to it. `rootfs` is the host path (the
+/// plan's, resolved); runs in the container's init, in its new mount namespace, before
+/// anything is forked.
+pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<()> {
     mounts::enter_setup_root()?;
     let s = mounts::under(mounts::OLD, rootfs).or_else(|e| err("the rootfs", e))?;
     let n = cs(mounts::NEW.as_bytes()).unwrap_or_default();
@@ -534,25 +448,28 @@ pub fn build(spec: &Spec, rootfs: &Path, cgroup_rel: &Path, userns: bool) -> R<(
     }
     // SAFETY: ours.
     let root = unsafe { OwnedFd::from_raw_fd(rfd) };
-    for (i, m) in spec.mounts.iter().enumerate() {
-        apply(root.as_raw_fd(), m, i, cgroup_rel)?;
+    for (i, m) in plan.mounts.iter().enumerate() {
+        apply(root.as_raw_fd(), m)?;
         propagate(root.as_raw_fd(), m)
             .or_else(|e| err(format!("mounts[{i}].options (propagation)"), e))?;
     }
-    let l = spec.linux.clone().unwrap_or_default();
-    let terminal = spec.process.as_ref().is_some_and(|p| p.terminal);
-    devices(root.as_raw_fd(), &l.devices, userns, terminal)?;
-    for p in &l.masked_paths {
+    devices(
+        root.as_raw_fd(),
+        &plan.devices,
+        plan.bind_devices,
+        plan.console,
+    )?;
+    for p in &plan.masked_paths {
         mask(root.as_raw_fd(), p)
             .or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;
     }
-    for p in &l.readonly_paths {
+    for p in &plan.readonly_paths {
         read_only(root.as_raw_fd(), p)
             .or_else(|e| err(format!("linux.readonlyPaths: {}", p.display()), e))?;
     }
     drop(root);
-    mounts::finish_root_as(spec.root.as_ref().is_some_and(|r| r.readonly))?;
-    if let Some(f) = l.rootfs_propagation.as_deref().and_then(propagation) {
+    mounts::finish_root_as(plan.root_readonly)?;
+    if let Some(f) = plan.rootfs_propagation {
         mount(None, &cs(b"/").unwrap_or_default(), None, f, None)
             .or_else(|e| err("linux.rootfsPropagation", e))?;
     }

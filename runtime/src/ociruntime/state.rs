@@ -100,7 +100,7 @@ impl Saved {
             "owner": "",
         });
         // capsule's: why its disk guard stopped the container
-        let reached = super::diskguard::reached(&dir(root, &self.id));
+        let reached = reached(&dir(root, &self.id));
         if !reached.is_empty() {
             v["limits_reached"] = reached.into();
         }
@@ -133,4 +133,14 @@ pub fn now_rfc3339() -> String {
         rem % 60,
         d.subsec_nanos()
     )
+}
+
+/// Why the guard stopped the container, in the state directory.
+pub const REACHED: &str = "limits_reached";
+
+/// What the guard stopped the container for (empty: nothing).
+pub fn reached(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join(REACHED))
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default()
 }

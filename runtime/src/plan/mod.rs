@@ -33,6 +33,7 @@
 //!
 //! The macOS plan, which the Seatbelt rendering translates, is [`seatbelt`]'s.
 
+pub mod container;
 pub mod facts;
 pub mod seatbelt;
 

@@ -1,8 +1,9 @@
-//! A bundle's `config.json`, read into types that hold exactly what capsule-runc
-//! enforces: every object refuses fields it does not know (`deny_unknown_fields`), so a
-//! field that cannot be honoured fails `create` with one line naming it (serde's message
-//! with the line and column), never a silent skip. Values that are present but cannot be
-//! honoured are refused by [`check`], naming the field.
+//! A bundle's `config.json`, as the types that hold exactly what capsule-runc enforces:
+//! every object refuses fields it does not know (`deny_unknown_fields`), so a field that
+//! cannot be honoured fails `create` with one line naming it (serde's message with the
+//! line and column), never a silent skip. Values that are present but cannot be honoured
+//! are refused by [`check`], naming the field. Reading the file is the front end's
+//! (`crate::ociruntime`'s `bundle::load`); this module reads nothing.
 //!
 //! (oci-spec's types, used by `capsule export` to write bundles, accept every field of
 //! the spec; a runtime that must refuse what it cannot enforce needs the closed list.)
@@ -266,20 +267,6 @@ pub struct HugepageLimit {
     pub limit: i64,
 }
 
-/// Read `bundle/config.json`. Errors: one line naming the file, the field and where.
-pub fn load(bundle: &Path) -> Result<Spec, String> {
-    let path = bundle.join("config.json");
-    let text = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let spec: Spec = serde_json::from_slice(&text).map_err(|e| {
-        format!(
-            "{}: {e} (capsule-runc refuses fields it cannot enforce)",
-            path.display()
-        )
-    })?;
-    check(&spec).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(spec)
-}
-
 /// Namespace kinds, as config.json names them, with their clone flags.
 pub const NAMESPACES: &[(&str, libc::c_int)] = &[
     ("user", libc::CLONE_NEWUSER),
@@ -522,22 +509,6 @@ pub fn check(spec: &Spec) -> Result<(), String> {
 fn climbs(p: &Path) -> bool {
     p.components()
         .any(|c| matches!(c, std::path::Component::ParentDir))
-}
-
-/// The paths the container may write, as its mounts allow.
-pub fn writable_set(spec: &Spec) -> Vec<PathBuf> {
-    let mut w = Vec::new();
-    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
-        w.push(PathBuf::from("/"));
-    }
-    for m in &spec.mounts {
-        let ro = m.options.iter().any(|o| o == "ro");
-        let typ = m.typ.as_deref().unwrap_or("bind");
-        if !ro && !matches!(typ, "sysfs" | "cgroup" | "cgroup2") {
-            w.push(m.destination.clone());
-        }
-    }
-    w
 }
 
 /// `RLIMIT_*` by the name config.json gives it.

@@ -1,6 +1,7 @@
 //! `linux.seccomp` of config.json compiled to a BPF program: the filter the bundle asks
-//! for, installed as the container process's last step before `execve` (capsule's own
-//! filter of `capsule exec` is not added: the bundle decides, as with runc).
+//! for (capsule's own filter of `capsule exec` is not added: the bundle decides, as with
+//! runc). Compiling is pure; the OCI front end installs the program as the container
+//! process's last step before `execve`.
 //!
 //! The program checks the architecture (anything but the native one kills the process,
 //! stricter than a profile that lists x86 or x32 too), then tries each rule in order:
@@ -249,7 +250,7 @@ fn nr_of(name: &str) -> Option<u32> {
         .map(|i| table::SYSCALLS[i].1)
 }
 
-/// Compile (allocates: call before the fork's last steps).
+/// Compile (allocates: done while the plan is made, long before the process's last steps).
 pub fn compile(s: &Seccomp) -> Result<Program, String> {
     check(s)?;
     let default_errno = s.default_errno_ret.unwrap_or(libc::EPERM as u32);
@@ -336,29 +337,6 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
         flags,
         unknown,
     })
-}
-
-impl Program {
-    /// Install on the calling thread (no allocation).
-    pub fn install(&self) -> std::io::Result<()> {
-        let prog = libc::sock_fprog {
-            len: self.bpf.len() as libc::c_ushort,
-            filter: self.bpf.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: a live BPF program the kernel copies.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                self.flags,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,39 @@
+//! The host facts a container's plan is made from ([`ContainerFacts`]), each from the
+//! module that owns it, before the plan and with no call back into it: the kernel's
+//! Landlock ABI ([`crate::linux::landlock`]), the cgroup layout ([`super::cgroup`]), the
+//! machine's default limits ([`crate::limits::machine_defaults`]), AppArmor
+//! ([`super::process`]) and capsule-runc's own settings (its environment:
+//! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`).
+
+use super::{cgroup, process};
+use crate::plan::container::{ContainerFacts, Settings};
+
+fn off(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| v == "0")
+}
+
+/// The facts of this host. `cgroups`: the cgroup layout and default limits too
+/// (`create`; `exec` joins the groups the container has).
+pub fn gather(cgroups: bool) -> ContainerFacts {
+    let settings = Settings {
+        landlock: !off("CAPSULE_OCI_LANDLOCK"),
+        observe: !off("CAPSULE_OCI_OBSERVE"),
+    };
+    let mut f = ContainerFacts {
+        // asked only when it is used
+        landlock_abi: if settings.landlock {
+            crate::linux::landlock::abi_version()
+        } else {
+            0
+        },
+        apparmor: process::apparmor_enabled(),
+        settings,
+        ..ContainerFacts::default()
+    };
+    if cgroups {
+        f.cgroup_unified = cgroup::unified();
+        f.hierarchies = cgroup::hierarchies();
+        f.default_limits = (!off("CAPSULE_OCI_DEFAULTS")).then(crate::limits::machine_defaults);
+    }
+    f
+}
