@@ -510,7 +510,7 @@ fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
 /// direct jumps for the syscalls of `hot` ([`dispatch`]).
 fn plain(refusals: &[SysRule], hot: &[i64]) -> Result<Vec<sock_filter>, SeccompError> {
     let mut p = prologue(refusals);
-    p.extend(with_hot_jumps(hot, |keep| Ok(table(refusals, keep)?))?);
+    p.extend(with_hot_jumps(hot, |keep| table(refusals, keep))?);
     if p.len() > 4096 {
         return Err(SeccompError::TooLong(p.len()));
     }
