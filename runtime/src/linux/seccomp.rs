@@ -464,6 +464,10 @@ fn table(refusals: &[SysRule], keep: impl Fn(i64) -> bool) -> Result<BpfProgram,
         // an empty rule list = match whatever the arguments
         rules.insert(r.nr, alts);
     }
+    if rules.is_empty() {
+        // no rule selected: every syscall allowed (what the table answers for one it lacks)
+        return Ok(vec![stmt(BPF_RET_K, RET_ALLOW)]);
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -502,7 +506,20 @@ fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
         .collect()
 }
 
-/// The listened program ([`SeccompProgram::install_listened`]), in four sections:
+/// The plain program ([`SeccompProgram::install`]): the prologue, then the table, with
+/// direct jumps for the syscalls of `hot` ([`dispatch`]).
+fn plain(refusals: &[SysRule], hot: &[i64]) -> Result<Vec<sock_filter>, SeccompError> {
+    let mut p = prologue(refusals);
+    p.extend(with_hot_jumps(hot, |keep| table(refusals, keep))?);
+    if p.len() > 4096 {
+        return Err(SeccompError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+/// The listened program ([`SeccompProgram::install_listened`]), in four sections (after
+/// the prologue, direct jumps for the syscalls of `hot` to the sections made of their
+/// rules alone, [`dispatch`]):
 /// 1. the prologue, as in the plain program;
 /// 2. the table's rules of every syscall but the write calls ([`WRITE_CALLS`]), with
 ///    `SECCOMP_RET_USER_NOTIF` where the plain table answers `EPERM` (a refusal capsule
@@ -520,25 +537,63 @@ fn listened(
     refusals: &[SysRule],
     list_reads: bool,
     list_writes: bool,
+    hot: &[i64],
+) -> Result<Vec<sock_filter>, SeccompError> {
+    let mut p = prologue(refusals);
+    p.extend(with_hot_jumps(hot, |keep| {
+        listened_sections(refusals, list_reads, list_writes, keep)
+    })?);
+    if p.len() > 4096 {
+        return Err(SeccompError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+/// Sections 2 to 4 of the listened program (see [`listened`]), of the syscalls `keep`
+/// selects (all of them, or one hot syscall: [`dispatch`]); ends in a return.
+fn listened_sections(
+    refusals: &[SysRule],
+    list_reads: bool,
+    list_writes: bool,
+    keep: &dyn Fn(i64) -> bool,
 ) -> Result<Vec<sock_filter>, SeccompError> {
     let notify = libc::SECCOMP_RET_USER_NOTIF;
     let eperm = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
     let writes = |nr: i64| WRITE_CALLS.iter().any(|w| w.nr == nr);
-    let mut p = prologue(refusals);
+    let mut p = Vec::new();
     p.extend(
-        fall_through(table(refusals, |nr| !writes(nr))?)
+        fall_through(table(refusals, |nr| !writes(nr) && keep(nr))?)
             .into_iter()
             .map(|i| match (i.code, i.k) {
                 (BPF_RET_K, k) if k == eperm => stmt(BPF_RET_K, notify),
                 _ => i,
             }),
     );
-    p.extend(fall_through(table(refusals, writes)?));
-    p.extend(observed_calls(list_reads, list_writes, true));
-    if p.len() > 4096 {
-        return Err(SeccompError::TooLong(p.len()));
-    }
+    p.extend(fall_through(table(refusals, |nr| writes(nr) && keep(nr))?));
+    p.extend(observed_calls(list_reads, list_writes, true, keep));
     Ok(p)
+}
+
+/// The syscalls judged by their arguments that programs make often and that sit late in
+/// the chain, jumped to directly ([`dispatch`]): the opens. (`ioctl` and `clone` come
+/// early in the chain, which is in syscall number order: a jump would save nothing.)
+#[cfg(target_arch = "x86_64")]
+const HOT: &[i64] = &[sys::openat, sys::open];
+#[cfg(not(target_arch = "x86_64"))]
+const HOT: &[i64] = &[sys::openat];
+
+/// The program after the prologue: jumps for the syscalls of `hot` to `body` made of
+/// each one's rules alone, and `body` of every syscall for the rest ([`dispatch`]).
+fn with_hot_jumps(
+    hot: &[i64],
+    body: impl Fn(&dyn Fn(i64) -> bool) -> Result<Vec<sock_filter>, SeccompError>,
+) -> Result<Vec<sock_filter>, SeccompError> {
+    let rest = body(&|_| true)?;
+    let mut copies = Vec::with_capacity(hot.len());
+    for &h in hot {
+        copies.push((h as u32, body(&|nr| nr == h)?));
+    }
+    Ok(dispatch::dispatch(copies, rest))
 }
 
 /// The section of a listened program that sends the observed calls: the write calls
@@ -546,10 +601,18 @@ fn listened(
 /// a write from a read by the flags, which the kernel copied for it; without `list_writes`
 /// and `list_reads` none: they are allowed here and Landlock and the mounts decide,
 /// unseen), and `connect` when `connect`: `SECCOMP_RET_USER_NOTIF`; all else allowed.
-fn observed_calls(list_reads: bool, list_writes: bool, connect: bool) -> Vec<sock_filter> {
+fn observed_calls(
+    list_reads: bool,
+    list_writes: bool,
+    connect: bool,
+    keep: &dyn Fn(i64) -> bool,
+) -> Vec<sock_filter> {
     let notify = libc::SECCOMP_RET_USER_NOTIF;
     let mut p = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
-    for w in WRITE_CALLS.iter().filter(|_| list_writes || list_reads) {
+    for w in WRITE_CALLS
+        .iter()
+        .filter(|w| (list_writes || list_reads) && keep(w.nr))
+    {
         match w.flags {
             Some((arg, mask)) if !list_reads => p.extend([
                 jump(BPF_JMP_JEQ_K, w.nr as u32, 0, 4),
@@ -564,7 +627,7 @@ fn observed_calls(list_reads: bool, list_writes: bool, connect: bool) -> Vec<soc
             ]),
         }
     }
-    if connect {
+    if connect && keep(OBSERVED_CONNECT) {
         p.extend([
             jump(BPF_JMP_JEQ_K, OBSERVED_CONNECT as u32, 0, 1),
             stmt(BPF_RET_K, notify),
@@ -597,7 +660,7 @@ pub fn install_observer() -> std::io::Result<Option<std::os::fd::OwnedFd>> {
         jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
         stmt(BPF_RET_K, RET_ALLOW),
     ]);
-    p.extend(observed_calls(false, true, false));
+    p.extend(observed_calls(false, true, false, &|_| true));
     let fd = install_bpf(&p, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
     // SAFETY: the kernel returned a new descriptor, ours to own.
     Ok(Some(unsafe {
@@ -711,11 +774,7 @@ impl SeccompProgram {
     pub fn build_for(list_reads: bool, list_writes: bool) -> Result<Self, SeccompError> {
         // ENOSYS answers are the prologue's (seccompiler's table has one match action)
         let refusals = self::rules();
-        let mut bpf = prologue(&refusals);
-        bpf.extend(table(&refusals, |_| true)?);
-        if bpf.len() > 4096 {
-            return Err(SeccompError::TooLong(bpf.len()));
-        }
+        let bpf = plain(&refusals, HOT)?;
         let mut refused: Vec<&'static str> = refused_syscalls().map(|(n, _)| n).collect();
         refused.sort_unstable();
         let report = SeccompReport {
@@ -743,7 +802,7 @@ impl SeccompProgram {
             ],
             instructions: bpf.len(),
         };
-        let listened = listened(&refusals, list_reads, list_writes)?;
+        let listened = listened(&refusals, list_reads, list_writes, HOT)?;
         Ok(Self {
             bpf,
             listened,
@@ -826,6 +885,8 @@ pub fn install() -> Result<SeccompReport, SeccompError> {
     p.install()?;
     Ok(p.report)
 }
+
+mod dispatch;
 
 #[cfg(test)]
 mod tests;

@@ -466,3 +466,134 @@ fn observed_calls_are_never_refused_outright() {
         .iter()
         .all(|i| i.k != libc::SECCOMP_RET_USER_NOTIF));
 }
+
+/// A classic-BPF interpreter for the instructions these programs use: the answer to a
+/// syscall `nr` with `args` on the native architecture, and how many instructions ran.
+fn run_bpf(p: &[sock_filter], nr: u32, args: [u64; 6]) -> (u32, usize) {
+    let mut data = Vec::with_capacity(64);
+    data.extend(nr.to_ne_bytes());
+    data.extend(NATIVE_AUDIT_ARCH.to_ne_bytes());
+    data.extend(0u64.to_ne_bytes()); // instruction pointer
+    for a in args {
+        data.extend(a.to_ne_bytes());
+    }
+    let (mut a, mut pc, mut ran) = (0u32, 0usize, 0usize);
+    loop {
+        let i = &p[pc];
+        ran += 1;
+        let k = i.k;
+        match i.code {
+            0x20 => {
+                let o = k as usize;
+                a = u32::from_ne_bytes(data[o..o + 4].try_into().unwrap());
+                pc += 1;
+            }
+            0x54 => {
+                a &= k;
+                pc += 1;
+            }
+            0x05 => pc += 1 + k as usize,
+            0x15 | 0x25 | 0x35 | 0x45 => {
+                let t = match i.code {
+                    0x15 => a == k,
+                    0x25 => a > k,
+                    0x35 => a >= k,
+                    _ => a & k != 0,
+                };
+                pc += 1 + if t { i.jt } else { i.jf } as usize;
+            }
+            0x06 => return (k, ran),
+            c => panic!("instruction {c:#x} at {pc} not interpreted"),
+        }
+    }
+}
+
+/// The argument vectors compared: each interesting value in each argument, and pairs.
+fn arg_vectors() -> Vec<[u64; 6]> {
+    let values = [
+        0,
+        u64::MAX,
+        (libc::O_WRONLY | libc::O_CREAT) as u64,
+        libc::O_RDWR as u64,
+        libc::O_TRUNC as u64,
+        libc::S_ISUID as u64 | 0o755,
+        libc::S_ISGID as u64,
+        libc::CLONE_NEWUSER as u64 | libc::SIGCHLD as u64,
+        TIOCSTI,
+        0xffff_ffff_0000_0000 | TIOCLINUX,
+        0x0040_0000, // ADDR_NO_RANDOMIZE
+        0x0002_0008,
+    ];
+    let mut out = vec![[0u64; 6]];
+    for i in 0..6 {
+        for v in values {
+            let mut a = [0u64; 6];
+            a[i] = v;
+            out.push(a);
+            for w in values {
+                let mut b = a;
+                b[(i + 1) % 6] = w;
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
+/// The direct jumps change no answer: the programs with them answer every syscall
+/// number, with every argument vector, as the same programs without them do; and an
+/// `openat` runs a few instructions, not the whole chain.
+#[test]
+fn hot_jumps_answer_as_the_whole_chain() {
+    let refusals = rules();
+    let mut pairs = vec![(
+        plain(&refusals, HOT).unwrap(),
+        plain(&refusals, &[]).unwrap(),
+    )];
+    for (r, w) in [(false, true), (false, false), (true, true)] {
+        pairs.push((
+            listened(&refusals, r, w, HOT).unwrap(),
+            listened(&refusals, r, w, &[]).unwrap(),
+        ));
+    }
+    let args = arg_vectors();
+    for (hot, whole) in &pairs {
+        assert!(hot.len() > whole.len());
+        for nr in (0..=470u32).chain([X32_SYSCALL_BIT | 1, 0xffff_ffff]) {
+            for a in &args {
+                assert_eq!(
+                    run_bpf(hot, nr, *a).0,
+                    run_bpf(whole, nr, *a).0,
+                    "syscall {nr} with {a:x?}"
+                );
+            }
+        }
+        for &h in HOT {
+            let (fast, slow) = (
+                run_bpf(hot, h as u32, [0; 6]).1,
+                run_bpf(whole, h as u32, [0; 6]).1,
+            );
+            assert!(
+                fast < 30 && (h != libc::SYS_openat || fast * 3 < slow),
+                "syscall {h}: {fast} instructions, {slow} without the jumps"
+            );
+        }
+    }
+    // the answers the jumps must keep (not all "allow"): a set-id open refused, a write
+    // open sent (listened), a read open allowed
+    let (l, _) = &pairs[1];
+    let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let openat = libc::SYS_openat as u32;
+    assert_eq!(
+        run_bpf(&pairs[0].0, openat, [0, 0, 0o101, 0o4755, 0, 0]).0,
+        eperm
+    );
+    assert_eq!(
+        run_bpf(l, openat, [0, 0, 0o101, 0o644, 0, 0]).0,
+        libc::SECCOMP_RET_USER_NOTIF
+    );
+    assert_eq!(
+        run_bpf(l, openat, [0, 0, 0, 0, 0, 0]).0,
+        libc::SECCOMP_RET_ALLOW
+    );
+}
