@@ -317,7 +317,7 @@ impl OwnObjects {
                 Header::OfsDelta { base_distance } => e.checked_base_pack_offset(base_distance),
                 Header::RefDelta { base_id } => b
                     .index
-                    .lookup(&base_id)
+                    .lookup(base_id)
                     .map(|i| b.index.pack_offset_at_index(i)),
                 _ => None,
             };
