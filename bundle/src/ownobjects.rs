@@ -281,8 +281,10 @@ impl OwnObjects {
             .with(|inflate| {
                 let mut inflate = inflate.borrow_mut();
                 self.warm_bases(at, &mut inflate, cache);
+                // the object itself is not kept: what later objects need of it, as a
+                // base, is kept when they are decoded
                 self.pack(at)
-                    .get_object_by_index(at.index, out, &mut inflate, cache)
+                    .get_object_by_index(at.index, out, &mut inflate, &mut GetOnly(cache))
                     .map(|(o, _)| o.kind)
             })
             .map_err(|e| {
@@ -518,6 +520,16 @@ pub struct PackedAt {
 pub struct DeltaCache {
     map: HashMap<(u32, u64), (Vec<u8>, Kind, usize)>,
     bytes: usize,
+}
+
+/// A [`DeltaCache`] that is read, not filled.
+struct GetOnly<'a>(&'a mut DeltaCache);
+
+impl gix::odb::pack::cache::DecodeEntry for GetOnly<'_> {
+    fn put(&mut self, _: u32, _: u64, _: &[u8], _: Kind, _: usize) {}
+    fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {
+        self.0.get(pack_id, offset, out)
+    }
 }
 
 impl DeltaCache {
