@@ -28,9 +28,6 @@ const MAX_INFLATE_RATIO: usize = 1100;
 /// Decoded pack entries kept to resolve delta chains (bytes).
 const CACHE_BYTES: usize = 64 << 20;
 
-/// Most delta bases put into the cache ahead of one decode ([`OwnObjects::warm_bases`]).
-const MAX_WARM: usize = 64;
-
 /// The loose objects and packs of one `objects` folder, alternates never followed.
 pub struct OwnObjects {
     /// For messages.
@@ -45,14 +42,6 @@ pub struct OwnObjects {
     /// Descriptors the packs were mapped through (kept open: their `/proc/self/fd` paths
     /// name the packs).
     _pack_fds: Vec<OwnedFd>,
-    /// This store among those of the process (a [`Finder`]'s per-thread delta cache
-    /// holds one store's entries: its packs are numbered from 0).
-    uid: usize,
-}
-
-fn next_uid() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC)`.
@@ -114,7 +103,6 @@ impl OwnObjects {
             packs: Vec::new(),
             fanout: [false; 256],
             _pack_fds: Vec::new(),
-            uid: next_uid(),
         };
         for e in std::fs::read_dir(fd_path(&me.dirfd))
             .map_err(|e| Error::other(format!("{}: {e}", crate::escape::path(objects))))?
@@ -209,7 +197,6 @@ impl OwnObjects {
             packs: Vec::new(),
             fanout: [false; 256],
             _pack_fds: Vec::new(),
-            uid: next_uid(),
         };
         for (ifd, pfd) in packs {
             let bad = |e: &dyn std::fmt::Display| {
@@ -280,11 +267,8 @@ impl OwnObjects {
         let kind = INFLATE
             .with(|inflate| {
                 let mut inflate = inflate.borrow_mut();
-                self.warm_bases(at, &mut inflate, cache);
-                // the object itself is not kept: what later objects need of it, as a
-                // base, is kept when they are decoded
                 self.pack(at)
-                    .get_object_by_index(at.index, out, &mut inflate, &mut GetOnly(cache))
+                    .get_object_by_index(at.index, out, &mut inflate, cache)
                     .map(|(o, _)| o.kind)
             })
             .map_err(|e| {
@@ -297,62 +281,6 @@ impl OwnObjects {
             self.check_id(id, kind, out)?;
         }
         Ok(kind)
-    }
-
-    /// Put the delta bases of the entry at `at` into `cache`, the deepest first, so that
-    /// every entry of a chain is inflated once however many objects share it (gix caches
-    /// only the object it was asked for, so a chain shared by many objects, as a pack's
-    /// delta chains are, is otherwise inflated again for each of them). The bases are
-    /// what decoding the entry computes anyway, and it still hashes its result; a base
-    /// that cannot be decoded is left to that decode to report.
-    fn warm_bases(&self, at: &PackedAt, inflate: &mut gix::zlib::Inflate, cache: &mut DeltaCache) {
-        use gix::odb::pack::data::decode::entry::ResolvedBase;
-        use gix::odb::pack::data::entry::Header;
-        let b = self.pack(at);
-        let Ok(mut e) = b.pack.entry(at.offset) else {
-            return;
-        };
-        // the bases that are deltas themselves, not cached, nearest first
-        let mut chain = Vec::new();
-        while chain.len() < MAX_WARM {
-            let base = match e.header {
-                Header::OfsDelta { base_distance } => e.checked_base_pack_offset(base_distance),
-                Header::RefDelta { base_id } => b
-                    .index
-                    .lookup(base_id)
-                    .map(|i| b.index.pack_offset_at_index(i)),
-                _ => None,
-            };
-            let Some(base) = base.and_then(|o| b.pack.entry(o).ok()) else {
-                break;
-            };
-            // gix looks deltas up in the cache, never whole entries
-            if !base.header.is_delta() || cache.contains(b.pack.id, base.data_offset) {
-                break;
-            }
-            chain.push(base.clone());
-            e = base;
-        }
-        let resolve = |id: &gix::hash::oid, _: &mut Vec<u8>| {
-            b.index
-                .lookup(id)
-                .map(|i| {
-                    b.pack
-                        .entry(b.index.pack_offset_at_index(i))
-                        .map(ResolvedBase::InPack)
-                })
-                .transpose()
-        };
-        let mut buf = Vec::new();
-        for base in chain.into_iter().rev() {
-            // decoding puts the base into the cache, under its data offset
-            if b.pack
-                .decode_entry(base, &mut buf, inflate, &resolve, cache)
-                .is_err()
-            {
-                return;
-            }
-        }
     }
 
     /// Read the loose object `id` into `out`, checked against `id`; `None` if there is no
@@ -478,20 +406,9 @@ impl gix::objs::Find for Finder<'_> {
     ) -> gix::error::Result<Option<gix::objs::Data<'b>>> {
         let id = id.to_owned();
         let o = self.objects;
-        // one delta cache per thread (a checkout reads in several), for one store at a time
-        thread_local! {
-            static CACHE: std::cell::RefCell<(usize, DeltaCache)> =
-                std::cell::RefCell::new((0, DeltaCache::default()));
-        }
         let kind = match o.locate_packed(&id) {
-            Some(at) => CACHE
-                .with(|c| {
-                    let mut c = c.borrow_mut();
-                    if c.0 != o.uid {
-                        *c = (o.uid, DeltaCache::default());
-                    }
-                    o.decode_packed_checked(&id, &at, buffer, &mut c.1, self.verify)
-                })
+            Some(at) => o
+                .decode_packed_checked(&id, &at, buffer, &mut DeltaCache::default(), self.verify)
                 .map(Some),
             None => o.read_loose(&id, buffer),
         };
@@ -520,22 +437,6 @@ pub struct PackedAt {
 pub struct DeltaCache {
     map: HashMap<(u32, u64), (Vec<u8>, Kind, usize)>,
     bytes: usize,
-}
-
-/// A [`DeltaCache`] that is read, not filled.
-struct GetOnly<'a>(&'a mut DeltaCache);
-
-impl gix::odb::pack::cache::DecodeEntry for GetOnly<'_> {
-    fn put(&mut self, _: u32, _: u64, _: &[u8], _: Kind, _: usize) {}
-    fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {
-        self.0.get(pack_id, offset, out)
-    }
-}
-
-impl DeltaCache {
-    fn contains(&self, pack_id: u32, offset: u64) -> bool {
-        self.map.contains_key(&(pack_id, offset))
-    }
 }
 
 impl gix::odb::pack::cache::DecodeEntry for DeltaCache {
