@@ -495,9 +495,8 @@ mod tests {
 
     #[test]
     fn shared_delta_chains_decode_to_the_objects() {
-        // every version of f.txt is a delta on another: decoded through one store (the
-        // bases of each chain cached along the way), newest first and then oldest first,
-        // each is hashed against its id and is what git reads
+        // every version of f.txt is a delta on another: decoded through one store, newest
+        // first and then oldest first, each is hashed against its id and is what git reads
         let t = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
         let src = t.path().join("src");
         let commits = growing_repo(&src, 12, true);
