@@ -494,6 +494,41 @@ mod tests {
     }
 
     #[test]
+    fn shared_delta_chains_decode_to_the_objects() {
+        // every version of f.txt is a delta on another: decoded through one store, newest
+        // first and then oldest first, each is hashed against its id and is what git reads
+        let t = tempfile::Builder::new().tempdir_in("/dev/shm").unwrap();
+        let src = t.path().join("src");
+        let commits = growing_repo(&src, 12, true);
+        assert!(delta_bases(&src.join(".git")).len() >= 10);
+        let blobs: Vec<String> = commits
+            .iter()
+            .map(|c| {
+                git(&src, &["rev-parse", &format!("{c}:f.txt")])
+                    .trim()
+                    .to_string()
+            })
+            .collect();
+        let own = OwnObjects::open(&src.join(".git/objects"), false).unwrap();
+        let find = crate::ownobjects::Finder {
+            objects: &own,
+            verify: true,
+        };
+        let mut buf = Vec::new();
+        for b in blobs.iter().rev().chain(blobs.iter()) {
+            use gix::objs::Find as _;
+            let id = ObjectId::from_hex(b.as_bytes()).unwrap();
+            let d = find.try_find(&id, &mut buf).unwrap().unwrap();
+            assert_eq!(d.kind, Kind::Blob);
+            assert_eq!(
+                d.data,
+                git(&src, &["cat-file", "blob", b]).as_bytes(),
+                "{b}"
+            );
+        }
+    }
+
+    #[test]
     fn a_delta_on_an_unreachable_base_is_resolved() {
         for ofs in [true, false] {
             a_delta_on_an_unreachable_base_is_resolved_with(ofs);
