@@ -32,12 +32,23 @@
 //! Top-level keys and keys inside Kitsoki's blocks that we do not use are accepted (Kitsoki
 //! ignores unknown keys too). Every error names the file and the line and column, or the
 //! step, and the cause.
+//!
+//! Parts: `steps` (the synthetic steps and their checks), `sandbox` (our `sandbox:`
+//! block and its checks); finding, loading and parsing the file are here.
 
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+
+mod sandbox;
+mod steps;
+
+use sandbox::check_sandbox;
+pub use sandbox::{SandboxNetwork, SandboxSpec};
+use steps::{step, RawStep};
+pub use steps::{Action, Step};
 
 /// Largest spec we read (a spec is a few KiB; this bounds memory on a wrong file).
 pub const MAX_SPEC_BYTES: u64 = 4 << 20;
@@ -71,69 +82,6 @@ pub enum Source {
         /// Branch the workspace checks the commit out on (default `main`).
         default_branch: String,
     },
-}
-
-/// One synthetic step (serializable: the runtime hands the parsed steps to the sandbox
-/// that applies them, see [`crate::materialize::StepRunner`]).
-#[derive(Debug, Clone, serde::Serialize, Deserialize)]
-pub struct Step {
-    /// Index in `source.steps` (0-based, as Kitsoki reports it).
-    pub index: usize,
-    /// 1-based line of the step in the spec.
-    pub line: Option<u64>,
-    pub action: Action,
-}
-
-/// What a step does.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Action {
-    Write {
-        path: String,
-        content: String,
-    },
-    Mkdir {
-        path: String,
-    },
-    Remove {
-        path: String,
-    },
-    Commit {
-        message: String,
-        allow_empty: bool,
-    },
-    Checkout {
-        branch: String,
-        create: bool,
-    },
-    Branch {
-        branch: String,
-    },
-    Git {
-        args: Vec<String>,
-        dir: Option<String>,
-        allow_failure: bool,
-    },
-    BareRemote {
-        name: String,
-        path: String,
-        branch: Option<String>,
-    },
-}
-
-impl Action {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Action::Write { .. } => "write",
-            Action::Mkdir { .. } => "mkdir",
-            Action::Remove { .. } => "remove",
-            Action::Commit { .. } => "commit",
-            Action::Checkout { .. } => "checkout",
-            Action::Branch { .. } => "branch",
-            Action::Git { .. } => "git",
-            Action::BareRemote { .. } => "bare_remote",
-        }
-    }
 }
 
 /// The spec's network mode.
@@ -190,51 +138,6 @@ pub struct Probe {
     pub dir: Option<String>,
 }
 
-/// Our `sandbox:` block, unresolved (paths as written).
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxSpec {
-    /// Extra writable paths: relative ones inside the workspace, absolute or `~/` on the host.
-    #[serde(default)]
-    pub writable: Vec<String>,
-    /// Extra hidden paths (same forms).
-    #[serde(default)]
-    pub hidden: Vec<String>,
-    /// Read-only carve-outs inside hidden paths (absolute or `~/`).
-    #[serde(default)]
-    pub reveal: Vec<String>,
-    /// Names of host environment variables to pass through.
-    #[serde(default)]
-    pub pass_env: Vec<String>,
-    /// Extra devices by name (the runtime decides what a name means).
-    #[serde(default)]
-    pub devices: Vec<String>,
-    #[serde(default)]
-    pub network: SandboxNetwork,
-    /// Resource limits of every exec (`memory`, `pids`, `cpus`, `fds`, `file_size`,
-    /// `tmp_size`, `activity_timeout`): not grants; they only ever lower the operator's
-    /// own defaults (see [`crate::limits`]).
-    #[serde(default, skip_serializing_if = "crate::limits::LimitValues::is_empty")]
-    pub limits: crate::limits::LimitValues,
-    /// Secrets kept outside the sandbox: variable name -> the hosts (allowlist entries)
-    /// its value goes to. Needs `network: live`; each is a grant.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub secrets: std::collections::BTreeMap<String, Vec<String>>,
-    /// Ports of the sandbox's loopback published on the host's loopback while an exec
-    /// runs (`[HOST_PORT:]PORT`); each is a grant.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub publish: Vec<String>,
-}
-
-/// `sandbox.network`.
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxNetwork {
-    /// Allowlist entries: `host`, `*.suffix`, a literal IP, each with an optional `:port`.
-    #[serde(default)]
-    pub allow: Vec<String>,
-}
-
 // ---------------------------------------------------------------- raw YAML shapes
 
 #[derive(Deserialize)]
@@ -271,32 +174,6 @@ struct RawSource {
     overlay: Option<Spanned<String>>,
     #[serde(default)]
     steps: Vec<Spanned<RawStep>>,
-}
-
-#[derive(Deserialize, Default)]
-struct RawStep {
-    #[serde(default)]
-    action: Option<Spanned<String>>,
-    #[serde(default)]
-    path: Option<String>,
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    branch: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    args: Option<Vec<String>>,
-    #[serde(default)]
-    dir: Option<String>,
-    #[serde(default)]
-    create: bool,
-    #[serde(default)]
-    allow_failure: bool,
-    #[serde(default)]
-    allow_empty: bool,
 }
 
 #[derive(Deserialize)]
@@ -622,112 +499,6 @@ pub fn parse(text: &str, file: &Path) -> Result<Spec> {
     })
 }
 
-fn step(file: &Path, index: usize, s: Spanned<RawStep>) -> Result<Step> {
-    let line = Some(s.referenced.line());
-    let r = s.value;
-    let action_name = r
-        .action
-        .as_ref()
-        .map(|a| a.value.trim().to_string())
-        .unwrap_or_default();
-    let err = |msg: String| Error::Step {
-        file: file.to_path_buf(),
-        line,
-        index,
-        action: if action_name.is_empty() {
-            "?".into()
-        } else {
-            action_name.clone()
-        },
-        msg,
-    };
-    let need = |v: Option<String>, what: &str| -> Result<String> {
-        match v {
-            Some(x) if !x.trim().is_empty() => Ok(x),
-            _ => Err(err(format!("`{what}` is required"))),
-        }
-    };
-    let rel = |v: String, what: &str| -> Result<String> {
-        check_relative(&v).map_err(|m| err(format!("{what} {v:?}: {m}")))?;
-        Ok(v)
-    };
-    let action = match action_name.as_str() {
-        "write" => Action::Write {
-            path: rel(need(r.path, "path")?, "path")?,
-            content: r.content.unwrap_or_default(),
-        },
-        "mkdir" => Action::Mkdir {
-            path: rel(need(r.path, "path")?, "path")?,
-        },
-        "remove" => Action::Remove {
-            path: rel(need(r.path, "path")?, "path")?,
-        },
-        "commit" => Action::Commit {
-            message: r
-                .message
-                .filter(|m| !m.trim().is_empty())
-                .unwrap_or_else(|| "capsule commit".into()),
-            allow_empty: r.allow_empty,
-        },
-        "checkout" => Action::Checkout {
-            branch: need(r.branch, "branch")?,
-            create: r.create,
-        },
-        "branch" => Action::Branch {
-            branch: need(r.branch, "branch")?,
-        },
-        "git" => {
-            let args = r.args.unwrap_or_default();
-            if args.is_empty() {
-                return Err(err("`args` is required".into()));
-            }
-            let dir = match r.dir.filter(|d| !d.trim().is_empty()) {
-                Some(d) => Some(rel(d, "dir")?),
-                None => None,
-            };
-            Action::Git {
-                args,
-                dir,
-                allow_failure: r.allow_failure,
-            }
-        }
-        "bare_remote" => {
-            let name = r
-                .name
-                .filter(|n| !n.trim().is_empty())
-                .unwrap_or_else(|| "origin".into());
-            if !valid_ref_name(&name) {
-                return Err(err(format!("remote name {name:?} is not valid")));
-            }
-            let path = match r.path.filter(|p| !p.trim().is_empty()) {
-                Some(p) => rel(p, "path")?,
-                None => format!("peers/{name}.git"),
-            };
-            Action::BareRemote {
-                name,
-                path,
-                branch: r.branch.filter(|b| !b.trim().is_empty()),
-            }
-        }
-        "" => return Err(err("`action` is required".into())),
-        other => {
-            let loc = r.action.as_ref().map(|a| a.referenced);
-            let msg = format!(
-                "unknown action {other:?} (known: write, mkdir, remove, commit, checkout, branch, git, bare_remote)"
-            );
-            return Err(match loc {
-                Some(l) => at(file, &l, format!("source.steps[{index}] ({other}): {msg}")),
-                None => err(msg),
-            });
-        }
-    };
-    Ok(Step {
-        index,
-        line,
-        action,
-    })
-}
-
 /// A path written in a spec must be relative and stay inside the workspace lexically
 /// (no `..`, not absolute, not empty). Symlinks are checked against the real tree when
 /// the step runs.
@@ -768,94 +539,6 @@ pub fn valid_ref_name(n: &str) -> bool {
         && !n.contains("@{")
         && n.bytes()
             .all(|b| b > b' ' && b != 0x7f && !b"~^:?*[\\".contains(&b))
-}
-
-fn check_sandbox(s: &SandboxSpec) -> std::result::Result<(), String> {
-    s.limits.check()?;
-    for (i, p) in s.publish.iter().enumerate() {
-        let port = |x: &str| {
-            !x.is_empty()
-                && x.len() <= 5
-                && x.bytes().all(|b| b.is_ascii_digit())
-                && x.parse::<u16>().is_ok()
-        };
-        let ok = match p.split_once(':') {
-            Some((h, q)) => port(h) && port(q) && q != "0",
-            None => port(p) && p != "0",
-        };
-        if !ok {
-            return Err(format!("publish[{i}] {p:?}: want [HOST_PORT:]PORT"));
-        }
-    }
-    for (n, hosts) in &s.secrets {
-        let name_ok = !n.is_empty()
-            && !n.as_bytes()[0].is_ascii_digit()
-            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !name_ok {
-            return Err(format!(
-                "secrets: {n:?} is not an environment variable name"
-            ));
-        }
-        if hosts.is_empty() {
-            return Err(format!("secrets.{n}: list the hosts its value goes to"));
-        }
-        if let Some(h) = hosts
-            .iter()
-            .find(|h| h.trim().is_empty() || h.contains('/') || h.contains(','))
-        {
-            return Err(format!(
-                "secrets.{n}: {h:?} is not a host (HOST or HOST:PORT, no scheme or path)"
-            ));
-        }
-    }
-    for (what, list) in [("writable", &s.writable), ("hidden", &s.hidden)] {
-        for (i, p) in list.iter().enumerate() {
-            if !(p.starts_with('/') || p.starts_with("~/")) {
-                check_relative(p).map_err(|m| format!("{what}[{i}] {p:?}: {m}"))?;
-            } else if p.split('/').any(|c| c == "..") {
-                return Err(format!("{what}[{i}] {p:?}: `..` is not allowed"));
-            }
-        }
-    }
-    for (i, p) in s.reveal.iter().enumerate() {
-        if !(p.starts_with('/') || p.starts_with("~/")) || p.split('/').any(|c| c == "..") {
-            return Err(format!(
-                "reveal[{i}] {p:?}: must be an absolute or ~/ path without `..`"
-            ));
-        }
-    }
-    for (i, n) in s.pass_env.iter().enumerate() {
-        let ok = !n.is_empty()
-            && !n.as_bytes()[0].is_ascii_digit()
-            && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !ok {
-            return Err(format!(
-                "pass_env[{i}] {n:?} is not an environment variable name"
-            ));
-        }
-    }
-    for (i, d) in s.devices.iter().enumerate() {
-        if d.is_empty()
-            || !d
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_/".contains(&b))
-            || d.contains("..")
-        {
-            return Err(format!("devices[{i}] {d:?} is not a device name"));
-        }
-    }
-    for (i, a) in s.network.allow.iter().enumerate() {
-        let ok = !a.is_empty()
-            && !a.contains("://")
-            && a.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.*:[]".contains(&b));
-        if !ok {
-            return Err(format!(
-                "network.allow[{i}] {a:?} must be a host, *.suffix or IP with an optional :port"
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

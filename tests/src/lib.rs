@@ -10,9 +10,14 @@
 //! (a source checkout and a capsule root, for tests that `capsule open`), [`sandbox`] (a
 //! hand-made open capsule in a scratch home), [`weaker`] (commands in a user namespace
 //! that may create no more), [`bounded`] (commands with a deadline), [`procs`] (host
-//! processes by marker) and [`faults`] (the fault-injection tests' kills and checks).
+//! processes by marker), [`faults`] (the fault-injection tests' kills and checks),
+//! [`oci`] (OCI bundles and `capsule-runc`), [`capsules`] (the open/verify tests' runs,
+//! JSON, tree digest and Kitsoki-identity git) and [`containerd`] (the containerd tests'
+//! engine).
 
 pub mod bounded;
+pub mod capsules;
+pub mod containerd;
 pub mod faults;
 pub mod git;
 pub mod oci;

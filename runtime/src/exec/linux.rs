@@ -3,175 +3,33 @@
 //! workspace snapshots, the git guard and the exec record. Also the other entries into
 //! the Linux executor: probes ([`run_probe`]) and the plan renderings take
 //! ([`plan_now`], [`plan_preview`]).
+//!
+//! Parts: `limits` (the limits of an exec and capsule's own defaults), `probe` (a spec's
+//! probe in the sandbox), `render` (the plan an exec would run, for the renderings).
 
-use super::{fail, resolve_policy, with_current_hidden, Exec, ExecOptions, Finished};
+use super::{fail, resolve_policy, Exec, ExecOptions, Finished};
 use crate::exit::{self, CliError};
 use crate::isolation;
-use crate::linux::{self, plan, ExecError, ExecPlan, Hooks, Isolation, Stdio};
+use crate::linux::{self, plan, ExecError, Hooks, Isolation, Stdio};
 use crate::plan::{FactsError, Gather, ResolvedPolicy};
 use crate::record::{self, ExecRecord};
 use crate::settings::Settings;
 use capsule_bundle::layout::{bundle_files, capsule_root, Layout};
-use capsule_bundle::limits::LimitValues;
 use capsule_bundle::policy::SandboxPolicy;
 use capsule_bundle::store;
 use std::cell::RefCell;
 use std::ffi::OsString;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// The limits of an exec for the flags it does not give: the operator's defaults
-/// ([`Settings::limits`]) and the spec's `sandbox.limits` (`spec`), the lower of the two
-/// where both give one: a spec may lower a limit (or set one the operator left open),
-/// never raise one; the operator's flags decide over both.
-fn limits_now(
-    settings: &Settings,
-    spec: &LimitValues,
-) -> Result<(crate::limits::Limits, Option<Duration>), CliError> {
-    use crate::limits::{parse_count, parse_cpus, parse_duration, parse_size};
-    fn pick<T: PartialOrd>(
-        settings: &LimitValues,
-        spec: &LimitValues,
-        name: &str,
-        parse: fn(&str) -> Result<T, String>,
-    ) -> Result<Option<T>, CliError> {
-        let mine = settings
-            .read(name, parse)
-            .map_err(|e| fail(format!("settings {e}")))?;
-        let theirs = spec
-            .read(name, parse)
-            .map_err(|e| fail(format!("the spec's sandbox.{e}")))?;
-        Ok(match (mine, theirs) {
-            (Some(m), Some(t)) => Some(if t < m { t } else { m }),
-            (m, None) => m,
-            (None, t) => t,
-        })
-    }
-    let d = &settings.limits;
-    let l = crate::limits::Limits {
-        memory: pick(d, spec, "memory", parse_size)?,
-        pids: pick(d, spec, "pids", parse_count)?,
-        cpus_milli: pick(d, spec, "cpus", parse_cpus)?,
-        tmp_size: pick(d, spec, "tmp_size", parse_size)?,
-        fds: pick(d, spec, "fds", parse_count)?,
-        file_size: pick(d, spec, "file_size", parse_size)?,
-        nproc: None,
-    };
-    let activity = pick(d, spec, "activity_timeout", parse_duration)?;
-    Ok((l, activity))
-}
+mod limits;
+mod probe;
+mod render;
 
-/// capsule's own defaults ([`crate::limits::machine_defaults`]) for memory and processes
-/// where `asked` (flags, settings, spec) gives none; a spec's value above one is lowered
-/// to it (a spec only lowers: capsule's default stands for the operator's), unless the
-/// operator's settings give one. Returns the defaults that now apply.
-fn own_defaults(asked: &mut crate::limits::Limits, settings: &Settings) -> crate::limits::Limits {
-    let own = crate::limits::machine_defaults();
-    let mut applied = crate::limits::Limits::default();
-    let operator = |k: &str| {
-        settings
-            .limits
-            .read(k, |_| Ok::<(), String>(()))
-            .ok()
-            .flatten()
-            .is_some()
-    };
-    for (mine, theirs, out, key) in [
-        (&mut asked.memory, own.memory, &mut applied.memory, "memory"),
-        (&mut asked.pids, own.pids, &mut applied.pids, "pids"),
-    ] {
-        match (*mine, theirs) {
-            (None, Some(d)) => {
-                *mine = Some(d);
-                *out = Some(d);
-            }
-            (Some(v), Some(d)) if v > d && !operator(key) => {
-                *mine = Some(d);
-                *out = Some(d);
-            }
-            _ => {}
-        }
-    }
-    applied
-}
-
-/// [`limits_now`] for the flags `a` does not give, and capsule's own defaults
-/// ([`own_defaults`]) where none is given; returns those defaults.
-fn with_default_limits(
-    a: &mut ExecOptions,
-    settings: &Settings,
-    spec: &LimitValues,
-) -> Result<crate::limits::Limits, CliError> {
-    let (mut d, activity) = limits_now(settings, spec)?;
-    // the spec's and the operator's, with capsule's own for what no flag gives
-    let flagged = a.limits;
-    let mut own = own_defaults(&mut d, settings);
-    if flagged.memory.is_some() {
-        own.memory = None;
-    }
-    if flagged.pids.is_some() {
-        own.pids = None;
-    }
-    let l = &mut a.limits;
-    l.memory = l.memory.or(d.memory);
-    l.pids = l.pids.or(d.pids);
-    l.cpus_milli = l.cpus_milli.or(d.cpus_milli);
-    l.tmp_size = l.tmp_size.or(d.tmp_size);
-    l.fds = l.fds.or(d.fds);
-    l.file_size = l.file_size.or(d.file_size);
-    a.activity_timeout = a.activity_timeout.or(activity);
-    Ok(own)
-}
-
-/// The degradation of capsule's own defaults `own` that no cgroup holds here (`why`):
-/// which, and what holds processes instead.
-fn defaults_unheld(own: &crate::limits::Limits, why: &str) -> String {
-    let mut what = Vec::new();
-    if let Some(m) = own.memory {
-        what.push(format!("memory {}", crate::limits::show_size(m)));
-    }
-    if let Some(p) = own.pids {
-        what.push(format!("processes {p}"));
-    }
-    let instead = match own.pids {
-        Some(p) => format!(" (processes are held by RLIMIT_NPROC {p} instead)"),
-        None => String::new(),
-    };
-    format!(
-        "capsule's default limits of {} need a cgroup: {why}{instead}",
-        what.join(" and ")
-    )
-}
-
-/// A limit's message `m` ([`linux::cgroup::ExecCgroups::reached`]), saying so when the
-/// limit reached was capsule's own default (`own`) and how to give another.
-fn said_as_default(
-    m: String,
-    own: &crate::limits::Limits,
-    limits: &crate::limits::Limits,
-) -> String {
-    let default = |l: Option<u64>, o: Option<u64>| o.is_some() && l == o;
-    let flag = if m.starts_with("killed: memory limit") && default(limits.memory, own.memory) {
-        "--memory"
-    } else if m.starts_with("pids limit") && default(limits.pids, own.pids) {
-        "--pids"
-    } else {
-        return m;
-    };
-    format!("{m} (capsule's default here; {flag} or settings.json's \"limits\" give another)")
-}
-
-/// `--tmp-size` needs the exec's own mount namespace: without one (weaker isolation,
-/// accepted) the capsule's tmp stays the bundle's folder, unbounded; said on stderr and
-/// in the record.
-fn tmp_size_degraded(a: &ExecOptions, isolation: Isolation, degradation: &mut Vec<String>) {
-    if a.limits.tmp_size.is_some() && isolation != Isolation::Full {
-        let m = "--tmp-size cannot be enforced without a mount namespace; not enforced";
-        eprintln!("capsule: warning: {m} (weaker isolation accepted)");
-        degradation.push(m.to_string());
-    }
-}
+use limits::{defaults_unheld, said_as_default, tmp_size_degraded, with_default_limits};
+pub use probe::run_probe;
+pub use render::{plan_now, plan_preview};
 
 /// [`Exec::run`] on Linux.
 pub fn run(x: Exec) -> Result<Finished, CliError> {
@@ -664,172 +522,6 @@ fn guard_git(
     let line = report.summary_line()?;
     eprintln!("{line}");
     serde_json::to_value(&report).ok()
-}
-
-/// Run a probe script (`sh -c script`) of `cap` in its sandbox, with the capsule's own
-/// policy (the spec's network mode) and exactly `env`; stdin is `/dev/null`, stdout and
-/// stderr go to `out`. Isolation as for `exec` (never a silent fallback). Returns the
-/// exit status (the command's own, 128+N, 124 on timeout, 126/127) or why nothing ran.
-pub fn run_probe(
-    cap: &store::OpenCapsule,
-    script: &str,
-    cwd: &Path,
-    env: Vec<(OsString, OsString)>,
-    timeout: Duration,
-    out: std::os::fd::RawFd,
-) -> Result<Option<i32>, String> {
-    let settings = capsule_root()
-        .map(|r| Layout::new(r).settings_file())
-        .and_then(|f| Settings::load(&f).ok())
-        .unwrap_or_default();
-    let current = capsule_root()
-        .map(|r| with_current_hidden(cap, &Layout::new(r)))
-        .unwrap_or_else(|| cap.policy.clone());
-    let policy = &current;
-    let mut degradation = Vec::new();
-    let (mut isolation, mut best_effort) =
-        if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
-            weaker_or_refuse(&settings, &mut degradation, true).map_err(|e| e.message)?
-        } else {
-            (Isolation::Full, false)
-        };
-    // an empty HOME of the probe's own, in the capsule's tmp (its /tmp inside)
-    let home = tempfile::Builder::new()
-        .prefix("probe-home-")
-        .tempdir_in(&policy.tmp_dir)
-        .map_err(|e| {
-            format!(
-                "cannot make a probe HOME in {}: {e}",
-                policy.tmp_dir.display()
-            )
-        })?;
-    let make = |iso: Isolation, landlock_best_effort: bool| {
-        let full = iso == Isolation::Full;
-        let home_inside = match (full, home.path().file_name()) {
-            (true, Some(n)) => Path::new("/tmp").join(n),
-            _ => home.path().to_path_buf(),
-        };
-        let mut env: Vec<(OsString, OsString)> =
-            env.iter().filter(|(k, _)| k != "HOME").cloned().collect();
-        env.push(("HOME".into(), home_inside.into_os_string()));
-        ExecPlan {
-            stdio: Stdio::Redirect {
-                stdout: out,
-                stderr: out,
-            },
-            timeout: Some(timeout),
-            landlock_best_effort,
-            ..ExecPlan::for_policy(
-                policy,
-                iso,
-                vec!["sh".into(), "-c".into(), script.into()],
-                env,
-                cwd.to_path_buf(),
-            )
-        }
-    };
-    let mut result = linux::run(&make(isolation, best_effort), Hooks::default());
-    if let Err(ExecError::Namespaces(_)) = &result {
-        (isolation, best_effort) =
-            weaker_or_refuse(&settings, &mut degradation, false).map_err(|e| e.message)?;
-        result = linux::run(&make(isolation, best_effort), Hooks::default());
-    }
-    // a probe is the spec's code: the operator's git is guarded after it as after exec
-    guard_git(cap, None);
-    match result {
-        Ok(o) if o.termination == linux::Termination::TimedOut => Ok(None),
-        Ok(o) => Ok(Some(o.termination.exit_status() as i32)),
-        Err(ExecError::NotFound { .. }) => Ok(Some(exit::NOT_FOUND as i32)),
-        Err(ExecError::NotExecutable { .. }) => Ok(Some(exit::NOT_EXECUTABLE as i32)),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// The plan an exec of `argv` in `cap` would run now at full isolation, with no flags:
-/// the policy with the hidden paths of now, the clean environment, the home layer,
-/// caches, revealed projects and devices (the host facts gathered as for an exec, which
-/// prepares the home layer as an exec does; [`crate::plan`]), and the spec's network
-/// mode (the allowlist proxy is the executor's: without it, loopback only). For `capsule
-/// export` (whose bundle mounts the home layer), never on the exec path.
-pub fn plan_now(
-    cap: &store::OpenCapsule,
-    layout: &Layout,
-    argv: Vec<OsString>,
-) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, true)
-}
-
-/// [`plan_now`] without its side effects: nothing is created or written (the home
-/// layer and cache folders are named where an exec would make them). For showing what
-/// an exec enforces (`capsule inspect`).
-pub fn plan_preview(
-    cap: &store::OpenCapsule,
-    layout: &Layout,
-    argv: Vec<OsString>,
-) -> Result<ExecPlan, CliError> {
-    plan_for_rendering(cap, layout, argv, false)
-}
-
-/// [`plan_now`] (`make`) or [`plan_preview`].
-fn plan_for_rendering(
-    cap: &store::OpenCapsule,
-    layout: &Layout,
-    argv: Vec<OsString>,
-    make: bool,
-) -> Result<ExecPlan, CliError> {
-    let settings = Settings::load(&layout.settings_file()).map_err(|e| fail(e.to_string()))?;
-    let policy = with_current_hidden(cap, layout);
-    // the limits of an exec with no flags: the operator's defaults and the spec's, and
-    // capsule's own where this user can enforce them, as an exec does (a runtime that
-    // cannot apply a bundle's resources refuses it)
-    let (mut limits, activity_timeout) = limits_now(&settings, &cap.record.limits)?;
-    let own = own_defaults(&mut limits, &settings);
-    if own.needs_cgroup() {
-        for (flag, r) in linux::cgroup::probe() {
-            if r.is_err() {
-                match flag {
-                    "--memory" if own.memory.is_some() => limits.memory = None,
-                    "--pids" if own.pids.is_some() => {
-                        limits.pids = None;
-                        limits.nproc = own.pids;
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    let resolved = ResolvedPolicy {
-        policy: &policy,
-        isolation: Isolation::Full,
-        landlock_best_effort: false,
-        argv,
-        env: plan::clean_env(std::env::vars_os(), &policy.pass_env),
-        cwd: cap.workspace.clone(),
-        workspace: cap.workspace.clone(),
-        stdio: Stdio::Inherit,
-        timeout: None,
-        activity_timeout,
-        limits,
-        cgroups_found_here: false,
-        disk_reserve: Default::default(),
-        list_reads: false,
-        list_writes: true,
-        prepared: None,
-        login: Vec::new(),
-    };
-    let facts = crate::plan::gather(
-        &resolved,
-        Gather {
-            cap,
-            settings: &settings,
-            capsule_root: &layout.root,
-            gpu: true,
-            make,
-            cgroup_procs: Vec::new(),
-        },
-    )
-    .map_err(|e| fail(e.to_string()))?;
-    Ok(crate::plan::plan(&resolved, &facts))
 }
 
 /// What the executor runs at for an isolation decision: `(isolation, landlock_best_effort)`.

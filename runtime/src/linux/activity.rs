@@ -4,7 +4,7 @@
 //! With inherited stdio, [`Relay::start`] puts two pipes in place of capsule's own fd 1
 //! and 2 just before the sandbox's init is cloned (or a warm spare is sent the exec), and
 //! [`Relay::give_back`] puts capsule's own back right after: the command holds the pipes'
-//! write ends, the supervisor ([`super::supervise`]) their read ends, and copies what comes
+//! write ends, the supervisor ([`super::supervise::supervise`]) their read ends, and copies what comes
 //! to capsule's stdout and stderr unchanged, noting the time. With `-t` the terminal's
 //! relay is the watch (no pipe). Without `--activity-timeout` none of this exists: the
 //! command writes to capsule's descriptors directly.
