@@ -27,7 +27,7 @@
 //! and hidden paths *inside* writable roots, and rights the running kernel's ABI lacks
 //! ([`LandlockReport::missing`] lists the ones this policy needs; the caller refuses).
 //!
-//! How the named paths are opened and compared is in [`paths`].
+//! How the named paths are opened and compared is in the submodule `paths`.
 
 use capsule_bundle::policy::{NetworkMode, SandboxPolicy};
 use landlock::{

@@ -57,7 +57,7 @@
 //! thread; the `lstat`s of a large index's entries are shared with a few threads of its
 //! own, all joined before it returns. Walks deeper than [`MAX_DEPTH`] directories are an
 //! error (one descriptor is held per level). Errors name the file and the cause and never quote what was read.
-//! The system calls themselves are in [`sys`].
+//! The system calls themselves are in the submodule `sys`.
 
 use super::{Entry, Snapshot, Stat};
 use capsule_bundle::gitguard;
