@@ -27,7 +27,7 @@ pub(super) fn components(p: &Path) -> Result<Vec<&OsStr>, LandlockError> {
         .collect())
 }
 
-pub(super) fn open_root(flags: OFlag) -> Result<OwnedFd, LandlockError> {
+fn open_root(flags: OFlag) -> Result<OwnedFd, LandlockError> {
     nix::fcntl::open(
         "/",
         flags | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,

@@ -40,13 +40,13 @@ impl AsFdRef for OwnedFd {
     }
 }
 
-pub(super) fn c_name(name: &[u8]) -> io::Result<CString> {
+fn c_name(name: &[u8]) -> io::Result<CString> {
     CString::new(name)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a name"))
 }
 
 /// `openat(dir, name)` never following a symlink, never becoming a controlling terminal.
-pub(super) fn open_at(dir: BorrowedFd, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+fn open_at(dir: BorrowedFd, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
     let n = c_name(name)?;
     let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
     fsat::open_at_c(dir.as_raw_fd(), &n, flags, 0)
@@ -176,7 +176,7 @@ impl Drop for DirStream {
     }
 }
 
-pub(super) fn clear_errno() {
+fn clear_errno() {
     // SAFETY: the calling thread's errno.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     unsafe {
