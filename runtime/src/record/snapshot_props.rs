@@ -11,6 +11,8 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// `PROPTEST_CASES` when set, else `cases`.
