@@ -100,7 +100,7 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     let rootfs = std::fs::canonicalize(&plan.rootfs)
         .map_err(|e| format!("root.path {}: {e}", plan.rootfs.display()))?;
     // the disk guard's first look: a filesystem below its reserve already fails here
-    let guard = super::diskguard::prepare(&spec, &rootfs)?;
+    let guard = super::diskguard::prepare(&plan.disk, &rootfs)?;
     std::fs::create_dir_all(a.root).map_err(|e| format!("--root {}: {e}", a.root.display()))?;
     let dir = state::dir(a.root, a.id);
     match std::fs::create_dir(&dir) {
@@ -121,8 +121,8 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     // capsule's own limits where the bundle sets none (CAPSULE_OCI_DEFAULTS=0: none),
     // and the disk guard's reserve when it is capsule's own
     let mut defaults = plan.cgroup.defaults.clone();
-    if let (Some(_), (r, true)) = (&guard, super::diskguard::reserve(&spec)?) {
-        defaults.push(super::diskguard::show(r));
+    if guard.is_some() && plan.disk.own {
+        defaults.push(super::diskguard::show(plan.disk.reserve));
     }
     let r = (|| {
         cg_dirs = cgroup::setup(&plan.cgroup)?;

@@ -15,41 +15,17 @@
 //! `<root>/<id>/limits_reached`, which `state` shows as `limits_reached`. The guard ends
 //! with the container's processes or its state directory.
 //!
-//! The reserve: the annotation `dev.capsule.disk-reserve` of config.json, else
-//! `CAPSULE_OCI_DISK_RESERVE` in capsule-runc's environment, else none with
-//! `CAPSULE_OCI_DEFAULTS=0`, else capsule's default (the smaller of 5% and 2 GiB);
-//! values as settings.json's `disk_reserve` (`"1G"`, `"10%"`, `"5%,1G"`, `"off"`).
+//! What it keeps and watches is decided by the container's plan
+//! ([`crate::plan::container::disk`]).
 
 use super::observe::LogTo;
-use super::spec::Spec;
 use crate::linux::diskguard::{Breach, Guard, Reserve};
+use crate::plan::container::disk::{DiskPlan, ANNOTATION, ENV};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The annotation that sets a container's reserve.
-pub const ANNOTATION: &str = "dev.capsule.disk-reserve";
-/// The variable of capsule-runc's environment that sets the reserve of its containers.
-pub const ENV: &str = "CAPSULE_OCI_DISK_RESERVE";
 const PID_FILE: &str = "diskguard.pid";
-
-/// The reserve of `spec`'s container, and whether it is capsule's own (not the bundle's).
-pub fn reserve(spec: &Spec) -> Result<(Reserve, bool), String> {
-    if let Some(v) = spec.annotations.get(ANNOTATION) {
-        return Reserve::parse(v)
-            .map(|r| (r, false))
-            .map_err(|e| format!("annotations.{ANNOTATION}: {e}"));
-    }
-    if let Some(v) = std::env::var_os(ENV) {
-        return Reserve::parse(&v.to_string_lossy())
-            .map(|r| (r, true))
-            .map_err(|e| format!("{ENV}: {e}"));
-    }
-    if std::env::var_os("CAPSULE_OCI_DEFAULTS").is_some_and(|v| v == "0") {
-        return Ok((Reserve::Off, true));
-    }
-    Ok((Reserve::default(), true))
-}
 
 /// The reserve as the log and the state say it (`disk_reserve=5%,2 GiB`).
 pub fn show(r: Reserve) -> String {
@@ -67,30 +43,10 @@ pub fn show(r: Reserve) -> String {
     format!("disk_reserve={v}")
 }
 
-/// The host paths the container can write: its rootfs unless read-only, the sources of
-/// its writable bind mounts (a relative source is the host's, from `/`, as
-/// [`super::rootfs`] binds it).
-pub fn writable_host_paths(spec: &Spec, rootfs: &Path) -> Vec<PathBuf> {
-    let mut v = Vec::new();
-    if !spec.root.as_ref().is_some_and(|r| r.readonly) {
-        v.push(rootfs.to_path_buf());
-    }
-    for m in &spec.mounts {
-        let bind = m.typ.as_deref() == Some("bind")
-            || m.options.iter().any(|o| o == "bind" || o == "rbind");
-        let ro = m.options.iter().any(|o| o == "ro");
-        if let (true, false, Some(src)) = (bind, ro, &m.source) {
-            v.push(Path::new("/").join(src));
-        }
-    }
-    v
-}
-
 /// `create`, before anything is made: the container's guard (`None`: off), having looked
 /// once; an error when a filesystem is below its reserve already.
-pub fn prepare(spec: &Spec, rootfs: &Path) -> Result<Option<Guard>, String> {
-    let (r, _) = reserve(spec)?;
-    let Some(mut g) = Guard::of_paths(writable_host_paths(spec, rootfs), r, Instant::now()) else {
+pub fn prepare(disk: &DiskPlan, rootfs: &Path) -> Result<Option<Guard>, String> {
+    let Some(mut g) = Guard::of_paths(disk.paths(rootfs), disk.reserve, Instant::now()) else {
         return Ok(None);
     };
     match g.look_now() {
@@ -231,47 +187,9 @@ fn say(c: &Container<'_>, b: &Breach) {
 mod tests {
     use super::*;
 
-    fn spec(json: serde_json::Value) -> Spec {
-        serde_json::from_value(json).unwrap()
-    }
-
     #[test]
-    fn the_host_paths_it_can_write() {
-        let s = spec(serde_json::json!({
-            "ociVersion": "1.0.2",
-            "root": {"path": "rootfs", "readonly": false},
-            "mounts": [
-                {"destination": "/proc", "type": "proc", "source": "proc"},
-                {"destination": "/data", "type": "bind", "source": "/srv/data"},
-                {"destination": "/cfg", "source": "/etc/cfg", "options": ["rbind", "ro"]},
-                {"destination": "/logs", "source": "var/log", "options": ["rbind", "rw"]},
-                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}
-            ]
-        }));
-        assert_eq!(
-            writable_host_paths(&s, Path::new("/b/rootfs")),
-            [
-                PathBuf::from("/b/rootfs"),
-                "/srv/data".into(),
-                "/var/log".into()
-            ]
-        );
-        let ro = spec(serde_json::json!({
-            "ociVersion": "1.0.2",
-            "root": {"path": "rootfs", "readonly": true}
-        }));
-        assert!(writable_host_paths(&ro, Path::new("/b/rootfs")).is_empty());
-    }
-
-    #[test]
-    fn the_annotation_sets_the_reserve() {
-        let mut s = spec(serde_json::json!({"ociVersion": "1.0.2"}));
-        s.annotations.insert(ANNOTATION.into(), "off".into());
-        assert_eq!(reserve(&s).unwrap(), (Reserve::Off, false));
-        s.annotations.insert(ANNOTATION.into(), "1G".into());
-        assert_eq!(reserve(&s).unwrap(), (Reserve::Bytes(1 << 30), false));
-        s.annotations.insert(ANNOTATION.into(), "lots".into());
-        assert!(reserve(&s).unwrap_err().contains(ANNOTATION));
+    fn the_reserve_is_shown_as_the_log_says_it() {
         assert_eq!(show(Reserve::default()), "disk_reserve=5%,2 GiB");
+        assert_eq!(show(Reserve::Off), "disk_reserve=off");
     }
 }

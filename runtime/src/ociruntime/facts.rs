@@ -3,7 +3,8 @@
 //! Landlock ABI ([`crate::linux::landlock`]), the cgroup layout ([`super::cgroup`]), the
 //! machine's default limits ([`crate::limits::machine_defaults`]), AppArmor
 //! ([`super::process`]) and capsule-runc's own settings (its environment:
-//! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`).
+//! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`,
+//! `CAPSULE_OCI_DISK_RESERVE`).
 
 use super::{cgroup, process};
 use crate::plan::container::{ContainerFacts, Settings};
@@ -18,6 +19,7 @@ pub fn gather(cgroups: bool) -> ContainerFacts {
     let settings = Settings {
         landlock: !off("CAPSULE_OCI_LANDLOCK"),
         observe: !off("CAPSULE_OCI_OBSERVE"),
+        defaults: !off("CAPSULE_OCI_DEFAULTS"),
     };
     let mut f = ContainerFacts {
         // asked only when it is used
@@ -28,12 +30,14 @@ pub fn gather(cgroups: bool) -> ContainerFacts {
         },
         apparmor: process::apparmor_enabled(),
         settings,
+        disk_reserve: std::env::var_os(crate::plan::container::disk::ENV)
+            .map(|v| v.to_string_lossy().into_owned()),
         ..ContainerFacts::default()
     };
     if cgroups {
         f.cgroup_unified = cgroup::unified();
         f.hierarchies = cgroup::hierarchies();
-        f.default_limits = (!off("CAPSULE_OCI_DEFAULTS")).then(crate::limits::machine_defaults);
+        f.default_limits = settings.defaults.then(crate::limits::machine_defaults);
     }
     f
 }

@@ -26,6 +26,7 @@
 //! default limits are [`crate::limits::Limits`] (`crate::limits::machine_defaults`).
 
 pub mod config;
+pub mod disk;
 pub mod seccomp;
 
 use capsule_bundle::policy::{NetworkMode, NetworkPolicy, SandboxPolicy};
@@ -78,6 +79,8 @@ pub struct ContainerFacts {
     pub apparmor: bool,
     /// capsule-runc's own settings (its environment).
     pub settings: Settings,
+    /// `CAPSULE_OCI_DISK_RESERVE` of capsule-runc's environment ([`disk`]).
+    pub disk_reserve: Option<String>,
 }
 
 /// capsule-runc's additions to what a bundle asks, each on unless its environment turns
@@ -87,6 +90,8 @@ pub struct ContainerFacts {
 pub struct Settings {
     pub landlock: bool,
     pub observe: bool,
+    /// capsule's own limits and disk reserve where the bundle sets none.
+    pub defaults: bool,
 }
 
 impl Default for Settings {
@@ -94,6 +99,7 @@ impl Default for Settings {
         Settings {
             landlock: true,
             observe: true,
+            defaults: true,
         }
     }
 }
@@ -145,6 +151,8 @@ pub struct ContainerPlan {
     pub confine: Confinement,
     /// The writable set the refusal observer judges writes by; `None`: no observer.
     pub observe: Option<Watch>,
+    /// What the disk guard keeps free and watches.
+    pub disk: disk::DiskPlan,
 }
 
 /// The namespaces: new ones by clone flags, given ones joined.
@@ -390,6 +398,7 @@ pub fn container(
         process: process(p, f)?,
         confine: confinement(spec, f)?,
         observe,
+        disk: disk::disk(spec, f)?,
     })
 }
 

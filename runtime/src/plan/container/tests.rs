@@ -39,6 +39,7 @@ fn facts() -> ContainerFacts {
         }),
         apparmor: false,
         settings: Settings::default(),
+        disk_reserve: None,
     }
 }
 
