@@ -20,32 +20,29 @@ impl Proxy {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()>,
     ) {
-        tokio::pin!(shutdown);
-        loop {
-            let Ok(permit) = self.inner.permits.clone().acquire_owned().await else {
-                return;
-            };
-            tokio::select! {
-                _ = &mut shutdown => return,
-                r = listener.accept() => match r {
-                    Ok((s, _)) => {
-                        let _ = s.set_nodelay(true);
-                        let me = self.clone();
-                        tokio::spawn(async move {
-                            me.handle(s).await;
-                            drop(permit);
-                        });
-                    }
-                    Err(e) => accept_error(e).await,
-                },
-            }
-        }
+        let accept = || async {
+            let (s, _) = listener.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        };
+        self.serve_accepted(accept, shutdown).await
     }
 
     /// Accept clients on a unix-socket listener until `shutdown` completes.
     pub async fn serve_unix(
         &self,
         listener: tokio::net::UnixListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let accept = || async { listener.accept().await.map(|(s, _)| s) };
+        self.serve_accepted(accept, shutdown).await
+    }
+
+    /// Serve each client `accept` gives, one task each within the proxy's permits, until
+    /// `shutdown` completes.
+    async fn serve_accepted<S: Conn, A: Future<Output = std::io::Result<S>>>(
+        &self,
+        mut accept: impl FnMut() -> A,
         shutdown: impl Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
@@ -55,8 +52,8 @@ impl Proxy {
             };
             tokio::select! {
                 _ = &mut shutdown => return,
-                r = listener.accept() => match r {
-                    Ok((s, _)) => {
+                r = accept() => match r {
+                    Ok(s) => {
                         let me = self.clone();
                         tokio::spawn(async move {
                             me.handle(s).await;
