@@ -139,7 +139,7 @@ fn linux_layers_point_down() {
             "oci" | "notify" | "outcome" => 3,
             "mounts" | "observe" | "fusemask" | "diskguard" => 2,
             "plan" | "landlock" | "seccomp" | "cgroup" | "pty" | "activity" | "spawn" => 1,
-            "sys" | "report" | "hooks" | "sockets" => 0,
+            "sys" | "report" | "hooks" | "sockets" | "checked" => 0,
             _ => return None,
         })
     };

@@ -66,6 +66,7 @@
 
 mod activity;
 pub mod cgroup;
+pub mod checked;
 pub mod diskguard;
 pub mod fusemask;
 pub mod hooks;

@@ -150,7 +150,7 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                 unsafe { libc::setsid() };
             }
             if let Some(c) = &console {
-                create::terminal(c.as_raw_fd(), plan.console_size, false)?;
+                create::terminal(c.as_raw_fd(), plan.console_size, None)?;
             }
             process::setup(&plan)?;
             let mut prep = process::prepare(&plan, &confine)?;

@@ -141,17 +141,22 @@ pub fn setup(p: &ProcessPlan) -> Result<(), String> {
             ));
         }
     }
+    // the container's /proc, checked to be a procfs's root, and each file reached
+    // beneath it without a link or a mount (its own pid's directory, not `self`)
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let proc = |rel: &str, data: &[u8]| crate::linux::checked::proc_write_here(rel, data);
     if let Some(adj) = p.oom_score_adj {
-        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
+        proc(&format!("{me}/oom_score_adj"), adj.to_string().as_bytes())
             .map_err(|e| format!("process.oomScoreAdj: {e}"))?;
     }
     if let Some(profile) = &p.apparmor {
         let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
-            "/proc/self/attr/apparmor/exec"
+            format!("{me}/attr/apparmor/exec")
         } else {
-            "/proc/self/attr/exec"
+            format!("{me}/attr/exec")
         };
-        std::fs::write(attr, format!("exec {profile}"))
+        proc(&attr, format!("exec {profile}").as_bytes())
             .map_err(|e| format!("process.apparmorProfile {profile:?}: {e}"))?;
     }
     if let Some(m) = p.umask {
