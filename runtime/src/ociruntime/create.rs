@@ -309,9 +309,6 @@ fn spawn(
                     ));
                 }
             }
-            for (k, path, v) in &plan.sysctl {
-                std::fs::write(path, v).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
-            }
             if let Some(c) = &console {
                 terminal(c.as_raw_fd(), p.console_size, true)?;
             }

@@ -149,7 +149,9 @@ pub struct ContainerPlan {
     pub annotations: BTreeMap<String, String>,
     pub process: ProcessPlan,
     pub confine: Confinement,
-    /// The writable set the refusal observer judges writes by; `None`: no observer.
+    /// The writable set the refusal observer judges writes by; `None`: no observer
+    /// (capsule-runc's settings leave it out, or the bundle has no seccomp filter: the
+    /// observer's is one, and an unconfined container gets none).
     pub observe: Option<Watch>,
     /// What the disk guard keeps free and watches.
     pub disk: disk::DiskPlan,
@@ -269,6 +271,9 @@ pub struct ProcessPlan {
     pub terminal: bool,
     /// (height, width).
     pub console_size: Option<(u16, u16)>,
+    /// `process.env` has no `HOME` (or an empty one): it is the user's home in the
+    /// container's `/etc/passwd`, `/` when the user is not there (as runc sets it).
+    pub home_from_passwd: bool,
 }
 
 /// The capability sets, as bit masks.
@@ -374,7 +379,11 @@ pub fn container(
             )
         })
         .collect();
-    let observe = f.settings.observe.then(|| watch(spec));
+    // the observer stacks a seccomp filter of its own: only on a container the bundle
+    // confines with seccomp already (Docker's `seccomp=unconfined`, Podman's and
+    // crictl's `unconfined` get no filter of capsule's, as under runc)
+    let bundle_seccomp = l.seccomp.is_some();
+    let observe = (f.settings.observe && bundle_seccomp).then(|| watch(spec));
     Ok(ContainerPlan {
         rootfs,
         root_readonly: root.readonly,
@@ -674,6 +683,10 @@ pub fn process(p: &config::Process, f: &ContainerFacts) -> Result<ProcessPlan, R
         apparmor,
         terminal: p.terminal,
         console_size: p.console_size.as_ref().map(|s| (s.height, s.width)),
+        home_from_passwd: !p
+            .env
+            .iter()
+            .any(|e| e.strip_prefix("HOME=").is_some_and(|h| !h.is_empty())),
     })
 }
 
