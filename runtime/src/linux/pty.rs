@@ -5,7 +5,7 @@
 //! inside) and sends the master to the caller over a socket (`SCM_RIGHTS`); the command
 //! gets the slave as its controlling terminal (`setsid` + `TIOCSCTTY`).
 
-use super::sys;
+use crate::kernel::sys;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -60,7 +60,7 @@ impl Pty {
     /// Receive the master from init (blocking until it arrives or init is gone).
     pub fn receive_master(&mut self) -> io::Result<RawFd> {
         use std::os::fd::IntoRawFd;
-        let (_, fds) = super::sys::recv_fds(self.sock, &mut [0u8; 1])?;
+        let (_, fds) = crate::kernel::sys::recv_fds(self.sock, &mut [0u8; 1])?;
         let mut fds = fds.into_iter();
         let Some(fd) = fds.next() else {
             return Err(io::Error::new(
@@ -137,18 +137,18 @@ impl Drop for Pty {
 }
 
 /// In the sandbox: open a pair on its own devpts's `ptmx` (`/dev/pts/ptmx`, opened
-/// without following a link and checked to be one: [`super::checked::open_ptmx`]);
+/// without following a link and checked to be one: [`crate::kernel::checked::open_ptmx`]);
 /// returns (master, slave), the slave by `TIOCGPTPEER`.
 pub fn open_here() -> io::Result<(RawFd, RawFd)> {
     use std::os::fd::IntoRawFd;
-    let ptmx = super::checked::open_ptmx(libc::AT_FDCWD, c"/dev/pts/ptmx", 0)?;
-    let (m, s) = super::checked::pty_pair(ptmx)?;
+    let ptmx = crate::kernel::checked::open_ptmx(libc::AT_FDCWD, c"/dev/pts/ptmx", 0)?;
+    let (m, s) = crate::kernel::checked::pty_pair(ptmx)?;
     Ok((m.into_raw_fd(), s.into_raw_fd()))
 }
 
 /// Send `fd` over the console socket.
 pub fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
-    super::sys::send_fds(sock, b"t", &[fd]).map(drop)
+    crate::kernel::sys::send_fds(sock, b"t", &[fd]).map(drop)
 }
 
 /// Copies bytes between the caller and the pseudo-terminal.

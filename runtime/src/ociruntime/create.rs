@@ -73,10 +73,10 @@ pub fn terminal(
         // SAFETY: TIOCSWINSZ with a valid struct.
         unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) };
     }
-    crate::linux::sys::send_fds(sock, b"/dev/ptmx", &[master])
+    crate::kernel::sys::send_fds(sock, b"/dev/ptmx", &[master])
         .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
-    crate::linux::sys::close(master);
-    crate::linux::sys::close(sock);
+    crate::kernel::sys::close(master);
+    crate::kernel::sys::close(sock);
     crate::linux::pty::Pty::attach_slave(slave)
         .map_err(|e| format!("attaching the terminal: {e}"))?;
     Ok(())
@@ -295,7 +295,7 @@ fn spawn(
             }
             let pair = rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
-                crate::linux::sys::sethostname(h.as_bytes())
+                crate::kernel::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
             }
             if let Some(d) = &domainname {

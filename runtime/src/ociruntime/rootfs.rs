@@ -10,7 +10,7 @@
 //! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
 //! reachable as `/oldroot/proc`).
 
-use crate::linux::checked;
+use crate::kernel::checked;
 use crate::linux::mounts::{self, StepError};
 use crate::plan::container::{ContainerPlan, DeviceNode, Mount, MountKind};
 use std::ffi::CString;
@@ -286,7 +286,7 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
                 let d2 = open_in(root, m.dst.as_os_str().as_bytes(), libc::O_PATH as u64)
                     .or_else(|e| err(what(), e))?;
                 let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
-                crate::linux::sys::mount_setattr(&dp2, *attrs, *recursive)
+                crate::kernel::sys::mount_setattr(&dp2, *attrs, *recursive)
                     .or_else(|e| err(what(), e))?;
             }
             Ok(())
@@ -360,9 +360,9 @@ fn cgroup_v1(root: RawFd, dst: &Path, ro: bool, binds: &[(PathBuf, PathBuf)]) ->
     }
     if ro {
         let again = open_in(root, dst.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-        crate::linux::sys::mount_setattr(
+        crate::kernel::sys::mount_setattr(
             &fd_path(again.as_raw_fd())?,
-            crate::linux::sys::MOUNT_ATTR_RDONLY,
+            crate::kernel::sys::MOUNT_ATTR_RDONLY,
             false,
         )?;
     }
@@ -504,7 +504,9 @@ fn console(root: RawFd) -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// `linux.sysctl`: each value written to its file of the container's procfs (at `/proc`
-/// in the rootfs, checked to be a procfs's root), without crossing a mount or a link.
+/// in the rootfs, checked to be a procfs's root: a file of the image's is refused, not
+/// written), without crossing a mount or a link (a bind over `/proc/sys/...` cannot
+/// turn it into a write elsewhere).
 fn sysctls(root: RawFd, list: &[(String, String, String)]) -> R<()> {
     if list.is_empty() {
         return Ok(());
@@ -571,11 +573,11 @@ fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
 /// read-only, `nosuid`, `nodev`, `noexec` (and what is below it, when `recursive`).
 fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-    crate::linux::sys::mount_setattr(
+    crate::kernel::sys::mount_setattr(
         &fd_path(again.as_raw_fd())?,
-        crate::linux::sys::MOUNT_ATTR_RDONLY
-            | crate::linux::sys::MOUNT_ATTR_NOSUID
-            | crate::linux::sys::MOUNT_ATTR_NODEV
+        crate::kernel::sys::MOUNT_ATTR_RDONLY
+            | crate::kernel::sys::MOUNT_ATTR_NOSUID
+            | crate::kernel::sys::MOUNT_ATTR_NODEV
             | 0x8, // MOUNT_ATTR_NOEXEC
         recursive,
     )
