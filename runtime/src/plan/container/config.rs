@@ -459,7 +459,11 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         if r.hugepage_limits.iter().any(|h| h.limit > 0) {
             return Err("linux.resources.hugepageLimits: not supported".into());
         }
-        if r.block_io.as_ref().is_some_and(|b| b.weight.is_some()) {
+        // 0 is "not set" (what Docker writes when no weight is asked), as runc reads it
+        if r.block_io
+            .as_ref()
+            .is_some_and(|b| b.weight.is_some_and(|w| w != 0))
+        {
             return Err("linux.resources.blockIO.weight: not supported".into());
         }
         if let Some(m) = &r.memory {
@@ -559,6 +563,11 @@ mod tests {
         assert!(spec(r#","mountLabel":"system_u""#)
             .unwrap_err()
             .contains("mountLabel"));
+        // Docker writes weight 0 for "no weight asked"
+        assert!(spec(r#","resources":{"blockIO":{"weight":0}}"#).is_ok());
+        assert!(spec(r#","resources":{"blockIO":{"weight":500}}"#)
+            .unwrap_err()
+            .contains("linux.resources.blockIO.weight"));
         assert!(spec(r#","resources":{"rdma":{}}"#)
             .unwrap_err()
             .contains("rdma"));
