@@ -12,7 +12,7 @@
 //! release by `start`, [`rootfs`] the container's root over capsule's setup root
 //! (`linux::mounts`), [`process`] the process's last steps (Landlock over the writable
 //! mounts, capabilities, user, seccomp), [`cgroup`] the container's cgroups (v1 here;
-//! v2 basics), [`hooks`], [`observe`], [`exec`]; the small operations (start, state,
+//! v2 basics), [`copyup`] the `tmpcopyup` of a tmpfs, [`hooks`], [`observe`], [`exec`]; the small operations (start, state,
 //! kill, delete, ps, pause, resume, features) are here.
 //!
 //! Errors are one line, on stderr and, with `--log`, in the log file as runc writes it
@@ -22,6 +22,7 @@
 pub mod bundle;
 pub mod cgroup;
 pub mod cli;
+pub mod copyup;
 pub mod create;
 pub mod detached;
 pub mod diskguard;
@@ -432,6 +433,7 @@ fn features() -> serde_json::Value {
         "strictatime",
         "nostrictatime",
         "mand",
+        "tmpcopyup",
         "nomand",
         "bind",
         "rbind",
