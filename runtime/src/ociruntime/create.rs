@@ -450,6 +450,7 @@ fn spawn(
             mine,
             listen,
             a.log.clone(),
+            cg_dirs,
         );
         if let Err(e) = r {
             kill();
