@@ -62,10 +62,10 @@ pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Re
         // SAFETY: TIOCSWINSZ with a valid struct.
         unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) };
     }
-    crate::linux::sys::send_fds(sock, b"/dev/ptmx", &[master])
+    crate::kernel::sys::send_fds(sock, b"/dev/ptmx", &[master])
         .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
-    crate::linux::sys::close(master);
-    crate::linux::sys::close(sock);
+    crate::kernel::sys::close(master);
+    crate::kernel::sys::close(sock);
     if console_bind {
         let src = CString::new(format!("/proc/self/fd/{slave}")).unwrap_or_default();
         // SAFETY: bind the terminal onto the /dev/console file made with the root.
@@ -297,7 +297,7 @@ fn spawn(
             }
             rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
-                crate::linux::sys::sethostname(h.as_bytes())
+                crate::kernel::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
             }
             if plan.loopback_up {

@@ -10,7 +10,7 @@
 //! are decided in its plan ([`crate::plan::container::ProcessPlan`],
 //! [`crate::plan::container::Confinement`]); this module only carries them out.
 
-use crate::linux::landlock::{LandlockOptions, LandlockRuleset};
+use crate::kernel::landlock::{LandlockOptions, LandlockRuleset};
 use crate::plan::container::{Confinement, ProcessPlan};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -304,7 +304,7 @@ pub fn finish(mut p: Prepared) -> String {
         }
         libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
     }
-    if let Err(err) = crate::linux::sys::capset(p.effective, p.permitted, p.inheritable) {
+    if let Err(err) = crate::kernel::sys::capset(p.effective, p.permitted, p.inheritable) {
         return format!("process.capabilities: {err}");
     }
     // SAFETY: prctl on our own process.
@@ -338,7 +338,7 @@ pub fn finish(mut p: Prepared) -> String {
             return err;
         }
     }
-    let _ = crate::linux::sys::cloexec_from(3);
+    let _ = crate::kernel::sys::cloexec_from(3);
     let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = p.envp.iter().map(|a| a.as_ptr()).collect();

@@ -197,7 +197,7 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
                 let d2 = open_in(root, m.dst.as_os_str().as_bytes(), libc::O_PATH as u64)
                     .or_else(|e| err(what(), e))?;
                 let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
-                crate::linux::sys::mount_setattr(&dp2, *attrs, *recursive)
+                crate::kernel::sys::mount_setattr(&dp2, *attrs, *recursive)
                     .or_else(|e| err(what(), e))?;
             }
             Ok(())
@@ -296,9 +296,9 @@ fn cgroup_v1(root: RawFd, dst: &Path, ro: bool, binds: &[(PathBuf, PathBuf)]) ->
     }
     if ro {
         let again = open_in(root, dst.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-        crate::linux::sys::mount_setattr(
+        crate::kernel::sys::mount_setattr(
             &fd_path(again.as_raw_fd())?,
-            crate::linux::sys::MOUNT_ATTR_RDONLY,
+            crate::kernel::sys::MOUNT_ATTR_RDONLY,
             false,
         )?;
     }
@@ -462,11 +462,11 @@ fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
 /// read-only, `nosuid`, `nodev`, `noexec` (and what is below it, when `recursive`).
 fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-    crate::linux::sys::mount_setattr(
+    crate::kernel::sys::mount_setattr(
         &fd_path(again.as_raw_fd())?,
-        crate::linux::sys::MOUNT_ATTR_RDONLY
-            | crate::linux::sys::MOUNT_ATTR_NOSUID
-            | crate::linux::sys::MOUNT_ATTR_NODEV
+        crate::kernel::sys::MOUNT_ATTR_RDONLY
+            | crate::kernel::sys::MOUNT_ATTR_NOSUID
+            | crate::kernel::sys::MOUNT_ATTR_NODEV
             | 0x8, // MOUNT_ATTR_NOEXEC
         recursive,
     )

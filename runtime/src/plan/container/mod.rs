@@ -22,7 +22,7 @@
 //! bundle's: any filesystem type with its flags, data and propagation, non-recursive
 //! binds, destinations resolved inside a hostile rootfs. So the mount steps are this
 //! module's own ([`Mount`]); what fits is shared: the Landlock input is a
-//! [`SandboxPolicy`] (built by the same `crate::linux::landlock` as an exec's) and the
+//! [`SandboxPolicy`] (built by the same `crate::kernel::landlock` as an exec's) and the
 //! default limits are [`crate::limits::Limits`] (`crate::limits::machine_defaults`).
 
 pub mod config;
@@ -66,7 +66,7 @@ pub struct Hierarchy {
 /// before it by the modules that own each part (`crate::ociruntime`'s `facts::gather`).
 #[derive(Debug, Clone, Default)]
 pub struct ContainerFacts {
-    /// The kernel's Landlock ABI (`crate::linux::landlock::abi_version`; 0: none).
+    /// The kernel's Landlock ABI (`crate::kernel::landlock::abi_version`; 0: none).
     pub landlock_abi: u32,
     /// `/sys/fs/cgroup` is the unified (v2) hierarchy.
     pub cgroup_unified: bool,
