@@ -301,7 +301,7 @@ fn spawn(
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
             }
             if plan.loopback_up {
-                crate::linux::sys::loopback_up()
+                crate::kernel::sys::loopback_up()
                     .map_err(|e| format!("linux.namespaces: network: bringing lo up: {e}"))?;
             }
             if let Some(d) = &domainname {
