@@ -169,22 +169,30 @@ fn lookup(cmd: &str, env: &[String], cwd: &str) -> Result<CString, String> {
     Err(format!("exec: {cmd:?}: executable file not found in $PATH"))
 }
 
-/// Process steps that take place before the wait for `start` (limits, oom score,
-/// AppArmor, umask, the working directory).
-pub fn setup(p: &ProcessPlan) -> Result<(), String> {
+/// `process.rlimits`, set on the container's process `pid` by capsule-runc from outside
+/// (as runc does), before it is released: the runtime's own capabilities decide, so a
+/// hard limit above the runtime's is raised where the runtime may raise it, even for a
+/// process in a user namespace of its own, whose capabilities there do not count.
+pub fn rlimits(pid: libc::pid_t, p: &ProcessPlan) -> Result<(), String> {
     for (res, typ, soft, hard) in &p.rlimits {
         let lim = libc::rlimit {
             rlim_cur: *soft,
             rlim_max: *hard,
         };
-        // SAFETY: setrlimit with a valid struct.
-        if unsafe { libc::setrlimit(*res, &lim) } < 0 {
+        // SAFETY: prlimit with a valid struct and no old value asked.
+        if unsafe { libc::prlimit(pid, *res, &lim, std::ptr::null_mut()) } < 0 {
             return Err(format!(
                 "process.rlimits {typ}: {}",
                 std::io::Error::last_os_error()
             ));
         }
     }
+    Ok(())
+}
+
+/// Process steps that take place before the wait for `start` (oom score, AppArmor,
+/// umask, the working directory; the limits are [`rlimits`]'s).
+pub fn setup(p: &ProcessPlan) -> Result<(), String> {
     // the container's /proc, checked to be a procfs's root, and each file reached
     // beneath it without a link or a mount (its own pid's directory, not `self`)
     // SAFETY: getpid cannot fail.
