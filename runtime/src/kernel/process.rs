@@ -2,8 +2,9 @@
 //! (`capsule exec`'s command, [`crate::linux::init`], and an OCI container's process,
 //! [`crate::ociruntime`]):
 //!
-//! 1. **settle** ([`settle`], a container's process, before `start`): its resource
-//!    limits, OOM score, AppArmor profile, umask and working directory;
+//! 1. **settle** ([`settle`], a container's process, before `start`): its OOM score,
+//!    AppArmor profile, umask and working directory (its resource limits are set from
+//!    outside, [`limit`], by the runtime before it releases the process);
 //! 2. **layers** ([`take_layers`]), in this order:
 //!    1. `no_new_privs`, when asked (it only changes what a later `execve` gains);
 //!    2. without `no_new_privs`, Landlock and the seccomp filters now, while
@@ -103,24 +104,32 @@ impl std::fmt::Display for Settled {
 /// One resource limit as asked: `(resource, its name, soft, hard)`.
 pub type Rlimit = (libc::__rlimit_resource_t, String, u64, u64);
 
+/// Set the resource limits `rlimits` of process `pid` from outside, exactly as asked:
+/// the caller's capabilities decide whether a hard limit may be raised, whatever user
+/// namespace `pid` is in.
+pub fn limit(pid: libc::pid_t, rlimits: &[Rlimit]) -> Result<(), StepError> {
+    for (res, name, soft, hard) in rlimits {
+        rlimit::set_of(pid, *res, *soft, *hard).map_err(|error| StepError::Settle {
+            what: Settled::Rlimit(name.clone()),
+            error,
+        })?;
+    }
+    Ok(())
+}
+
 /// A process's own settings, made before its layers ([`settle`]).
 #[derive(Debug, Clone, Default)]
 pub struct Settle<'a> {
-    pub rlimits: &'a [Rlimit],
     pub oom_score_adj: Option<i32>,
     pub apparmor: Option<&'a str>,
     pub umask: Option<u32>,
     pub cwd: &'a str,
 }
 
-/// Set the limits (exactly as asked: a process holding `CAP_SYS_RESOURCE` may raise
-/// them), the OOM score, the AppArmor profile of the next `execve`, the umask, and enter
+/// Set the OOM score, the AppArmor profile of the next `execve`, the umask, and enter
 /// the working directory.
 pub fn settle(s: &Settle<'_>) -> Result<(), StepError> {
     let failed = |what: Settled| move |error| StepError::Settle { what, error };
-    for (res, name, soft, hard) in s.rlimits {
-        rlimit::set(*res, *soft, *hard).map_err(failed(Settled::Rlimit(name.clone())))?;
-    }
     if let Some(adj) = s.oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(failed(Settled::OomScoreAdj))?;

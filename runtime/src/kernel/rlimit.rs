@@ -1,10 +1,28 @@
-//! Resource limits (`setrlimit(2)`): set as asked (an OCI bundle's `process.rlimits`,
-//! which a process holding `CAP_SYS_RESOURCE` may raise), or lowered only (capsule's own
+//! Resource limits (`setrlimit(2)`, `prlimit(2)`): set as asked (an OCI bundle's
+//! `process.rlimits`, set on the process from outside by the runtime, whose
+//! `CAP_SYS_RESOURCE` may raise them), or lowered only (capsule's own
 //! `--fds`, `--file-size`: never above the hard limit the process has); and the limits a
 //! process has now, for renderings.
 
 use super::sys;
 use std::io;
+
+/// Set `resource`'s soft and hard limit of process `pid` as given (`prlimit(2)`: the
+/// caller's own capabilities decide whether a hard limit may be raised, whatever user
+/// namespace `pid` is in).
+pub fn set_of(
+    pid: libc::pid_t,
+    resource: libc::__rlimit_resource_t,
+    soft: u64,
+    hard: u64,
+) -> io::Result<()> {
+    let l = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: prlimit with a valid struct and no old value asked.
+    sys::check_int(unsafe { libc::prlimit(pid, resource, &l, std::ptr::null_mut()) }).map(drop)
+}
 
 /// Set `resource`'s soft and hard limit as given.
 pub fn set(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> io::Result<()> {

@@ -300,6 +300,10 @@ fn spawn(
                 crate::kernel::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
             }
+            if plan.loopback_up {
+                crate::kernel::sys::loopback_up()
+                    .map_err(|e| format!("linux.namespaces: network: bringing lo up: {e}"))?;
+            }
             if let Some(d) = &domainname {
                 // SAFETY: buffer valid for its length.
                 if unsafe { libc::setdomainname(d.as_ptr() as *const libc::c_char, d.len()) } < 0 {
@@ -384,7 +388,7 @@ fn spawn(
         if flags & libc::CLONE_NEWUSER != 0 {
             id_maps(pid, plan)?;
         }
-        Ok(())
+        process::rlimits(pid, p)
     })();
     if let Err(e) = setup {
         kill();
@@ -446,6 +450,7 @@ fn spawn(
             mine,
             listen,
             a.log.clone(),
+            cg_dirs,
         );
         if let Err(e) = r {
             kill();

@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 pub const LISTING: &str = "refusals.jsonl";
 /// Where `exec` sends its process's listener, in the state directory.
 pub const SOCK: &str = "observe.sock";
-/// The observer's pid and start time, for `delete` to wait for it.
-const PID_FILE: &str = "observer.pid";
+/// The observer's pid, for `delete` to wait for it.
+const PID_FILE: &str = super::detached::OBSERVER_PID;
 
 /// Where and how the observer says what it lists: containerd's `--log`.
 #[derive(Debug, Clone)]
@@ -84,10 +84,11 @@ pub fn spawn(
     init: OwnedFd,
     listen: OwnedFd,
     log: Option<LogTo>,
+    cgroups: &[PathBuf],
 ) -> Result<(), String> {
     let (i, l) = (init.into_raw_fd(), listen.into_raw_fd());
     // the two sockets at 3 and 4 of the observer
-    let here = super::detached::fork(dir, PID_FILE, "refusal observer", &[i, l]);
+    let here = super::detached::fork(dir, PID_FILE, "refusal observer", &[i, l], cgroups);
     if !matches!(here, Ok(true)) {
         crate::kernel::sys::close(i);
         crate::kernel::sys::close(l);

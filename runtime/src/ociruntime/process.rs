@@ -2,8 +2,9 @@
 //! kernel stack takes them ([`crate::kernel::process`]: one order for both front ends):
 //! what can fail is prepared first ([`prepare`]: the executable looked up, `HOME` from
 //! the container's `/etc/passwd` where the bundle sets none, the Landlock ruleset built),
-//! in the container's root, while create or exec can still report it; [`setup`] settles
-//! the process before `start` (limits, OOM score, AppArmor, umask, working directory);
+//! in the container's root, while create or exec can still report it; [`rlimits`] sets
+//! its limits from outside and [`setup`] settles it before `start` (OOM score, AppArmor,
+//! umask, working directory);
 //! then [`finish`] takes the layers (Landlock, the user and its groups, the capability
 //! sets, `no_new_privs`, the observer's filter and the bundle's) and `execve`s.
 //!
@@ -98,11 +99,18 @@ pub fn prepare(p: &ProcessPlan, c: &Confinement) -> Result<Prepared, String> {
     })
 }
 
-/// Process steps that take place before the wait for `start` (limits, oom score,
-/// AppArmor, umask, the working directory).
+/// `process.rlimits`, set on the container's process `pid` by capsule-runc from outside
+/// (as runc does), before it is released: the runtime's own capabilities decide, so a
+/// hard limit above the runtime's is raised where the runtime may raise it, even for a
+/// process in a user namespace of its own, whose capabilities there do not count.
+pub fn rlimits(pid: libc::pid_t, p: &ProcessPlan) -> Result<(), String> {
+    process::limit(pid, &p.rlimits).map_err(|e| field(&e))
+}
+
+/// Process steps that take place before the wait for `start` (oom score, AppArmor,
+/// umask, the working directory; the limits are [`rlimits`]'s).
 pub fn setup(p: &ProcessPlan) -> Result<(), String> {
     process::settle(&process::Settle {
-        rlimits: &p.rlimits,
         oom_score_adj: p.oom_score_adj,
         apparmor: p.apparmor.as_deref(),
         umask: p.umask,

@@ -207,8 +207,22 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
             src,
             flags,
             data,
+            copy_up,
         } => {
             let d = make_in(root, &m.dst, true).or_else(|e| err(what(), e))?;
+            // tmpcopyup: the image's folder, as it is before the tmpfs covers it
+            let under = if *copy_up && is_dir(d.as_raw_fd()) {
+                Some(
+                    open_in(
+                        root,
+                        m.dst.as_os_str().as_bytes(),
+                        (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
+                    )
+                    .or_else(|e| err(what(), e))?,
+                )
+            } else {
+                None
+            };
             let dp = fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?;
             let src = cs(src.as_os_str().as_bytes()).or_else(|e| err(what(), e))?;
             let t = cs(typ.as_bytes()).or_else(|e| err(what(), e))?;
@@ -226,7 +240,19 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
                     Ok(())
                 }
                 Err(e) => err(what(), e),
-                Ok(()) => Ok(()),
+                Ok(()) => match under {
+                    Some(under) => {
+                        let top = open_in(
+                            root,
+                            m.dst.as_os_str().as_bytes(),
+                            (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
+                        )
+                        .or_else(|e| err(what(), e))?;
+                        super::copyup::copy(under.as_raw_fd(), top.as_raw_fd())
+                            .or_else(|e| err(format!("{} (tmpcopyup)", what()), e))
+                    }
+                    None => Ok(()),
+                },
             }
         }
     }

@@ -143,6 +143,9 @@ pub struct ContainerPlan {
     pub rootfs_propagation: Option<libc::c_ulong>,
     pub hostname: Option<String>,
     pub domainname: Option<String>,
+    /// A new network namespace: its loopback is brought up (as runc does; Podman's
+    /// `--network none` counts on it).
+    pub loopback_up: bool,
     /// `linux.sysctl`: (key, file under `/proc/sys`, value).
     pub sysctl: Vec<(String, String, String)>,
     pub hooks: Option<Hooks>,
@@ -210,12 +213,14 @@ pub enum MountKind {
         attrs: u64,
     },
     /// A filesystem of type `typ` from `src` with `flags` and `data`; a `sysfs` the kernel
-    /// refuses (a network namespace not ours, rootless) is the host's, bound.
+    /// refuses (a network namespace not ours, rootless) is the host's, bound. `copy_up`
+    /// (`tmpcopyup`, a tmpfs's): what the image had at the mount point is copied into it.
     Fs {
         typ: String,
         src: PathBuf,
         flags: libc::c_ulong,
         data: String,
+        copy_up: bool,
     },
     /// `cgroup2` of the unified host (read-only when `ro`).
     Cgroup2 { ro: bool },
@@ -384,6 +389,7 @@ pub fn container(
         uid_mappings: l.uid_mappings.clone(),
         gid_mappings: l.gid_mappings.clone(),
         bind_devices: namespaces.userns,
+        loopback_up: namespaces.new & libc::CLONE_NEWNET != 0,
         namespaces,
         cgroup,
         mounts,
@@ -543,7 +549,7 @@ pub fn options(opts: &[String]) -> (libc::c_ulong, libc::c_ulong, String) {
         match config::mount_flag(o) {
             Some((true, f)) => set |= f,
             Some((false, f)) => clear |= f,
-            None if propagation(o).is_some() => {}
+            None if propagation(o).is_some() || o == "tmpcopyup" => {}
             None => data.push(o.as_str()),
         }
     }
@@ -606,6 +612,7 @@ fn mount(i: usize, m: &config::Mount, cgroup_rel: &Path, f: &ContainerFacts) -> 
             src: m.source.clone().unwrap_or_else(|| PathBuf::from(typ)),
             flags: set & !libc::MS_REC,
             data,
+            copy_up: m.options.iter().any(|o| o == "tmpcopyup"),
         }
     };
     Mount {

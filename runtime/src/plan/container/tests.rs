@@ -71,7 +71,7 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
         c["mounts"] = serde_json::json!([
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rbind", "ro", "nosuid", "rprivate"]},
-            {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=65536k"]},
+            {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=65536k", "tmpcopyup"]},
             {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]}
         ]);
         c["process"]["capabilities"] = serde_json::json!({
@@ -90,6 +90,8 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
     assert_eq!(joined, ["user", "network"]);
     assert!(p.namespaces.userns && p.bind_devices);
     assert_eq!(p.hostname.as_deref(), Some("box"));
+    // the network namespace is joined: its loopback is its owner's
+    assert!(!p.loopback_up);
     assert_eq!(
         p.sysctl,
         [(
@@ -124,6 +126,7 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
             src: "tmpfs".into(),
             flags: libc::MS_NOSUID,
             data: "mode=755,size=65536k".into(),
+            copy_up: true,
         }
     );
     assert_eq!(
@@ -197,6 +200,18 @@ fn an_unconfined_container_gets_no_filter_of_capsules() {
     )
     .unwrap();
     assert!(p.observe.is_some());
+}
+
+#[test]
+fn a_new_network_namespace_gets_its_loopback_up() {
+    let p = plan_of(
+        &spec_with(|c| {
+            c["linux"]["namespaces"] = serde_json::json!([{"type": "mount"}, {"type": "network"}])
+        }),
+        &facts(),
+    )
+    .unwrap();
+    assert!(p.loopback_up);
 }
 
 #[test]
