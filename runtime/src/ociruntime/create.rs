@@ -240,7 +240,7 @@ fn spawn(
     // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
     let observed = plan.observe.is_some();
     let obs = if observed {
-        let (mine, init) = crate::linux::notify::channel()
+        let (mine, init) = crate::kernel::seccomp::listener_channel()
             .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
         Some((mine, init, observe::bind(dir)?))
     } else {

@@ -6,7 +6,7 @@
 //! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`,
 //! `CAPSULE_OCI_DISK_RESERVE`).
 
-use super::{cgroup, process};
+use super::cgroup;
 use crate::plan::container::{ContainerFacts, Settings};
 
 fn off(var: &str) -> bool {
@@ -28,7 +28,7 @@ pub fn gather(cgroups: bool) -> ContainerFacts {
         } else {
             0
         },
-        apparmor: process::apparmor_enabled(),
+        apparmor: crate::kernel::process::apparmor_enabled(),
         settings,
         disk_reserve: std::env::var_os(crate::plan::container::disk::ENV)
             .map(|v| v.to_string_lossy().into_owned()),

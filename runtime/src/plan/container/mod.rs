@@ -290,15 +290,8 @@ pub struct ProcessPlan {
     pub home_from_passwd: bool,
 }
 
-/// The capability sets, as bit masks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CapSets {
-    pub bounding: u64,
-    pub effective: u64,
-    pub permitted: u64,
-    pub inheritable: u64,
-    pub ambient: u64,
-}
+/// The capability sets, as bit masks (the kernel stack takes them as they are).
+pub use crate::kernel::caps::CapSets;
 
 /// What confines every process of the container beyond its mounts.
 #[derive(Debug, Clone)]
