@@ -33,6 +33,9 @@ pub struct Prepared {
     landlock: Option<LandlockRuleset>,
     /// The socket the refusal observer's listener goes on ([`super::observe`]).
     pub observer: Option<std::os::fd::RawFd>,
+    /// `--preserve-fds N`: descriptors 3 to 3+N-1 (the caller's, checked open when
+    /// capsule-runc started) pass to the process; every other one above 2 is closed.
+    pub preserve_fds: u32,
 }
 
 fn cstr(s: &[u8], what: &str) -> Result<CString, String> {
@@ -86,6 +89,7 @@ pub fn prepare(p: &ProcessPlan, c: &Confinement) -> Result<Prepared, String> {
         seccomp: c.seccomp.clone(),
         landlock: landlock_ruleset(c)?,
         observer: None,
+        preserve_fds: 0,
     })
 }
 
@@ -286,7 +290,12 @@ pub fn finish(mut p: Prepared) -> String {
             return err;
         }
     }
-    let _ = crate::linux::sys::cloexec_from(3);
+    let _ = crate::linux::sys::cloexec_from(3 + p.preserve_fds);
+    for fd in 3..3 + p.preserve_fds {
+        if let Err(err) = crate::linux::sys::keep_across_exec(fd as i32) {
+            return format!("--preserve-fds: descriptor {fd}: {err}");
+        }
+    }
     let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = p.envp.iter().map(|a| a.as_ptr()).collect();
