@@ -111,7 +111,7 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
     // the descriptors to pass on are the caller's: open before capsule-runc opened any
     // of its own (none of which can then take their numbers)
     for fd in 3..3 + a.preserve_fds {
-        if !crate::linux::sys::is_open(fd as i32) {
+        if !crate::kernel::sys::is_open(fd as i32) {
             return Err(format!(
                 "--preserve-fds {}: descriptor {fd} is not open",
                 a.preserve_fds
@@ -240,7 +240,8 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
     drop(go_r);
     drop(console);
     drop(observer);
-    if let Err(e) = super::cgroup::enter(&cg_dirs, pid) {
+    let placed = super::cgroup::enter(&cg_dirs, pid).and_then(|()| process::rlimits(pid, &plan));
+    if let Err(e) = placed {
         // SAFETY: our own child.
         unsafe {
             libc::kill(pid, libc::SIGKILL);

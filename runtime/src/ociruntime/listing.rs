@@ -104,10 +104,10 @@ pub fn list(root: &Path, json: bool, quiet: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// The container's processes: every pid in its cgroups (sub-cgroups too), or its init
-/// where it has none.
-pub fn pids(s: &state::Saved) -> Vec<libc::pid_t> {
-    let mut pids = super::cgroup::all_pids(&s.cgroups);
+/// The container's processes: every pid in its cgroups (sub-cgroups too) but capsule's
+/// helpers, or its init where it has none.
+pub fn pids(root: &Path, s: &state::Saved) -> Vec<libc::pid_t> {
+    let mut pids = super::detached::container_pids(&s.cgroups, &state::dir(root, &s.id));
     if pids.is_empty() && s.alive() {
         pids.push(s.pid);
     }
@@ -116,7 +116,7 @@ pub fn pids(s: &state::Saved) -> Vec<libc::pid_t> {
 
 pub fn ps(root: &Path, id: &str, json: bool, args: &[String]) -> Result<(), String> {
     let s = state::load(root, id)?;
-    let pids = pids(&s);
+    let pids = pids(root, &s);
     if json {
         let text = if pids.is_empty() {
             "null".to_string()
