@@ -1,8 +1,10 @@
 //! Red team: no single call takes the disk below the reserve, whatever way it takes
 //! space, and a filesystem full of empty files or one mounted below a writable path is
-//! guarded too. On a small tmpfs made for the test (256 MiB, 20,000 inodes: its reserve
-//! is 12.8 MiB and 1,000 inodes) holding the capsule root, each attack is run twice in
-//! the same test:
+//! guarded too. On a small ext4 made for the test (a 256 MiB image on a loop device,
+//! 20,000 inodes: its reserve is 5% of its size and of its inodes; ext4 because its
+//! `fallocate` takes 150 MiB in a millisecond, where a tmpfs zeroes pages long enough for
+//! the poll to see it) holding the capsule root, each attack is run twice in the same
+//! test:
 //!
 //! - **calibration**: on the host, with no sandbox, as the runner: it takes the
 //!   filesystem below its reserve (so the attack is real);
@@ -22,10 +24,7 @@ use capsule_e2e::faults::*;
 use capsule_e2e::*;
 use std::path::{Path, PathBuf};
 
-const FS_SIZE: &str = "256m";
 const INODES: u64 = 20_000;
-const RESERVE: u64 = (256 << 20) / 100 * 5;
-const IRESERVE: u64 = INODES / 100 * 5;
 
 /// The attacks, one program: `attack.py MODE DIR BYTES`.
 const ATTACK: &str = r#"
@@ -96,8 +95,40 @@ fn free_inodes(p: &Path) -> u64 {
     statvfs(p).f_favail
 }
 
+/// An ext4 of 256 MiB and [`INODES`] inodes (no blocks reserved for root) on a loop
+/// device at `dir`, its image next to it, handed to `r`; `None` where no loop device can
+/// be had (said on stderr).
+fn small_ext4(dir: &Path, r: &Runner) -> Option<SmallFs> {
+    std::fs::create_dir_all(dir).unwrap();
+    let img = dir.with_extension("img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
+    let o = run(std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-m", "0", "-N", &INODES.to_string()])
+        .arg(&img));
+    assert_ok(&o, "mkfs.ext4");
+    let o = run(std::process::Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(dir));
+    if !o.status.success() {
+        eprintln!("skipped: no loop device here: {}", stderr(&o));
+        return None;
+    }
+    r.own(dir);
+    Some(SmallFs(dir.to_path_buf()))
+}
+
+/// The reserve capsule keeps on the filesystem of `p`: (bytes, inodes), 5% of each.
+fn reserves(p: &Path) -> (u64, u64) {
+    let st = statvfs(p);
+    ((st.f_blocks * st.f_frsize) / 100 * 5, st.f_files / 100 * 5)
+}
+
 /// A tmpfs of `size` and `inodes` at `dir`, handed to `r`.
-fn small_fs(dir: &Path, size: &str, inodes: u64, r: &Runner) -> SmallFs {
+fn small_tmpfs(dir: &Path, size: &str, inodes: u64, r: &Runner) -> SmallFs {
     std::fs::create_dir_all(dir).unwrap();
     let o = run(std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o"])
@@ -128,12 +159,13 @@ fn clean(dir: &Path) {
 /// The size an attack asks for, from the free space of `fs` now.
 fn size_for(mode: &str, fs: &Path) -> u64 {
     let free = free(fs);
-    let headroom = free.saturating_sub(RESERVE);
+    let reserve = reserves(fs).0;
+    let headroom = free.saturating_sub(reserve);
     match mode {
         // one call of more than the headroom
-        "fallocate" | "keepsize" | "write" => free - RESERVE / 2,
+        "fallocate" | "keepsize" | "write" => free - reserve / 2,
         // two, each within the headroom, not together (but within the free space)
-        _ => (headroom / 2 + RESERVE / 4) & !0xfffff,
+        _ => (headroom / 2 + reserve / 4) & !0xfffff,
     }
 }
 
@@ -149,7 +181,10 @@ fn no_single_call_takes_the_disk_below_the_reserve() {
         let src = t.path().join("src");
         git_repo(&src, &[("README", "r\n")]);
         r.own(&src);
-        let fs = small_fs(&t.path().join("fs"), FS_SIZE, INODES, &r);
+        let Some(fs) = small_ext4(&t.path().join("fs"), &r) else {
+            return;
+        };
+        let (reserve, ireserve) = reserves(&fs.0);
         let root = fs.0.join("root");
         assert_ok(
             &bounded(
@@ -188,8 +223,8 @@ fn no_single_call_takes_the_disk_below_the_reserve() {
             );
             let (left, ileft) = (free(&fs.0), free_inodes(&fs.0));
             assert!(
-                left < RESERVE || ileft < IRESERVE,
-                "[{label}] calibration of {mode}: {left} bytes and {ileft} inodes free (reserve {RESERVE}, {IRESERVE}): {} {}",
+                left < reserve || ileft < ireserve,
+                "[{label}] calibration of {mode}: {left} bytes and {ileft} inodes free (reserve {reserve}, {ireserve}): {} {}",
                 stdout(&o),
                 stderr(&o)
             );
@@ -218,14 +253,14 @@ fn no_single_call_takes_the_disk_below_the_reserve() {
                 stderr(&o).trim()
             );
             assert!(
-                left >= RESERVE,
-                "[{label}] {mode}: {left} bytes free, reserve {RESERVE}: {} {}",
+                left >= reserve,
+                "[{label}] {mode}: {left} bytes free, reserve {reserve}: {} {}",
                 stdout(&o),
                 stderr(&o)
             );
             assert!(
-                ileft >= IRESERVE,
-                "[{label}] {mode}: {ileft} inodes free, reserve {IRESERVE}: {}",
+                ileft >= ireserve,
+                "[{label}] {mode}: {ileft} inodes free, reserve {ireserve}: {}",
                 stderr(&o)
             );
             clean(&ws);
@@ -234,7 +269,7 @@ fn no_single_call_takes_the_disk_below_the_reserve() {
         let extra = fs.0.join("extra");
         std::fs::create_dir_all(&extra).unwrap();
         r.own(&extra);
-        let sub = small_fs(&extra.join("sub"), "64m", 10_000, &r);
+        let sub = small_tmpfs(&extra.join("sub"), "64m", 10_000, &r);
         let sub_reserve = (64u64 << 20) / 100 * 5;
         let fill = format!(
             "i=0; while :; do dd if=/dev/zero of={}/fill$i bs=4M count=1 2>/dev/null || exit 3; i=$((i+1)); done",
@@ -287,7 +322,9 @@ fn the_record_says_what_bounded_the_calls() {
     let t = scratch();
     let src = t.path().join("src");
     git_repo(&src, &[("README", "r\n")]);
-    let fs = small_fs(&t.path().join("fs"), FS_SIZE, INODES, &r);
+    let Some(fs) = small_ext4(&t.path().join("fs"), &r) else {
+        return;
+    };
     let root: PathBuf = fs.0.join("root");
     assert_ok(
         &bounded(
