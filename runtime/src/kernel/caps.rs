@@ -81,10 +81,10 @@ pub fn become_user(u: &User) -> Result<(), (CapStep, io::Error)> {
     Ok(())
 }
 
-/// Set the five sets of `c`: the bounding set limited, effective, permitted and
-/// inheritable set, the ambient set raised (after clearing it).
+/// Set the sets of `c` but the bounding set (limited before the user changes,
+/// [`limit_bounding`]): effective, permitted and inheritable, the ambient set raised
+/// (after clearing it).
 pub fn set(c: &CapSets) -> Result<(), (CapStep, io::Error)> {
-    limit_bounding(c.bounding).map_err(|e| (CapStep::Bounding, e))?;
     capset(c.effective, c.permitted, c.inheritable).map_err(|e| (CapStep::Sets, e))?;
     raise_ambient(c.ambient).map_err(|e| (CapStep::Ambient, e))
 }

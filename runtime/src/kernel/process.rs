@@ -9,7 +9,8 @@
 //!    1. `no_new_privs`, when asked (it only changes what a later `execve` gains);
 //!    2. without `no_new_privs`, Landlock and the seccomp filters now, while
 //!       `CAP_SYS_ADMIN` is still held (the kernel requires one or the other);
-//!    3. the user and its groups ([`caps::become_user`], capabilities kept across);
+//!    3. a bundle's bounding set, then the user and its groups ([`caps::become_user`],
+//!       capabilities kept across);
 //!    4. the capabilities: every set emptied ([`caps::drop_all`], capsule's) or the five
 //!       sets a bundle names ([`caps::set`]);
 //!    5. with `no_new_privs`, Landlock and the seccomp filters last: the filters see
@@ -272,6 +273,12 @@ pub fn take_layers(mut l: Layers<'_>) -> Result<Taken, StepError> {
     } else {
         // a filter or Landlock without no_new_privs needs CAP_SYS_ADMIN: now, while held
         confine(&mut l, &mut taken)?;
+    }
+    // the bounding set before the user: dropping from it needs CAP_SETPCAP in the
+    // effective set, which a change to another uid than 0 empties
+    if let Capabilities::Sets(c) = &l.capabilities {
+        caps::limit_bounding(c.bounding)
+            .map_err(|e| StepError::Capabilities(CapStep::Bounding, e))?;
     }
     if let Some(u) = l.user {
         caps::become_user(u).map_err(|(s, e)| StepError::Capabilities(s, e))?;
