@@ -53,6 +53,8 @@ pub enum StepError {
     Filter(std::io::Error),
     #[error("closing inherited descriptors: {0}")]
     CloseDescriptors(std::io::Error),
+    #[error("passing descriptor {fd} on: {error}")]
+    KeepDescriptor { fd: i32, error: std::io::Error },
     #[error("{what}: {error}")]
     Settle {
         what: Settled,
@@ -391,6 +393,9 @@ pub struct Program<'a> {
     pub path: Option<&'a CStr>,
     pub argv: &'a [CString],
     pub envp: &'a [CString],
+    /// Descriptors 3 to 3+N-1 pass through `execve` as they are (capsule-runc's
+    /// `--preserve-fds N`: the caller's); 0 for every other process.
+    pub keep_fds: u32,
 }
 
 /// Why [`exec`] did not become the program.
@@ -404,12 +409,17 @@ pub enum ExecError {
     Exec { command: String, errno: i32 },
 }
 
-/// The last step: every inherited descriptor from 3 up closed on exec, `SIGPIPE` back to
-/// its default, the signal mask `mask` (the caller's, or empty), then `execve`. Returns
-/// only why it failed.
+/// The last step: every inherited descriptor from 3 up closed on exec (but the
+/// [`Program::keep_fds`] ones), `SIGPIPE` back to its default, the signal mask `mask`
+/// (the caller's, or empty), then `execve`. Returns only why it failed.
 pub fn exec(p: &Program<'_>, mask: &libc::sigset_t) -> ExecError {
-    if let Err(e) = sys::cloexec_from(3) {
+    if let Err(e) = sys::cloexec_from(3 + p.keep_fds) {
         return StepError::CloseDescriptors(e).into();
+    }
+    for fd in 3..3 + p.keep_fds as i32 {
+        if let Err(error) = sys::keep_across_exec(fd) {
+            return StepError::KeepDescriptor { fd, error }.into();
+        }
     }
     let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
