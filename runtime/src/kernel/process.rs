@@ -133,17 +133,23 @@ pub struct Settle<'a> {
 /// the working directory.
 pub fn settle(s: &Settle<'_>) -> Result<(), StepError> {
     let failed = |what: Settled| move |error| StepError::Settle { what, error };
+    // the process's /proc (a container's: it may have put anything there), checked to be
+    // a procfs's root, and each file reached beneath it without a link or a mount (its
+    // own pid's directory, not `self`)
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let proc = |rel: &str, data: &[u8]| super::checked::proc_write_here(rel, data);
     if let Some(adj) = s.oom_score_adj {
-        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
+        proc(&format!("{me}/oom_score_adj"), adj.to_string().as_bytes())
             .map_err(failed(Settled::OomScoreAdj))?;
     }
     if let Some(profile) = s.apparmor {
         let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
-            "/proc/self/attr/apparmor/exec"
+            format!("{me}/attr/apparmor/exec")
         } else {
-            "/proc/self/attr/exec"
+            format!("{me}/attr/exec")
         };
-        std::fs::write(attr, format!("exec {profile}"))
+        proc(&attr, format!("exec {profile}").as_bytes())
             .map_err(failed(Settled::AppArmor(profile.to_string())))?;
     }
     if let Some(m) = s.umask {

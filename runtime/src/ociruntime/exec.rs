@@ -173,7 +173,7 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
                 ns::new_session();
             }
             if let Some(c) = &console {
-                create::terminal(c.as_raw_fd(), plan.console_size, false)?;
+                create::terminal(c.as_raw_fd(), plan.console_size, None)?;
             }
             process::setup(&plan)?;
             let mut prep = process::prepare(&plan, &confine)?;
