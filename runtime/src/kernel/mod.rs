@@ -8,15 +8,20 @@
 //! - [`cgroup`]: control groups (v1 and v2) of an exec's limits;
 //! - [`caps`]: capabilities, the user a process runs as, `no_new_privs`;
 //! - [`rlimit`]: resource limits;
+//! - [`ns`]: namespaces and `clone` (the one raw `clone` of both front ends), id maps;
 //! - [`process`]: a process's last steps before `execve`, in the one order both front
 //!   ends use.
+//! - [`checked`]: what a hostile tree names, opened without following its links and
+//!   checked (a devpts's `ptmx`, a procfs file, a device).
 //!
 //! Nothing here uses a front end, a plan or the exec pipeline above it; what it needs
 //! comes in as arguments (the architecture tests check it).
 
 pub mod caps;
 pub mod cgroup;
+pub mod checked;
 pub mod landlock;
+pub mod ns;
 pub mod process;
 pub mod rlimit;
 pub mod seccomp;
