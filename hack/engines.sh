@@ -171,6 +171,7 @@ cell() { # engine cell
     logs) $E run -d --name $n $X $I sh -c 'echo logged; sleep 100' >/dev/null; sleep 0.5; $E logs $n | grep -q logged; local s=$?; $E rm -f $n >/dev/null 2>&1; return $s ;;
     cp) echo cpin >"$S/cpin"; chmod 644 "$S/cpin"; $E run -d --name $n $X $I sleep 100 >/dev/null; ok $E cp "$S/cpin" $n:/tmp/cpin && [ "$($E exec $n cat /tmp/cpin)" = cpin ] && ok $E cp $n:/etc/passwd "$S/cpout-$e-$RT"; local s=$?; $E rm -f $n >/dev/null 2>&1; return $s ;;
     stats) [ $e = rootless ] && return 2; $E run -d --name $n $X $I sleep 100 >/dev/null; ok $E stats --no-stream $n; local s=$?; $E rm -f $n >/dev/null 2>&1; return $s ;;
+    update) [ $e != docker ] && return 2; $E run -d --name $n $X $I sleep 100 >/dev/null; ok $E update --memory 64m --memory-swap 64m $n && [ "$($E exec $n cat /sys/fs/cgroup/memory/memory.limit_in_bytes)" = 67108864 ]; local s=$?; $E rm -f $n >/dev/null 2>&1; return $s ;;
     restart) [ $e != docker ] && return 2; $E run -d --name $n $X --restart on-failure:2 $I sh -c 'exit 5' >/dev/null; local x=""; for _ in $(seq 40); do x=$($E inspect -f '{{.RestartCount}} {{.State.Status}}' $n); [ "$x" = "2 exited" ] && break; sleep 0.5; done; $E rm -f $n >/dev/null 2>&1; [ "$x" = "2 exited" ] ;;
     health) [ $e != docker ] && return 2; $E run -d --name $n $X --health-cmd true --health-interval 1s $I sleep 100 >/dev/null; local x=""; for _ in $(seq 40); do x=$($E inspect -f '{{.State.Health.Status}}' $n); [ "$x" = healthy ] && break; sleep 0.5; done; $E rm -f $n >/dev/null 2>&1; [ "$x" = healthy ] ;;
     rmf) local id; id=$($E run -d --name $n $X $I sleep 100); sleep 0.5; ok $E rm -f $n; sleep 1; ! pgrep -f "$id" >/dev/null && ! grep -q "$id" /proc/self/mountinfo && ! find /sys/fs/cgroup/pids -name "*$id*" | grep -q . ;;
@@ -191,7 +192,7 @@ cri_cell() {
     *) return 2 ;;
   esac
 }
-CELLS="output exec tty kill stop readonly memory pids bind home init user caps nnp unconfined netnone bridge tmpfs device pause logs cp stats restart health rmf pod"
+CELLS="output exec tty kill stop readonly memory pids bind home init user caps nnp unconfined netnone bridge tmpfs device pause logs cp stats update restart health rmf pod"
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.3f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 now() { date +%s.%N; }
