@@ -11,7 +11,7 @@
 #      (`open("/etc/x", O_WRONLY)`), this binary vs BASE_BIN.
 #
 # The fair BASE is this same tree with listing turned off and nothing else changed: build
-# it with `listen: false` in `SeccompProgram::build_for` (runtime/src/linux/seccomp.rs;
+# it with `listen: false` in `SeccompProgram::build_for` (runtime/src/kernel/seccomp.rs;
 # the plain filter then answers EPERM itself and no notification is sent) and copy the
 # binary aside. An older binary as BASE also differs in every other feature since.
 #

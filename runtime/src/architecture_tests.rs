@@ -50,12 +50,12 @@ fn only_the_command_line_uses_the_command_line() {
 }
 
 /// The executors use the building blocks every layer shares (exit statuses, limits, the
-/// refusal model they report into) and
+/// refusal model they report into, the kernel stack) and
 /// nothing of the library above them: whatever they need is handed down in the plan and
 /// the hooks.
 #[test]
 fn executors_never_reach_up() {
-    const SHARED: &[&str] = &["exit", "limits", "refusals"];
+    const SHARED: &[&str] = &["exit", "limits", "refusals", "kernel"];
     let mut bad = Vec::new();
     for (file, code) in all_sources() {
         let own = if under(&file, "linux") {
@@ -138,8 +138,8 @@ fn linux_layers_point_down() {
             "init" => 4,
             "oci" | "notify" | "outcome" => 3,
             "mounts" | "observe" | "fusemask" | "diskguard" => 2,
-            "plan" | "landlock" | "seccomp" | "cgroup" | "pty" | "activity" | "spawn" => 1,
-            "sys" | "report" | "hooks" | "sockets" => 0,
+            "plan" | "pty" | "activity" | "spawn" => 1,
+            "report" | "hooks" | "sockets" => 0,
             _ => return None,
         })
     };
@@ -186,6 +186,66 @@ fn linux_layers_point_down() {
         bad.is_empty(),
         "Linux executor layers pointing up: {bad:#?}"
     );
+}
+
+/// The kernel stack ([`crate::kernel`]) is the bottom both front ends stand on: it uses
+/// nothing of the crate but the shared building blocks (exit statuses, limits), never an
+/// executor, a plan, a front end or the library above. Inside it each module uses only
+/// modules of a lower layer. A module missing from the table fails the test.
+#[test]
+fn the_kernel_stack_is_the_bottom() {
+    const ALLOWED: &[&str] = &["kernel", "exit", "limits"];
+    let layer = |m: &str| -> Option<u32> {
+        Some(match m {
+            "landlock" | "seccomp" | "cgroup" => 1,
+            "sys" => 0,
+            _ => return None,
+        })
+    };
+    let mut bad = Vec::new();
+    for (file, code) in all_sources() {
+        let Ok(rel) = file.strip_prefix("kernel") else {
+            continue;
+        };
+        for m in crate_modules(&code) {
+            if !ALLOWED.contains(&m.as_str()) {
+                bad.push(format!("{} uses crate::{m}", file.display()));
+            }
+        }
+        let Some(module) = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .map(|s| s.trim_end_matches(".rs").to_string())
+        else {
+            continue;
+        };
+        if module == "mod" {
+            continue;
+        }
+        let nested = rel.components().count() > 1;
+        let Some(own) = layer(&module) else {
+            bad.push(format!("{}: kernel::{module} has no layer", file.display()));
+            continue;
+        };
+        let mut used = first_segments(&code, &["crate::kernel::"]);
+        if !nested {
+            used.extend(super_modules(&code));
+        }
+        for m in used {
+            if m == module {
+                continue;
+            }
+            match layer(&m) {
+                Some(l) if l >= own => bad.push(format!(
+                    "{}: kernel::{module} (layer {own}) uses kernel::{m} (layer {l})",
+                    file.display()
+                )),
+                _ => {}
+            }
+        }
+    }
+    assert!(bad.is_empty(), "the kernel stack reaching up: {bad:#?}");
 }
 
 /// No two modules use each other: where two parts need each other, what they share is a

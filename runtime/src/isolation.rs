@@ -150,7 +150,7 @@ mod imp {
 
     pub fn probe() -> IsolationReport {
         let user_namespaces = user_namespaces();
-        let abi = crate::linux::landlock::abi_version();
+        let abi = crate::kernel::landlock::abi_version();
         let landlock = LandlockInfo {
             abi,
             lacking: landlock_lacking(abi),

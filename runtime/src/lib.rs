@@ -46,6 +46,8 @@ pub mod exec;
 pub mod exit;
 pub mod home;
 pub mod isolation;
+#[cfg(target_os = "linux")]
+pub mod kernel;
 pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -48,7 +48,7 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
     }
     let report = isolation::probe();
     #[cfg(target_os = "linux")]
-    let notify = crate::linux::seccomp::continue_supported();
+    let notify = crate::kernel::seccomp::continue_supported();
     #[cfg(target_os = "linux")]
     let watched = crate::linux::fusemask::usable();
     #[cfg(not(target_os = "linux"))]
@@ -57,7 +57,7 @@ pub fn isolation(args: IsolationArgs) -> CliResult {
     let watched = false;
     let decision = isolation::decide(&report, &settings);
     #[cfg(target_os = "linux")]
-    let limits = crate::linux::cgroup::probe();
+    let limits = crate::kernel::cgroup::probe();
     #[cfg(not(target_os = "linux"))]
     let limits: Vec<(&str, Result<String, String>)> = Vec::new();
     if args.json {

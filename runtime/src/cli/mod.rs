@@ -116,7 +116,7 @@ pub fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     if exec {
         // whoever waits for the exec learns of its end before the address space is gone
-        crate::linux::sys::exit_lightly();
+        crate::kernel::sys::exit_lightly();
     }
     code
 }

@@ -219,7 +219,7 @@ mod imp {
                 .map_err(|e| Refused::Setup(e.message))
         };
         let (mut iso, mut best_effort) =
-            if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+            if crate::kernel::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
                 weaker(&mut degradation, true)?
             } else {
                 (Isolation::Full, false)

@@ -138,7 +138,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         );
         degradation.push("no sandbox at all (--no-sandbox)".to_string());
         Isolation::None
-    } else if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+    } else if crate::kernel::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
         let (i, best_effort) = weaker_or_refuse(&settings, &mut degradation, true)?;
         landlock_best_effort = best_effort;
         i
@@ -186,10 +186,10 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     let mut defaults_not_enforced: Vec<String> = Vec::new();
     let t_cg = Instant::now();
     let made = if found_here {
-        Ok(linux::cgroup::ExecCgroups::default())
+        Ok(crate::kernel::cgroup::ExecCgroups::default())
     } else {
         loop {
-            let made = linux::cgroup::ExecCgroups::create(&limits);
+            let made = crate::kernel::cgroup::ExecCgroups::create(&limits);
             let default = match &made {
                 Err(e) if e.flag == "--memory" && own.memory.is_some() => &mut limits.memory,
                 Err(e) if e.flag == "--pids" && own.pids.is_some() => &mut limits.pids,
@@ -227,12 +227,12 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
                 _ => limits.pids = None,
             }
             // the other one may still be enforceable
-            linux::cgroup::ExecCgroups::create(&limits).unwrap_or_else(|e| {
+            crate::kernel::cgroup::ExecCgroups::create(&limits).unwrap_or_else(|e| {
                 degradation.push(format!("{e}; not enforced"));
                 limits.memory = None;
                 limits.pids = None;
                 limits.cpus_milli = None;
-                linux::cgroup::ExecCgroups::default()
+                crate::kernel::cgroup::ExecCgroups::default()
             })
         }
         Err(e) => {
@@ -244,7 +244,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     };
     tracing::debug!("cgroups made: took {:?}", t_cg.elapsed());
     let limits_record = |limits: &crate::limits::Limits,
-                         cgroups: &linux::cgroup::ExecCgroups,
+                         cgroups: &crate::kernel::cgroup::ExecCgroups,
                          not_enforced: &[String]| {
         serde_json::json!({
             "in_force": limits,
@@ -353,7 +353,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     if isolation != Isolation::None {
         rec.refusals_not_listed = crate::refusals::listing::kinds(
             isolation == Isolation::Full,
-            linux::seccomp::continue_supported(),
+            crate::kernel::seccomp::continue_supported(),
             a.list_reads,
             linux::fusemask::usable(),
         )
@@ -371,7 +371,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
 
     if let (true, Ok(o)) = (found_here, &result) {
         // capsule's defaults: the groups the executor found (or why none)
-        cgroups = linux::cgroup::ExecCgroups::found(o.found.groups.clone(), &limits);
+        cgroups = crate::kernel::cgroup::ExecCgroups::found(o.found.groups.clone(), &limits);
         if let Some(why) = &o.found.not_enforced {
             limits.memory = None;
             limits.pids = None;

@@ -209,7 +209,7 @@ fn canonical(flag: &str, p: &Path) -> Result<PathBuf, CliError> {
 /// `std::fs::canonicalize`, in fewer system calls on Linux (many `--hide` flags).
 fn canonicalize(p: &Path) -> std::io::Result<PathBuf> {
     #[cfg(target_os = "linux")]
-    return crate::linux::sys::canonicalize(p);
+    return crate::kernel::sys::canonicalize(p);
     #[cfg(not(target_os = "linux"))]
     return std::fs::canonicalize(p);
 }
@@ -270,7 +270,7 @@ fn effective_policy(
         p.writable.push(c);
     }
     #[cfg(target_os = "linux")]
-    let hidden = crate::linux::sys::canonicalize_many(&a.hide);
+    let hidden = crate::kernel::sys::canonicalize_many(&a.hide);
     #[cfg(not(target_os = "linux"))]
     let hidden: Vec<std::io::Result<PathBuf>> = a.hide.iter().map(|h| canonicalize(h)).collect();
     for (h, c) in a.hide.iter().zip(hidden) {

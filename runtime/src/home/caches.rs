@@ -176,7 +176,7 @@ fn layers(bundle_dir: &Path, caches: &[CacheDir], make: bool) -> std::io::Result
 /// `std::fs::canonicalize`, in fewer system calls on Linux.
 fn canonicalize(p: &Path) -> std::io::Result<PathBuf> {
     #[cfg(target_os = "linux")]
-    return crate::linux::sys::canonicalize(p);
+    return crate::kernel::sys::canonicalize(p);
     #[cfg(not(target_os = "linux"))]
     return std::fs::canonicalize(p);
 }

@@ -12,7 +12,7 @@
 //! A consumer that stops reading capsule's output stalls the copy as it would stall the
 //! command itself; the command then counts as silent.
 
-use super::sys;
+use crate::kernel::sys;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};

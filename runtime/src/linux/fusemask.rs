@@ -45,7 +45,7 @@
 pub mod serve;
 
 use super::plan::{within, MountStep};
-use super::sys;
+use crate::kernel::sys;
 use capsule_bundle::policy::{HiddenReason, SandboxPolicy};
 use std::ffi::CString;
 use std::io;

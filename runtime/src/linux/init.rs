@@ -13,8 +13,9 @@
 
 use super::hooks::Hooks;
 use super::report::{Applied, Report};
-use super::{landlock as ll, seccomp::SeccompProgram};
-use super::{mounts, plan::Isolation, plan::Stdio, sys, ExecPlan};
+use super::{mounts, plan::Isolation, plan::Stdio, ExecPlan};
+use crate::kernel::sys;
+use crate::kernel::{landlock as ll, seccomp::SeccompProgram};
 use nix::sys::signal::SigSet;
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -43,7 +44,7 @@ pub struct Ctx<'a> {
     /// How the root comes to be.
     pub root: Root<'a>,
     /// The files init moves itself into this exec's cgroups by, before it forks anything
-    /// ([`super::cgroup::open_self_moves`]; none for a warm spare, which waits in its
+    /// ([`crate::kernel::cgroup::open_self_moves`]; none for a warm spare, which waits in its
     /// groups already).
     pub cgroup_self: &'a [RawFd],
     /// The host's `/dev/fuse` (`O_PATH`, [`super::fusemask::device`]) when the plan has
@@ -184,7 +185,7 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
     }
     // into this exec's cgroups while we are single-threaded and before anything is forked
     // (what init starts is born there)
-    if let Err(e) = super::cgroup::move_self(cx.cgroup_self) {
+    if let Err(e) = crate::kernel::cgroup::move_self(cx.cgroup_self) {
         fail(cx.report, format!("placing the sandbox in its cgroup: {e}"));
     }
     if full && !matches!(cx.root, Root::Warm(_)) {

@@ -65,12 +65,10 @@
 //! and `capsule inspect`), never on the exec path.
 
 mod activity;
-pub mod cgroup;
 pub mod diskguard;
 pub mod fusemask;
 pub mod hooks;
 pub mod init;
-pub mod landlock;
 pub mod mounts;
 pub mod notify;
 pub mod observe;
@@ -80,13 +78,12 @@ pub mod plan;
 pub mod prepared;
 pub mod pty;
 pub mod report;
-pub mod seccomp;
 pub mod sockets;
 mod spawn;
 mod supervise;
-pub mod sys;
 pub mod warm;
 
+use crate::kernel::{cgroup, seccomp, sys};
 pub use hooks::{Hooks, InitHook};
 pub use outcome::ExecOutcome;
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};

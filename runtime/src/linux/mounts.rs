@@ -8,7 +8,7 @@
 mod homeview;
 
 use super::plan::MountStep;
-use super::sys::{self, Kind};
+use crate::kernel::sys::{self, Kind};
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;

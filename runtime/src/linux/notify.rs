@@ -1,5 +1,5 @@
 //! The seccomp supervisor of one exec: it holds the listener of the filter the command
-//! runs under ([`super::seccomp::SeccompProgram::install_listened`]). For each refused
+//! runs under ([`crate::kernel::seccomp::SeccompProgram::install_listened`]). For each refused
 //! syscall it records who asked (kind `syscall`, its name, the program's `comm` and pid)
 //! in the exec's [`Collector`] and answers `EPERM`, the errno the plain filter gives. For
 //! each observed call (an open, a path call with write intent, a `connect`) it answers
@@ -30,8 +30,9 @@
 //! - a storm of refusals costs the task one round trip each; the record stays bounded
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
+use super::fusemask;
 use super::observe::{self, Allowed};
-use super::{fusemask, seccomp};
+use crate::kernel::seccomp;
 use crate::refusals::{Collector, Event, Kind};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -110,7 +111,7 @@ impl<'scope> Supervisor<'scope> {
 
     /// Stop (the sandbox has ended) and wait for the thread.
     pub fn finish(mut self) {
-        let _ = super::sys::write_all(self.stop.as_raw_fd(), &1u64.to_ne_bytes());
+        let _ = crate::kernel::sys::write_all(self.stop.as_raw_fd(), &1u64.to_ne_bytes());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -464,7 +465,7 @@ mod tests {
         let prog = seccomp::SeccompProgram::build().unwrap();
         for supervised in [true, false] {
             let (mine, theirs) = channel().unwrap();
-            let (rd, wr) = super::super::sys::pipe().unwrap();
+            let (rd, wr) = crate::kernel::sys::pipe().unwrap();
             // SAFETY: fork of a test process; the child only makes raw calls and _exits.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
@@ -486,13 +487,13 @@ mod tests {
                 }
             }
             drop(theirs);
-            super::super::sys::close(wr);
+            crate::kernel::sys::close(wr);
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
             let mut b = [0u8; 1];
             std::thread::scope(|scope| {
                 let sup = Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default)
                     .unwrap();
-                assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 1);
+                assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 1);
                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                 sup.finish();
             });
@@ -508,7 +509,7 @@ mod tests {
                 assert_eq!(b[0] as i32, libc::ENOSYS);
                 assert!(r.is_empty());
             }
-            super::super::sys::close(rd);
+            crate::kernel::sys::close(rd);
         }
     }
 
@@ -525,7 +526,7 @@ mod tests {
             std::ffi::CString::new(d.path().join("plain").into_os_string().into_encoded_bytes())
                 .unwrap();
         let (mine, theirs) = channel().unwrap();
-        let (rd, wr) = super::super::sys::pipe().unwrap();
+        let (rd, wr) = crate::kernel::sys::pipe().unwrap();
         // SAFETY: fork of a test process; the child only makes raw calls and _exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
@@ -553,17 +554,17 @@ mod tests {
             }
         }
         drop(theirs);
-        super::super::sys::close(wr);
+        crate::kernel::sys::close(wr);
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
         let mut b = [0u8; 3];
         std::thread::scope(|scope| {
             let sup =
                 Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default).unwrap();
-            assert_eq!(super::super::sys::read(rd, &mut b).unwrap(), 3);
+            assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 3);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             sup.finish();
         });
-        super::super::sys::close(rd);
+        crate::kernel::sys::close(rd);
         assert_eq!(
             b,
             [1, 1, 1],

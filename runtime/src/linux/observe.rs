@@ -1,5 +1,5 @@
 //! Writes outside the writable paths and reads of hidden paths, observed: for each path
-//! call the listened filter sends ([`super::seccomp::WRITE_CALLS`]: the write calls, and
+//! call the listened filter sends ([`crate::kernel::seccomp::WRITE_CALLS`]: the write calls, and
 //! every open whatever its flags) and each `connect`, the supervisor ([`super::notify`])
 //! reads the path or address the task named, answers "continue" and then, for the report
 //! only, judges whether the kernel refused it. A read is an open without write intent in
@@ -28,7 +28,7 @@
 //! listed, since it would be refused; paths under `/proc` and the `/dev/fd`, `/dev/std*`
 //! links are never judged.
 
-use super::seccomp::WriteCall;
+use crate::kernel::seccomp::WriteCall;
 use crate::refusals::{path_target, Event, Kind};
 use std::path::{Component, Path, PathBuf};
 
@@ -132,7 +132,7 @@ impl Allowed {
             .collect();
         writable.extend(extra_writable);
         writable.extend(
-            super::landlock::DEVICES
+            crate::kernel::landlock::DEVICES
                 .iter()
                 .map(|d| Path::new("/dev").join(d))
                 .chain(

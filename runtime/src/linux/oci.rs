@@ -19,7 +19,7 @@
 //! runtime does not enforce them ([`NOT_ENFORCED`]).
 
 use super::plan::{ExecPlan, Isolation, MountStep};
-use super::seccomp::{self, ArgCond};
+use crate::kernel::seccomp::{self, ArgCond};
 use oci_spec::runtime::{
     Arch, Capabilities, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxIdMappingBuilder,
     LinuxNamespaceBuilder, LinuxNamespaceType, LinuxSeccompAction, LinuxSeccompArgBuilder,
@@ -542,7 +542,7 @@ pub fn render(
         PosixRlimitType::RlimitFsize => plan.limits.file_size,
         _ => None,
     };
-    let rlimits = super::sys::rlimits()
+    let rlimits = crate::kernel::sys::rlimits()
         .into_iter()
         .zip(rlimit_types())
         .map(|((soft, hard), typ)| {

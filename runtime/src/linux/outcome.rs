@@ -13,7 +13,7 @@ pub struct ExecOutcome {
     pub cgroup_dirs: Vec<std::path::PathBuf>,
     /// The cgroups of capsule's own default limits, found by the executor
     /// ([`super::ExecPlan::cgroups_found_here`]), or why there are none.
-    pub found: super::cgroup::Found,
+    pub found: crate::kernel::cgroup::Found,
     /// The disk guard stopped the tree: where and how far ([`super::diskguard`]).
     pub disk_reserve_reached: Option<super::diskguard::Breach>,
 }

@@ -134,7 +134,7 @@ pub struct ExecPlan {
     /// The command's resource limits set as rlimits in its process before `execve` (also
     /// in a warm spare's command: they are part of the request, not of the spare).
     pub limits: crate::limits::Limits,
-    /// The `cgroup.procs` files of this exec's cgroups ([`super::cgroup`]): init (or the
+    /// The `cgroup.procs` files of this exec's cgroups ([`crate::kernel::cgroup`]): init (or the
     /// warm spare) is written into them before the command is forked.
     pub cgroup_procs: Vec<PathBuf>,
     /// The cgroup limits of `limits` are capsule's own defaults, not asked for: the

@@ -23,7 +23,7 @@
 //!
 //! The holder is pid 1 of a pid namespace of its own and runs no code of the task: it
 //! builds the root exactly as a one-off exec would ([`super::mounts::build_root`]),
-//! collects the Landlock rules there ([`super::landlock::LandlockRules`]), closes every
+//! collects the Landlock rules there ([`crate::kernel::landlock::LandlockRules`]), closes every
 //! descriptor it does not need (the caller's stdio included), leaves the caller's session
 //! and serves joins on a unix socket in the bundle (a directory the sandbox never sees).
 //! It exits after [`idle`] without a join, when the bundle is removed, or when told to
@@ -49,9 +49,10 @@
 //! off (every exec builds its root).
 
 use super::init::Joined;
-use super::landlock::PathRule;
 use super::report::ExecError;
-use super::{sys, warm, ExecPlan, Isolation, MountStep};
+use super::{warm, ExecPlan, Isolation, MountStep};
+use crate::kernel::landlock::PathRule;
+use crate::kernel::sys;
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};

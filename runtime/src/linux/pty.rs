@@ -5,7 +5,7 @@
 //! inside) and sends the master to the caller over a socket (`SCM_RIGHTS`); the command
 //! gets the slave as its controlling terminal (`setsid` + `TIOCSCTTY`).
 
-use super::sys;
+use crate::kernel::sys;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -60,7 +60,7 @@ impl Pty {
     /// Receive the master from init (blocking until it arrives or init is gone).
     pub fn receive_master(&mut self) -> io::Result<RawFd> {
         use std::os::fd::IntoRawFd;
-        let (_, fds) = super::sys::recv_fds(self.sock, &mut [0u8; 1])?;
+        let (_, fds) = crate::kernel::sys::recv_fds(self.sock, &mut [0u8; 1])?;
         let mut fds = fds.into_iter();
         let Some(fd) = fds.next() else {
             return Err(io::Error::new(
@@ -170,7 +170,7 @@ pub fn open_here() -> io::Result<(RawFd, RawFd)> {
 
 /// Send `fd` over the console socket.
 pub fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
-    super::sys::send_fds(sock, b"t", &[fd]).map(drop)
+    crate::kernel::sys::send_fds(sock, b"t", &[fd]).map(drop)
 }
 
 /// Copies bytes between the caller and the pseudo-terminal.

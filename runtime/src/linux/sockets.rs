@@ -1,6 +1,6 @@
 //! The host's unix sockets by path, kept out of the sandbox. A pathname socket is reached
 //! by `connect(2)` whatever the mount's flags (read-only does not stop it) and Landlock
-//! has no right for it before ABI 9 (from ABI 9 on, `super::landlock` grants it in the
+//! has no right for it before ABI 9 (from ABI 9 on, `crate::kernel::landlock` grants it in the
 //! writable paths only), so every socket of the host that the sandbox would see is masked
 //! like a hidden path ([`super::plan::mount_plan`] adds one hide rule each).
 //!

@@ -3,7 +3,8 @@
 //! guard enforced, the report pipe read; and the inits that ended before they were reaped.
 
 use super::report::Report;
-use super::{activity, diskguard, init, pty, sys, ExecPlan, Isolation, Termination};
+use super::{activity, diskguard, init, pty, ExecPlan, Isolation, Termination};
+use crate::kernel::sys;
 use nix::sys::signal::SigSet;
 use std::os::fd::RawFd;
 use std::time::Instant;

@@ -23,9 +23,10 @@
 
 use super::hooks::Hooks;
 use super::init::{self, Root};
-use super::landlock::LandlockRules;
-use super::seccomp::SeccompProgram;
-use super::{mounts, sys, ExecPlan, Stdio};
+use super::{mounts, ExecPlan, Stdio};
+use crate::kernel::landlock::LandlockRules;
+use crate::kernel::seccomp::SeccompProgram;
+use crate::kernel::sys;
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -137,7 +138,7 @@ pub(crate) struct Spare {
     /// The name of the cgroups it waits in (`cgroup::SpareCgroups`), if any, and those
     /// groups as the exec it serves sees them.
     pub cgroup: Option<String>,
-    pub groups: Vec<super::cgroup::Group>,
+    pub groups: Vec<crate::kernel::cgroup::Group>,
 }
 
 /// What capsule learns of its spare with the spare's pidfd: the cgroups it waits in (by
@@ -154,17 +155,17 @@ pub(crate) struct Handed {
 /// A group of [`Handed`].
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct HandedGroup {
-    pub version: super::cgroup::Version,
+    pub version: crate::kernel::cgroup::Version,
     pub controllers: Vec<String>,
     pub dir: PathBuf,
 }
 
 impl Handed {
     /// The groups, as the exec's cgroups take them (adopted: the holder hands them on).
-    pub fn groups(&self) -> Vec<super::cgroup::Group> {
+    pub fn groups(&self) -> Vec<crate::kernel::cgroup::Group> {
         self.groups
             .iter()
-            .map(|g| super::cgroup::Group {
+            .map(|g| crate::kernel::cgroup::Group {
                 version: g.version,
                 controllers: g
                     .controllers
@@ -348,7 +349,7 @@ fn spare_main(
     // the command
     if let Some(r) = &ruleset {
         use std::os::fd::AsFd;
-        if super::landlock::add_path_rules(r.as_fd(), &again).is_err() {
+        if crate::kernel::landlock::add_path_rules(r.as_fd(), &again).is_err() {
             quit()
         }
     }
@@ -516,7 +517,8 @@ fn enforce(
         quit()
     }
     let Some(r) = ruleset else { quit() };
-    let Ok(landlock) = super::landlock::restrict_received(r.as_fd(), landlock.clone(), &[]) else {
+    let Ok(landlock) = crate::kernel::landlock::restrict_received(r.as_fd(), landlock.clone(), &[])
+    else {
         quit()
     };
     let Ok(listener) = seccomp.install_listened() else {

@@ -72,6 +72,37 @@ impl NetError {
     }
 }
 
+/// What the sandbox trusts ([`super::trust`]): the trust file bound read-only over each
+/// system CA bundle and the Java store over each JDK trust store, and the variables tools
+/// read the trust file from pointing there. Returns the Java store's path inside.
+fn apply_trust(plan: &mut ExecPlan, trust: &super::trust::TrustFiles) -> Option<PathBuf> {
+    use super::trust::{java_trust_paths, system_trust_paths, TRUST_ENV};
+    let bind = |plan: &mut ExecPlan, src: &Path, dsts: &[PathBuf]| {
+        for dst in dsts {
+            plan.mounts.push(crate::linux::plan::MountStep::Bind {
+                src: src.to_path_buf(),
+                dst: dst.clone(),
+                rw: false,
+                optional: false,
+            });
+        }
+    };
+    let paths = system_trust_paths();
+    bind(plan, &trust.pem, &paths);
+    if let Some(inside) = paths.first() {
+        plan.env
+            .retain(|(k, _)| !TRUST_ENV.iter().any(|n| k.to_str() == Some(n)));
+        plan.env.extend(
+            TRUST_ENV
+                .iter()
+                .map(|n| ((*n).into(), inside.as_os_str().to_owned())),
+        );
+    }
+    let java = java_trust_paths();
+    bind(plan, &trust.java, &java);
+    java.into_iter().next()
+}
+
 /// The network of one exec.
 pub struct ExecNet {
     plan: NetPlan,
@@ -86,8 +117,9 @@ pub struct ExecNet {
     note: RefCell<Option<String>>,
     /// Each secret's name and placeholder (the command's environment).
     secret_env: Vec<(String, String)>,
-    /// The sandbox's trust file on the host (secrets in allowlist mode).
-    trust_file: Option<PathBuf>,
+    /// The sandbox's trust files on the host (secrets in allowlist mode, or the test
+    /// roots).
+    trust: Option<super::trust::TrustFiles>,
     /// Published ports (`--publish`, `sandbox.publish`).
     publish: Option<ExecPublish>,
 }
@@ -123,7 +155,7 @@ impl ExecNet {
             refusal_log,
             note: RefCell::new(None),
             secret_env: secrets.as_ref().map(Secrets::env).unwrap_or_default(),
-            trust_file: None,
+            trust: None,
             publish: None,
         };
         if !network.publish.is_empty() {
@@ -149,9 +181,20 @@ impl ExecNet {
                     secrets: None,
                 };
                 let mut cfg = cfg;
-                if let Some(secrets) = secrets.filter(|s| !s.is_empty()) {
-                    let ca = Ca::load_or_create(bundle_dir)?;
-                    net.trust_file = Some(super::tls::trust_file(bundle_dir, &ca)?);
+                let test_roots = super::tls::test_roots()?;
+                let secrets = secrets.filter(|s| !s.is_empty());
+                let ca = secrets
+                    .as_ref()
+                    .map(|_| Ca::load_or_create(bundle_dir))
+                    .transpose()?;
+                if ca.is_some() || test_roots.is_some() {
+                    net.trust = Some(super::trust::write(
+                        bundle_dir,
+                        ca.as_ref(),
+                        test_roots.as_deref(),
+                    )?);
+                }
+                if let (Some(secrets), Some(ca)) = (secrets, ca) {
                     cfg.secrets = Some(Arc::new(SecretsConfig::new(secrets, ca)));
                 }
                 let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;
@@ -213,43 +256,27 @@ impl ExecNet {
             plan.env.sort();
         }
         if self.proxied(plan.isolation) {
-            let env = proxy_env(RELAY_ADDR);
+            let java_trust = self.trust.as_ref().and_then(|t| apply_trust(plan, t));
+            let java_before = plan
+                .env
+                .iter()
+                .find(|(k, _)| k == "JAVA_TOOL_OPTIONS")
+                .and_then(|(_, v)| v.to_str().map(str::to_string));
+            let mut env = proxy_env(RELAY_ADDR);
+            env.extend(super::tools::env(
+                RELAY_ADDR,
+                java_trust.as_deref(),
+                java_before.as_deref(),
+            ));
             plan.env
                 .retain(|(k, _)| !env.iter().any(|(n, _)| k.to_str() == Some(n.as_str())));
             plan.env
                 .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
-            if let Some(trust) = &self.trust_file {
-                self.apply_trust(plan, trust);
-            }
             plan.env.sort();
             *self.note.borrow_mut() = None;
         } else if self.relay_end.is_some() && plan.isolation == Isolation::Weaker {
             *self.note.borrow_mut() = Some(
                 "network allowlist needs a network namespace: under weaker isolation the command gets no TCP at all (stricter than asked)".into(),
-            );
-        }
-    }
-
-    /// The capsule's CA trusted inside: the trust file bound read-only over each system
-    /// CA bundle, and the variables tools read it from pointing there.
-    fn apply_trust(&self, plan: &mut ExecPlan, trust: &Path) {
-        use super::tls::{system_trust_paths, TRUST_ENV};
-        let paths = system_trust_paths();
-        for p in &paths {
-            plan.mounts.push(crate::linux::plan::MountStep::Bind {
-                src: trust.to_path_buf(),
-                dst: p.clone(),
-                rw: false,
-                optional: false,
-            });
-        }
-        if let Some(inside) = paths.first() {
-            plan.env
-                .retain(|(k, _)| !TRUST_ENV.iter().any(|n| k.to_str() == Some(n)));
-            plan.env.extend(
-                TRUST_ENV
-                    .iter()
-                    .map(|n| ((*n).into(), inside.as_os_str().to_owned())),
             );
         }
     }

@@ -24,6 +24,7 @@ pub mod intercept;
 pub mod listen;
 #[cfg(target_os = "linux")]
 pub mod owner;
+pub mod pkcs12;
 pub mod proxy;
 #[cfg(target_os = "linux")]
 pub mod publish;
@@ -38,6 +39,8 @@ pub mod socks;
 #[cfg(target_os = "linux")]
 pub mod splice;
 pub mod tls;
+pub mod tools;
+pub mod trust;
 
 #[cfg(test)]
 mod allowlist_props;

@@ -7,9 +7,8 @@
 //!   directory, outside every sandbox. The key never enters the sandbox; its certificate does, in the trust file.
 //! - [`Ca::server_config`] makes (once per host and exec) a leaf certificate for one host
 //!   name or address, signed by the CA, offering only HTTP/1.1 by ALPN.
-//! - [`trust_file`] writes the system's CA bundle plus the capsule's CA to
-//!   `proxy-trust.pem` in the bundle; the exec binds it read-only over the system trust
-//!   file inside and points the usual variables at it ([`TRUST_ENV`]).
+//! - what the sandbox trusts (the system's roots and this CA) is written by
+//!   [`super::trust`];
 //! - [`upstream_config`]: the real server's certificate is verified against the system's
 //!   roots, read from the system's store (`rustls-native-certs`: the operator's
 //!   distribution and corporate roots, as the host's own tools trust them; a compiled-in
@@ -32,29 +31,8 @@ use std::sync::{Arc, Mutex};
 pub const CA_KEY: &str = "proxy-ca.key";
 /// The CA's certificate in the bundle directory.
 pub const CA_CERT: &str = "proxy-ca.pem";
-/// The sandbox's trust file in the bundle directory.
-pub const TRUST_FILE: &str = "proxy-trust.pem";
 /// Test-only extra upstream roots (a PEM file).
 pub const TEST_UPSTREAM_CA_ENV: &str = "CAPSULE_PROXY_TEST_UPSTREAM_CA";
-
-/// Where systems keep their CA bundle; each that exists as a regular file is covered by
-/// the trust file inside.
-pub const SYSTEM_TRUST_FILES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-];
-
-/// Variables naming the trust file, for the tools that read one.
-pub const TRUST_ENV: &[&str] = &[
-    "SSL_CERT_FILE",
-    "NODE_EXTRA_CA_CERTS",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-    "CARGO_HTTP_CAINFO",
-];
 
 /// ALPN offered on terminated connections (the proxy reads HTTP/1.x only).
 pub const ALPN: &[u8] = b"http/1.1";
@@ -70,8 +48,8 @@ pub enum TlsError {
     },
     #[error("certificate authority: {0}")]
     Ca(String),
-    #[error("no system CA bundle found (looked for {})", SYSTEM_TRUST_FILES.join(", "))]
-    NoSystemBundle,
+    #[error("no system CA bundle found (looked for {0})")]
+    NoSystemBundle(String),
     #[error("{0}")]
     Rustls(#[from] rustls::Error),
 }
@@ -123,7 +101,12 @@ fn read_nofollow(path: &Path) -> std::io::Result<String> {
 }
 
 /// Write `data` to `dir/name` through a new temporary file (mode `mode`) renamed over it.
-fn write_replace(dir: &Path, name: &str, data: &[u8], mode: u32) -> Result<PathBuf, TlsError> {
+pub(super) fn write_replace(
+    dir: &Path,
+    name: &str,
+    data: &[u8],
+    mode: u32,
+) -> Result<PathBuf, TlsError> {
     let path = dir.join(name);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -255,39 +238,6 @@ impl Ca {
     }
 }
 
-/// The system's CA bundle: the first of [`SYSTEM_TRUST_FILES`] that is a regular file.
-fn system_bundle() -> Option<(PathBuf, String)> {
-    SYSTEM_TRUST_FILES.iter().find_map(|p| {
-        let md = std::fs::symlink_metadata(p).ok()?;
-        if !md.is_file() {
-            return None;
-        }
-        let s = std::fs::read_to_string(p).ok()?;
-        Some((PathBuf::from(p), s))
-    })
-}
-
-/// The system trust files to cover inside (those that are regular files here).
-pub fn system_trust_paths() -> Vec<PathBuf> {
-    SYSTEM_TRUST_FILES
-        .iter()
-        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
-        .map(PathBuf::from)
-        .collect()
-}
-
-/// Write the sandbox's trust file (the system bundle, then the capsule's CA) into
-/// `bundle_dir`. Returns its path on the host.
-pub fn trust_file(bundle_dir: &Path, ca: &Ca) -> Result<PathBuf, TlsError> {
-    let (_, mut text) = system_bundle().ok_or(TlsError::NoSystemBundle)?;
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push_str("# capsule: this capsule's secrets proxy CA\n");
-    text.push_str(ca.pem());
-    write_replace(bundle_dir, TRUST_FILE, text.as_bytes(), 0o644)
-}
-
 /// The TLS client configuration for real servers: the system's roots (plus the test-only
 /// roots of [`TEST_UPSTREAM_CA_ENV`]), HTTP/1.1 by ALPN.
 pub fn upstream_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
@@ -299,11 +249,10 @@ pub fn upstream_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
     }
     let (added, ignored) = roots.add_parsable_certificates(native.certs);
     tracing::debug!("system roots: {added} added, {ignored} ignored");
-    if let Some(p) = std::env::var_os(TEST_UPSTREAM_CA_ENV) {
-        let p = PathBuf::from(p);
-        let certs = CertificateDer::pem_file_iter(&p)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| TlsError::Ca(format!("{TEST_UPSTREAM_CA_ENV} {}: {e}", p.display())))?;
+    if let Some(pem) = test_roots()? {
+        let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError::Ca(format!("{TEST_UPSTREAM_CA_ENV}: {e}")))?;
         roots.add_parsable_certificates(certs);
     }
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
@@ -312,6 +261,21 @@ pub fn upstream_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
         .with_no_client_auth();
     cfg.alpn_protocols = vec![ALPN.to_vec()];
     Ok(Arc::new(cfg))
+}
+
+/// The test-only roots of [`TEST_UPSTREAM_CA_ENV`] (a PEM file), when set: the proxy
+/// trusts them upstream, and the sandbox's trust file holds them, as it holds the system's
+/// roots (they stand for real roots in tests).
+pub fn test_roots() -> Result<Option<String>, TlsError> {
+    let Some(p) = std::env::var_os(TEST_UPSTREAM_CA_ENV) else {
+        return Ok(None);
+    };
+    let p = PathBuf::from(p);
+    read_nofollow(&p).map(Some).map_err(|err| TlsError::Io {
+        what: "cannot read the test roots of CAPSULE_PROXY_TEST_UPSTREAM_CA",
+        path: p,
+        err,
+    })
 }
 
 /// The name the upstream certificate must carry for `host`.

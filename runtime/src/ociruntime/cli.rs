@@ -20,8 +20,23 @@ pub struct Global {
 }
 
 impl Global {
+    /// `--root`, else runc's default: `$XDG_RUNTIME_DIR/capsule-runc` for a user other
+    /// than root (rootless Podman gives no `--root`), else [`DEFAULT_ROOT`].
     pub fn root(&self) -> PathBuf {
-        self.root.clone().unwrap_or_else(|| DEFAULT_ROOT.into())
+        if let Some(r) = &self.root {
+            return r.clone();
+        }
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        default_root(euid, std::env::var_os("XDG_RUNTIME_DIR").as_deref())
+    }
+}
+
+/// The state root without `--root`, for user `euid` with `XDG_RUNTIME_DIR` `xdg`.
+pub fn default_root(euid: u32, xdg: Option<&std::ffi::OsStr>) -> PathBuf {
+    match xdg.map(std::path::Path::new) {
+        Some(x) if euid != 0 && x.is_absolute() => x.join("capsule-runc"),
+        _ => DEFAULT_ROOT.into(),
     }
 }
 
@@ -335,6 +350,7 @@ pub fn valid_id(id: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn p(s: &str) -> Result<(Global, Op), String> {
         parse(&s.split_whitespace().map(String::from).collect::<Vec<_>>())
@@ -397,6 +413,21 @@ mod tests {
         );
         let (_, op) = p("exec c1 sh -c true").unwrap();
         assert!(matches!(op, Op::Exec { ref args, .. } if args == &["sh", "-c", "true"]));
+    }
+
+    #[test]
+    fn the_default_root_is_runcs() {
+        let x = std::ffi::OsStr::new("/run/user/1000");
+        assert_eq!(default_root(0, Some(x)), Path::new(DEFAULT_ROOT));
+        assert_eq!(
+            default_root(1000, Some(x)),
+            Path::new("/run/user/1000/capsule-runc")
+        );
+        assert_eq!(default_root(1000, None), Path::new(DEFAULT_ROOT));
+        assert_eq!(
+            default_root(1000, Some(std::ffi::OsStr::new("rel"))),
+            Path::new(DEFAULT_ROOT)
+        );
     }
 
     #[test]

@@ -62,10 +62,10 @@ pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Re
         // SAFETY: TIOCSWINSZ with a valid struct.
         unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) };
     }
-    crate::linux::sys::send_fds(sock, b"/dev/ptmx", &[master])
+    crate::kernel::sys::send_fds(sock, b"/dev/ptmx", &[master])
         .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
-    crate::linux::sys::close(master);
-    crate::linux::sys::close(sock);
+    crate::kernel::sys::close(master);
+    crate::kernel::sys::close(sock);
     if console_bind {
         let src = CString::new(format!("/proc/self/fd/{slave}")).unwrap_or_default();
         // SAFETY: bind the terminal onto the /dev/console file made with the root.
@@ -297,8 +297,12 @@ fn spawn(
             }
             rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
-                crate::linux::sys::sethostname(h.as_bytes())
+                crate::kernel::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
+            }
+            if plan.loopback_up {
+                crate::kernel::sys::loopback_up()
+                    .map_err(|e| format!("linux.namespaces: network: bringing lo up: {e}"))?;
             }
             if let Some(d) = &domainname {
                 // SAFETY: buffer valid for its length.
@@ -308,9 +312,6 @@ fn spawn(
                         std::io::Error::last_os_error()
                     ));
                 }
-            }
-            for (k, path, v) in &plan.sysctl {
-                std::fs::write(path, v).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
             }
             if let Some(c) = &console {
                 terminal(c.as_raw_fd(), p.console_size, true)?;
@@ -387,7 +388,7 @@ fn spawn(
         if flags & libc::CLONE_NEWUSER != 0 {
             id_maps(pid, plan)?;
         }
-        Ok(())
+        process::rlimits(pid, p)
     })();
     if let Err(e) = setup {
         kill();
@@ -449,6 +450,7 @@ fn spawn(
             mine,
             listen,
             a.log.clone(),
+            cg_dirs,
         );
         if let Err(e) = r {
             kill();

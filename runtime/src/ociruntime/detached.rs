@@ -2,11 +2,37 @@
 //! guard): how one is started (forked twice, so that it is nobody's child but the
 //! reaper's, as the container's init is; in a session of its own; stdio on `/dev/null`
 //! and no other descriptor but those it keeps, so that whoever waits for create's output,
-//! the shim, sees it end with create), its pid file in the state directory, and
-//! `delete`'s word to it to end (SIGUSR1) and wait for its last lines.
+//! the shim, sees it end with create; in the container's cgroups, so that it is counted
+//! in the container's limits and goes with it), its pid file in the state directory,
+//! `delete`'s word to it to end (SIGUSR1) and wait for its last lines, and the
+//! container's processes told apart from these ([`container_pids`]: `ps`, `kill --all`
+//! and `delete` act on the container's own).
 
 use std::os::fd::RawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The refusal observer's pid file, in the state directory.
+pub const OBSERVER_PID: &str = "observer.pid";
+/// The disk guard's pid file, in the state directory.
+pub const GUARD_PID: &str = "diskguard.pid";
+
+/// The pids of the helpers of the container whose state directory is `dir` (those
+/// running now, by their pid files).
+pub fn helpers(dir: &Path) -> Vec<libc::pid_t> {
+    [OBSERVER_PID, GUARD_PID]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+/// The processes in the container's cgroups but its helpers.
+pub fn container_pids(cgroups: &[PathBuf], dir: &Path) -> Vec<libc::pid_t> {
+    let helpers = helpers(dir);
+    let mut pids = super::cgroup::pids(cgroups);
+    pids.retain(|p| !helpers.contains(p));
+    pids
+}
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -20,11 +46,18 @@ pub fn stopping() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
-/// Fork the detached process (`what` names it in errors), its pid written to `dir/pid_file`
-/// before this returns: `Ok(false)` in create, once it runs on its own; `Ok(true)` in
-/// the detached process itself, with `keep` moved to 3, 4, ... in order and every other
-/// descriptor closed. The detached process must end with `_exit`.
-pub fn fork(dir: &Path, pid_file: &str, what: &str, keep: &[RawFd]) -> Result<bool, String> {
+/// Fork the detached process (`what` names it in errors), moved into `cgroups` and its
+/// pid written to `dir/pid_file` before this returns: `Ok(false)` in create, once it runs
+/// on its own; `Ok(true)` in the detached process itself, with `keep` moved to 3, 4, ...
+/// in order and every other descriptor closed. The detached process must end with
+/// `_exit`.
+pub fn fork(
+    dir: &Path,
+    pid_file: &str,
+    what: &str,
+    keep: &[RawFd],
+    cgroups: &[PathBuf],
+) -> Result<bool, String> {
     // SAFETY: fork of a single-threaded process (create).
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -40,7 +73,9 @@ pub fn fork(dir: &Path, pid_file: &str, what: &str, keep: &[RawFd]) -> Result<bo
         return if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 {
             Ok(false)
         } else {
-            Err(format!("starting the {what}: it failed"))
+            Err(format!(
+                "starting the {what}: it could not be placed in the container's cgroups"
+            ))
         };
     }
     // SAFETY: a session of its own, then the process itself in a second fork; its pid
@@ -51,7 +86,12 @@ pub fn fork(dir: &Path, pid_file: &str, what: &str, keep: &[RawFd]) -> Result<bo
             0 => {}
             n if n < 0 => libc::_exit(1),
             n => {
-                let ok = std::fs::write(dir.join(pid_file), n.to_string()).is_ok();
+                // in the container's cgroups (its pids and memory count it), then known
+                let ok = super::cgroup::enter(cgroups, n).is_ok()
+                    && std::fs::write(dir.join(pid_file), n.to_string()).is_ok();
+                if !ok {
+                    libc::kill(n, libc::SIGKILL);
+                }
                 libc::_exit(if ok { 0 } else { 1 })
             }
         }
@@ -72,6 +112,10 @@ pub fn fork(dir: &Path, pid_file: &str, what: &str, keep: &[RawFd]) -> Result<bo
         }
         libc::syscall(libc::SYS_close_range, 3 + keep.len() as u32, u32::MAX, 0u32);
     }
+    // the first a memory cgroup's OOM killer would leave (best effort: lowering it
+    // needs CAP_SYS_RESOURCE): a helper killed would leave the observer's filter with
+    // no listener, and the container's writes failing
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     // SIGUSR1 (from delete: the container's processes are gone): finish and end
     // SAFETY: a handler that only stores to an atomic.
     unsafe {

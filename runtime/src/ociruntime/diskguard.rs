@@ -25,7 +25,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-const PID_FILE: &str = "diskguard.pid";
+const PID_FILE: &str = super::detached::GUARD_PID;
 
 /// The reserve as the log and the state say it (`disk_reserve=5%,2 GiB`).
 pub fn show(r: Reserve) -> String {
@@ -93,7 +93,7 @@ pub fn start(guard: Guard, root: &Path, id: &str, log: Option<&LogTo>) -> Result
 }
 
 fn spawn(guard: Guard, c: &Container<'_>) -> Result<(), String> {
-    if !super::detached::fork(c.dir, PID_FILE, "disk guard", &[])? {
+    if !super::detached::fork(c.dir, PID_FILE, "disk guard", &[], c.cgroups)? {
         return Ok(());
     }
     watch(guard, c);
@@ -117,7 +117,7 @@ fn watch(mut guard: Guard, c: &Container<'_>) {
         if super::detached::stopping() || !c.dir.exists() {
             return;
         }
-        if !init_alive(c) && super::cgroup::pids(c.cgroups).is_empty() {
+        if !init_alive(c) && super::detached::container_pids(c.cgroups, c.dir).is_empty() {
             return;
         }
         if let Some(b) = guard.check(Instant::now()) {
@@ -137,21 +137,23 @@ fn watch(mut guard: Guard, c: &Container<'_>) {
 }
 
 /// Kill the container at once: its init (in its own pid namespace that ends them all),
-/// its cgroup (v2's `cgroup.kill`, where the kernel has it).
+/// then every process of its cgroup (not v2's `cgroup.kill`: the guard and the observer
+/// are in the cgroup too, and the guard has its line to say).
 fn kill(c: &Container<'_>) {
     if init_alive(c) {
         // SAFETY: killing the container's init (the same process as at create).
         unsafe { libc::kill(c.pid, libc::SIGKILL) };
     }
-    for d in c.cgroups {
-        let _ = std::fs::write(d.join("cgroup.kill"), "1");
+    for p in super::detached::container_pids(c.cgroups, c.dir) {
+        // SAFETY: killing a process of the container.
+        unsafe { libc::kill(p, libc::SIGKILL) };
     }
 }
 
 /// Then every process left in its cgroup, until none is (a second at most).
 fn sweep(c: &Container<'_>) {
     for _ in 0..500 {
-        let pids = super::cgroup::pids(c.cgroups);
+        let pids = super::detached::container_pids(c.cgroups, c.dir);
         if pids.is_empty() {
             break;
         }

@@ -169,7 +169,9 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
     drop(go_r);
     drop(console);
     drop(observer);
-    if let Err(e) = super::cgroup::enter(&saved.cgroups, pid) {
+    let placed =
+        super::cgroup::enter(&saved.cgroups, pid).and_then(|()| process::rlimits(pid, &plan));
+    if let Err(e) = placed {
         // SAFETY: our own child.
         unsafe {
             libc::kill(pid, libc::SIGKILL);

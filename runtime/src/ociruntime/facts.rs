@@ -1,6 +1,6 @@
 //! The host facts a container's plan is made from ([`ContainerFacts`]), each from the
 //! module that owns it, before the plan and with no call back into it: the kernel's
-//! Landlock ABI ([`crate::linux::landlock`]), the cgroup layout ([`super::cgroup`]), the
+//! Landlock ABI ([`crate::kernel::landlock`]), the cgroup layout ([`super::cgroup`]), the
 //! machine's default limits ([`crate::limits::machine_defaults`]), AppArmor
 //! ([`super::process`]) and capsule-runc's own settings (its environment:
 //! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`,
@@ -24,7 +24,7 @@ pub fn gather(cgroups: bool) -> ContainerFacts {
     let mut f = ContainerFacts {
         // asked only when it is used
         landlock_abi: if settings.landlock {
-            crate::linux::landlock::abi_version()
+            crate::kernel::landlock::abi_version()
         } else {
             0
         },

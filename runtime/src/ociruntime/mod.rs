@@ -12,7 +12,7 @@
 //! release by `start`, [`rootfs`] the container's root over capsule's setup root
 //! (`linux::mounts`), [`process`] the process's last steps (Landlock over the writable
 //! mounts, capabilities, user, seccomp), [`cgroup`] the container's cgroups (v1 here;
-//! v2 basics), [`hooks`], [`observe`], [`exec`]; the small operations (start, state,
+//! v2 basics), [`copyup`] the `tmpcopyup` of a tmpfs, [`hooks`], [`observe`], [`exec`]; the small operations (start, state,
 //! kill, delete, ps, pause, resume, features) are here.
 //!
 //! Errors are one line, on stderr and, with `--log`, in the log file as runc writes it
@@ -22,6 +22,7 @@
 pub mod bundle;
 pub mod cgroup;
 pub mod cli;
+pub mod copyup;
 pub mod create;
 pub mod detached;
 pub mod diskguard;
@@ -191,7 +192,7 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
         }),
         Op::Ps { id, json } => {
             let s = state::load(&root, &id)?;
-            let mut pids = cgroup::pids(&s.cgroups);
+            let mut pids = detached::container_pids(&s.cgroups, &state::dir(&root, &id));
             if pids.is_empty() && s.alive() {
                 pids.push(s.pid);
             }
@@ -337,7 +338,9 @@ fn kill(root: &Path, id: &str, sig: &str, all: bool) -> Result<(), String> {
     let s = state::load(root, id)?;
     let n = signal(sig)?;
     if all {
-        let pids = cgroup::pids(&s.cgroups);
+        // the container's processes, not capsule's helpers beside them (they end when
+        // the container's processes are gone, with their last lines said)
+        let pids = detached::container_pids(&s.cgroups, &state::dir(root, id));
         if pids.is_empty() && !s.alive() {
             return Err("container not running".into());
         }
@@ -379,8 +382,10 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
             "cannot delete container {id} that is not stopped: {status}"
         ));
     }
-    if s.alive() || !cgroup::pids(&s.cgroups).is_empty() {
-        for p in cgroup::pids(&s.cgroups) {
+    let dir = state::dir(root, id);
+    let own = || detached::container_pids(&s.cgroups, &dir);
+    if s.alive() || !own().is_empty() {
+        for p in own() {
             // SAFETY: killing a process of the container.
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
@@ -388,16 +393,22 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
         unsafe { libc::kill(s.pid, libc::SIGKILL) };
         let _ = cgroup::freeze(&s.cgroups, false);
         for _ in 0..500 {
-            if !s.alive() && cgroup::pids(&s.cgroups).is_empty() {
+            if !s.alive() && own().is_empty() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
+    // the observer's last lines (its summary in the log) before the state goes; then
+    // whatever is left in the cgroups (a helper that did not end) before they go
+    observe::wait_for(&dir);
+    diskguard::wait_for(&dir);
+    let _ = cgroup::freeze(&s.cgroups, false);
+    for p in cgroup::pids(&s.cgroups) {
+        // SAFETY: killing what is left in the container's cgroup.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
     cgroup::remove(&s.cgroups);
-    // the observer's last lines (its summary in the log) before the state goes
-    observe::wait_for(&state::dir(root, id));
-    diskguard::wait_for(&state::dir(root, id));
     if let Some(h) = &s.hooks {
         let mut st = s.spec_state(root);
         st["status"] = "stopped".into();
@@ -432,6 +443,7 @@ fn features() -> serde_json::Value {
         "strictatime",
         "nostrictatime",
         "mand",
+        "tmpcopyup",
         "nomand",
         "bind",
         "rbind",

@@ -6,7 +6,7 @@
 //! gone), which the shim keeps with the task.
 //!
 //! How: each container process (the init at `start`, each `exec`'d one) stacks, last
-//! before `execve`, a filter that only observes ([`crate::linux::seccomp::install_observer`]:
+//! before `execve`, a filter that only observes ([`crate::kernel::seccomp::install_observer`]:
 //! the write calls with write intent go to a listener, everything else is allowed, so
 //! the bundle's own filter alone decides) and sends its listener to the observer, a
 //! process of capsule-runc's that `create` leaves behind (forked twice, in a session of
@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 pub const LISTING: &str = "refusals.jsonl";
 /// Where `exec` sends its process's listener, in the state directory.
 pub const SOCK: &str = "observe.sock";
-/// The observer's pid and start time, for `delete` to wait for it.
-const PID_FILE: &str = "observer.pid";
+/// The observer's pid, for `delete` to wait for it.
+const PID_FILE: &str = super::detached::OBSERVER_PID;
 
 /// Where and how the observer says what it lists: containerd's `--log`.
 #[derive(Debug, Clone)]
@@ -76,13 +76,13 @@ pub fn connect(dir: &Path) -> Option<OwnedFd> {
 /// place): stack the observing filter and send its listener on `sock`. Best effort: a
 /// kernel without "continue" answers is not observed.
 pub fn install(sock: RawFd) -> Result<(), String> {
-    let r = match crate::linux::seccomp::install_observer() {
+    let r = match crate::kernel::seccomp::install_observer() {
         Ok(Some(l)) => crate::linux::notify::send_listener(sock, l.as_raw_fd())
             .map_err(|e| format!("sending the refusal observer its listener: {e}")),
         Ok(None) => Ok(()),
         Err(e) => Err(format!("installing the refusal observer's filter: {e}")),
     };
-    crate::linux::sys::close(sock);
+    crate::kernel::sys::close(sock);
     r
 }
 
@@ -98,13 +98,14 @@ pub fn spawn(
     init: OwnedFd,
     listen: OwnedFd,
     log: Option<LogTo>,
+    cgroups: &[PathBuf],
 ) -> Result<(), String> {
     let (i, l) = (init.into_raw_fd(), listen.into_raw_fd());
     // the two sockets at 3 and 4 of the observer
-    let here = super::detached::fork(dir, PID_FILE, "refusal observer", &[i, l]);
+    let here = super::detached::fork(dir, PID_FILE, "refusal observer", &[i, l], cgroups);
     if !matches!(here, Ok(true)) {
-        crate::linux::sys::close(i);
-        crate::linux::sys::close(l);
+        crate::kernel::sys::close(i);
+        crate::kernel::sys::close(l);
         return here.map(|_| ());
     }
     // SAFETY: the descriptors just put there.

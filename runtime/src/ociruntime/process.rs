@@ -10,7 +10,7 @@
 //! are decided in its plan ([`crate::plan::container::ProcessPlan`],
 //! [`crate::plan::container::Confinement`]); this module only carries them out.
 
-use crate::linux::landlock::{LandlockOptions, LandlockRuleset};
+use crate::kernel::landlock::{LandlockOptions, LandlockRuleset};
 use crate::plan::container::{Confinement, ProcessPlan};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -64,8 +64,16 @@ pub fn prepare(p: &ProcessPlan, c: &Confinement) -> Result<Prepared, String> {
         .iter()
         .map(|a| cstr(a.as_bytes(), "process.args"))
         .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = p
-        .env
+    let mut env = p.env.clone();
+    if p.home_from_passwd {
+        // as runc: the user's home in the container's /etc/passwd, else `/`
+        env.retain(|e| !e.starts_with("HOME="));
+        env.push(format!(
+            "HOME={}",
+            home_of(p.uid).unwrap_or_else(|| "/".into())
+        ));
+    }
+    let envp: Vec<CString> = env
         .iter()
         .map(|e| cstr(e.as_bytes(), "process.env"))
         .collect::<Result<_, _>>()?;
@@ -86,6 +94,42 @@ pub fn prepare(p: &ProcessPlan, c: &Confinement) -> Result<Prepared, String> {
         seccomp: c.seccomp.clone(),
         landlock: landlock_ruleset(c)?,
         observer: None,
+    })
+}
+
+/// The most of the container's `/etc/passwd` read (runc reads it whole; an image's
+/// file is its own to make big, not ours to read unbounded).
+const PASSWD_MAX: u64 = 4 << 20;
+
+/// The home of `uid` in the container's `/etc/passwd` (this process is in the
+/// container's root by now). The file is the image's: opened without blocking (a fifo
+/// there cannot hold the init), read only when it is a regular file, bounded.
+fn home_of(uid: u32) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open("/etc/passwd")
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = Vec::new();
+    f.take(PASSWD_MAX).read_to_end(&mut text).ok()?;
+    home_in_passwd(&text, uid)
+}
+
+/// The home directory of the first entry of `uid` in the text of a passwd file
+/// (`name:password:uid:gid:gecos:home:shell`); `None` when there is none or it is empty.
+pub fn home_in_passwd(text: &[u8], uid: u32) -> Option<String> {
+    text.split(|b| *b == b'\n').find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|b| *b == b':').collect();
+        if f.len() < 6 || std::str::from_utf8(f[2]).ok()?.parse::<u32>().ok()? != uid {
+            return None;
+        }
+        let home = std::str::from_utf8(f[5]).ok()?;
+        (!home.is_empty() && !home.contains('\0')).then(|| home.to_string())
     })
 }
 
@@ -125,22 +169,30 @@ fn lookup(cmd: &str, env: &[String], cwd: &str) -> Result<CString, String> {
     Err(format!("exec: {cmd:?}: executable file not found in $PATH"))
 }
 
-/// Process steps that take place before the wait for `start` (limits, oom score,
-/// AppArmor, umask, the working directory).
-pub fn setup(p: &ProcessPlan) -> Result<(), String> {
+/// `process.rlimits`, set on the container's process `pid` by capsule-runc from outside
+/// (as runc does), before it is released: the runtime's own capabilities decide, so a
+/// hard limit above the runtime's is raised where the runtime may raise it, even for a
+/// process in a user namespace of its own, whose capabilities there do not count.
+pub fn rlimits(pid: libc::pid_t, p: &ProcessPlan) -> Result<(), String> {
     for (res, typ, soft, hard) in &p.rlimits {
         let lim = libc::rlimit {
             rlim_cur: *soft,
             rlim_max: *hard,
         };
-        // SAFETY: setrlimit with a valid struct.
-        if unsafe { libc::setrlimit(*res, &lim) } < 0 {
+        // SAFETY: prlimit with a valid struct and no old value asked.
+        if unsafe { libc::prlimit(pid, *res, &lim, std::ptr::null_mut()) } < 0 {
             return Err(format!(
                 "process.rlimits {typ}: {}",
                 std::io::Error::last_os_error()
             ));
         }
     }
+    Ok(())
+}
+
+/// Process steps that take place before the wait for `start` (oom score, AppArmor,
+/// umask, the working directory; the limits are [`rlimits`]'s).
+pub fn setup(p: &ProcessPlan) -> Result<(), String> {
     if let Some(adj) = p.oom_score_adj {
         std::fs::write("/proc/self/oom_score_adj", adj.to_string())
             .map_err(|e| format!("process.oomScoreAdj: {e}"))?;
@@ -252,7 +304,7 @@ pub fn finish(mut p: Prepared) -> String {
         }
         libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0);
     }
-    if let Err(err) = crate::linux::sys::capset(p.effective, p.permitted, p.inheritable) {
+    if let Err(err) = crate::kernel::sys::capset(p.effective, p.permitted, p.inheritable) {
         return format!("process.capabilities: {err}");
     }
     // SAFETY: prctl on our own process.
@@ -286,7 +338,7 @@ pub fn finish(mut p: Prepared) -> String {
             return err;
         }
     }
-    let _ = crate::linux::sys::cloexec_from(3);
+    let _ = crate::kernel::sys::cloexec_from(3);
     let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = p.envp.iter().map(|a| a.as_ptr()).collect();
@@ -303,4 +355,24 @@ pub fn finish(mut p: Prepared) -> String {
 
 fn last_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::home_in_passwd;
+
+    #[test]
+    fn home_comes_from_the_users_line() {
+        let text = b"root:x:0:0:root:/root:/bin/sh\n# odd\nbad:x:notanumber:0::/bad:/bin/sh\n\
+app:x:1000:1000:App:/home/app:/bin/sh\nempty:x:7:7:::/bin/sh\nshort:x:8\n";
+        assert_eq!(home_in_passwd(text, 0).as_deref(), Some("/root"));
+        assert_eq!(home_in_passwd(text, 1000).as_deref(), Some("/home/app"));
+        assert_eq!(home_in_passwd(text, 7), None);
+        assert_eq!(home_in_passwd(text, 8), None);
+        assert_eq!(home_in_passwd(text, 42), None);
+        assert_eq!(
+            home_in_passwd(b"\xff\xfe:x:1:1::/x\n", 1).as_deref(),
+            Some("/x")
+        );
+    }
 }

@@ -197,7 +197,7 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
                 let d2 = open_in(root, m.dst.as_os_str().as_bytes(), libc::O_PATH as u64)
                     .or_else(|e| err(what(), e))?;
                 let dp2 = fd_path(d2.as_raw_fd()).or_else(|e| err(what(), e))?;
-                crate::linux::sys::mount_setattr(&dp2, *attrs, *recursive)
+                crate::kernel::sys::mount_setattr(&dp2, *attrs, *recursive)
                     .or_else(|e| err(what(), e))?;
             }
             Ok(())
@@ -207,8 +207,22 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
             src,
             flags,
             data,
+            copy_up,
         } => {
             let d = make_in(root, &m.dst, true).or_else(|e| err(what(), e))?;
+            // tmpcopyup: the image's folder, as it is before the tmpfs covers it
+            let under = if *copy_up && is_dir(d.as_raw_fd()) {
+                Some(
+                    open_in(
+                        root,
+                        m.dst.as_os_str().as_bytes(),
+                        (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
+                    )
+                    .or_else(|e| err(what(), e))?,
+                )
+            } else {
+                None
+            };
             let dp = fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?;
             let src = cs(src.as_os_str().as_bytes()).or_else(|e| err(what(), e))?;
             let t = cs(typ.as_bytes()).or_else(|e| err(what(), e))?;
@@ -226,7 +240,19 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
                     Ok(())
                 }
                 Err(e) => err(what(), e),
-                Ok(()) => Ok(()),
+                Ok(()) => match under {
+                    Some(under) => {
+                        let top = open_in(
+                            root,
+                            m.dst.as_os_str().as_bytes(),
+                            (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
+                        )
+                        .or_else(|e| err(what(), e))?;
+                        super::copyup::copy(under.as_raw_fd(), top.as_raw_fd())
+                            .or_else(|e| err(format!("{} (tmpcopyup)", what()), e))
+                    }
+                    None => Ok(()),
+                },
             }
         }
     }
@@ -270,9 +296,9 @@ fn cgroup_v1(root: RawFd, dst: &Path, ro: bool, binds: &[(PathBuf, PathBuf)]) ->
     }
     if ro {
         let again = open_in(root, dst.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-        crate::linux::sys::mount_setattr(
+        crate::kernel::sys::mount_setattr(
             &fd_path(again.as_raw_fd())?,
-            crate::linux::sys::MOUNT_ATTR_RDONLY,
+            crate::kernel::sys::MOUNT_ATTR_RDONLY,
             false,
         )?;
     }
@@ -372,6 +398,25 @@ fn devices(root: RawFd, list: &[DeviceNode], userns: bool, terminal: bool) -> R<
     Ok(())
 }
 
+/// One `linux.sysctl` value written to `path` (`/proc/sys/...`) of the container's
+/// `/proc`, which must be a proc mount by now (a file of the image is refused, not
+/// written).
+fn sysctl(root: RawFd, path: &str, value: &str) -> io::Result<()> {
+    let fd = open_in(root, path.as_bytes(), libc::O_WRONLY as u64)?;
+    // SAFETY: fstatfs into a zeroed struct, on our descriptor.
+    let proc = unsafe {
+        let mut s: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(fd.as_raw_fd(), &mut s) == 0 && s.f_type == libc::PROC_SUPER_MAGIC
+    };
+    if !proc {
+        return Err(io::Error::other(format!(
+            "{path} is not in a proc mount of the container"
+        )));
+    }
+    let mut f = std::fs::File::from(fd);
+    io::Write::write_all(&mut f, value.as_bytes())
+}
+
 /// `linux.maskedPaths`: an empty read-only tmpfs over a directory, `/dev/null` over
 /// anything else; missing paths are nothing to hide.
 fn mask(root: RawFd, p: &Path) -> io::Result<()> {
@@ -417,11 +462,11 @@ fn read_only(root: RawFd, p: &Path) -> io::Result<()> {
 /// read-only, `nosuid`, `nodev`, `noexec` (and what is below it, when `recursive`).
 fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     let again = open_in(root, p.as_os_str().as_bytes(), libc::O_PATH as u64)?;
-    crate::linux::sys::mount_setattr(
+    crate::kernel::sys::mount_setattr(
         &fd_path(again.as_raw_fd())?,
-        crate::linux::sys::MOUNT_ATTR_RDONLY
-            | crate::linux::sys::MOUNT_ATTR_NOSUID
-            | crate::linux::sys::MOUNT_ATTR_NODEV
+        crate::kernel::sys::MOUNT_ATTR_RDONLY
+            | crate::kernel::sys::MOUNT_ATTR_NOSUID
+            | crate::kernel::sys::MOUNT_ATTR_NODEV
             | 0x8, // MOUNT_ATTR_NOEXEC
         recursive,
     )
@@ -459,6 +504,10 @@ pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<()> {
         plan.bind_devices,
         plan.console,
     )?;
+    // before the masked and read-only paths: `/proc/sys` is one of them
+    for (k, path, v) in &plan.sysctl {
+        sysctl(root.as_raw_fd(), path, v).or_else(|e| err(format!("linux.sysctl {k}"), e))?;
+    }
     for p in &plan.masked_paths {
         mask(root.as_raw_fd(), p)
             .or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;

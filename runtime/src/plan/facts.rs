@@ -6,7 +6,7 @@
 //! ([`crate::home::layer`]) and what its upper dir holds, the package caches and
 //! `~/.npmrc` ([`crate::home::caches`]), the credentials the host has for watched masks
 //! ([`crate::linux::fusemask::present`]), the revealed folders ([`crate::home::reveal`])
-//! and this exec's cgroups ([`crate::linux::cgroup`]).
+//! and this exec's cgroups ([`crate::kernel::cgroup`]).
 //!
 //! Gathering an exec's facts ([`gather`], `make`) also makes what the plan mounts in the
 //! bundle (the home layer's folders and baseline, the cache folders, the filtered
@@ -16,8 +16,8 @@
 use super::ResolvedPolicy;
 use crate::home::view::{self, Entry, Held};
 use crate::home::{caches, devices, layer, reveal};
+use crate::kernel::sys::canonicalize;
 use crate::linux::plan::{option_safe, SystemFacts};
-use crate::linux::sys::canonicalize;
 use crate::linux::{fusemask, Isolation};
 use crate::settings::Settings;
 use capsule_bundle::store::OpenCapsule;

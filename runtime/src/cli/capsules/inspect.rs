@@ -233,7 +233,8 @@ struct EnforcedNow {
 
 #[cfg(target_os = "linux")]
 fn enforced_now(cap: &OpenCapsule, layout: &Layout) -> Result<EnforcedNow, String> {
-    use crate::linux::{oci, seccomp};
+    use crate::kernel::seccomp;
+    use crate::linux::oci;
     let shell = std::env::var_os("SHELL").unwrap_or_else(|| "/bin/sh".into());
     let mut plan = crate::exec::plan_preview(cap, layout, vec![shell]).map_err(|e| e.message)?;
     // values passed through by name (tokens, keys) stay out of what inspect prints

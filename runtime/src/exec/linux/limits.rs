@@ -135,7 +135,7 @@ pub(super) fn defaults_unheld(own: &crate::limits::Limits, why: &str) -> String 
     )
 }
 
-/// A limit's message `m` ([`crate::linux::cgroup::ExecCgroups::reached`]), saying so when the
+/// A limit's message `m` ([`crate::kernel::cgroup::ExecCgroups::reached`]), saying so when the
 /// limit reached was capsule's own default (`own`) and how to give another.
 pub(super) fn said_as_default(
     m: String,

@@ -35,7 +35,7 @@ pub fn run_probe(
     let policy = &current;
     let mut degradation = Vec::new();
     let (mut isolation, mut best_effort) =
-        if linux::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
+        if crate::kernel::landlock::abi_version() < isolation::FULL_LANDLOCK_ABI {
             weaker_or_refuse(&settings, &mut degradation, true).map_err(|e| e.message)?
         } else {
             (Isolation::Full, false)

@@ -5,7 +5,7 @@
 use super::limits::{limits_now, own_defaults};
 use crate::exec::{fail, with_current_hidden};
 use crate::exit::CliError;
-use crate::linux::{self, plan, ExecPlan, Isolation, Stdio};
+use crate::linux::{plan, ExecPlan, Isolation, Stdio};
 use crate::plan::{Gather, ResolvedPolicy};
 use crate::settings::Settings;
 use capsule_bundle::layout::Layout;
@@ -52,7 +52,7 @@ fn plan_for_rendering(
     let (mut limits, activity_timeout) = limits_now(&settings, &cap.record.limits)?;
     let own = own_defaults(&mut limits, &settings);
     if own.needs_cgroup() {
-        for (flag, r) in linux::cgroup::probe() {
+        for (flag, r) in crate::kernel::cgroup::probe() {
             if r.is_err() {
                 match flag {
                     "--memory" if own.memory.is_some() => limits.memory = None,

@@ -150,7 +150,7 @@ impl Masks {
             let Some(c) = self.conns.get(i) else {
                 return false;
             };
-            let n = match super::sys::read(c.fd.as_raw_fd(), &mut self.buf) {
+            let n = match crate::kernel::sys::read(c.fd.as_raw_fd(), &mut self.buf) {
                 Ok(n) => n,
                 Err(e) => {
                     return match e.raw_os_error() {
@@ -336,8 +336,8 @@ impl Masks {
             return String::new();
         }
         let mut b = [0u8; 64];
-        let n = super::sys::read(fd, &mut b).unwrap_or(0);
-        super::sys::close(fd);
+        let n = crate::kernel::sys::read(fd, &mut b).unwrap_or(0);
+        crate::kernel::sys::close(fd);
         let b = &b[..n];
         String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(b)).into_owned()
     }
@@ -406,7 +406,7 @@ fn respond(fd: RawFd, unique: u64, r: Result<Vec<u8>, i32>) {
     m.extend_from_slice(&error.to_le_bytes());
     m.extend_from_slice(&unique.to_le_bytes());
     m.extend_from_slice(&body);
-    if let Err(e) = super::sys::write_all(fd, &m) {
+    if let Err(e) = crate::kernel::sys::write_all(fd, &m) {
         if e.raw_os_error() != Some(libc::ENOENT) {
             tracing::debug!("watched masks: answering: {e}");
         }

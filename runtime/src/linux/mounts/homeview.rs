@@ -20,8 +20,8 @@
 //! home would have put them, so the layer's review is unchanged.
 
 use super::{bind, cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
+use crate::kernel::sys::{self, Kind};
 use crate::linux::plan::view::{self, EntryKind, HomeView};
-use crate::linux::sys::{self, Kind};
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -6,8 +6,9 @@
 //! is never served. The exec side (fingerprint, spawn, join) is [`super`]'s.
 
 use super::{idle, peer_uid, JoinReply};
-use crate::linux::landlock::LandlockRules;
-use crate::linux::{mounts, sys, warm, ExecPlan};
+use crate::kernel::landlock::LandlockRules;
+use crate::kernel::sys;
+use crate::linux::{mounts, warm, ExecPlan};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -54,7 +55,7 @@ impl Holder<'_> {
         // the folders its spares' cgroups go in, while the host's are still in view (or
         // why they cannot be made, told to each exec)
         let (cgroups, no_cgroups) =
-            match crate::linux::cgroup::SpareCgroups::open(&self.plan.limits) {
+            match crate::kernel::cgroup::SpareCgroups::open(&self.plan.limits) {
                 Ok(c) => (c, None),
                 Err(why) => (None, Some(why)),
             };
@@ -146,7 +147,7 @@ impl Holder<'_> {
         mntns: &OwnedFd,
         rules: &LandlockRules,
         landlock: &serde_json::Value,
-        cgroups: Option<&crate::linux::cgroup::SpareCgroups>,
+        cgroups: Option<&crate::kernel::cgroup::SpareCgroups>,
         no_cgroups: Option<&str>,
         fuse_dev: RawFd,
     ) -> ! {
@@ -318,7 +319,7 @@ impl Holder<'_> {
         &self,
         spares: Vec<warm::Spare>,
         served: Vec<Served>,
-        cgroups: Option<&crate::linux::cgroup::SpareCgroups>,
+        cgroups: Option<&crate::kernel::cgroup::SpareCgroups>,
     ) -> ! {
         if let Ok(n) = std::ffi::CString::new(self.name) {
             // SAFETY: fstatat/unlinkat relative to our directory descriptor.
@@ -445,7 +446,7 @@ struct Served {
     pid: libc::pid_t,
     pidfd: OwnedFd,
     /// The cgroups it waits in (their name and groups), handed on when it ends.
-    cgroup: Option<(String, Vec<crate::linux::cgroup::Group>)>,
+    cgroup: Option<(String, Vec<crate::kernel::cgroup::Group>)>,
 }
 
 /// Reap the spares that ended; the groups of a served one are handed on (its exec is
@@ -453,7 +454,7 @@ struct Served {
 fn reap(
     served: &mut Vec<Served>,
     spares: &mut Vec<warm::Spare>,
-    cgroups: Option<&crate::linux::cgroup::SpareCgroups>,
+    cgroups: Option<&crate::kernel::cgroup::SpareCgroups>,
 ) {
     loop {
         // SAFETY: reaping our own children without blocking.

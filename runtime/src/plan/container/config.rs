@@ -389,14 +389,17 @@ pub fn check(spec: &Spec) -> Result<(), String> {
                 m.destination
             ));
         }
+        let typ = m.typ.as_deref().unwrap_or("");
         for o in &m.options {
-            if matches!(o.as_str(), "idmap" | "ridmap" | "tmpcopyup" | "remount")
-                || o.starts_with("X-mount.")
-            {
+            if matches!(o.as_str(), "idmap" | "ridmap" | "remount") || o.starts_with("X-mount.") {
                 return Err(format!("mounts[{i}].options: {o:?} is not supported"));
             }
+            if o == "tmpcopyup" && typ != "tmpfs" {
+                return Err(format!(
+                    "mounts[{i}].options: \"tmpcopyup\" is for a tmpfs, not {typ:?}"
+                ));
+            }
         }
-        let typ = m.typ.as_deref().unwrap_or("");
         let bind = m.options.iter().any(|o| o == "bind" || o == "rbind") || typ == "bind";
         if bind && m.source.as_ref().is_none_or(|s| !s.is_absolute()) {
             return Err(format!(
@@ -459,7 +462,11 @@ pub fn check(spec: &Spec) -> Result<(), String> {
         if r.hugepage_limits.iter().any(|h| h.limit > 0) {
             return Err("linux.resources.hugepageLimits: not supported".into());
         }
-        if r.block_io.as_ref().is_some_and(|b| b.weight.is_some()) {
+        // 0 is "not set" (what Docker writes when no weight is asked), as runc reads it
+        if r.block_io
+            .as_ref()
+            .is_some_and(|b| b.weight.is_some_and(|w| w != 0))
+        {
             return Err("linux.resources.blockIO.weight: not supported".into());
         }
         if let Some(m) = &r.memory {
@@ -559,6 +566,24 @@ mod tests {
         assert!(spec(r#","mountLabel":"system_u""#)
             .unwrap_err()
             .contains("mountLabel"));
+        // Docker writes weight 0 for "no weight asked"
+        assert!(spec(r#","resources":{"blockIO":{"weight":0}}"#).is_ok());
+        assert!(spec(r#","resources":{"blockIO":{"weight":500}}"#)
+            .unwrap_err()
+            .contains("linux.resources.blockIO.weight"));
+        let mounts = |m: &str| -> Result<Spec, String> {
+            let mut s = spec("")?;
+            s.mounts = serde_json::from_str(m).map_err(|e| e.to_string())?;
+            check(&s).map(|()| s)
+        };
+        assert!(
+            mounts(r#"[{"destination":"/run","type":"tmpfs","options":["tmpcopyup"]}]"#).is_ok()
+        );
+        assert!(
+            mounts(r#"[{"destination":"/run","type":"proc","options":["tmpcopyup"]}]"#)
+                .unwrap_err()
+                .contains("mounts[0].options")
+        );
         assert!(spec(r#","resources":{"rdma":{}}"#)
             .unwrap_err()
             .contains("rdma"));

@@ -22,7 +22,7 @@
 //! bundle's: any filesystem type with its flags, data and propagation, non-recursive
 //! binds, destinations resolved inside a hostile rootfs. So the mount steps are this
 //! module's own ([`Mount`]); what fits is shared: the Landlock input is a
-//! [`SandboxPolicy`] (built by the same `crate::linux::landlock` as an exec's) and the
+//! [`SandboxPolicy`] (built by the same `crate::kernel::landlock` as an exec's) and the
 //! default limits are [`crate::limits::Limits`] (`crate::limits::machine_defaults`).
 
 pub mod config;
@@ -66,7 +66,7 @@ pub struct Hierarchy {
 /// before it by the modules that own each part (`crate::ociruntime`'s `facts::gather`).
 #[derive(Debug, Clone, Default)]
 pub struct ContainerFacts {
-    /// The kernel's Landlock ABI (`crate::linux::landlock::abi_version`; 0: none).
+    /// The kernel's Landlock ABI (`crate::kernel::landlock::abi_version`; 0: none).
     pub landlock_abi: u32,
     /// `/sys/fs/cgroup` is the unified (v2) hierarchy.
     pub cgroup_unified: bool,
@@ -143,13 +143,18 @@ pub struct ContainerPlan {
     pub rootfs_propagation: Option<libc::c_ulong>,
     pub hostname: Option<String>,
     pub domainname: Option<String>,
+    /// A new network namespace: its loopback is brought up (as runc does; Podman's
+    /// `--network none` counts on it).
+    pub loopback_up: bool,
     /// `linux.sysctl`: (key, file under `/proc/sys`, value).
     pub sysctl: Vec<(String, String, String)>,
     pub hooks: Option<Hooks>,
     pub annotations: BTreeMap<String, String>,
     pub process: ProcessPlan,
     pub confine: Confinement,
-    /// The writable set the refusal observer judges writes by; `None`: no observer.
+    /// The writable set the refusal observer judges writes by; `None`: no observer
+    /// (capsule-runc's settings leave it out, or the bundle has no seccomp filter: the
+    /// observer's is one, and an unconfined container gets none).
     pub observe: Option<Watch>,
     /// What the disk guard keeps free and watches.
     pub disk: disk::DiskPlan,
@@ -208,12 +213,14 @@ pub enum MountKind {
         attrs: u64,
     },
     /// A filesystem of type `typ` from `src` with `flags` and `data`; a `sysfs` the kernel
-    /// refuses (a network namespace not ours, rootless) is the host's, bound.
+    /// refuses (a network namespace not ours, rootless) is the host's, bound. `copy_up`
+    /// (`tmpcopyup`, a tmpfs's): what the image had at the mount point is copied into it.
     Fs {
         typ: String,
         src: PathBuf,
         flags: libc::c_ulong,
         data: String,
+        copy_up: bool,
     },
     /// `cgroup2` of the unified host (read-only when `ro`).
     Cgroup2 { ro: bool },
@@ -269,6 +276,9 @@ pub struct ProcessPlan {
     pub terminal: bool,
     /// (height, width).
     pub console_size: Option<(u16, u16)>,
+    /// `process.env` has no `HOME` (or an empty one): it is the user's home in the
+    /// container's `/etc/passwd`, `/` when the user is not there (as runc sets it).
+    pub home_from_passwd: bool,
 }
 
 /// The capability sets, as bit masks.
@@ -374,7 +384,11 @@ pub fn container(
             )
         })
         .collect();
-    let observe = f.settings.observe.then(|| watch(spec));
+    // the observer stacks a seccomp filter of its own: only on a container the bundle
+    // confines with seccomp already (Docker's `seccomp=unconfined`, Podman's and
+    // crictl's `unconfined` get no filter of capsule's, as under runc)
+    let bundle_seccomp = l.seccomp.is_some();
+    let observe = (f.settings.observe && bundle_seccomp).then(|| watch(spec));
     Ok(ContainerPlan {
         rootfs,
         root_readonly: root.readonly,
@@ -382,6 +396,7 @@ pub fn container(
         uid_mappings: l.uid_mappings.clone(),
         gid_mappings: l.gid_mappings.clone(),
         bind_devices: namespaces.userns,
+        loopback_up: namespaces.new & libc::CLONE_NEWNET != 0,
         namespaces,
         cgroup,
         mounts,
@@ -541,7 +556,7 @@ pub fn options(opts: &[String]) -> (libc::c_ulong, libc::c_ulong, String) {
         match config::mount_flag(o) {
             Some((true, f)) => set |= f,
             Some((false, f)) => clear |= f,
-            None if propagation(o).is_some() => {}
+            None if propagation(o).is_some() || o == "tmpcopyup" => {}
             None => data.push(o.as_str()),
         }
     }
@@ -604,6 +619,7 @@ fn mount(i: usize, m: &config::Mount, cgroup_rel: &Path, f: &ContainerFacts) -> 
             src: m.source.clone().unwrap_or_else(|| PathBuf::from(typ)),
             flags: set & !libc::MS_REC,
             data,
+            copy_up: m.options.iter().any(|o| o == "tmpcopyup"),
         }
     };
     Mount {
@@ -674,6 +690,10 @@ pub fn process(p: &config::Process, f: &ContainerFacts) -> Result<ProcessPlan, R
         apparmor,
         terminal: p.terminal,
         console_size: p.console_size.as_ref().map(|s| (s.height, s.width)),
+        home_from_passwd: !p
+            .env
+            .iter()
+            .any(|e| e.strip_prefix("HOME=").is_some_and(|h| !h.is_empty())),
     })
 }
 

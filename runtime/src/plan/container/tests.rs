@@ -71,7 +71,7 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
         c["mounts"] = serde_json::json!([
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rbind", "ro", "nosuid", "rprivate"]},
-            {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=65536k"]},
+            {"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755", "size=65536k", "tmpcopyup"]},
             {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]}
         ]);
         c["process"]["capabilities"] = serde_json::json!({
@@ -80,6 +80,7 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
         });
         c["process"]["rlimits"] =
             serde_json::json!([{"type": "RLIMIT_NOFILE", "hard": 77, "soft": 70}]);
+        c["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"});
     });
     let p = plan_of(&spec, &facts()).unwrap();
     assert_eq!(p.rootfs, Path::new("/b/rootfs"));
@@ -89,6 +90,8 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
     assert_eq!(joined, ["user", "network"]);
     assert!(p.namespaces.userns && p.bind_devices);
     assert_eq!(p.hostname.as_deref(), Some("box"));
+    // the network namespace is joined: its loopback is its owner's
+    assert!(!p.loopback_up);
     assert_eq!(
         p.sysctl,
         [(
@@ -123,6 +126,7 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
             src: "tmpfs".into(),
             flags: libc::MS_NOSUID,
             data: "mode=755,size=65536k".into(),
+            copy_up: true,
         }
     );
     assert_eq!(
@@ -178,7 +182,48 @@ fn the_plan_is_made_of_the_config_and_the_facts() {
         w.read_only,
         [PathBuf::from("/data"), PathBuf::from("/sys/fs/cgroup")]
     );
-    assert!(p.confine.seccomp.is_none());
+    assert!(p.confine.seccomp.is_some());
+    // no HOME in process.env: the image's /etc/passwd says it
+    assert!(p.process.home_from_passwd);
+}
+
+#[test]
+fn an_unconfined_container_gets_no_filter_of_capsules() {
+    // no linux.seccomp (Docker's seccomp=unconfined): no observer, whose filter it is
+    let p = plan_of(&spec_with(|_| {}), &facts()).unwrap();
+    assert!(p.confine.seccomp.is_none() && p.observe.is_none());
+    let p = plan_of(
+        &spec_with(|c| {
+            c["linux"]["seccomp"] = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"})
+        }),
+        &facts(),
+    )
+    .unwrap();
+    assert!(p.observe.is_some());
+}
+
+#[test]
+fn a_new_network_namespace_gets_its_loopback_up() {
+    let p = plan_of(
+        &spec_with(|c| {
+            c["linux"]["namespaces"] = serde_json::json!([{"type": "mount"}, {"type": "network"}])
+        }),
+        &facts(),
+    )
+    .unwrap();
+    assert!(p.loopback_up);
+}
+
+#[test]
+fn home_is_looked_up_only_when_the_env_has_none() {
+    for (env, lookup) in [
+        (serde_json::json!(["PATH=/bin"]), true),
+        (serde_json::json!(["HOME="]), true),
+        (serde_json::json!(["HOME=/work"]), false),
+    ] {
+        let p = plan_of(&spec_with(|c| c["process"]["env"] = env), &facts()).unwrap();
+        assert_eq!(p.process.home_from_passwd, lookup);
+    }
 }
 
 #[test]

@@ -28,7 +28,7 @@
 //!
 //! Listing what it refuses: the filter is built twice from the same table. The one an
 //! exec installs ([`SeccompProgram::install_listened`]) answers `SECCOMP_RET_USER_NOTIF`
-//! where the other answers `EPERM`; capsule's supervisor ([`super::notify`]) holds its
+//! where the other answers `EPERM`; capsule's supervisor ([`crate::linux::notify`]) holds its
 //! listener, records the refusal and answers `EPERM`, the same errno. Should the
 //! supervisor be gone, the kernel answers `ENOSYS` itself: still refused. Every other
 //! answer (the kills, `ENOSYS`, allow) is the same instruction in both. The OCI rendering

@@ -201,7 +201,7 @@ pub fn requested_rights(
     // handled with every other right of the kernel's ABI (`AccessFs::from_all`) and
     // granted with the write rights, on the writable roots only: a task connects to the
     // sockets it binds in its own places, to none of the host's; below ABI 9 the host's
-    // sockets are masked in the mount plan instead (`super::sockets`), so not required
+    // sockets are masked in the mount plan instead (`crate::linux::sockets`), so not required
     v.push(r(
         "fs.resolve_unix",
         9,
@@ -395,7 +395,7 @@ impl Points {
 
 /// The rules of a policy with every path already opened (bound to the inodes looked at),
 /// not yet in a ruleset: [`LandlockRules::create`] makes a fresh ruleset of them, as often
-/// as needed. A prepared root ([`super::prepared`]) collects them once and hands each exec
+/// as needed. A prepared root ([`crate::linux::prepared`]) collects them once and hands each exec
 /// a ruleset of its own.
 #[derive(Debug)]
 pub struct LandlockRules {

@@ -1,0 +1,16 @@
+//! The kernel stack both front ends stand on (`capsule exec`'s executor, [`crate::linux`],
+//! and capsule-runc, [`crate::ociruntime`]): one module per kernel concern, each taking
+//! the decisions of a plan as plain values and carrying them out, deciding nothing.
+//!
+//! - [`sys`]: thin wrappers over the system calls, `errno` kept, no allocation;
+//! - [`landlock`]: the Landlock ruleset of a policy, built and enforced;
+//! - [`seccomp`]: capsule's seccomp filter, its listened variant and the observer;
+//! - [`cgroup`]: control groups (v1 and v2) of an exec's limits.
+//!
+//! Nothing here uses a front end, a plan or the exec pipeline above it; what it needs
+//! comes in as arguments (the architecture tests check it).
+
+pub mod cgroup;
+pub mod landlock;
+pub mod seccomp;
+pub mod sys;
