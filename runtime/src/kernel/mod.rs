@@ -5,12 +5,19 @@
 //! - [`sys`]: thin wrappers over the system calls, `errno` kept, no allocation;
 //! - [`landlock`]: the Landlock ruleset of a policy, built and enforced;
 //! - [`seccomp`]: capsule's seccomp filter, its listened variant and the observer;
-//! - [`cgroup`]: control groups (v1 and v2) of an exec's limits.
+//! - [`cgroup`]: control groups (v1 and v2) of an exec's limits;
+//! - [`caps`]: capabilities, the user a process runs as, `no_new_privs`;
+//! - [`rlimit`]: resource limits;
+//! - [`process`]: a process's last steps before `execve`, in the one order both front
+//!   ends use.
 //!
 //! Nothing here uses a front end, a plan or the exec pipeline above it; what it needs
 //! comes in as arguments (the architecture tests check it).
 
+pub mod caps;
 pub mod cgroup;
 pub mod landlock;
+pub mod process;
+pub mod rlimit;
 pub mod seccomp;
 pub mod sys;

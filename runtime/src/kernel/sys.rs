@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::RawFd;
 
-fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+pub(super) fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -16,7 +16,7 @@ fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
+pub(super) fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -187,24 +187,6 @@ pub fn pidfd_pid(pidfd: RawFd) -> io::Result<libc::pid_t> {
         .ok_or_else(|| io::Error::other("the process of the pidfd is gone or not visible"))
 }
 
-/// Set `resource`'s soft and hard limit to `value`, or to the hard limit it has if that is
-/// lower (an unprivileged process cannot raise it; the limit is then tighter than asked).
-pub fn lower_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit into a valid struct.
-    check_int(unsafe { libc::getrlimit(resource, &mut l) })?;
-    let v = (value as libc::rlim_t).min(l.rlim_max);
-    let l = libc::rlimit {
-        rlim_cur: v,
-        rlim_max: v,
-    };
-    // SAFETY: setrlimit of our own process from a valid struct.
-    check_int(unsafe { libc::setrlimit(resource, &l) }).map(drop)
-}
-
 /// `prctl(2)` with integer arguments.
 pub fn prctl(op: libc::c_int, a: libc::c_ulong, b: libc::c_ulong) -> io::Result<()> {
     // SAFETY: integer-only prctl options.
@@ -330,81 +312,6 @@ pub fn loopback_up() -> io::Result<()> {
 pub fn sethostname(name: &[u8]) -> io::Result<()> {
     // SAFETY: buffer valid for its length.
     check_int(unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) })
-        .map(drop)
-}
-
-/// Drop every capability: the bounding set, the ambient set, then effective, permitted and
-/// inheritable, and lock the securebits so uid 0 regains nothing on `execve`.
-pub fn drop_all_capabilities() -> io::Result<()> {
-    // securebits first (needs CAP_SETPCAP, which we still hold in our user namespace).
-    let bits = libc::SECBIT_NOROOT
-        | libc::SECBIT_NOROOT_LOCKED
-        | libc::SECBIT_NO_SETUID_FIXUP
-        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
-        | libc::SECBIT_KEEP_CAPS_LOCKED;
-    // Allowed to fail when CAP_SETPCAP is missing (weaker isolation): the bounding set and
-    // the empty permitted set below still leave nothing to regain.
-    let _ = prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0);
-    let mut cap = 0;
-    loop {
-        // SAFETY: integer prctl.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) };
-        if rc < 0 {
-            break; // past the last capability this kernel knows
-        }
-        if rc == 1 {
-            prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0)?;
-        }
-        cap += 1;
-        if cap > 63 {
-            break;
-        }
-    }
-    // SAFETY: integer prctl.
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    capset(0, 0, 0)
-}
-
-/// `capset(2)` (version 3, all 64 bits) of the calling thread: the effective, permitted
-/// and inheritable sets as bit masks (bit `n` is capability `n`). No allocation.
-pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let hdr = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let data = [
-        Data {
-            effective: effective as u32,
-            permitted: permitted as u32,
-            inheritable: inheritable as u32,
-        },
-        Data {
-            effective: (effective >> 32) as u32,
-            permitted: (permitted >> 32) as u32,
-            inheritable: (inheritable >> 32) as u32,
-        },
-    ];
-    // SAFETY: header and two data structs, as capset(2) v3 requires.
-    check(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) })
         .map(drop)
 }
 
@@ -591,42 +498,6 @@ fn list(dir: &std::path::Path) -> Option<Listing> {
         entries.insert(e.file_name().to_bytes().to_vec(), (e.ino(), t));
     }
     Some((st.st_dev as u64, entries))
-}
-
-/// Resource limits the command inherits, in this order.
-pub(crate) const RLIMITS: [libc::__rlimit_resource_t; 16] = [
-    libc::RLIMIT_CPU,
-    libc::RLIMIT_FSIZE,
-    libc::RLIMIT_DATA,
-    libc::RLIMIT_STACK,
-    libc::RLIMIT_CORE,
-    libc::RLIMIT_RSS,
-    libc::RLIMIT_NPROC,
-    libc::RLIMIT_NOFILE,
-    libc::RLIMIT_MEMLOCK,
-    libc::RLIMIT_AS,
-    libc::RLIMIT_LOCKS,
-    libc::RLIMIT_SIGPENDING,
-    libc::RLIMIT_MSGQUEUE,
-    libc::RLIMIT_NICE,
-    libc::RLIMIT_RTPRIO,
-    libc::RLIMIT_RTTIME,
-];
-
-/// This process's (soft, hard) resource limits, in [`RLIMITS`] order.
-pub(crate) fn rlimits() -> Vec<(u64, u64)> {
-    RLIMITS
-        .iter()
-        .map(|r| {
-            let mut l = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit into a valid struct.
-            unsafe { libc::getrlimit(*r, &mut l) };
-            (l.rlim_cur, l.rlim_max)
-        })
-        .collect()
 }
 
 /// Leave the teardown of this process's address space to a child that shares it, so that

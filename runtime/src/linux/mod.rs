@@ -132,7 +132,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     // the seccomp listener's way to capsule ([`notify`]): its sandbox end is init's and
     // the command's (or a warm spare's) until the listener is sent
-    let (notify_mine, notify_theirs) = match notify::channel() {
+    let (notify_mine, notify_theirs) = match seccomp::listener_channel() {
         Ok(c) => c,
         Err(e) => {
             for fd in [rep_r, rep_w, sync_r, sync_w] {

@@ -205,7 +205,7 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
     // the caller that spawned it: only callers of that cgroup may use it, so that a CI
     // job's limits and accounting hold for its commands; likewise the hard resource limits
     h.update(std::fs::read("/proc/self/cgroup").unwrap_or_default());
-    for (_, hard) in sys::rlimits() {
+    for (_, hard) in crate::kernel::rlimit::current() {
         h.update(hard.to_le_bytes());
     }
     // which cgroup controllers the exec limits: the holder's spares wait in groups of

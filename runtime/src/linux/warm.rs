@@ -25,6 +25,7 @@ use super::hooks::Hooks;
 use super::init::{self, Root};
 use super::{mounts, ExecPlan, Stdio};
 use crate::kernel::landlock::LandlockRules;
+use crate::kernel::process;
 use crate::kernel::seccomp::SeccompProgram;
 use crate::kernel::sys;
 use std::ffi::{CString, OsString};
@@ -97,7 +98,10 @@ pub(crate) fn send(
             .collect(),
         cwd: plan.cwd.clone(),
         umask: umask(),
-        soft_limits: sys::rlimits().into_iter().map(|(soft, _)| soft).collect(),
+        soft_limits: crate::kernel::rlimit::current()
+            .into_iter()
+            .map(|(soft, _)| soft)
+            .collect(),
         limits: plan.limits,
         stdio,
     };
@@ -401,7 +405,7 @@ fn spare_main(
     // capsule's supervisor (none of them is the command's)
     super::fusemask::send(fds[3], masks);
     if let Some(l) = listener {
-        let _ = super::notify::send_listener(fds[3], l.as_raw_fd());
+        let _ = crate::kernel::seccomp::send_listener(fds[3], l.as_raw_fd());
     }
     sys::close(fds[3]);
     let stdio_fds = &fds[REQUEST_FDS..];
@@ -415,19 +419,14 @@ fn spare_main(
     plan.cwd = req.cwd;
     plan.limits = req.limits;
     // the caller's umask and soft limits (within the hard ones, which are the same)
-    // SAFETY: umask and setrlimit of our own process.
+    // SAFETY: umask of our own process.
     unsafe { libc::umask(req.umask & 0o777) };
-    for ((r, soft), (_, hard)) in sys::RLIMITS
+    for ((r, soft), (_, hard)) in crate::kernel::rlimit::RLIMITS
         .iter()
         .zip(&req.soft_limits)
-        .zip(sys::rlimits())
+        .zip(crate::kernel::rlimit::current())
     {
-        let l = libc::rlimit {
-            rlim_cur: (*soft).min(hard) as libc::rlim_t,
-            rlim_max: hard as libc::rlim_t,
-        };
-        // SAFETY: setrlimit of our own process.
-        unsafe { libc::setrlimit(*r, &l) };
+        let _ = crate::kernel::rlimit::set(*r, (*soft).min(hard), hard);
     }
     let mut console = None;
     match (req.stdio, stdio_fds) {
@@ -512,24 +511,30 @@ fn enforce(
     seccomp: &SeccompProgram,
 ) -> (init::PreLayers, Option<OwnedFd>) {
     use std::os::fd::AsFd;
-    if sys::drop_all_capabilities().is_err() || sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).is_err()
-    {
-        quit()
-    }
     let Some(r) = ruleset else { quit() };
-    let Ok(landlock) = crate::kernel::landlock::restrict_received(r.as_fd(), landlock.clone(), &[])
-    else {
-        quit()
-    };
-    let Ok(listener) = seccomp.install_listened() else {
+    let filters = [process::Filter::Capsule {
+        program: seccomp,
+        listener: process::Listener::Keep,
+    }];
+    let Ok(taken) = process::take_layers(process::Layers {
+        no_new_privs: true,
+        user: None,
+        capabilities: process::Capabilities::None,
+        landlock: Some(process::Landlock::Received {
+            ruleset: r.as_fd(),
+            report: landlock,
+            again: &[],
+        }),
+        filters: &filters,
+    }) else {
         quit()
     };
     (
         init::PreLayers {
-            landlock,
+            landlock: taken.landlock.unwrap_or_default(),
             seccomp: serde_json::to_value(seccomp.report()).unwrap_or_default(),
         },
-        listener,
+        taken.listener,
     )
 }
 

@@ -60,14 +60,35 @@ pub fn hierarchies() -> Vec<Hierarchy> {
     out
 }
 
-/// The container's directories of `plan`, made, with its resources written.
-pub fn setup(plan: &CgroupPlan) -> Result<Vec<PathBuf>, String> {
+/// The container's directories of `plan`, made, with its resources written. None (and
+/// the reason, for the log) when the plan lets the container run without them and the
+/// runtime may not make them (rootless).
+pub fn setup(plan: &CgroupPlan) -> Result<(Vec<PathBuf>, Option<String>), String> {
     let rel = &plan.rel;
     let mut dirs = Vec::new();
     for h in &plan.hierarchies {
         let dir = h.mount.join(rel);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("making the cgroup {}: {e}", dir.display()))?;
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            let denied = e.kind() == std::io::ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(libc::EROFS);
+            if plan.optional && denied {
+                remove(&dirs);
+                return Ok((
+                    Vec::new(),
+                    Some(format!("making the cgroup {}: {e}", dir.display())),
+                ));
+            }
+            remove(&dirs);
+            return Err(format!(
+                "making the cgroup {}: {e}{}",
+                dir.display(),
+                if denied && !plan.optional {
+                    " (a rootless runtime may not; the bundle's linux.resources need it)"
+                } else {
+                    ""
+                }
+            ));
+        }
         if h.controllers.iter().any(|c| c == "cpuset") {
             // a new cpuset group is empty until given cpus and mems: its parent's
             for f in ["cpuset.cpus", "cpuset.mems"] {
@@ -77,7 +98,7 @@ pub fn setup(plan: &CgroupPlan) -> Result<Vec<PathBuf>, String> {
         dirs.push(dir.clone());
         write_resources(h, &dir, &plan.resources)?;
     }
-    Ok(dirs)
+    Ok((dirs, None))
 }
 
 fn inherit(mount: &Path, rel: &Path, file: &str) {
@@ -302,6 +323,44 @@ pub fn remove(dirs: &[PathBuf]) {
                     std::thread::sleep(std::time::Duration::from_millis(2))
                 }
                 _ => break,
+            }
+        }
+    }
+}
+
+/// The cgroup of this process in hierarchy `h` (from `/proc/self/cgroup`), relative to
+/// the hierarchy's root.
+pub fn own_path(h: &Hierarchy) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let want: Vec<&str> = h.controllers.iter().map(String::as_str).collect();
+    text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+        let mut have: Vec<&str> = ctl.split(',').filter(|c| !c.is_empty()).collect();
+        let mut w = want.clone();
+        have.sort_unstable();
+        w.sort_unstable();
+        (have == w).then(|| PathBuf::from(path.trim_start_matches('/')))
+    })
+}
+
+/// A container run without cgroups of its own (rootless): its `cgroup` mounts show the
+/// cgroups it is in, the runtime's (as runc's), instead of the ones not made.
+pub fn without_own(plan: &mut crate::plan::container::ContainerPlan) {
+    use crate::plan::container::MountKind;
+    let (rel, hs) = (plan.cgroup.rel.clone(), plan.cgroup.hierarchies.clone());
+    for m in &mut plan.mounts {
+        let MountKind::CgroupV1 { binds, .. } = &mut m.kind else {
+            continue;
+        };
+        for (host, _) in binds.iter_mut() {
+            for h in &hs {
+                let at = Path::new("/oldroot").join(h.mount.strip_prefix("/").unwrap_or(&h.mount));
+                if *host == at.join(&rel) {
+                    if let Some(own) = own_path(h) {
+                        *host = at.join(own);
+                    }
+                }
             }
         }
     }

@@ -21,21 +21,26 @@ pub struct Global {
 
 impl Global {
     /// `--root`, else runc's default: `$XDG_RUNTIME_DIR/capsule-runc` for a user other
-    /// than root (rootless Podman gives no `--root`), else [`DEFAULT_ROOT`].
+    /// than root, or for root of a user namespace whose `$USER` is not root (rootless
+    /// Podman runs its runtime so, and gives no `--root`), else [`DEFAULT_ROOT`].
     pub fn root(&self) -> PathBuf {
         if let Some(r) = &self.root {
             return r.clone();
         }
         // SAFETY: geteuid cannot fail.
         let euid = unsafe { libc::geteuid() };
-        default_root(euid, std::env::var_os("XDG_RUNTIME_DIR").as_deref())
+        let rootless = euid != 0
+            || (super::facts::in_user_namespace()
+                && std::env::var("USER").map_or(true, |u| u != "root"));
+        default_root(rootless, std::env::var_os("XDG_RUNTIME_DIR").as_deref())
     }
 }
 
-/// The state root without `--root`, for user `euid` with `XDG_RUNTIME_DIR` `xdg`.
-pub fn default_root(euid: u32, xdg: Option<&std::ffi::OsStr>) -> PathBuf {
+/// The state root without `--root`, for a rootless runtime or not, with
+/// `XDG_RUNTIME_DIR` `xdg`.
+pub fn default_root(rootless: bool, xdg: Option<&std::ffi::OsStr>) -> PathBuf {
     match xdg.map(std::path::Path::new) {
-        Some(x) if euid != 0 && x.is_absolute() => x.join("capsule-runc"),
+        Some(x) if rootless && x.is_absolute() => x.join("capsule-runc"),
         _ => DEFAULT_ROOT.into(),
     }
 }
@@ -418,14 +423,14 @@ mod tests {
     #[test]
     fn the_default_root_is_runcs() {
         let x = std::ffi::OsStr::new("/run/user/1000");
-        assert_eq!(default_root(0, Some(x)), Path::new(DEFAULT_ROOT));
+        assert_eq!(default_root(false, Some(x)), Path::new(DEFAULT_ROOT));
         assert_eq!(
-            default_root(1000, Some(x)),
+            default_root(true, Some(x)),
             Path::new("/run/user/1000/capsule-runc")
         );
-        assert_eq!(default_root(1000, None), Path::new(DEFAULT_ROOT));
+        assert_eq!(default_root(true, None), Path::new(DEFAULT_ROOT));
         assert_eq!(
-            default_root(1000, Some(std::ffi::OsStr::new("rel"))),
+            default_root(true, Some(std::ffi::OsStr::new("rel"))),
             Path::new(DEFAULT_ROOT)
         );
     }

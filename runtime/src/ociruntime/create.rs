@@ -96,7 +96,7 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         systemd_cgroup: a.systemd_cgroup,
         console_socket: a.console_socket.is_some(),
     };
-    let plan = container(&spec, &call, &facts).map_err(|e| e.to_string())?;
+    let mut plan = container(&spec, &call, &facts).map_err(|e| e.to_string())?;
     let rootfs = std::fs::canonicalize(&plan.rootfs)
         .map_err(|e| format!("root.path {}: {e}", plan.rootfs.display()))?;
     // the disk guard's first look: a filesystem below its reserve already fails here
@@ -125,7 +125,24 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         defaults.push(super::diskguard::show(plan.disk.reserve));
     }
     let r = (|| {
-        cg_dirs = cgroup::setup(&plan.cgroup)?;
+        let (dirs, without) = cgroup::setup(&plan.cgroup)?;
+        cg_dirs = dirs;
+        if let Some(why) = without {
+            // rootless, and the bundle asks no limit: as runc, without cgroups, said
+            defaults.retain(|d| !plan.cgroup.defaults.contains(d));
+            cgroup::without_own(&mut plan);
+            if let Some(lg) = &a.log {
+                super::log_to(
+                    &lg.path,
+                    lg.json,
+                    "warning",
+                    &format!(
+                        "capsule: container {}: no cgroup (the runtime is rootless: {why}): capsule's default limits are not applied",
+                        a.id
+                    ),
+                );
+            }
+        }
         spawn(&a, &plan, &bundle, &rootfs, &dir, &cg_dirs, &defaults)?;
         match guard {
             Some(g) => super::diskguard::start(g, a.root, a.id, a.log.as_ref()),
@@ -223,7 +240,7 @@ fn spawn(
     // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
     let observed = plan.observe.is_some();
     let obs = if observed {
-        let (mine, init) = crate::linux::notify::channel()
+        let (mine, init) = crate::kernel::seccomp::listener_channel()
             .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
         Some((mine, init, observe::bind(dir)?))
     } else {

@@ -475,7 +475,7 @@ fn features() -> serde_json::Value {
                 "operators": ["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE", "SCMP_CMP_LT", "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"],
                 "archs": [if cfg!(target_arch = "aarch64") { "SCMP_ARCH_AARCH64" } else { "SCMP_ARCH_X86_64" }],
             },
-            "apparmor": {"enabled": process::apparmor_enabled()},
+            "apparmor": {"enabled": crate::kernel::process::apparmor_enabled()},
             "selinux": {"enabled": false},
         },
         "annotations": {"dev.capsule.landlock": "the container may write only where its mounts are writable"},
