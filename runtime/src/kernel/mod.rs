@@ -10,12 +10,15 @@
 //! - [`rlimit`]: resource limits;
 //! - [`process`]: a process's last steps before `execve`, in the one order both front
 //!   ends use.
+//! - [`checked`]: what a hostile tree names, opened without following its links and
+//!   checked (a devpts's `ptmx`, a procfs file, a device).
 //!
 //! Nothing here uses a front end, a plan or the exec pipeline above it; what it needs
 //! comes in as arguments (the architecture tests check it).
 
 pub mod caps;
 pub mod cgroup;
+pub mod checked;
 pub mod landlock;
 pub mod process;
 pub mod rlimit;

@@ -53,6 +53,8 @@ pub enum StepError {
     Filter(std::io::Error),
     #[error("closing inherited descriptors: {0}")]
     CloseDescriptors(std::io::Error),
+    #[error("passing descriptor {fd} on: {error}")]
+    KeepDescriptor { fd: i32, error: std::io::Error },
     #[error("{what}: {error}")]
     Settle {
         what: Settled,
@@ -131,17 +133,23 @@ pub struct Settle<'a> {
 /// the working directory.
 pub fn settle(s: &Settle<'_>) -> Result<(), StepError> {
     let failed = |what: Settled| move |error| StepError::Settle { what, error };
+    // the process's /proc (a container's: it may have put anything there), checked to be
+    // a procfs's root, and each file reached beneath it without a link or a mount (its
+    // own pid's directory, not `self`)
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let proc = |rel: &str, data: &[u8]| super::checked::proc_write_here(rel, data);
     if let Some(adj) = s.oom_score_adj {
-        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
+        proc(&format!("{me}/oom_score_adj"), adj.to_string().as_bytes())
             .map_err(failed(Settled::OomScoreAdj))?;
     }
     if let Some(profile) = s.apparmor {
         let attr = if Path::new("/proc/self/attr/apparmor/exec").exists() {
-            "/proc/self/attr/apparmor/exec"
+            format!("{me}/attr/apparmor/exec")
         } else {
-            "/proc/self/attr/exec"
+            format!("{me}/attr/exec")
         };
-        std::fs::write(attr, format!("exec {profile}"))
+        proc(&attr, format!("exec {profile}").as_bytes())
             .map_err(failed(Settled::AppArmor(profile.to_string())))?;
     }
     if let Some(m) = s.umask {
@@ -368,6 +376,9 @@ pub struct Program<'a> {
     pub path: Option<&'a CStr>,
     pub argv: &'a [CString],
     pub envp: &'a [CString],
+    /// Descriptors 3 to 3+N-1 pass through `execve` as they are (capsule-runc's
+    /// `--preserve-fds N`: the caller's); 0 for every other process.
+    pub keep_fds: u32,
 }
 
 /// Why [`exec`] did not become the program.
@@ -381,12 +392,17 @@ pub enum ExecError {
     Exec { command: String, errno: i32 },
 }
 
-/// The last step: every inherited descriptor from 3 up closed on exec, `SIGPIPE` back to
-/// its default, the signal mask `mask` (the caller's, or empty), then `execve`. Returns
-/// only why it failed.
+/// The last step: every inherited descriptor from 3 up closed on exec (but the
+/// [`Program::keep_fds`] ones), `SIGPIPE` back to its default, the signal mask `mask`
+/// (the caller's, or empty), then `execve`. Returns only why it failed.
 pub fn exec(p: &Program<'_>, mask: &libc::sigset_t) -> ExecError {
-    if let Err(e) = sys::cloexec_from(3) {
+    if let Err(e) = sys::cloexec_from(3 + p.keep_fds) {
         return StepError::CloseDescriptors(e).into();
+    }
+    for fd in 3..3 + p.keep_fds as i32 {
+        if let Err(error) = sys::keep_across_exec(fd) {
+            return StepError::KeepDescriptor { fd, error }.into();
+        }
     }
     let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());

@@ -177,6 +177,18 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     .map(drop)
 }
 
+/// Let `fd` pass through `execve` (clear its close-on-exec flag).
+pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor number; a closed one fails with EBADF.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+/// Is `fd` an open descriptor of this process?
+pub fn is_open(fd: RawFd) -> bool {
+    // SAFETY: fcntl F_GETFD on a descriptor number.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
 /// The pid (in our pid namespace) of the process of `pidfd` (its `fdinfo`).
 pub fn pidfd_pid(pidfd: RawFd) -> io::Result<libc::pid_t> {
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{pidfd}"))?;

@@ -593,6 +593,7 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         path: None,
         argv: cx.argv,
         envp: cx.envp,
+        keep_fds: 0,
     };
     match process::exec(&program, cx.old_mask.as_ref()) {
         process::ExecError::Exec { command, errno } => {

@@ -47,11 +47,22 @@ pub fn console(path: &Path) -> Result<OwnedFd, String> {
     Ok(OwnedFd::from(s))
 }
 
-/// Make the pseudo-terminal in the container and send its master over `sock` (what runc
-/// does: SCM_RIGHTS on the console socket); the slave becomes stdio and `/dev/console`.
-pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Result<(), String> {
-    let (master, slave) = crate::linux::pty::open_here()
-        .map_err(|e| format!("opening a terminal in the container: {e}"))?;
+/// The container's pseudo-terminal: `pair` (made with the root, its slave bound at
+/// `/dev/console`: [`rootfs::build`]) or, for `exec`, a pair on the running container's
+/// own devpts (its `ptmx` checked to be one: the container may have put anything at its
+/// path); its master goes over `sock` (what runc does: SCM_RIGHTS on the console socket)
+/// and its slave becomes stdio.
+pub fn terminal(
+    sock: RawFd,
+    size: Option<(u16, u16)>,
+    pair: Option<(OwnedFd, OwnedFd)>,
+) -> Result<(), String> {
+    use std::os::fd::IntoRawFd;
+    let (master, slave) = match pair {
+        Some((m, s)) => (m.into_raw_fd(), s.into_raw_fd()),
+        None => crate::linux::pty::open_here()
+            .map_err(|e| format!("opening a terminal in the container: {e}"))?,
+    };
     if let Some((h, w)) = size {
         let ws = libc::winsize {
             ws_row: h,
@@ -66,19 +77,6 @@ pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Re
         .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
     crate::kernel::sys::close(master);
     crate::kernel::sys::close(sock);
-    if console_bind {
-        let src = CString::new(format!("/proc/self/fd/{slave}")).unwrap_or_default();
-        // SAFETY: bind the terminal onto the /dev/console file made with the root.
-        unsafe {
-            libc::mount(
-                src.as_ptr(),
-                c"/dev/console".as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-    }
     crate::linux::pty::Pty::attach_slave(slave)
         .map_err(|e| format!("attaching the terminal: {e}"))?;
     Ok(())
@@ -312,7 +310,7 @@ fn spawn(
                 // SAFETY: setsid cannot fail for a process that leads no group.
                 unsafe { libc::setsid() };
             }
-            rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
+            let pair = rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
                 crate::kernel::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
@@ -331,7 +329,7 @@ fn spawn(
                 }
             }
             if let Some(c) = &console {
-                terminal(c.as_raw_fd(), p.console_size, true)?;
+                terminal(c.as_raw_fd(), p.console_size, pair)?;
             }
             process::setup(p)?;
             hooks::run_inside(

@@ -13,19 +13,32 @@ use super::{create, process, state};
 use crate::plan::container as plan;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-pub struct Args<'a> {
-    pub root: &'a Path,
-    pub id: &'a str,
-    pub process: Option<&'a Path>,
-    pub args: &'a [String],
+/// `exec`'s options (runc's, each applied over the container's process as runc does).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOpts {
+    pub id: String,
+    pub process: Option<PathBuf>,
+    pub args: Vec<String>,
     pub detach: bool,
-    pub pid_file: Option<&'a Path>,
-    pub console_socket: Option<&'a Path>,
+    pub pid_file: Option<PathBuf>,
+    pub console_socket: Option<PathBuf>,
     pub tty: bool,
-    pub cwd: Option<&'a str>,
-    pub env: &'a [String],
+    pub cwd: Option<String>,
+    pub env: Vec<String>,
+    /// `--user UID[:GID]`
+    pub user: Option<(u32, Option<u32>)>,
+    pub additional_gids: Vec<u32>,
+    pub caps: Vec<String>,
+    pub apparmor: Option<String>,
+    pub process_label: Option<String>,
+    /// `--no-new-privs` given (true or false)
+    pub no_new_privs: Option<bool>,
+    pub preserve_fds: u32,
+    /// `--cgroup [CONTROLLERS:]PATH`, each as given
+    pub cgroups: Vec<String>,
+    pub ignore_paused: bool,
 }
 
 const KINDS: &[(&str, libc::c_int)] = &[
@@ -43,40 +56,93 @@ fn ino(p: &str) -> u64 {
     std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0)
 }
 
-pub fn run(a: Args<'_>) -> Result<i32, String> {
-    let saved = state::load(a.root, a.id)?;
-    let status = saved.status(a.root);
-    if status != "running" && status != "created" {
-        return Err(format!("cannot exec in a container that is {status}"));
+/// The process `exec` runs: `--process`'s file as it is, or the container's own process
+/// with the command and the options over it, as runc applies them.
+fn process_of(base: &Process, a: &ExecOpts) -> Result<Process, String> {
+    if let Some(f) = &a.process {
+        let b = std::fs::read(f).map_err(|e| format!("--process {}: {e}", f.display()))?;
+        return serde_json::from_slice(&b).map_err(|e| format!("--process {}: {e}", f.display()));
+    }
+    if a.args.is_empty() {
+        return Err("process args cannot be empty".into());
+    }
+    let mut p = base.clone();
+    p.args = a.args.clone();
+    p.terminal = a.tty;
+    if let Some(c) = &a.cwd {
+        p.cwd = c.clone();
+    }
+    p.env.extend(a.env.iter().cloned());
+    if let Some((uid, gid)) = a.user {
+        p.user.uid = uid;
+        if let Some(g) = gid {
+            p.user.gid = g;
+        }
+    }
+    p.user
+        .additional_gids
+        .extend(a.additional_gids.iter().copied());
+    if !a.caps.is_empty() {
+        let c = p.capabilities.get_or_insert_with(Default::default);
+        for cap in &a.caps {
+            for set in [
+                &mut c.bounding,
+                &mut c.effective,
+                &mut c.permitted,
+                &mut c.ambient,
+            ] {
+                set.push(cap.clone());
+            }
+        }
+    }
+    if let Some(ap) = &a.apparmor {
+        p.apparmor_profile = Some(ap.clone());
+    }
+    if let Some(l) = &a.process_label {
+        p.selinux_label = Some(l.clone());
+    }
+    if let Some(n) = a.no_new_privs {
+        p.no_new_privileges = n;
+    }
+    Ok(p)
+}
+
+pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
+    // the descriptors to pass on are the caller's: open before capsule-runc opened any
+    // of its own (none of which can then take their numbers)
+    for fd in 3..3 + a.preserve_fds {
+        if !crate::kernel::sys::is_open(fd as i32) {
+            return Err(format!(
+                "--preserve-fds {}: descriptor {fd} is not open",
+                a.preserve_fds
+            ));
+        }
+    }
+    let saved = state::load(root, &a.id)?;
+    match saved.status(root) {
+        "stopped" => return Err("cannot exec in a stopped container".into()),
+        "paused" if !a.ignore_paused => {
+            return Err(
+                "cannot exec in a paused container (use --ignore-paused to override)".into(),
+            )
+        }
+        _ => {}
     }
     // config.json as it was at create (kept in the state directory)
-    let spec = super::bundle::load(&state::dir(a.root, a.id))?;
+    let spec = super::bundle::load(&state::dir(root, &a.id))?;
     let base = spec.process.clone().ok_or("process: missing")?;
-    let p: Process = match a.process {
-        Some(f) => {
-            let b = std::fs::read(f).map_err(|e| format!("--process {}: {e}", f.display()))?;
-            serde_json::from_slice(&b).map_err(|e| format!("--process {}: {e}", f.display()))?
-        }
-        None => {
-            if a.args.is_empty() {
-                return Err("exec: no command given".into());
-            }
-            let mut p = base.clone();
-            p.args = a.args.to_vec();
-            p.terminal = a.tty;
-            if let Some(c) = a.cwd {
-                p.cwd = c.to_string();
-            }
-            p.env.extend(a.env.iter().cloned());
-            p
-        }
-    };
+    let p = process_of(&base, a)?;
     if p.args.is_empty() {
         return Err("process.args: empty".into());
     }
     if p.terminal && a.console_socket.is_none() {
         return Err("process.terminal is true but no --console-socket was given".into());
     }
+    if p.selinux_label.as_deref().is_some_and(|l| !l.is_empty()) {
+        return Err("--process-label: SELinux labels are not supported".into());
+    }
+    // the cgroups the process joins: the container's, or sub-cgroups of them (--cgroup)
+    let cg_dirs = super::cgroup::sub_cgroups(&saved.cgroups, &a.cgroups)?;
     // the process's plan, and the container's confinement as create planned it
     let facts = super::facts::gather(false);
     let plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
@@ -89,9 +155,13 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
             ns.push((OwnedFd::from(fd), *f, *k));
         }
     }
-    let console = a.console_socket.map(create::console).transpose()?;
+    let console = a
+        .console_socket
+        .as_deref()
+        .map(create::console)
+        .transpose()?;
     // the container's refusal observer, for this process too
-    let observer = super::observe::connect(&state::dir(a.root, a.id));
+    let observer = super::observe::connect(&state::dir(root, &a.id));
     // the pid namespace for the child to come
     for (fd, f, k) in &ns {
         if *f == libc::CLONE_NEWPID {
@@ -150,11 +220,12 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
                 unsafe { libc::setsid() };
             }
             if let Some(c) = &console {
-                create::terminal(c.as_raw_fd(), plan.console_size, false)?;
+                create::terminal(c.as_raw_fd(), plan.console_size, None)?;
             }
             process::setup(&plan)?;
             let mut prep = process::prepare(&plan, &confine)?;
             prep.observer = observer.as_ref().map(|o| o.as_raw_fd());
+            prep.preserve_fds = a.preserve_fds;
             Ok(prep)
         })();
         let e = match r {
@@ -169,8 +240,7 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
     drop(go_r);
     drop(console);
     drop(observer);
-    let placed =
-        super::cgroup::enter(&saved.cgroups, pid).and_then(|()| process::rlimits(pid, &plan));
+    let placed = super::cgroup::enter(&cg_dirs, pid).and_then(|()| process::rlimits(pid, &plan));
     if let Err(e) = placed {
         // SAFETY: our own child.
         unsafe {
@@ -187,9 +257,15 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         return Err(msg);
     }
-    if let Some(pf) = a.pid_file {
-        std::fs::write(pf, pid.to_string())
-            .map_err(|e| format!("--pid-file {}: {e}", pf.display()))?;
+    if let Some(pf) = &a.pid_file {
+        if let Err(e) = std::fs::write(pf, pid.to_string()) {
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(format!("--pid-file {}: {e}", pf.display()));
+        }
     }
     if a.detach {
         return Ok(0);

@@ -31,6 +31,9 @@ pub struct Prepared {
     landlock: Option<LandlockRuleset>,
     /// The socket the refusal observer's listener goes on ([`super::observe`]).
     pub observer: Option<RawFd>,
+    /// `--preserve-fds N`: descriptors 3 to 3+N-1 (the caller's, checked open when
+    /// capsule-runc started) pass to the process; every other one above 2 is closed.
+    pub preserve_fds: u32,
 }
 
 fn cstr(s: &[u8], what: &str) -> Result<CString, String> {
@@ -96,6 +99,7 @@ pub fn prepare(p: &ProcessPlan, c: &Confinement) -> Result<Prepared, String> {
         seccomp: c.seccomp.clone(),
         landlock: landlock_ruleset(c)?,
         observer: None,
+        preserve_fds: 0,
     })
 }
 
@@ -181,6 +185,7 @@ pub fn finish(mut p: Prepared) -> String {
         path: Some(&p.path),
         argv: &p.argv,
         envp: &p.envp,
+        keep_fds: p.preserve_fds,
     };
     // SAFETY: an empty signal set.
     let empty: libc::sigset_t = unsafe { std::mem::zeroed() };
