@@ -198,7 +198,7 @@ fn the_kernel_stack_is_the_bottom() {
     let layer = |m: &str| -> Option<u32> {
         Some(match m {
             "process" => 2,
-            "landlock" | "seccomp" | "cgroup" | "caps" | "rlimit" | "checked" => 1,
+            "landlock" | "seccomp" | "cgroup" | "caps" | "rlimit" | "ns" | "checked" => 1,
             "sys" => 0,
             _ => return None,
         })

@@ -8,6 +8,7 @@
 //! - [`cgroup`]: control groups (v1 and v2) of an exec's limits;
 //! - [`caps`]: capabilities, the user a process runs as, `no_new_privs`;
 //! - [`rlimit`]: resource limits;
+//! - [`ns`]: namespaces and `clone` (the one raw `clone` of both front ends), id maps;
 //! - [`process`]: a process's last steps before `execve`, in the one order both front
 //!   ends use.
 //! - [`checked`]: what a hostile tree names, opened without following its links and
@@ -20,6 +21,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod checked;
 pub mod landlock;
+pub mod ns;
 pub mod process;
 pub mod rlimit;
 pub mod seccomp;

@@ -163,6 +163,29 @@ pub fn settle(s: &Settle<'_>) -> Result<(), StepError> {
     sys::chdir(&cwd).map_err(failed(Settled::Cwd(s.cwd.to_string())))
 }
 
+/// Kill our child `pid` and reap it.
+pub fn kill_and_reap(pid: libc::pid_t) {
+    // SAFETY: killing and reaping our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+}
+
+/// Wait for our child `pid` to end: its exit status, or 128 + the signal that ended it.
+pub fn wait_status(pid: libc::pid_t) -> i32 {
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    if unsafe { libc::waitpid(pid, &mut st, 0) } < 0 {
+        return 128 + libc::SIGKILL;
+    }
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    }
+}
+
 /// Is AppArmor on in this kernel?
 pub fn apparmor_enabled() -> bool {
     std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")

@@ -246,6 +246,19 @@ pub fn pipe() -> io::Result<(RawFd, RawFd)> {
     Ok((fds[0], fds[1]))
 }
 
+/// [`pipe`], its ends owned: (read, write).
+pub fn pipe_owned() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let (r, w) = pipe()?;
+    // SAFETY: two new descriptors of ours.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(r),
+            std::os::fd::OwnedFd::from_raw_fd(w),
+        )
+    })
+}
+
 /// `close(2)`, ignoring errors.
 pub fn close(fd: RawFd) {
     if fd >= 0 {
@@ -318,6 +331,13 @@ pub fn loopback_up() -> io::Result<()> {
     })();
     close(fd);
     r
+}
+
+/// `setdomainname(2)`.
+pub fn setdomainname(name: &[u8]) -> io::Result<()> {
+    // SAFETY: buffer valid for its length.
+    check_int(unsafe { libc::setdomainname(name.as_ptr() as *const libc::c_char, name.len()) })
+        .map(drop)
 }
 
 /// `sethostname(2)`.
@@ -510,88 +530,6 @@ fn list(dir: &std::path::Path) -> Option<Listing> {
         entries.insert(e.file_name().to_bytes().to_vec(), (e.ino(), t));
     }
     Some((st.st_dev as u64, entries))
-}
-
-/// Leave the teardown of this process's address space to a child that shares it, so that
-/// whoever waits for this process learns of its end without waiting for the kernel to
-/// unmap the (large, static) binary and free its pages (~0.4 ms at every `capsule exec`
-/// here). The child shares only the memory: it closes its copy of every descriptor at
-/// once (so no pipe or lock outlives this process through it), asks to be killed when
-/// this process ends, and then does nothing. Best effort: when the clone fails, the
-/// process simply ends as usual. Call it last, right before exiting.
-///
-/// Only in the machine's own pid namespace: that child outlives this process by a moment
-/// and is then reaped by whoever adopts orphans, which a machine's init does. A
-/// container's first process may never reap (`tail -f /dev/null` is a common one), and
-/// each exec would leave a zombie there; in any other pid namespace capsule ends as usual.
-pub fn exit_lightly() {
-    const STACK: usize = 64 * 1024;
-    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
-    if !in_the_initial_pid_namespace(ns.as_os_str().as_encoded_bytes()) {
-        return;
-    }
-    // SAFETY: an anonymous private mapping of our own, used only as the child's stack and
-    // never unmapped (the address space it lives in goes away with the child).
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return;
-    }
-    extern "C" fn hold(parent: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: only async-signal-safe system calls on our own descriptors and state; no
-        // allocation, no lock (the memory is the parent's, which may be anywhere in exit).
-        // The thread pointer is the parent's too, so a failing call would write the
-        // parent's `errno`: none of these fails here (close_range with valid bounds, a
-        // valid prctl, getppid; pause returns only for a caught signal, and none is
-        // caught: the only one coming is SIGKILL).
-        unsafe {
-            libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            if libc::getppid() != parent as libc::pid_t {
-                libc::syscall(libc::SYS_exit, 0);
-            }
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
-    // SAFETY: a child sharing the memory, on its own stack, running `hold`, which touches
-    // nothing of the parent's memory but its own stack; not a thread (it has its own
-    // descriptor table, signal handlers and pid) and sending no signal at its end.
-    unsafe {
-        libc::clone(
-            hold,
-            (stack as *mut u8).add(STACK) as *mut libc::c_void,
-            libc::CLONE_VM,
-            me as usize as *mut libc::c_void,
-        );
-    }
-}
-
-/// Does `/proc/self/ns/pid`'s link text name the machine's initial pid namespace? Its
-/// inode number is fixed by the kernel (`PROC_PID_INIT_INO`, 0xEFFFFFFC).
-fn in_the_initial_pid_namespace(link: &[u8]) -> bool {
-    link == b"pid:[4026531836]"
-}
-
-#[cfg(test)]
-mod exit_tests {
-    #[test]
-    fn only_the_initial_pid_namespace_counts() {
-        assert!(super::in_the_initial_pid_namespace(b"pid:[4026531836]"));
-        assert!(!super::in_the_initial_pid_namespace(b"pid:[4026532412]"));
-        assert!(!super::in_the_initial_pid_namespace(b""));
-    }
 }
 
 #[cfg(test)]

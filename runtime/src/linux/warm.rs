@@ -25,9 +25,9 @@ use super::hooks::Hooks;
 use super::init::{self, Root};
 use super::{mounts, ExecPlan, Stdio};
 use crate::kernel::landlock::LandlockRules;
-use crate::kernel::process;
 use crate::kernel::seccomp::SeccompProgram;
 use crate::kernel::sys;
+use crate::kernel::{ns, process};
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -275,18 +275,17 @@ pub(crate) fn make(
     if plan.new_netns {
         flags |= libc::CLONE_NEWNET as libc::c_long;
     }
-    // SAFETY: raw clone without CLONE_VM behaves like fork (the holder is single-threaded).
-    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        for fd in holder_fds {
-            sys::close(*fd);
+    // the holder is single-threaded
+    let pid = match ns::fork_into(flags)? {
+        ns::Forked::Child => {
+            for fd in holder_fds {
+                sys::close(*fd);
+            }
+            drop(h);
+            spare_main(plan, rules, landlock, s, cgroup_procs, fuse_dev)
         }
-        drop(h);
-        spare_main(plan, rules, landlock, s, cgroup_procs, fuse_dev)
-    }
+        ns::Forked::Parent(pid) => pid,
+    };
     drop(s);
     // SAFETY: pidfd_open of our own child.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -294,7 +293,7 @@ pub(crate) fn make(
         return Err(io::Error::last_os_error());
     }
     Ok(Spare {
-        pid: pid as libc::pid_t,
+        pid,
         // SAFETY: a descriptor just opened.
         pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
         chan: h,

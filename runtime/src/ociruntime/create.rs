@@ -12,6 +12,7 @@
 
 use super::state::{self, Saved};
 use super::{cgroup, hooks, observe, process, rootfs};
+use crate::kernel::ns;
 use crate::plan::container::{container, ContainerPlan, Create};
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -232,13 +233,9 @@ fn spawn(
         join.push((OwnedFd::from(fd), n.flag, n.typ.clone()));
     }
     if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
-        // SAFETY: setns of a namespace descriptor (our children are born in it).
-        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
-            return Err(format!(
-                "linux.namespaces: joining the pid namespace: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        // our children are born in it
+        ns::join(fd.as_raw_fd(), libc::CLONE_NEWPID)
+            .map_err(|e| format!("linux.namespaces: joining the pid namespace: {e}"))?;
     }
     let userns = plan.namespaces.userns;
     // the refusal observer's way in: a socket pair for the init, a socket for exec
@@ -255,24 +252,10 @@ fn spawn(
     let (go_r, go_w) = pipe()?;
     let hostname = plan.hostname.clone();
     let domainname = plan.domainname.clone();
-    // SAFETY: clone without CLONE_VM: a fork into new namespaces (single-threaded here).
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid < 0 {
-        return Err(format!(
-            "cloning the container's init into its namespaces: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    if pid == 0 {
+    // a fork into new namespaces (single-threaded here)
+    let forked = ns::fork_into((flags | libc::SIGCHLD) as libc::c_long)
+        .map_err(|e| format!("cloning the container's init into its namespaces: {e}"))?;
+    if forked == ns::Forked::Child {
         drop(err_r);
         drop(go_w);
         let obs_init = obs.map(|(mine, init, listen)| {
@@ -290,32 +273,20 @@ fn spawn(
                 if *f == libc::CLONE_NEWPID {
                     continue;
                 }
-                // SAFETY: setns of a namespace descriptor.
-                if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                    return Err(format!(
-                        "linux.namespaces: joining the {typ} namespace: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                ns::join(fd.as_raw_fd(), *f)
+                    .map_err(|e| format!("linux.namespaces: joining the {typ} namespace: {e}"))?;
             }
             if userns {
                 // root of the user namespace (the mappings are written by now): until
                 // then the init's ids are unmapped there, and the filesystems it mounts
                 // refuse to make anything (EOVERFLOW)
-                // SAFETY: plain system calls.
-                if unsafe { libc::setresgid(0, 0, 0) } < 0
-                    || unsafe { libc::setresuid(0, 0, 0) } < 0
-                {
-                    return Err(format!(
-                        "linux.uidMappings: becoming root of the user namespace (0 must be mapped): {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                ns::become_root().map_err(|e| {
+                    format!("linux.uidMappings: becoming root of the user namespace (0 must be mapped): {e}")
+                })?;
             }
             // a session of its own (with a terminal: made by attaching it)
             if console.is_none() {
-                // SAFETY: setsid cannot fail for a process that leads no group.
-                unsafe { libc::setsid() };
+                ns::new_session();
             }
             let pair = rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
@@ -327,13 +298,8 @@ fn spawn(
                     .map_err(|e| format!("linux.namespaces: network: bringing lo up: {e}"))?;
             }
             if let Some(d) = &domainname {
-                // SAFETY: buffer valid for its length.
-                if unsafe { libc::setdomainname(d.as_ptr() as *const libc::c_char, d.len()) } < 0 {
-                    return Err(format!(
-                        "domainname {d:?}: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                crate::kernel::sys::setdomainname(d.as_bytes())
+                    .map_err(|e| format!("domainname {d:?}: {e}"))?;
             }
             if let Some(c) = &console {
                 terminal(c.as_raw_fd(), p.console_size, pair)?;
@@ -388,7 +354,9 @@ fn spawn(
         // SAFETY: leaving the child.
         unsafe { libc::_exit(127) }
     }
-    let pid = pid as libc::pid_t;
+    let ns::Forked::Parent(pid) = forked else {
+        unreachable!("the child never leaves its branch")
+    };
     drop(err_w);
     drop(go_r);
     let obs = obs.map(|(mine, init, listen)| {
@@ -491,14 +459,19 @@ fn spawn(
 }
 
 fn id_maps(pid: libc::pid_t, l: &ContainerPlan) -> Result<(), String> {
-    let fmt = |m: &[super::spec::IdMapping]| {
+    let maps = |m: &[super::spec::IdMapping]| -> Vec<ns::IdMap> {
         m.iter()
-            .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
-            .collect::<String>()
+            .map(|m| ns::IdMap {
+                inside: m.container_id,
+                outside: m.host_id,
+                size: m.size,
+            })
+            .collect()
     };
-    std::fs::write(format!("/proc/{pid}/uid_map"), fmt(&l.uid_mappings))
-        .map_err(|e| format!("linux.uidMappings: {e}"))?;
-    std::fs::write(format!("/proc/{pid}/gid_map"), fmt(&l.gid_mappings))
-        .map_err(|e| format!("linux.gidMappings: {e}"))?;
-    Ok(())
+    ns::write_id_maps(pid, &maps(&l.uid_mappings), &maps(&l.gid_mappings), false).map_err(
+        |(step, e)| match step {
+            ns::MapStep::Gid => format!("linux.gidMappings: {e}"),
+            _ => format!("linux.uidMappings: {e}"),
+        },
+    )
 }

@@ -10,9 +10,10 @@
 
 use super::spec::Process;
 use super::{create, process, state};
+use crate::kernel::{ns, sys};
 use crate::plan::container as plan;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// `exec`'s options (runc's, each applied over the container's process as runc does).
@@ -39,21 +40,6 @@ pub struct ExecOpts {
     /// `--cgroup [CONTROLLERS:]PATH`, each as given
     pub cgroups: Vec<String>,
     pub ignore_paused: bool,
-}
-
-const KINDS: &[(&str, libc::c_int)] = &[
-    ("user", libc::CLONE_NEWUSER),
-    ("ipc", libc::CLONE_NEWIPC),
-    ("uts", libc::CLONE_NEWUTS),
-    ("net", libc::CLONE_NEWNET),
-    ("pid", libc::CLONE_NEWPID),
-    ("cgroup", libc::CLONE_NEWCGROUP),
-    ("mnt", libc::CLONE_NEWNS),
-];
-
-fn ino(p: &str) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0)
 }
 
 /// The process `exec` runs: `--process`'s file as it is, or the container's own process
@@ -156,14 +142,7 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
         }
     }
     let confine = plan::confinement(&spec, &facts).map_err(|e| e.to_string())?;
-    let mut ns = Vec::new();
-    for (k, f) in KINDS {
-        let theirs = format!("/proc/{}/ns/{k}", saved.pid);
-        if ino(&theirs) != ino(&format!("/proc/self/ns/{k}")) {
-            let fd = std::fs::File::open(&theirs).map_err(|e| format!("opening {theirs}: {e}"))?;
-            ns.push((OwnedFd::from(fd), *f, *k));
-        }
-    }
+    let namespaces = ns::of_process(saved.pid).map_err(|e| e.to_string())?;
     let console = a
         .console_socket
         .as_deref()
@@ -172,37 +151,17 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
     // the container's refusal observer, for this process too
     let observer = super::observe::connect(&state::dir(root, &a.id));
     // the pid namespace for the child to come
-    for (fd, f, k) in &ns {
+    for (fd, f, k) in &namespaces {
         if *f == libc::CLONE_NEWPID {
-            // SAFETY: setns of a namespace descriptor.
-            if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                return Err(format!(
-                    "joining the container's {k} namespace: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
+            ns::join(fd.as_raw_fd(), *f)
+                .map_err(|e| format!("joining the container's {k} namespace: {e}"))?;
         }
     }
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into an array of two.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: new descriptors of ours.
-    let (err_r, err_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut gfds = [0; 2];
-    // SAFETY: as above.
-    if unsafe { libc::pipe2(gfds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: as above.
-    let (go_r, go_w) = unsafe { (OwnedFd::from_raw_fd(gfds[0]), OwnedFd::from_raw_fd(gfds[1])) };
-    // SAFETY: fork of a single-threaded process.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
-    }
-    if pid == 0 {
+    let (err_r, err_w) = sys::pipe_owned().map_err(|e| format!("pipe: {e}"))?;
+    let (go_r, go_w) = sys::pipe_owned().map_err(|e| format!("pipe: {e}"))?;
+    // a single-threaded process
+    let forked = ns::fork_into(libc::SIGCHLD as libc::c_long).map_err(|e| format!("fork: {e}"))?;
+    if forked == ns::Forked::Child {
         drop(err_r);
         drop(go_w);
         let mut w = std::fs::File::from(err_w);
@@ -211,22 +170,16 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
             if !matches!(std::fs::File::from(go_r).read(&mut b), Ok(1)) {
                 return Err("exec ended before the process was released".into());
             }
-            for (fd, f, k) in &ns {
+            for (fd, f, k) in &namespaces {
                 if *f == libc::CLONE_NEWPID {
                     continue;
                 }
-                // SAFETY: setns of a namespace descriptor.
-                if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                    return Err(format!(
-                        "joining the container's {k} namespace: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                ns::join(fd.as_raw_fd(), *f)
+                    .map_err(|e| format!("joining the container's {k} namespace: {e}"))?;
             }
             // a session of its own (with a terminal: made by attaching it)
             if console.is_none() {
-                // SAFETY: setsid cannot fail for a process that leads no group.
-                unsafe { libc::setsid() };
+                ns::new_session();
             }
             if let Some(c) = &console {
                 create::terminal(c.as_raw_fd(), plan.console_size, None)?;
@@ -245,46 +198,33 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
         // SAFETY: leaving the child.
         unsafe { libc::_exit(127) }
     }
+    let ns::Forked::Parent(pid) = forked else {
+        unreachable!("the child never leaves its branch")
+    };
     drop(err_w);
     drop(go_r);
     drop(console);
     drop(observer);
     let placed = super::cgroup::enter(&cg_dirs, pid).and_then(|()| process::rlimits(pid, &plan));
     if let Err(e) = placed {
-        // SAFETY: our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
+        crate::kernel::process::kill_and_reap(pid);
         return Err(e);
     }
     let _ = std::fs::File::from(go_w).write_all(&[1]);
     let mut msg = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
     if !msg.is_empty() {
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        crate::kernel::process::wait_status(pid);
         return Err(msg);
     }
     if let Some(pf) = &a.pid_file {
         if let Err(e) = std::fs::write(pf, pid.to_string()) {
-            // SAFETY: our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
+            crate::kernel::process::kill_and_reap(pid);
             return Err(format!("--pid-file {}: {e}", pf.display()));
         }
     }
     if a.detach {
         return Ok(0);
     }
-    let mut st = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut st, 0) };
-    Ok(if libc::WIFEXITED(st) {
-        libc::WEXITSTATUS(st)
-    } else {
-        128 + libc::WTERMSIG(st)
-    })
+    Ok(crate::kernel::process::wait_status(pid))
 }
