@@ -18,6 +18,7 @@
 pub mod bounded;
 pub mod capsules;
 pub mod containerd;
+pub mod engines;
 pub mod faults;
 pub mod git;
 pub mod oci;

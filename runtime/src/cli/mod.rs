@@ -116,7 +116,7 @@ pub fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     if exec {
         // whoever waits for the exec learns of its end before the address space is gone
-        crate::kernel::sys::exit_lightly();
+        crate::kernel::ns::exit_lightly();
     }
     code
 }

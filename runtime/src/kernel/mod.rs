@@ -5,12 +5,24 @@
 //! - [`sys`]: thin wrappers over the system calls, `errno` kept, no allocation;
 //! - [`landlock`]: the Landlock ruleset of a policy, built and enforced;
 //! - [`seccomp`]: capsule's seccomp filter, its listened variant and the observer;
-//! - [`cgroup`]: control groups (v1 and v2) of an exec's limits.
+//! - [`cgroup`]: control groups (v1 and v2) of an exec's limits;
+//! - [`caps`]: capabilities, the user a process runs as, `no_new_privs`;
+//! - [`rlimit`]: resource limits;
+//! - [`ns`]: namespaces and `clone` (the one raw `clone` of both front ends), id maps;
+//! - [`process`]: a process's last steps before `execve`, in the one order both front
+//!   ends use.
+//! - [`checked`]: what a hostile tree names, opened without following its links and
+//!   checked (a devpts's `ptmx`, a procfs file, a device).
 //!
 //! Nothing here uses a front end, a plan or the exec pipeline above it; what it needs
 //! comes in as arguments (the architecture tests check it).
 
+pub mod caps;
 pub mod cgroup;
+pub mod checked;
 pub mod landlock;
+pub mod ns;
+pub mod process;
+pub mod rlimit;
 pub mod seccomp;
 pub mod sys;

@@ -859,12 +859,28 @@ impl SeccompProgram {
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, flags, bpf)`: its return value.
 fn install_bpf(bpf: &[sock_filter], flags: libc::c_ulong) -> std::io::Result<libc::c_long> {
+    // seccompiler's sock_filter is repr(C) with the kernel's layout
+    set_mode_filter(bpf.as_ptr() as *const libc::sock_filter, bpf.len(), flags)
+}
+
+/// Install a compiled program (an OCI bundle's) on the calling thread, with `flags`
+/// (`SECCOMP_FILTER_FLAG_*`). One system call, no allocation.
+pub fn install_program(bpf: &[libc::sock_filter], flags: libc::c_ulong) -> std::io::Result<()> {
+    set_mode_filter(bpf.as_ptr(), bpf.len(), flags).map(drop)
+}
+
+/// The one `seccomp(SECCOMP_SET_MODE_FILTER)` call every filter goes through.
+fn set_mode_filter(
+    bpf: *const libc::sock_filter,
+    len: usize,
+    flags: libc::c_ulong,
+) -> std::io::Result<libc::c_long> {
     let prog = libc::sock_fprog {
-        len: bpf.len() as libc::c_ushort,
-        // seccompiler's sock_filter is repr(C) with the kernel's layout
-        filter: bpf.as_ptr() as *mut libc::sock_filter,
+        len: len as libc::c_ushort,
+        filter: bpf as *mut libc::sock_filter,
     };
-    // SAFETY: prog points to a live, correctly laid out BPF program; the kernel copies it.
+    // SAFETY: prog points to a live, correctly laid out BPF program of `len`
+    // instructions; the kernel copies it.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_seccomp,
@@ -877,6 +893,35 @@ fn install_bpf(bpf: &[sock_filter], flags: libc::c_ulong) -> std::io::Result<lib
         return Err(std::io::Error::last_os_error());
     }
     Ok(rc)
+}
+
+/// The socketpair a filter's listener travels on: (the supervisor's end, the sandbox's
+/// end), both close-on-exec.
+pub fn listener_channel() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Send `listener` on the sandbox's end `sock` (from the process that installed it).
+/// Never raises `SIGPIPE` (the supervisor's end may be gone: then the listener closes
+/// with the sender's copy, and the kernel answers what the filter sends `ENOSYS`).
+pub fn send_listener(
+    sock: std::os::fd::RawFd,
+    listener: std::os::fd::RawFd,
+) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [listener];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(b"L")];
+    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+        .map(|_| ())
+        .map_err(std::io::Error::from)
 }
 
 /// Build and install the filter on the calling thread; returns what was installed.

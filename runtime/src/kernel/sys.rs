@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::RawFd;
 
-fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+pub(super) fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -16,7 +16,7 @@ fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
+pub(super) fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -177,6 +177,18 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     .map(drop)
 }
 
+/// Let `fd` pass through `execve` (clear its close-on-exec flag).
+pub fn keep_across_exec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor number; a closed one fails with EBADF.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
+/// Is `fd` an open descriptor of this process?
+pub fn is_open(fd: RawFd) -> bool {
+    // SAFETY: fcntl F_GETFD on a descriptor number.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
 /// The pid (in our pid namespace) of the process of `pidfd` (its `fdinfo`).
 pub fn pidfd_pid(pidfd: RawFd) -> io::Result<libc::pid_t> {
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{pidfd}"))?;
@@ -185,24 +197,6 @@ pub fn pidfd_pid(pidfd: RawFd) -> io::Result<libc::pid_t> {
         .and_then(|v| v.trim().parse::<libc::pid_t>().ok())
         .filter(|p| *p > 0)
         .ok_or_else(|| io::Error::other("the process of the pidfd is gone or not visible"))
-}
-
-/// Set `resource`'s soft and hard limit to `value`, or to the hard limit it has if that is
-/// lower (an unprivileged process cannot raise it; the limit is then tighter than asked).
-pub fn lower_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit into a valid struct.
-    check_int(unsafe { libc::getrlimit(resource, &mut l) })?;
-    let v = (value as libc::rlim_t).min(l.rlim_max);
-    let l = libc::rlimit {
-        rlim_cur: v,
-        rlim_max: v,
-    };
-    // SAFETY: setrlimit of our own process from a valid struct.
-    check_int(unsafe { libc::setrlimit(resource, &l) }).map(drop)
 }
 
 /// `prctl(2)` with integer arguments.
@@ -250,6 +244,19 @@ pub fn pipe() -> io::Result<(RawFd, RawFd)> {
     // SAFETY: fds is a valid out-array of two ints.
     check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
     Ok((fds[0], fds[1]))
+}
+
+/// [`pipe`], its ends owned: (read, write).
+pub fn pipe_owned() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let (r, w) = pipe()?;
+    // SAFETY: two new descriptors of ours.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(r),
+            std::os::fd::OwnedFd::from_raw_fd(w),
+        )
+    })
 }
 
 /// `close(2)`, ignoring errors.
@@ -326,85 +333,17 @@ pub fn loopback_up() -> io::Result<()> {
     r
 }
 
+/// `setdomainname(2)`.
+pub fn setdomainname(name: &[u8]) -> io::Result<()> {
+    // SAFETY: buffer valid for its length.
+    check_int(unsafe { libc::setdomainname(name.as_ptr() as *const libc::c_char, name.len()) })
+        .map(drop)
+}
+
 /// `sethostname(2)`.
 pub fn sethostname(name: &[u8]) -> io::Result<()> {
     // SAFETY: buffer valid for its length.
     check_int(unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) })
-        .map(drop)
-}
-
-/// Drop every capability: the bounding set, the ambient set, then effective, permitted and
-/// inheritable, and lock the securebits so uid 0 regains nothing on `execve`.
-pub fn drop_all_capabilities() -> io::Result<()> {
-    // securebits first (needs CAP_SETPCAP, which we still hold in our user namespace).
-    let bits = libc::SECBIT_NOROOT
-        | libc::SECBIT_NOROOT_LOCKED
-        | libc::SECBIT_NO_SETUID_FIXUP
-        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
-        | libc::SECBIT_KEEP_CAPS_LOCKED;
-    // Allowed to fail when CAP_SETPCAP is missing (weaker isolation): the bounding set and
-    // the empty permitted set below still leave nothing to regain.
-    let _ = prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0);
-    let mut cap = 0;
-    loop {
-        // SAFETY: integer prctl.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0) };
-        if rc < 0 {
-            break; // past the last capability this kernel knows
-        }
-        if rc == 1 {
-            prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0)?;
-        }
-        cap += 1;
-        if cap > 63 {
-            break;
-        }
-    }
-    // SAFETY: integer prctl.
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    capset(0, 0, 0)
-}
-
-/// `capset(2)` (version 3, all 64 bits) of the calling thread: the effective, permitted
-/// and inheritable sets as bit masks (bit `n` is capability `n`). No allocation.
-pub fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let hdr = Header {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-        pid: 0,
-    };
-    let data = [
-        Data {
-            effective: effective as u32,
-            permitted: permitted as u32,
-            inheritable: inheritable as u32,
-        },
-        Data {
-            effective: (effective >> 32) as u32,
-            permitted: (permitted >> 32) as u32,
-            inheritable: (inheritable >> 32) as u32,
-        },
-    ];
-    // SAFETY: header and two data structs, as capset(2) v3 requires.
-    check(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) })
         .map(drop)
 }
 
@@ -591,124 +530,6 @@ fn list(dir: &std::path::Path) -> Option<Listing> {
         entries.insert(e.file_name().to_bytes().to_vec(), (e.ino(), t));
     }
     Some((st.st_dev as u64, entries))
-}
-
-/// Resource limits the command inherits, in this order.
-pub(crate) const RLIMITS: [libc::__rlimit_resource_t; 16] = [
-    libc::RLIMIT_CPU,
-    libc::RLIMIT_FSIZE,
-    libc::RLIMIT_DATA,
-    libc::RLIMIT_STACK,
-    libc::RLIMIT_CORE,
-    libc::RLIMIT_RSS,
-    libc::RLIMIT_NPROC,
-    libc::RLIMIT_NOFILE,
-    libc::RLIMIT_MEMLOCK,
-    libc::RLIMIT_AS,
-    libc::RLIMIT_LOCKS,
-    libc::RLIMIT_SIGPENDING,
-    libc::RLIMIT_MSGQUEUE,
-    libc::RLIMIT_NICE,
-    libc::RLIMIT_RTPRIO,
-    libc::RLIMIT_RTTIME,
-];
-
-/// This process's (soft, hard) resource limits, in [`RLIMITS`] order.
-pub(crate) fn rlimits() -> Vec<(u64, u64)> {
-    RLIMITS
-        .iter()
-        .map(|r| {
-            let mut l = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: getrlimit into a valid struct.
-            unsafe { libc::getrlimit(*r, &mut l) };
-            (l.rlim_cur, l.rlim_max)
-        })
-        .collect()
-}
-
-/// Leave the teardown of this process's address space to a child that shares it, so that
-/// whoever waits for this process learns of its end without waiting for the kernel to
-/// unmap the (large, static) binary and free its pages (~0.4 ms at every `capsule exec`
-/// here). The child shares only the memory: it closes its copy of every descriptor at
-/// once (so no pipe or lock outlives this process through it), asks to be killed when
-/// this process ends, and then does nothing. Best effort: when the clone fails, the
-/// process simply ends as usual. Call it last, right before exiting.
-///
-/// Only in the machine's own pid namespace: that child outlives this process by a moment
-/// and is then reaped by whoever adopts orphans, which a machine's init does. A
-/// container's first process may never reap (`tail -f /dev/null` is a common one), and
-/// each exec would leave a zombie there; in any other pid namespace capsule ends as usual.
-pub fn exit_lightly() {
-    const STACK: usize = 64 * 1024;
-    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
-    if !in_the_initial_pid_namespace(ns.as_os_str().as_encoded_bytes()) {
-        return;
-    }
-    // SAFETY: an anonymous private mapping of our own, used only as the child's stack and
-    // never unmapped (the address space it lives in goes away with the child).
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return;
-    }
-    extern "C" fn hold(parent: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: only async-signal-safe system calls on our own descriptors and state; no
-        // allocation, no lock (the memory is the parent's, which may be anywhere in exit).
-        // The thread pointer is the parent's too, so a failing call would write the
-        // parent's `errno`: none of these fails here (close_range with valid bounds, a
-        // valid prctl, getppid; pause returns only for a caught signal, and none is
-        // caught: the only one coming is SIGKILL).
-        unsafe {
-            libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            if libc::getppid() != parent as libc::pid_t {
-                libc::syscall(libc::SYS_exit, 0);
-            }
-            loop {
-                libc::pause();
-            }
-        }
-    }
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
-    // SAFETY: a child sharing the memory, on its own stack, running `hold`, which touches
-    // nothing of the parent's memory but its own stack; not a thread (it has its own
-    // descriptor table, signal handlers and pid) and sending no signal at its end.
-    unsafe {
-        libc::clone(
-            hold,
-            (stack as *mut u8).add(STACK) as *mut libc::c_void,
-            libc::CLONE_VM,
-            me as usize as *mut libc::c_void,
-        );
-    }
-}
-
-/// Does `/proc/self/ns/pid`'s link text name the machine's initial pid namespace? Its
-/// inode number is fixed by the kernel (`PROC_PID_INIT_INO`, 0xEFFFFFFC).
-fn in_the_initial_pid_namespace(link: &[u8]) -> bool {
-    link == b"pid:[4026531836]"
-}
-
-#[cfg(test)]
-mod exit_tests {
-    #[test]
-    fn only_the_initial_pid_namespace_counts() {
-        assert!(super::in_the_initial_pid_namespace(b"pid:[4026531836]"));
-        assert!(!super::in_the_initial_pid_namespace(b"pid:[4026532412]"));
-        assert!(!super::in_the_initial_pid_namespace(b""));
-    }
 }
 
 #[cfg(test)]

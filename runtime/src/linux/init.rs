@@ -15,7 +15,7 @@ use super::hooks::Hooks;
 use super::report::{Applied, Report};
 use super::{mounts, plan::Isolation, plan::Stdio, ExecPlan};
 use crate::kernel::sys;
-use crate::kernel::{landlock as ll, seccomp::SeccompProgram};
+use crate::kernel::{landlock as ll, process, rlimit, seccomp::SeccompProgram};
 use nix::sys::signal::SigSet;
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -574,106 +574,110 @@ fn command(cx: &Ctx<'_>, go: RawFd, pty_slave: Option<RawFd>) -> ! {
         tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
         let _ = sys::write_all(rep, &w.report_line);
     } else {
-        let mut applied = Applied {
-            isolation: match plan.isolation {
-                Isolation::Full if plan.landlock_best_effort => "weaker",
-                Isolation::Full => "full",
-                Isolation::Weaker => "weaker",
-                Isolation::None => "none",
-            }
-            .into(),
-            namespaces: cx.namespaces.iter().map(|s| s.to_string()).collect(),
-            landlock: serde_json::Value::Null,
-            seccomp: serde_json::Value::Null,
-            capabilities: "kept (no sandbox)".into(),
-            no_new_privs: false,
-            root: match (plan.isolation, &cx.root) {
-                (Isolation::Full, Root::Build) => "built",
-                (Isolation::Full, _) => "prepared",
-                _ => "host",
-            }
-            .into(),
-            plan_digest: String::new(),
+        let applied = match take_layers(cx) {
+            Ok(a) => a,
+            Err(e) => fail(rep, e.to_string()),
         };
-        if plan.isolation != Isolation::None {
-            if let Err(e) = sys::drop_all_capabilities() {
-                fail(rep, format!("dropping capabilities: {e}"));
-            }
-            applied.capabilities =
-                "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
-            if let Err(e) = sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0) {
-                fail(rep, format!("setting no_new_privs: {e}"));
-            }
-            applied.no_new_privs = true;
-            let (policy, opts) = landlock_inputs(plan);
-            tracing::debug!("command: before Landlock: {:?}", cx.t0.elapsed());
-            if let Some((r, report, again)) = cx.root.landlock() {
-                match ll::restrict_received(r, report.clone(), again) {
-                    Ok(v) => applied.landlock = v,
-                    Err(e) => fail(rep, e.to_string()),
-                }
-            } else {
-                match ll::restrict(&policy, &opts) {
-                    Ok(r) => {
-                        let missing: Vec<String> =
-                            r.missing().iter().map(|m| m.right.to_string()).collect();
-                        // weaker isolation with namespaces: the lacking rights are the accepted
-                        // degradation, recorded in the report's `missing`
-                        if !missing.is_empty() && !plan.landlock_best_effort {
-                            fail(
-                                rep,
-                                format!(
-                                    "Landlock ABI {} lacks rights this policy needs: {}",
-                                    r.abi,
-                                    missing.join(", ")
-                                ),
-                            );
-                        }
-                        applied.landlock = serde_json::to_value(&r).unwrap_or_default();
-                    }
-                    Err(e) if plan.landlock_best_effort => {
-                        applied.landlock = serde_json::json!({
-                            "status": "not_applied",
-                            "error": e.to_string(),
-                        });
-                    }
-                    Err(e) => fail(rep, e.to_string()),
-                }
-            }
-            if let Some(s) = cx.seccomp {
-                // the very last step before execve; its listener to capsule's supervisor
-                let installed = match cx.notify {
-                    Some(sock) => s.install_listened().map(|l| {
-                        if let Some(l) = l {
-                            use std::os::fd::AsRawFd;
-                            let _ = super::notify::send_listener(sock, l.as_raw_fd());
-                        }
-                        sys::close(sock);
-                    }),
-                    None => s.install(),
-                };
-                if let Err(e) = installed {
-                    fail(rep, e.to_string());
-                }
-                applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();
-            }
-        }
         tracing::debug!("command: layers applied: {:?}", cx.t0.elapsed());
         send(rep, &Report::Layers { applied });
     }
     // the exec's own limits, soft and hard (never above the hard limit it has: the limit
     // is as tight as asked or tighter); set by the command's process, so that init is not
-    // held by them
+    // held by them, and after its layers (whose Landlock ruleset opens descriptors)
     for (r, flag, v) in plan.limits.rlimits() {
-        if let Err(e) = sys::lower_rlimit(r, v) {
+        if let Err(e) = rlimit::lower(r, v) {
             fail(rep, format!("setting the limit of {flag}: {e}"));
         }
     }
-    if let Err(e) = sys::cloexec_from(3) {
-        fail(rep, format!("closing inherited descriptors: {e}"));
+    let program = process::Program {
+        path: None,
+        argv: cx.argv,
+        envp: cx.envp,
+        keep_fds: 0,
+    };
+    match process::exec(&program, cx.old_mask.as_ref()) {
+        process::ExecError::Exec { command, errno } => {
+            send(cx.report, &Report::ExecFailed { errno, command });
+            exit(if errno == libc::ENOENT {
+                crate::exit::NOT_FOUND as i32
+            } else {
+                crate::exit::NOT_EXECUTABLE as i32
+            })
+        }
+        process::ExecError::Step(e) => fail(rep, e.to_string()),
     }
-    let _ = cx.old_mask.thread_set_mask();
-    exec_search(cx)
+}
+
+/// The command's layers ([`process::take_layers`]: no capabilities, `no_new_privs`,
+/// Landlock, capsule's seccomp filter last, its listener to capsule's supervisor), and
+/// what was applied, for the exec record. Under no isolation, none.
+fn take_layers(cx: &Ctx<'_>) -> Result<Applied, process::StepError> {
+    let plan = cx.plan;
+    let mut applied = Applied {
+        isolation: match plan.isolation {
+            Isolation::Full if plan.landlock_best_effort => "weaker",
+            Isolation::Full => "full",
+            Isolation::Weaker => "weaker",
+            Isolation::None => "none",
+        }
+        .into(),
+        namespaces: cx.namespaces.iter().map(|s| s.to_string()).collect(),
+        landlock: serde_json::Value::Null,
+        seccomp: serde_json::Value::Null,
+        capabilities: "kept (no sandbox)".into(),
+        no_new_privs: false,
+        root: match (plan.isolation, &cx.root) {
+            (Isolation::Full, Root::Build) => "built",
+            (Isolation::Full, _) => "prepared",
+            _ => "host",
+        }
+        .into(),
+        plan_digest: String::new(),
+    };
+    if plan.isolation == Isolation::None {
+        return Ok(applied);
+    }
+    let (policy, opts) = landlock_inputs(plan);
+    let landlock = match cx.root.landlock() {
+        Some((ruleset, report, again)) => process::Landlock::Received {
+            ruleset,
+            report,
+            again,
+        },
+        None => process::Landlock::Build {
+            policy: &policy,
+            opts: &opts,
+            best_effort: plan.landlock_best_effort,
+        },
+    };
+    // the very last step before execve; its listener to capsule's supervisor
+    let filters: Vec<process::Filter<'_>> = cx
+        .seccomp
+        .iter()
+        .map(|s| process::Filter::Capsule {
+            program: s,
+            listener: match cx.notify {
+                Some(sock) => process::Listener::SendTo(sock),
+                None => process::Listener::Plain,
+            },
+        })
+        .collect();
+    tracing::debug!("command: before the layers: {:?}", cx.t0.elapsed());
+    let taken = process::take_layers(process::Layers {
+        no_new_privs: true,
+        user: None,
+        capabilities: process::Capabilities::None,
+        landlock: Some(landlock),
+        filters: &filters,
+    })?;
+    applied.capabilities =
+        "none (bounding, ambient, permitted, effective, inheritable sets emptied)".into();
+    applied.no_new_privs = true;
+    applied.landlock = taken.landlock.unwrap_or_default();
+    if let Some(s) = cx.seccomp {
+        applied.seccomp = serde_json::to_value(s.report()).unwrap_or_default();
+    }
+    Ok(applied)
 }
 
 /// The Landlock policy and options of `plan`'s command (also what a prepared root's holder
@@ -728,58 +732,6 @@ pub(crate) fn landlock_inputs(
         }
     }
     (policy, opts)
-}
-
-/// `execve` with a PATH search in the command's environment; reports the failure.
-fn exec_search(cx: &Ctx<'_>) -> ! {
-    let argv0 = cx.argv[0].as_bytes();
-    let mut argv: Vec<*const libc::c_char> = cx.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut envp: Vec<*const libc::c_char> = cx.envp.iter().map(|a| a.as_ptr()).collect();
-    envp.push(std::ptr::null());
-    let command = String::from_utf8_lossy(argv0).into_owned();
-    let mut errno = libc::ENOENT;
-    let try_exec = |path: &CString| -> libc::c_int {
-        // SAFETY: argv and envp are NULL-terminated arrays of valid C strings.
-        unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)
-    };
-    if argv0.contains(&b'/') {
-        errno = try_exec(&cx.argv[0]);
-    } else if !argv0.is_empty() {
-        let path = cx
-            .envp
-            .iter()
-            .find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
-            .unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
-        let mut seen_eacces = false;
-        for dir in path.split(|b| *b == b':') {
-            let dir = if dir.is_empty() { &b"."[..] } else { dir };
-            let mut full = dir.to_vec();
-            full.push(b'/');
-            full.extend_from_slice(argv0);
-            let Ok(c) = CString::new(full) else { continue };
-            match try_exec(&c) {
-                libc::EACCES => seen_eacces = true,
-                libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::ENAMETOOLONG => {}
-                e => {
-                    errno = e;
-                    break;
-                }
-            }
-        }
-        if seen_eacces && errno == libc::ENOENT {
-            errno = libc::EACCES;
-        }
-    }
-    send(cx.report, &Report::ExecFailed { errno, command });
-    exit(if errno == libc::ENOENT {
-        crate::exit::NOT_FOUND as i32
-    } else {
-        crate::exit::NOT_EXECUTABLE as i32
-    })
 }
 
 fn policy_under(p: &capsule_bundle::policy::SandboxPolicy, dir: &str) -> bool {

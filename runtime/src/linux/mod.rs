@@ -84,7 +84,7 @@ mod spawn;
 mod supervise;
 pub mod warm;
 
-use crate::kernel::{cgroup, seccomp, sys};
+use crate::kernel::{cgroup, ns, seccomp, sys};
 pub use hooks::{Connects, Hooks, InitHook, Route};
 pub use outcome::ExecOutcome;
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
@@ -133,7 +133,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
     let (sync_r, sync_w) = sys::pipe().map_err(|e| setup("pipe", e))?;
     // the seccomp listener's way to capsule ([`notify`]): its sandbox end is init's and
     // the command's (or a warm spare's) until the listener is sent
-    let (notify_mine, notify_theirs) = match notify::channel() {
+    let (notify_mine, notify_theirs) = match seccomp::listener_channel() {
         Ok(c) => c,
         Err(e) => {
             for fd in [rep_r, rep_w, sync_r, sync_w] {
@@ -435,21 +435,22 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             }
         }
     }
+    let mut clone_error = None;
     if !in_prepared.get() && warm_pidfd.is_none() {
-        // SAFETY: raw clone without CLONE_VM behaves like fork: the child gets a copy of
-        // the address space and continues on the same (copied) stack.
-        pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
-        if pid == 0 {
-            if let Some(c) = child.take() {
-                c()
+        match ns::fork_into(flags) {
+            Ok(ns::Forked::Child) => {
+                if let Some(c) = child.take() {
+                    c()
+                }
+                // SAFETY: unreachable in practice (init never returns).
+                unsafe { libc::_exit(125) }
             }
-            // SAFETY: unreachable in practice (init never returns).
-            unsafe { libc::_exit(125) }
+            Ok(ns::Forked::Parent(p)) => pid = p as libc::c_long,
+            Err(e) => clone_error = Some(e),
         }
     }
     drop(child);
-    if pid < 0 {
-        let e = std::io::Error::last_os_error();
+    if let Some(e) = clone_error {
         restore(&old_mask);
         for fd in [rep_r, rep_w, sync_r, sync_w] {
             sys::close(fd);

@@ -43,32 +43,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// The socketpair the listener travels on: (capsule's end, the sandbox's end), both
-/// close-on-exec.
-pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
-    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)
-}
-
-/// Send `listener` on the sandbox's end `sock` (from the process that installed it).
-/// Never raises `SIGPIPE` (capsule's end may be gone: then the listener closes with the
-/// sender's copy, and the kernel answers what the filter sends `ENOSYS`).
-pub fn send_listener(sock: RawFd, listener: RawFd) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let fds = [listener];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [io::IoSlice::new(b"L")];
-    sendmsg::<()>(sock, &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)
-        .map(|_| ())
-        .map_err(io::Error::from)
-}
-
 /// A running supervisor (a thread of the scope the exec is supervised in).
 pub struct Supervisor<'scope> {
     thread: Option<std::thread::ScopedJoinHandle<'scope, ()>>,
@@ -546,7 +520,7 @@ mod tests {
     fn refused_syscall_is_recorded_and_answered_eperm() {
         let prog = seccomp::SeccompProgram::build().unwrap();
         for supervised in [true, false] {
-            let (mine, theirs) = channel().unwrap();
+            let (mine, theirs) = seccomp::listener_channel().unwrap();
             let (rd, wr) = crate::kernel::sys::pipe().unwrap();
             // SAFETY: fork of a test process; the child only makes raw calls and _exits.
             let pid = unsafe { libc::fork() };
@@ -558,7 +532,7 @@ mod tests {
                         _ => libc::_exit(90),
                     };
                     if supervised {
-                        let _ = send_listener(theirs.as_raw_fd(), l.as_raw_fd());
+                        let _ = seccomp::send_listener(theirs.as_raw_fd(), l.as_raw_fd());
                     }
                     drop(l);
                     let rc = libc::syscall(libc::SYS_keyctl, 0, 0, 0, 0, 0);
@@ -608,7 +582,7 @@ mod tests {
         let plain =
             std::ffi::CString::new(d.path().join("plain").into_os_string().into_encoded_bytes())
                 .unwrap();
-        let (mine, theirs) = channel().unwrap();
+        let (mine, theirs) = seccomp::listener_channel().unwrap();
         let (rd, wr) = crate::kernel::sys::pipe().unwrap();
         // SAFETY: fork of a test process; the child only makes raw calls and _exits.
         let pid = unsafe { libc::fork() };
@@ -619,7 +593,7 @@ mod tests {
                     Ok(Some(l)) => l,
                     _ => libc::_exit(90),
                 };
-                let _ = send_listener(theirs.as_raw_fd(), l.as_raw_fd());
+                let _ = seccomp::send_listener(theirs.as_raw_fd(), l.as_raw_fd());
                 drop(l);
                 let flags = libc::O_CREAT | libc::O_WRONLY;
                 let a = libc::openat(libc::AT_FDCWD, setid.as_ptr(), flags, 0o4755);

@@ -441,7 +441,7 @@ pub fn seccomp_syscalls() -> Result<Vec<LinuxSyscall>, OciError> {
 
 fn rlimit_types() -> [PosixRlimitType; 16] {
     use oci_spec::runtime::PosixRlimitType::*;
-    // the order of `sys::rlimits`
+    // the order of `rlimit::current`
     [
         RlimitCpu,
         RlimitFsize,
@@ -542,7 +542,7 @@ pub fn render(
         PosixRlimitType::RlimitFsize => plan.limits.file_size,
         _ => None,
     };
-    let rlimits = crate::kernel::sys::rlimits()
+    let rlimits = crate::kernel::rlimit::current()
         .into_iter()
         .zip(rlimit_types())
         .map(|((soft, hard), typ)| {

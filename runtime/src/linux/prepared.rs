@@ -52,7 +52,7 @@ use super::init::Joined;
 use super::report::ExecError;
 use super::{warm, ExecPlan, Isolation, MountStep};
 use crate::kernel::landlock::PathRule;
-use crate::kernel::sys;
+use crate::kernel::{ns, sys};
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
@@ -205,7 +205,7 @@ pub fn fingerprint(plan: &ExecPlan, plan_digest: &str) -> io::Result<Option<Stri
     // the caller that spawned it: only callers of that cgroup may use it, so that a CI
     // job's limits and accounting hold for its commands; likewise the hard resource limits
     h.update(std::fs::read("/proc/self/cgroup").unwrap_or_default());
-    for (_, hard) in sys::rlimits() {
+    for (_, hard) in crate::kernel::rlimit::current() {
         h.update(hard.to_le_bytes());
     }
     // which cgroup controllers the exec limits: the holder's spares wait in groups of
@@ -622,23 +622,23 @@ fn spawn(plan: &ExecPlan, dir: &Path, fp: &str) -> Result<(), ExecError> {
         sys::close(rep_r);
         let flags = (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID) as libc::c_long
             | libc::SIGCHLD as libc::c_long;
-        // SAFETY: raw clone without CLONE_VM behaves like fork.
-        let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
-        if pid == 0 {
-            sys::close(go_w);
-            holder.main()
-        }
-        if pid < 0 {
-            let e = io::Error::last_os_error();
-            let _ = sys::write_all(rep_w, format!("N{e}\n").as_bytes());
-            // SAFETY: _exit in a forked child.
-            unsafe { libc::_exit(1) }
-        }
-        if let Err(e) = super::spawn::write_id_maps(pid as libc::pid_t) {
+        let pid = match ns::fork_into(flags) {
+            Ok(ns::Forked::Child) => {
+                sys::close(go_w);
+                holder.main()
+            }
+            Ok(ns::Forked::Parent(pid)) => pid,
+            Err(e) => {
+                let _ = sys::write_all(rep_w, format!("N{e}\n").as_bytes());
+                // SAFETY: _exit in a forked child.
+                unsafe { libc::_exit(1) }
+            }
+        };
+        if let Err(e) = super::spawn::write_id_maps(pid) {
             let _ = sys::write_all(rep_w, format!("Ewriting the id maps: {e}\n").as_bytes());
             // SAFETY: killing our own child, then _exit.
             unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
                 libc::_exit(1)
             }
         }
@@ -762,63 +762,37 @@ pub(crate) fn spawn_init(
         // SAFETY: `arg` is the Args the parent passed and waits on (CLONE_VFORK); this
         // function makes system calls only and allocates nothing.
         let a = unsafe { &mut *(arg as *mut Args<'_>) };
-        let errno = || {
-            io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO)
-        };
-        // SAFETY: setns on descriptors the parent owns.
-        if unsafe { libc::setns(a.userns, libc::CLONE_NEWUSER) } < 0 {
-            a.errno = errno();
+        if let Err(e) = ns::join(a.userns, libc::CLONE_NEWUSER) {
+            a.errno = e.raw_os_error().unwrap_or(libc::EIO);
             a.step = 1;
             return 1;
         }
-        // SAFETY: as above.
-        if unsafe { libc::setns(a.mntns, libc::CLONE_NEWNS) } < 0 {
-            a.errno = errno();
+        if let Err(e) = ns::join(a.mntns, libc::CLONE_NEWNS) {
+            a.errno = e.raw_os_error().unwrap_or(libc::EIO);
             a.step = 2;
             return 1;
         }
-        // SAFETY: raw clone without CLONE_VM: init gets a copy of the address space and
-        // continues here, on its copy of this stack.
-        let pid = unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                a.flags | libc::CLONE_PARENT as libc::c_long,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
-            )
-        };
-        if pid == 0 {
-            (a.child)();
-            // SAFETY: `child` must not return; if it does, end here.
-            unsafe { libc::_exit(125) }
+        // init gets a copy of the address space and continues here, on its copy of this
+        // stack
+        match ns::fork_into(a.flags | libc::CLONE_PARENT as libc::c_long) {
+            Ok(ns::Forked::Child) => {
+                (a.child)();
+                // SAFETY: `child` must not return; if it does, end here.
+                unsafe { libc::_exit(125) }
+            }
+            Ok(ns::Forked::Parent(pid)) => {
+                a.pid = pid;
+                0
+            }
+            Err(e) => {
+                a.errno = e.raw_os_error().unwrap_or(libc::EIO);
+                a.step = 3;
+                1
+            }
         }
-        if pid < 0 {
-            a.errno = errno();
-            a.step = 3;
-            return 1;
-        }
-        a.pid = pid as libc::pid_t;
-        0
     }
-    const STACK: usize = 1 << 20;
-    // SAFETY: an anonymous private mapping for the joiner's (and init's) stack.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    // the joiner's (and init's) stack
+    let stack = ns::Stack::new(1 << 20)?;
     let mut args = Args {
         userns: j.userns.as_raw_fd(),
         mntns: j.mntns.as_raw_fd(),
@@ -828,26 +802,20 @@ pub(crate) fn spawn_init(
         errno: 0,
         step: 0,
     };
-    // SAFETY: the stack grows down from its end (16-byte aligned); CLONE_VFORK suspends us
-    // until the joiner exits, so `args` outlives its use there.
+    // SAFETY: CLONE_VFORK suspends us until the joiner exits, so `args` outlives its use
+    // there; the joiner makes system calls only.
     let c = unsafe {
-        libc::clone(
+        ns::clone_vm(
             joiner,
-            (stack as *mut u8).add(STACK) as *mut libc::c_void,
+            &stack,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             &mut args as *mut Args<'_> as *mut libc::c_void,
         )
-    };
-    let clone_err = io::Error::last_os_error();
-    if c > 0 {
-        // SAFETY: reaping the joiner, our own child.
-        unsafe { libc::waitpid(c, std::ptr::null_mut(), 0) };
-    }
-    // SAFETY: unmapping our own mapping; init has its own copy.
-    unsafe { libc::munmap(stack, STACK) };
-    if c < 0 {
-        return Err(clone_err);
-    }
+    }?;
+    // SAFETY: reaping the joiner, our own child.
+    unsafe { libc::waitpid(c, std::ptr::null_mut(), 0) };
+    // unmapped: init has its own copy
+    drop(stack);
     if args.pid > 0 {
         return Ok(args.pid);
     }

@@ -136,36 +136,14 @@ impl Drop for Pty {
     }
 }
 
-/// In the sandbox: open a pair on its own `/dev/ptmx`; returns (master, slave).
+/// In the sandbox: open a pair on its own devpts's `ptmx` (`/dev/pts/ptmx`, opened
+/// without following a link and checked to be one: [`crate::kernel::checked::open_ptmx`]);
+/// returns (master, slave), the slave by `TIOCGPTPEER`.
 pub fn open_here() -> io::Result<(RawFd, RawFd)> {
-    // SAFETY: open/ioctl on descriptors we own.
-    unsafe {
-        let master = libc::open(
-            c"/dev/ptmx".as_ptr(),
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        );
-        if master < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let unlock: libc::c_int = 0;
-        if libc::ioctl(master, libc::TIOCSPTLCK, &unlock) < 0 {
-            let e = io::Error::last_os_error();
-            libc::close(master);
-            return Err(e);
-        }
-        // TIOCGPTPEER: the slave without a path lookup
-        let slave = libc::ioctl(
-            master,
-            0x5441,
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        );
-        if slave < 0 {
-            let e = io::Error::last_os_error();
-            libc::close(master);
-            return Err(e);
-        }
-        Ok((master, slave))
-    }
+    use std::os::fd::IntoRawFd;
+    let ptmx = crate::kernel::checked::open_ptmx(libc::AT_FDCWD, c"/dev/pts/ptmx", 0)?;
+    let (m, s) = crate::kernel::checked::pty_pair(ptmx)?;
+    Ok((m.into_raw_fd(), s.into_raw_fd()))
 }
 
 /// Send `fd` over the console socket.

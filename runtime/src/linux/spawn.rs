@@ -3,17 +3,14 @@
 //! ([`write_id_maps`]).
 
 use super::report::ExecError;
+use crate::kernel::ns;
 use std::time::Duration;
 
-/// Map our own uid and gid to the same ids inside (root stays root, a user stays itself).
+/// Map our own uid and gid to the same ids inside (root stays root, a user stays itself),
+/// `setgroups` denied.
 pub(crate) fn write_id_maps(pid: libc::pid_t) -> std::io::Result<()> {
-    // SAFETY: getters cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let base = format!("/proc/{pid}");
-    std::fs::write(format!("{base}/setgroups"), "deny")?;
-    std::fs::write(format!("{base}/uid_map"), format!("{uid} {uid} 1\n"))?;
-    std::fs::write(format!("{base}/gid_map"), format!("{gid} {gid} 1\n"))?;
-    Ok(())
+    let (uid, gid) = ns::own_ids();
+    ns::write_id_maps(pid, &[uid], &[gid], true).map_err(|(_, e)| e)
 }
 
 /// Other threads of this process, by id.

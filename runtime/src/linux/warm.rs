@@ -27,6 +27,7 @@ use super::{mounts, ExecPlan, Stdio};
 use crate::kernel::landlock::LandlockRules;
 use crate::kernel::seccomp::SeccompProgram;
 use crate::kernel::sys;
+use crate::kernel::{ns, process};
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -97,7 +98,10 @@ pub(crate) fn send(
             .collect(),
         cwd: plan.cwd.clone(),
         umask: umask(),
-        soft_limits: sys::rlimits().into_iter().map(|(soft, _)| soft).collect(),
+        soft_limits: crate::kernel::rlimit::current()
+            .into_iter()
+            .map(|(soft, _)| soft)
+            .collect(),
         limits: plan.limits,
         stdio,
     };
@@ -271,18 +275,17 @@ pub(crate) fn make(
     if plan.new_netns {
         flags |= libc::CLONE_NEWNET as libc::c_long;
     }
-    // SAFETY: raw clone without CLONE_VM behaves like fork (the holder is single-threaded).
-    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        for fd in holder_fds {
-            sys::close(*fd);
+    // the holder is single-threaded
+    let pid = match ns::fork_into(flags)? {
+        ns::Forked::Child => {
+            for fd in holder_fds {
+                sys::close(*fd);
+            }
+            drop(h);
+            spare_main(plan, rules, landlock, s, cgroup_procs, fuse_dev)
         }
-        drop(h);
-        spare_main(plan, rules, landlock, s, cgroup_procs, fuse_dev)
-    }
+        ns::Forked::Parent(pid) => pid,
+    };
     drop(s);
     // SAFETY: pidfd_open of our own child.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -290,7 +293,7 @@ pub(crate) fn make(
         return Err(io::Error::last_os_error());
     }
     Ok(Spare {
-        pid: pid as libc::pid_t,
+        pid,
         // SAFETY: a descriptor just opened.
         pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
         chan: h,
@@ -401,7 +404,7 @@ fn spare_main(
     // capsule's supervisor (none of them is the command's)
     super::fusemask::send(fds[3], masks);
     if let Some(l) = listener {
-        let _ = super::notify::send_listener(fds[3], l.as_raw_fd());
+        let _ = crate::kernel::seccomp::send_listener(fds[3], l.as_raw_fd());
     }
     sys::close(fds[3]);
     let stdio_fds = &fds[REQUEST_FDS..];
@@ -415,19 +418,14 @@ fn spare_main(
     plan.cwd = req.cwd;
     plan.limits = req.limits;
     // the caller's umask and soft limits (within the hard ones, which are the same)
-    // SAFETY: umask and setrlimit of our own process.
+    // SAFETY: umask of our own process.
     unsafe { libc::umask(req.umask & 0o777) };
-    for ((r, soft), (_, hard)) in sys::RLIMITS
+    for ((r, soft), (_, hard)) in crate::kernel::rlimit::RLIMITS
         .iter()
         .zip(&req.soft_limits)
-        .zip(sys::rlimits())
+        .zip(crate::kernel::rlimit::current())
     {
-        let l = libc::rlimit {
-            rlim_cur: (*soft).min(hard) as libc::rlim_t,
-            rlim_max: hard as libc::rlim_t,
-        };
-        // SAFETY: setrlimit of our own process.
-        unsafe { libc::setrlimit(*r, &l) };
+        let _ = crate::kernel::rlimit::set(*r, (*soft).min(hard), hard);
     }
     let mut console = None;
     match (req.stdio, stdio_fds) {
@@ -512,24 +510,30 @@ fn enforce(
     seccomp: &SeccompProgram,
 ) -> (init::PreLayers, Option<OwnedFd>) {
     use std::os::fd::AsFd;
-    if sys::drop_all_capabilities().is_err() || sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).is_err()
-    {
-        quit()
-    }
     let Some(r) = ruleset else { quit() };
-    let Ok(landlock) = crate::kernel::landlock::restrict_received(r.as_fd(), landlock.clone(), &[])
-    else {
-        quit()
-    };
-    let Ok(listener) = seccomp.install_listened() else {
+    let filters = [process::Filter::Capsule {
+        program: seccomp,
+        listener: process::Listener::Keep,
+    }];
+    let Ok(taken) = process::take_layers(process::Layers {
+        no_new_privs: true,
+        user: None,
+        capabilities: process::Capabilities::None,
+        landlock: Some(process::Landlock::Received {
+            ruleset: r.as_fd(),
+            report: landlock,
+            again: &[],
+        }),
+        filters: &filters,
+    }) else {
         quit()
     };
     (
         init::PreLayers {
-            landlock,
+            landlock: taken.landlock.unwrap_or_default(),
             seccomp: serde_json::to_value(seccomp.report()).unwrap_or_default(),
         },
-        listener,
+        taken.listener,
     )
 }
 

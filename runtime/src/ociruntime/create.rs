@@ -12,6 +12,7 @@
 
 use super::state::{self, Saved};
 use super::{cgroup, hooks, observe, process, rootfs};
+use crate::kernel::ns;
 use crate::plan::container::{container, ContainerPlan, Create};
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -47,11 +48,22 @@ pub fn console(path: &Path) -> Result<OwnedFd, String> {
     Ok(OwnedFd::from(s))
 }
 
-/// Make the pseudo-terminal in the container and send its master over `sock` (what runc
-/// does: SCM_RIGHTS on the console socket); the slave becomes stdio and `/dev/console`.
-pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Result<(), String> {
-    let (master, slave) = crate::linux::pty::open_here()
-        .map_err(|e| format!("opening a terminal in the container: {e}"))?;
+/// The container's pseudo-terminal: `pair` (made with the root, its slave bound at
+/// `/dev/console`: [`rootfs::build`]) or, for `exec`, a pair on the running container's
+/// own devpts (its `ptmx` checked to be one: the container may have put anything at its
+/// path); its master goes over `sock` (what runc does: SCM_RIGHTS on the console socket)
+/// and its slave becomes stdio.
+pub fn terminal(
+    sock: RawFd,
+    size: Option<(u16, u16)>,
+    pair: Option<(OwnedFd, OwnedFd)>,
+) -> Result<(), String> {
+    use std::os::fd::IntoRawFd;
+    let (master, slave) = match pair {
+        Some((m, s)) => (m.into_raw_fd(), s.into_raw_fd()),
+        None => crate::linux::pty::open_here()
+            .map_err(|e| format!("opening a terminal in the container: {e}"))?,
+    };
     if let Some((h, w)) = size {
         let ws = libc::winsize {
             ws_row: h,
@@ -66,19 +78,6 @@ pub fn terminal(sock: RawFd, size: Option<(u16, u16)>, console_bind: bool) -> Re
         .map_err(|e| format!("sending the terminal over the console socket: {e}"))?;
     crate::kernel::sys::close(master);
     crate::kernel::sys::close(sock);
-    if console_bind {
-        let src = CString::new(format!("/proc/self/fd/{slave}")).unwrap_or_default();
-        // SAFETY: bind the terminal onto the /dev/console file made with the root.
-        unsafe {
-            libc::mount(
-                src.as_ptr(),
-                c"/dev/console".as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-    }
     crate::linux::pty::Pty::attach_slave(slave)
         .map_err(|e| format!("attaching the terminal: {e}"))?;
     Ok(())
@@ -96,7 +95,7 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         systemd_cgroup: a.systemd_cgroup,
         console_socket: a.console_socket.is_some(),
     };
-    let plan = container(&spec, &call, &facts).map_err(|e| e.to_string())?;
+    let mut plan = container(&spec, &call, &facts).map_err(|e| e.to_string())?;
     let rootfs = std::fs::canonicalize(&plan.rootfs)
         .map_err(|e| format!("root.path {}: {e}", plan.rootfs.display()))?;
     // the disk guard's first look: a filesystem below its reserve already fails here
@@ -125,7 +124,24 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         defaults.push(super::diskguard::show(plan.disk.reserve));
     }
     let r = (|| {
-        cg_dirs = cgroup::setup(&plan.cgroup)?;
+        let (dirs, without) = cgroup::setup(&plan.cgroup)?;
+        cg_dirs = dirs;
+        if let Some(why) = without {
+            // rootless, and the bundle asks no limit: as runc, without cgroups, said
+            defaults.retain(|d| !plan.cgroup.defaults.contains(d));
+            cgroup::without_own(&mut plan);
+            if let Some(lg) = &a.log {
+                super::log_to(
+                    &lg.path,
+                    lg.json,
+                    "warning",
+                    &format!(
+                        "capsule: container {}: no cgroup (the runtime is rootless: {why}): capsule's default limits are not applied",
+                        a.id
+                    ),
+                );
+            }
+        }
         spawn(&a, &plan, &bundle, &rootfs, &dir, &cg_dirs, &defaults)?;
         match guard {
             Some(g) => super::diskguard::start(g, a.root, a.id, a.log.as_ref()),
@@ -210,20 +226,16 @@ fn spawn(
         join.push((OwnedFd::from(fd), n.flag, n.typ.clone()));
     }
     if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
-        // SAFETY: setns of a namespace descriptor (our children are born in it).
-        if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWPID) } < 0 {
-            return Err(format!(
-                "linux.namespaces: joining the pid namespace: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        // our children are born in it
+        ns::join(fd.as_raw_fd(), libc::CLONE_NEWPID)
+            .map_err(|e| format!("linux.namespaces: joining the pid namespace: {e}"))?;
     }
     let userns = plan.namespaces.userns;
     // the refusal observer's way in: a socket pair for the init, a socket for exec
     // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
     let observed = plan.observe.is_some();
     let obs = if observed {
-        let (mine, init) = crate::linux::notify::channel()
+        let (mine, init) = crate::kernel::seccomp::listener_channel()
             .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
         Some((mine, init, observe::bind(dir)?))
     } else {
@@ -233,24 +245,10 @@ fn spawn(
     let (go_r, go_w) = pipe()?;
     let hostname = plan.hostname.clone();
     let domainname = plan.domainname.clone();
-    // SAFETY: clone without CLONE_VM: a fork into new namespaces (single-threaded here).
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    if pid < 0 {
-        return Err(format!(
-            "cloning the container's init into its namespaces: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    if pid == 0 {
+    // a fork into new namespaces (single-threaded here)
+    let forked = ns::fork_into((flags | libc::SIGCHLD) as libc::c_long)
+        .map_err(|e| format!("cloning the container's init into its namespaces: {e}"))?;
+    if forked == ns::Forked::Child {
         drop(err_r);
         drop(go_w);
         let obs_init = obs.map(|(mine, init, listen)| {
@@ -268,34 +266,22 @@ fn spawn(
                 if *f == libc::CLONE_NEWPID {
                     continue;
                 }
-                // SAFETY: setns of a namespace descriptor.
-                if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                    return Err(format!(
-                        "linux.namespaces: joining the {typ} namespace: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                ns::join(fd.as_raw_fd(), *f)
+                    .map_err(|e| format!("linux.namespaces: joining the {typ} namespace: {e}"))?;
             }
             if userns {
                 // root of the user namespace (the mappings are written by now): until
                 // then the init's ids are unmapped there, and the filesystems it mounts
                 // refuse to make anything (EOVERFLOW)
-                // SAFETY: plain system calls.
-                if unsafe { libc::setresgid(0, 0, 0) } < 0
-                    || unsafe { libc::setresuid(0, 0, 0) } < 0
-                {
-                    return Err(format!(
-                        "linux.uidMappings: becoming root of the user namespace (0 must be mapped): {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                ns::become_root().map_err(|e| {
+                    format!("linux.uidMappings: becoming root of the user namespace (0 must be mapped): {e}")
+                })?;
             }
             // a session of its own (with a terminal: made by attaching it)
             if console.is_none() {
-                // SAFETY: setsid cannot fail for a process that leads no group.
-                unsafe { libc::setsid() };
+                ns::new_session();
             }
-            rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
+            let pair = rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
             if let Some(h) = &hostname {
                 crate::kernel::sys::sethostname(h.as_bytes())
                     .map_err(|e| format!("hostname {h:?}: {e}"))?;
@@ -305,16 +291,11 @@ fn spawn(
                     .map_err(|e| format!("linux.namespaces: network: bringing lo up: {e}"))?;
             }
             if let Some(d) = &domainname {
-                // SAFETY: buffer valid for its length.
-                if unsafe { libc::setdomainname(d.as_ptr() as *const libc::c_char, d.len()) } < 0 {
-                    return Err(format!(
-                        "domainname {d:?}: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                crate::kernel::sys::setdomainname(d.as_bytes())
+                    .map_err(|e| format!("domainname {d:?}: {e}"))?;
             }
             if let Some(c) = &console {
-                terminal(c.as_raw_fd(), p.console_size, true)?;
+                terminal(c.as_raw_fd(), p.console_size, pair)?;
             }
             process::setup(p)?;
             hooks::run_inside(
@@ -366,7 +347,9 @@ fn spawn(
         // SAFETY: leaving the child.
         unsafe { libc::_exit(127) }
     }
-    let pid = pid as libc::pid_t;
+    let ns::Forked::Parent(pid) = forked else {
+        unreachable!("the child never leaves its branch")
+    };
     drop(err_w);
     drop(go_r);
     let obs = obs.map(|(mine, init, listen)| {
@@ -468,14 +451,19 @@ fn spawn(
 }
 
 fn id_maps(pid: libc::pid_t, l: &ContainerPlan) -> Result<(), String> {
-    let fmt = |m: &[super::spec::IdMapping]| {
+    let maps = |m: &[super::spec::IdMapping]| -> Vec<ns::IdMap> {
         m.iter()
-            .map(|m| format!("{} {} {}\n", m.container_id, m.host_id, m.size))
-            .collect::<String>()
+            .map(|m| ns::IdMap {
+                inside: m.container_id,
+                outside: m.host_id,
+                size: m.size,
+            })
+            .collect()
     };
-    std::fs::write(format!("/proc/{pid}/uid_map"), fmt(&l.uid_mappings))
-        .map_err(|e| format!("linux.uidMappings: {e}"))?;
-    std::fs::write(format!("/proc/{pid}/gid_map"), fmt(&l.gid_mappings))
-        .map_err(|e| format!("linux.gidMappings: {e}"))?;
-    Ok(())
+    ns::write_id_maps(pid, &maps(&l.uid_mappings), &maps(&l.gid_mappings), false).map_err(
+        |(step, e)| match step {
+            ns::MapStep::Gid => format!("linux.gidMappings: {e}"),
+            _ => format!("linux.uidMappings: {e}"),
+        },
+    )
 }

@@ -26,10 +26,11 @@ pub fn helpers(dir: &Path) -> Vec<libc::pid_t> {
         .collect()
 }
 
-/// The processes in the container's cgroups but its helpers.
+/// The processes in the container's cgroups (and the sub-cgroups below them) but its
+/// helpers.
 pub fn container_pids(cgroups: &[PathBuf], dir: &Path) -> Vec<libc::pid_t> {
     let helpers = helpers(dir);
-    let mut pids = super::cgroup::pids(cgroups);
+    let mut pids = super::cgroup::all_pids(cgroups);
     pids.retain(|p| !helpers.contains(p));
     pids
 }

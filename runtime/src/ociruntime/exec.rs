@@ -10,120 +10,149 @@
 
 use super::spec::Process;
 use super::{create, process, state};
+use crate::kernel::{ns, sys};
 use crate::plan::container as plan;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
-pub struct Args<'a> {
-    pub root: &'a Path,
-    pub id: &'a str,
-    pub process: Option<&'a Path>,
-    pub args: &'a [String],
+/// `exec`'s options (runc's, each applied over the container's process as runc does).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOpts {
+    pub id: String,
+    pub process: Option<PathBuf>,
+    pub args: Vec<String>,
     pub detach: bool,
-    pub pid_file: Option<&'a Path>,
-    pub console_socket: Option<&'a Path>,
+    pub pid_file: Option<PathBuf>,
+    pub console_socket: Option<PathBuf>,
     pub tty: bool,
-    pub cwd: Option<&'a str>,
-    pub env: &'a [String],
+    pub cwd: Option<String>,
+    pub env: Vec<String>,
+    /// `--user UID[:GID]`
+    pub user: Option<(u32, Option<u32>)>,
+    pub additional_gids: Vec<u32>,
+    pub caps: Vec<String>,
+    pub apparmor: Option<String>,
+    pub process_label: Option<String>,
+    /// `--no-new-privs` given (true or false)
+    pub no_new_privs: Option<bool>,
+    pub preserve_fds: u32,
+    /// `--cgroup [CONTROLLERS:]PATH`, each as given
+    pub cgroups: Vec<String>,
+    pub ignore_paused: bool,
 }
 
-const KINDS: &[(&str, libc::c_int)] = &[
-    ("user", libc::CLONE_NEWUSER),
-    ("ipc", libc::CLONE_NEWIPC),
-    ("uts", libc::CLONE_NEWUTS),
-    ("net", libc::CLONE_NEWNET),
-    ("pid", libc::CLONE_NEWPID),
-    ("cgroup", libc::CLONE_NEWCGROUP),
-    ("mnt", libc::CLONE_NEWNS),
-];
-
-fn ino(p: &str) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0)
+/// The process `exec` runs: `--process`'s file as it is, or the container's own process
+/// with the command and the options over it, as runc applies them.
+fn process_of(base: &Process, a: &ExecOpts) -> Result<Process, String> {
+    if let Some(f) = &a.process {
+        let b = std::fs::read(f).map_err(|e| format!("--process {}: {e}", f.display()))?;
+        return serde_json::from_slice(&b).map_err(|e| format!("--process {}: {e}", f.display()));
+    }
+    if a.args.is_empty() {
+        return Err("process args cannot be empty".into());
+    }
+    let mut p = base.clone();
+    p.args = a.args.clone();
+    p.terminal = a.tty;
+    if let Some(c) = &a.cwd {
+        p.cwd = c.clone();
+    }
+    p.env.extend(a.env.iter().cloned());
+    if let Some((uid, gid)) = a.user {
+        p.user.uid = uid;
+        if let Some(g) = gid {
+            p.user.gid = g;
+        }
+    }
+    p.user
+        .additional_gids
+        .extend(a.additional_gids.iter().copied());
+    if !a.caps.is_empty() {
+        let c = p.capabilities.get_or_insert_with(Default::default);
+        for cap in &a.caps {
+            for set in [
+                &mut c.bounding,
+                &mut c.effective,
+                &mut c.permitted,
+                &mut c.ambient,
+            ] {
+                set.push(cap.clone());
+            }
+        }
+    }
+    if let Some(ap) = &a.apparmor {
+        p.apparmor_profile = Some(ap.clone());
+    }
+    if let Some(l) = &a.process_label {
+        p.selinux_label = Some(l.clone());
+    }
+    if let Some(n) = a.no_new_privs {
+        p.no_new_privileges = n;
+    }
+    Ok(p)
 }
 
-pub fn run(a: Args<'_>) -> Result<i32, String> {
-    let saved = state::load(a.root, a.id)?;
-    let status = saved.status(a.root);
-    if status != "running" && status != "created" {
-        return Err(format!("cannot exec in a container that is {status}"));
+pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
+    // the descriptors to pass on are the caller's: open before capsule-runc opened any
+    // of its own (none of which can then take their numbers)
+    for fd in 3..3 + a.preserve_fds {
+        if !crate::kernel::sys::is_open(fd as i32) {
+            return Err(format!(
+                "--preserve-fds {}: descriptor {fd} is not open",
+                a.preserve_fds
+            ));
+        }
+    }
+    let saved = state::load(root, &a.id)?;
+    match saved.status(root) {
+        "stopped" => return Err("cannot exec in a stopped container".into()),
+        "paused" if !a.ignore_paused => {
+            return Err(
+                "cannot exec in a paused container (use --ignore-paused to override)".into(),
+            )
+        }
+        _ => {}
     }
     // config.json as it was at create (kept in the state directory)
-    let spec = super::bundle::load(&state::dir(a.root, a.id))?;
+    let spec = super::bundle::load(&state::dir(root, &a.id))?;
     let base = spec.process.clone().ok_or("process: missing")?;
-    let p: Process = match a.process {
-        Some(f) => {
-            let b = std::fs::read(f).map_err(|e| format!("--process {}: {e}", f.display()))?;
-            serde_json::from_slice(&b).map_err(|e| format!("--process {}: {e}", f.display()))?
-        }
-        None => {
-            if a.args.is_empty() {
-                return Err("exec: no command given".into());
-            }
-            let mut p = base.clone();
-            p.args = a.args.to_vec();
-            p.terminal = a.tty;
-            if let Some(c) = a.cwd {
-                p.cwd = c.to_string();
-            }
-            p.env.extend(a.env.iter().cloned());
-            p
-        }
-    };
+    let p = process_of(&base, a)?;
     if p.args.is_empty() {
         return Err("process.args: empty".into());
     }
     if p.terminal && a.console_socket.is_none() {
         return Err("process.terminal is true but no --console-socket was given".into());
     }
+    if p.selinux_label.as_deref().is_some_and(|l| !l.is_empty()) {
+        return Err("--process-label: SELinux labels are not supported".into());
+    }
+    // the cgroups the process joins: the container's, or sub-cgroups of them (--cgroup)
+    let cg_dirs = super::cgroup::sub_cgroups(&saved.cgroups, &a.cgroups)?;
     // the process's plan, and the container's confinement as create planned it
     let facts = super::facts::gather(false);
     let plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
     let confine = plan::confinement(&spec, &facts).map_err(|e| e.to_string())?;
-    let mut ns = Vec::new();
-    for (k, f) in KINDS {
-        let theirs = format!("/proc/{}/ns/{k}", saved.pid);
-        if ino(&theirs) != ino(&format!("/proc/self/ns/{k}")) {
-            let fd = std::fs::File::open(&theirs).map_err(|e| format!("opening {theirs}: {e}"))?;
-            ns.push((OwnedFd::from(fd), *f, *k));
-        }
-    }
-    let console = a.console_socket.map(create::console).transpose()?;
+    let namespaces = ns::of_process(saved.pid).map_err(|e| e.to_string())?;
+    let console = a
+        .console_socket
+        .as_deref()
+        .map(create::console)
+        .transpose()?;
     // the container's refusal observer, for this process too
-    let observer = super::observe::connect(&state::dir(a.root, a.id));
+    let observer = super::observe::connect(&state::dir(root, &a.id));
     // the pid namespace for the child to come
-    for (fd, f, k) in &ns {
+    for (fd, f, k) in &namespaces {
         if *f == libc::CLONE_NEWPID {
-            // SAFETY: setns of a namespace descriptor.
-            if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                return Err(format!(
-                    "joining the container's {k} namespace: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
+            ns::join(fd.as_raw_fd(), *f)
+                .map_err(|e| format!("joining the container's {k} namespace: {e}"))?;
         }
     }
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into an array of two.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: new descriptors of ours.
-    let (err_r, err_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let mut gfds = [0; 2];
-    // SAFETY: as above.
-    if unsafe { libc::pipe2(gfds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: as above.
-    let (go_r, go_w) = unsafe { (OwnedFd::from_raw_fd(gfds[0]), OwnedFd::from_raw_fd(gfds[1])) };
-    // SAFETY: fork of a single-threaded process.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
-    }
-    if pid == 0 {
+    let (err_r, err_w) = sys::pipe_owned().map_err(|e| format!("pipe: {e}"))?;
+    let (go_r, go_w) = sys::pipe_owned().map_err(|e| format!("pipe: {e}"))?;
+    // a single-threaded process
+    let forked = ns::fork_into(libc::SIGCHLD as libc::c_long).map_err(|e| format!("fork: {e}"))?;
+    if forked == ns::Forked::Child {
         drop(err_r);
         drop(go_w);
         let mut w = std::fs::File::from(err_w);
@@ -132,29 +161,24 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
             if !matches!(std::fs::File::from(go_r).read(&mut b), Ok(1)) {
                 return Err("exec ended before the process was released".into());
             }
-            for (fd, f, k) in &ns {
+            for (fd, f, k) in &namespaces {
                 if *f == libc::CLONE_NEWPID {
                     continue;
                 }
-                // SAFETY: setns of a namespace descriptor.
-                if unsafe { libc::setns(fd.as_raw_fd(), *f) } < 0 {
-                    return Err(format!(
-                        "joining the container's {k} namespace: {}",
-                        std::io::Error::last_os_error()
-                    ));
-                }
+                ns::join(fd.as_raw_fd(), *f)
+                    .map_err(|e| format!("joining the container's {k} namespace: {e}"))?;
             }
             // a session of its own (with a terminal: made by attaching it)
             if console.is_none() {
-                // SAFETY: setsid cannot fail for a process that leads no group.
-                unsafe { libc::setsid() };
+                ns::new_session();
             }
             if let Some(c) = &console {
-                create::terminal(c.as_raw_fd(), plan.console_size, false)?;
+                create::terminal(c.as_raw_fd(), plan.console_size, None)?;
             }
             process::setup(&plan)?;
             let mut prep = process::prepare(&plan, &confine)?;
             prep.observer = observer.as_ref().map(|o| o.as_raw_fd());
+            prep.preserve_fds = a.preserve_fds;
             Ok(prep)
         })();
         let e = match r {
@@ -165,41 +189,33 @@ pub fn run(a: Args<'_>) -> Result<i32, String> {
         // SAFETY: leaving the child.
         unsafe { libc::_exit(127) }
     }
+    let ns::Forked::Parent(pid) = forked else {
+        unreachable!("the child never leaves its branch")
+    };
     drop(err_w);
     drop(go_r);
     drop(console);
     drop(observer);
-    let placed =
-        super::cgroup::enter(&saved.cgroups, pid).and_then(|()| process::rlimits(pid, &plan));
+    let placed = super::cgroup::enter(&cg_dirs, pid).and_then(|()| process::rlimits(pid, &plan));
     if let Err(e) = placed {
-        // SAFETY: our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
+        crate::kernel::process::kill_and_reap(pid);
         return Err(e);
     }
     let _ = std::fs::File::from(go_w).write_all(&[1]);
     let mut msg = String::new();
     let _ = std::fs::File::from(err_r).read_to_string(&mut msg);
     if !msg.is_empty() {
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        crate::kernel::process::wait_status(pid);
         return Err(msg);
     }
-    if let Some(pf) = a.pid_file {
-        std::fs::write(pf, pid.to_string())
-            .map_err(|e| format!("--pid-file {}: {e}", pf.display()))?;
+    if let Some(pf) = &a.pid_file {
+        if let Err(e) = std::fs::write(pf, pid.to_string()) {
+            crate::kernel::process::kill_and_reap(pid);
+            return Err(format!("--pid-file {}: {e}", pf.display()));
+        }
     }
     if a.detach {
         return Ok(0);
     }
-    let mut st = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut st, 0) };
-    Ok(if libc::WIFEXITED(st) {
-        libc::WEXITSTATUS(st)
-    } else {
-        128 + libc::WTERMSIG(st)
-    })
+    Ok(crate::kernel::process::wait_status(pid))
 }

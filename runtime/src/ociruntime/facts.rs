@@ -6,7 +6,7 @@
 //! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`,
 //! `CAPSULE_OCI_DISK_RESERVE`).
 
-use super::{cgroup, process};
+use super::cgroup;
 use crate::plan::container::{ContainerFacts, Settings};
 
 fn off(var: &str) -> bool {
@@ -28,10 +28,12 @@ pub fn gather(cgroups: bool) -> ContainerFacts {
         } else {
             0
         },
-        apparmor: process::apparmor_enabled(),
+        apparmor: crate::kernel::process::apparmor_enabled(),
         settings,
         disk_reserve: std::env::var_os(crate::plan::container::disk::ENV)
             .map(|v| v.to_string_lossy().into_owned()),
+        // SAFETY: geteuid cannot fail.
+        rootless: unsafe { libc::geteuid() } != 0 || in_user_namespace(),
         ..ContainerFacts::default()
     };
     if cgroups {
@@ -40,4 +42,13 @@ pub fn gather(cgroups: bool) -> ContainerFacts {
         f.default_limits = settings.defaults.then(crate::limits::machine_defaults);
     }
     f
+}
+
+/// This process is in a user namespace other than the host's (its uid map is not the
+/// whole range mapped to itself): rootless Podman runs its runtime so, as root there.
+pub fn in_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+        let f: Vec<&str> = m.split_whitespace().collect();
+        f != ["0", "0", "4294967295"]
+    })
 }

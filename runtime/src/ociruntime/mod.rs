@@ -26,13 +26,18 @@ pub mod copyup;
 pub mod create;
 pub mod detached;
 pub mod diskguard;
+pub mod events;
+pub mod example;
 pub mod exec;
 pub mod facts;
+pub mod help;
 pub mod hooks;
+pub mod listing;
 pub mod observe;
 pub mod process;
 pub mod rootfs;
 pub mod state;
+pub mod update;
 
 // the config model and the seccomp compiler are the plan's (pure, below the front end)
 pub use crate::plan::container::{config as spec, seccomp};
@@ -92,12 +97,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // exec's own failures are 255, apart from the process's statuses (as with runc)
+    let failed = if matches!(op, cli::Op::Exec(_)) {
+        255
+    } else {
+        1
+    };
     match dispatch(&g, op) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             log(&g, "error", &e);
             eprintln!("capsule-runc: {e}");
-            ExitCode::from(1)
+            ExitCode::from(failed)
         }
     }
 }
@@ -106,17 +117,15 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
     use cli::Op;
     let root = g.root();
     match op {
-        Op::Help => {
-            println!("capsule-runc: capsule as an OCI runtime (the runc command line)\n\nusage: capsule-runc [--root DIR] [--log FILE] [--log-format json|text] [--systemd-cgroup] OPERATION [OPTIONS] ID\n\noperations: create, start, run, state, kill, delete, exec, ps, pause, resume, list, features\nsee docs/oci.md");
+        Op::Help(topic) => {
+            print!("{}", help::text(topic.as_deref())?);
             Ok(0)
         }
         Op::Version => {
-            println!(
-                "capsule-runc version {}\nspec: 1.0.2",
-                env!("CARGO_PKG_VERSION")
-            );
+            print!("{}", help::version());
             Ok(0)
         }
+        Op::Spec { bundle, rootless } => example::write(bundle.as_deref(), rootless).map(|()| 0),
         Op::Features => {
             println!(
                 "{}",
@@ -129,7 +138,9 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             bundle,
             pid_file,
             console_socket,
+            preserve_fds,
         } => {
+            no_preserved_fds(preserve_fds)?;
             create(g, &root, &id, &bundle, &pid_file, &console_socket)?;
             Ok(0)
         }
@@ -138,8 +149,11 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             bundle,
             pid_file,
             console_socket,
+            preserve_fds,
             detach,
+            keep,
         } => {
+            no_preserved_fds(preserve_fds)?;
             create(g, &root, &id, &bundle, &pid_file, &console_socket)?;
             start(&root, &id)?;
             if detach {
@@ -150,7 +164,9 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             let mut st = 0;
             // SAFETY: waiting for our own child.
             unsafe { libc::waitpid(s.pid, &mut st, 0) };
-            let _ = delete(&root, &id, true);
+            if !keep {
+                let _ = delete(&root, &id, true);
+            }
             Ok(if libc::WIFEXITED(st) {
                 libc::WEXITSTATUS(st)
             } else {
@@ -162,50 +178,22 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             let s = state::load(&root, &id)?;
             println!(
                 "{}",
-                serde_json::to_string_pretty(&s.spec_state(&root)).unwrap_or_default()
+                serde_json::to_string_pretty(&s.container_state(&root))
+                    .map_err(|e| e.to_string())?
             );
             Ok(0)
         }
         Op::Kill { id, signal, all } => kill(&root, &id, &signal, all).map(|()| 0),
         Op::Delete { id, force } => delete(&root, &id, force).map(|()| 0),
-        Op::Exec {
+        Op::Exec(opts) => exec::run(&root, &opts),
+        Op::Ps { id, json, args } => listing::ps(&root, &id, json, &args).map(|()| 0),
+        Op::List { json, quiet } => listing::list(&root, json, quiet).map(|()| 0),
+        Op::Update(u) => update::run(&root, &u).map(|()| 0),
+        Op::Events {
             id,
-            process,
-            args,
-            detach,
-            pid_file,
-            console_socket,
-            tty,
-            cwd,
-            env,
-        } => exec::run(exec::Args {
-            root: &root,
-            id: &id,
-            process: process.as_deref(),
-            args: &args,
-            detach,
-            pid_file: pid_file.as_deref(),
-            console_socket: console_socket.as_deref(),
-            tty,
-            cwd: cwd.as_deref(),
-            env: &env,
-        }),
-        Op::Ps { id, json } => {
-            let s = state::load(&root, &id)?;
-            let mut pids = detached::container_pids(&s.cgroups, &state::dir(&root, &id));
-            if pids.is_empty() && s.alive() {
-                pids.push(s.pid);
-            }
-            if json {
-                println!("{}", serde_json::to_string(&pids).unwrap_or_default());
-            } else {
-                println!("PID");
-                for p in pids {
-                    println!("{p}");
-                }
-            }
-            Ok(0)
-        }
+            stats,
+            interval,
+        } => events::run(&root, &id, stats, interval).map(|()| 0),
         Op::Pause { id } => {
             let s = state::load(&root, &id)?;
             if s.status(&root) != "running" {
@@ -219,33 +207,6 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
                 return Err(format!("container {id} is not paused"));
             }
             cgroup::freeze(&s.cgroups, false).map(|()| 0)
-        }
-        Op::List { json } => {
-            let mut out = Vec::new();
-            if let Ok(d) = std::fs::read_dir(&root) {
-                for e in d.flatten() {
-                    if let Some(id) = e.file_name().to_str() {
-                        if let Ok(s) = state::load(&root, id) {
-                            out.push(s.spec_state(&root));
-                        }
-                    }
-                }
-            }
-            if json {
-                println!("{}", serde_json::to_string(&out).unwrap_or_default());
-            } else {
-                println!("ID\tPID\tSTATUS\tBUNDLE");
-                for s in out {
-                    println!(
-                        "{}\t{}\t{}\t{}",
-                        s["id"].as_str().unwrap_or(""),
-                        s["pid"],
-                        s["status"].as_str().unwrap_or(""),
-                        s["bundle"].as_str().unwrap_or("")
-                    );
-                }
-            }
-            Ok(0)
         }
     }
 }
@@ -302,6 +263,31 @@ fn start(root: &Path, id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `--preserve-fds` of create and run: only 0 (exec passes descriptors on).
+fn no_preserved_fds(n: u32) -> Result<(), String> {
+    if n == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "--preserve-fds {n}: passing descriptors to a container's init is not supported"
+        ))
+    }
+}
+
+/// A system call's error as runc (Go) words it: `no such file or directory`.
+pub fn os_error(e: &std::io::Error) -> String {
+    let Some(code) = e.raw_os_error() else {
+        return e.to_string();
+    };
+    let text = std::io::Error::from_raw_os_error(code).to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    let mut c = text.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect(),
+        None => text.to_string(),
+    }
+}
+
 fn log_warn(e: &str) {
     eprintln!("capsule-runc: warning: {e}");
 }
@@ -337,33 +323,30 @@ pub fn signal(s: &str) -> Result<i32, String> {
 fn kill(root: &Path, id: &str, sig: &str, all: bool) -> Result<(), String> {
     let s = state::load(root, id)?;
     let n = signal(sig)?;
+    // frozen processes get a SIGKILL only once thawed
+    let frozen = cgroup::is_frozen(&s.cgroups);
     if all {
         // the container's processes, not capsule's helpers beside them (they end when
-        // the container's processes are gone, with their last lines said)
-        let pids = detached::container_pids(&s.cgroups, &state::dir(root, id));
-        if pids.is_empty() && !s.alive() {
-            return Err("container not running".into());
-        }
-        // frozen processes get a SIGKILL only once thawed
-        let frozen = cgroup::is_frozen(&s.cgroups);
-        for p in pids {
+        // the container's processes are gone, with their last lines said); none (a
+        // stopped container) is no error, as with runc
+        for p in detached::container_pids(&s.cgroups, &state::dir(root, id)) {
             // SAFETY: signalling a process of the container.
             unsafe { libc::kill(p, n) };
         }
-        if frozen && n == libc::SIGKILL {
-            let _ = cgroup::freeze(&s.cgroups, false);
+    } else {
+        if !s.alive() {
+            return Err("container not running".into());
         }
-        return Ok(());
+        // SAFETY: signalling the container's init.
+        if unsafe { libc::kill(s.pid, n) } < 0 {
+            return Err(format!(
+                "signalling {id}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
     }
-    if !s.alive() {
-        return Err("container not running".into());
-    }
-    // SAFETY: signalling the container's init.
-    if unsafe { libc::kill(s.pid, n) } < 0 {
-        return Err(format!(
-            "signalling {id}: {}",
-            std::io::Error::last_os_error()
-        ));
+    if frozen && n == libc::SIGKILL {
+        let _ = cgroup::freeze(&s.cgroups, false);
     }
     Ok(())
 }
@@ -404,8 +387,8 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
     observe::wait_for(&dir);
     diskguard::wait_for(&dir);
     let _ = cgroup::freeze(&s.cgroups, false);
-    for p in cgroup::pids(&s.cgroups) {
-        // SAFETY: killing what is left in the container's cgroup.
+    for p in cgroup::all_pids(&s.cgroups) {
+        // SAFETY: killing what is left in the container's cgroups.
         unsafe { libc::kill(p, libc::SIGKILL) };
     }
     cgroup::remove(&s.cgroups);
@@ -475,7 +458,7 @@ fn features() -> serde_json::Value {
                 "operators": ["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE", "SCMP_CMP_LT", "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"],
                 "archs": [if cfg!(target_arch = "aarch64") { "SCMP_ARCH_AARCH64" } else { "SCMP_ARCH_X86_64" }],
             },
-            "apparmor": {"enabled": process::apparmor_enabled()},
+            "apparmor": {"enabled": crate::kernel::process::apparmor_enabled()},
             "selinux": {"enabled": false},
         },
         "annotations": {"dev.capsule.landlock": "the container may write only where its mounts are writable"},

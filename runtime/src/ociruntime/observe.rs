@@ -72,20 +72,6 @@ pub fn connect(dir: &Path) -> Option<OwnedFd> {
         .map(OwnedFd::from)
 }
 
-/// In the container's process, last before `execve` (after the other filter or in its
-/// place): stack the observing filter and send its listener on `sock`. Best effort: a
-/// kernel without "continue" answers is not observed.
-pub fn install(sock: RawFd) -> Result<(), String> {
-    let r = match crate::kernel::seccomp::install_observer() {
-        Ok(Some(l)) => crate::linux::notify::send_listener(sock, l.as_raw_fd())
-            .map_err(|e| format!("sending the refusal observer its listener: {e}")),
-        Ok(None) => Ok(()),
-        Err(e) => Err(format!("installing the refusal observer's filter: {e}")),
-    };
-    crate::kernel::sys::close(sock);
-    r
-}
-
 /// Start the observer of container `id` (state directory `dir`, init `pid`): `init` is
 /// the end of the init's socket pair, `listen` the socket [`bind`] made. Returns once
 /// the observer runs on its own.

@@ -10,6 +10,7 @@
 //! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
 //! reachable as `/oldroot/proc`).
 
+use crate::kernel::checked;
 use crate::linux::mounts::{self, StepError};
 use crate::plan::container::{ContainerPlan, DeviceNode, Mount, MountKind};
 use std::ffi::CString;
@@ -35,35 +36,9 @@ fn last() -> io::Error {
     io::Error::last_os_error()
 }
 
-/// `openat2(dirfd, path, O_PATH, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS)`.
+/// `openat2(root, path, flags, RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS)`.
 fn open_in(root: RawFd, path: &[u8], flags: u64) -> io::Result<OwnedFd> {
-    let p = cs(path)?;
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: flags | libc::O_CLOEXEC as u64,
-        mode: 0,
-        resolve: libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: a valid open_how of its own size and a C string.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root,
-            p.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(last());
-    }
-    // SAFETY: a new descriptor of ours.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    checked::openat2(root, &cs(path)?, flags, libc::RESOLVE_IN_ROOT)
 }
 
 /// The host-proc path of a descriptor, to mount on or from.
@@ -163,9 +138,122 @@ fn propagate(root: RawFd, m: &Mount) -> io::Result<()> {
     Ok(())
 }
 
+/// A mount's destination, resolved in the rootfs (`fd`), lies in a procfs or sysfs only
+/// when it is named there: a link of the image's cannot send a mount into `/proc/sys` or
+/// onto `/proc/sysrq-trigger`.
+fn landing(fd: RawFd, dst: &Path) -> io::Result<()> {
+    if checked::on_procfs_or_sysfs(fd)? && !(dst.starts_with("/proc") || dst.starts_with("/sys")) {
+        return Err(io::Error::other(
+            "it leads into procfs or sysfs through a link in the rootfs: refused",
+        ));
+    }
+    Ok(())
+}
+
+/// The directory `parent` of the rootfs (made if missing), checked not to lie in a
+/// procfs or sysfs (a link of the image's at `/dev` leading into `/proc`).
+fn dir_in(root: RawFd, parent: &Path) -> io::Result<OwnedFd> {
+    let fd = make_in(root, parent, true)?;
+    if !is_dir(fd.as_raw_fd()) {
+        return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+    }
+    if checked::on_procfs_or_sysfs(fd.as_raw_fd())? {
+        return Err(io::Error::other(format!(
+            "{} leads into procfs or sysfs through a link in the rootfs: refused",
+            parent.display()
+        )));
+    }
+    Ok(fd)
+}
+
+/// `lstat` of `name` in `dir`, `None` when missing.
+fn lstat_at(dir: RawFd, name: &CString) -> io::Result<Option<libc::stat>> {
+    // SAFETY: fstatat into a zeroed struct, relative to our descriptor, no link followed.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) < 0 {
+            let e = last();
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        Ok(Some(st))
+    }
+}
+
+/// Take away what the image left at `name` in `dir` (a link is removed, never followed;
+/// a file or an empty directory too), so that the runtime's own entry can be made there.
+fn clear(dir: RawFd, name: &CString) -> io::Result<()> {
+    let Some(st) = lstat_at(dir, name)? else {
+        return Ok(());
+    };
+    let flags = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        libc::AT_REMOVEDIR
+    } else {
+        0
+    };
+    // SAFETY: unlinkat relative to our descriptor (it never follows a link).
+    if unsafe { libc::unlinkat(dir, name.as_ptr(), flags) } < 0 {
+        return Err(last());
+    }
+    Ok(())
+}
+
+/// `dst`'s last component, when the image made it a link, removed (a mount destination
+/// of the runtime's in `/dev`).
+fn unlink_link(root: RawFd, dst: &Path) -> io::Result<()> {
+    let (Some(parent), Some(name)) = (dst.parent(), dst.file_name()) else {
+        return Ok(());
+    };
+    let dir = dir_in(root, parent)?;
+    let name = cs(name.as_bytes())?;
+    match lstat_at(dir.as_raw_fd(), &name)? {
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => clear(dir.as_raw_fd(), &name),
+        _ => Ok(()),
+    }
+}
+
+/// `name` in `dir` opened as `O_PATH` without following a link.
+fn path_at(dir: RawFd, name: &CString) -> io::Result<OwnedFd> {
+    // SAFETY: openat relative to our descriptor.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(last());
+    }
+    // SAFETY: a new descriptor of ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new empty file `name` in `dir` (whatever was there taken away first), to mount
+/// onto: `O_PATH`, checked to be the regular file just made.
+fn fresh_file(dir: RawFd, name: &CString, mode: u32) -> io::Result<OwnedFd> {
+    clear(dir, name)?;
+    // SAFETY: mknodat relative to our descriptor; it never follows a link.
+    if unsafe { libc::mknodat(dir, name.as_ptr(), libc::S_IFREG | mode, 0) } < 0 {
+        return Err(last());
+    }
+    let fd = path_at(dir, name)?;
+    if checked::stat(fd.as_raw_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::other("not the file just made"));
+    }
+    Ok(fd)
+}
+
 /// One mount step at its place in the root `root` (`/newroot`).
 fn apply(root: RawFd, m: &Mount) -> R<()> {
     let what = || m.what.clone();
+    if m.dst.starts_with("/dev") && m.dst != Path::new("/dev") {
+        // the runtime's mounts in /dev (shm, pts, mqueue...) land there, not where a link
+        // of the image's points
+        unlink_link(root, &m.dst).or_else(|e| err(what(), e))?;
+    }
     match &m.kind {
         MountKind::Cgroup2 { ro } => cgroup2(root, &m.dst, *ro).or_else(|e| err(what(), e)),
         MountKind::CgroupV1 { ro, binds } => {
@@ -185,6 +273,7 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
             // SAFETY: ours.
             let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
             let d = make_in(root, &m.dst, is_dir(sfd.as_raw_fd())).or_else(|e| err(what(), e))?;
+            landing(d.as_raw_fd(), &m.dst).or_else(|e| err(what(), e))?;
             let (sp, dp) = (
                 fd_path(sfd.as_raw_fd()).or_else(|e| err(what(), e))?,
                 fd_path(d.as_raw_fd()).or_else(|e| err(what(), e))?,
@@ -210,6 +299,7 @@ fn apply(root: RawFd, m: &Mount) -> R<()> {
             copy_up,
         } => {
             let d = make_in(root, &m.dst, true).or_else(|e| err(what(), e))?;
+            landing(d.as_raw_fd(), &m.dst).or_else(|e| err(what(), e))?;
             // tmpcopyup: the image's folder, as it is before the tmpfs covers it
             let under = if *copy_up && is_dir(d.as_raw_fd()) {
                 Some(
@@ -305,6 +395,13 @@ fn cgroup_v1(root: RawFd, dst: &Path, ro: bool, binds: &[(PathBuf, PathBuf)]) ->
     Ok(())
 }
 
+/// One device node at `path`: whatever the image has there (a link to a host file or a
+/// procfs file, a file) is taken away, never followed, and the device made in its place:
+/// `mknod` in the parent directory resolved in the rootfs, or (in a user namespace, where
+/// `mknod` is refused) an empty file made there with the host's device bound onto it by
+/// descriptor. What was made is checked to be that device before its owner and mode are
+/// set through the descriptor.
+#[allow(clippy::too_many_arguments)]
 fn device(
     root: RawFd,
     path: &Path,
@@ -315,106 +412,139 @@ fn device(
     owner: Option<(u32, u32)>,
     userns: bool,
 ) -> io::Result<()> {
-    let host = Path::new("/oldroot").join(path.strip_prefix("/").unwrap_or(path));
-    if userns {
-        // no mknod in a user namespace: the host's device, bound
-        let s = cs(host.as_os_str().as_bytes())?;
-        let d = make_in(root, path, false)?;
-        return mount(
-            Some(&s),
-            &fd_path(d.as_raw_fd())?,
-            None,
-            libc::MS_BIND,
-            None,
-        );
-    }
     let parent = path.parent().unwrap_or(Path::new("/"));
-    let pfd = make_in(root, parent, true)?;
+    let dir = dir_in(root, parent)?;
     let name = cs(path.file_name().map(|n| n.as_bytes()).unwrap_or(b""))?;
     let kind = match typ {
         "b" => libc::S_IFBLK,
         "p" => libc::S_IFIFO,
         _ => libc::S_IFCHR,
     };
-    // reopen the parent as a real directory descriptor for mknodat
-    let dirfd = open_in(
-        root,
-        parent.as_os_str().as_bytes(),
-        (libc::O_RDONLY | libc::O_DIRECTORY) as u64,
-    )?;
-    drop(pfd);
-    // SAFETY: calls on descriptors of ours.
-    unsafe {
-        libc::unlinkat(dirfd.as_raw_fd(), name.as_ptr(), 0);
-        if libc::mknodat(
-            dirfd.as_raw_fd(),
+    let numbers_match = |st: &libc::stat| {
+        st.st_mode & libc::S_IFMT == kind
+            && (kind == libc::S_IFIFO || st.st_rdev == libc::makedev(major, minor))
+    };
+    if userns {
+        // no mknod in a user namespace: the host's device, bound
+        let host = Path::new("/oldroot").join(path.strip_prefix("/").unwrap_or(path));
+        let h = cs(host.as_os_str().as_bytes())?;
+        // SAFETY: open of a host path as O_PATH (the host's own /dev, not the image's).
+        let src = unsafe { libc::open(h.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if src < 0 {
+            return Err(last());
+        }
+        // SAFETY: a new descriptor of ours.
+        let src = unsafe { OwnedFd::from_raw_fd(src) };
+        if !numbers_match(&checked::stat(src.as_raw_fd())?) {
+            return Err(io::Error::other(format!(
+                "the host's {} is not that device",
+                path.display()
+            )));
+        }
+        let t = fresh_file(dir.as_raw_fd(), &name, 0o600)?;
+        return mount(
+            Some(&fd_path(src.as_raw_fd())?),
+            &fd_path(t.as_raw_fd())?,
+            None,
+            libc::MS_BIND,
+            None,
+        );
+    }
+    clear(dir.as_raw_fd(), &name)?;
+    // SAFETY: mknodat relative to our descriptor (it never follows a link).
+    if unsafe {
+        libc::mknodat(
+            dir.as_raw_fd(),
             name.as_ptr(),
             kind | (mode & 0o7777),
             libc::makedev(major, minor),
-        ) < 0
-        {
+        )
+    } < 0
+    {
+        return Err(last());
+    }
+    let fd = path_at(dir.as_raw_fd(), &name)?;
+    if !numbers_match(&checked::stat(fd.as_raw_fd())?) {
+        return Err(io::Error::other("not the device just made"));
+    }
+    // SAFETY: fchownat of our O_PATH descriptor itself (AT_EMPTY_PATH).
+    if let Some((u, g)) = owner {
+        if unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), u, g, libc::AT_EMPTY_PATH) } < 0 {
             return Err(last());
         }
-        if let Some((u, g)) = owner {
-            if libc::fchownat(
-                dirfd.as_raw_fd(),
-                name.as_ptr(),
-                u,
-                g,
-                libc::AT_SYMLINK_NOFOLLOW,
-            ) < 0
-            {
-                return Err(last());
-            }
-        }
-        // mknod honours the umask: the mode as asked
-        libc::fchmodat(dirfd.as_raw_fd(), name.as_ptr(), mode & 0o7777, 0);
     }
+    // mknod honours the umask: the mode as asked, set on the inode the descriptor holds
+    let p = fd_path(fd.as_raw_fd())?;
+    // SAFETY: chmod of our descriptor's magic link (the inode just made).
+    unsafe { libc::chmod(p.as_ptr(), mode & 0o7777) };
     Ok(())
 }
 
-fn devices(root: RawFd, list: &[DeviceNode], userns: bool, terminal: bool) -> R<()> {
+fn devices(root: RawFd, list: &[DeviceNode], userns: bool) -> R<()> {
     for d in list {
+        // /dev/ptmx is the link to the devpts's own below, as runc makes it
+        if d.path == Path::new("/dev/ptmx") {
+            continue;
+        }
         device(
             root, &d.path, &d.typ, d.major, d.minor, d.mode, d.owner, userns,
         )
         .or_else(|e| err(d.what.clone(), e))?;
     }
-    // the links every container has
-    let dev = open_in(root, b"/dev", (libc::O_RDONLY | libc::O_DIRECTORY) as u64)
-        .or_else(|e| err("opening /dev", e))?;
+    // the links every container has, in place of whatever the image has at their names
+    let dev = dir_in(root, Path::new("/dev")).or_else(|e| err("opening /dev", e))?;
     for (link, target) in mounts::DEV_LINKS.iter().chain(&[("core", "/proc/kcore")]) {
         let (l, t) = (
             cs(link.as_bytes()).unwrap_or_default(),
             cs(target.as_bytes()).unwrap_or_default(),
         );
-        // SAFETY: symlinkat relative to our descriptor; an existing entry stays.
-        unsafe { libc::symlinkat(t.as_ptr(), dev.as_raw_fd(), l.as_ptr()) };
-    }
-    if terminal {
-        make_in(root, Path::new("/dev/console"), false)
-            .or_else(|e| err("creating /dev/console", e))?;
+        let made = clear(dev.as_raw_fd(), &l).and_then(|()| {
+            // SAFETY: symlinkat relative to our descriptor.
+            if unsafe { libc::symlinkat(t.as_ptr(), dev.as_raw_fd(), l.as_ptr()) } < 0 {
+                return Err(last());
+            }
+            Ok(())
+        });
+        made.or_else(|e| err(format!("making /dev/{link}"), e))?;
     }
     Ok(())
 }
 
-/// One `linux.sysctl` value written to `path` (`/proc/sys/...`) of the container's
-/// `/proc`, which must be a proc mount by now (a file of the image is refused, not
-/// written).
-fn sysctl(root: RawFd, path: &str, value: &str) -> io::Result<()> {
-    let fd = open_in(root, path.as_bytes(), libc::O_WRONLY as u64)?;
-    // SAFETY: fstatfs into a zeroed struct, on our descriptor.
-    let proc = unsafe {
-        let mut s: libc::statfs = std::mem::zeroed();
-        libc::fstatfs(fd.as_raw_fd(), &mut s) == 0 && s.f_type == libc::PROC_SUPER_MAGIC
-    };
-    if !proc {
-        return Err(io::Error::other(format!(
-            "{path} is not in a proc mount of the container"
-        )));
+/// The container's terminal: a pair on its own devpts's `ptmx` (`/dev/pts/ptmx`,
+/// resolved in the rootfs without a link and checked to be one), the slave by
+/// `TIOCGPTPEER`, and bound onto a fresh `/dev/console` by descriptor (never through a
+/// link the image left there). Returns (master, slave).
+fn console(root: RawFd) -> io::Result<(OwnedFd, OwnedFd)> {
+    let ptmx = checked::open_ptmx(root, c"/dev/pts/ptmx", libc::RESOLVE_IN_ROOT)?;
+    let (master, slave) = checked::pty_pair(ptmx)?;
+    let dev = dir_in(root, Path::new("/dev"))?;
+    let target = fresh_file(dev.as_raw_fd(), &cs(b"console")?, 0o600)?;
+    mount(
+        Some(&fd_path(slave.as_raw_fd())?),
+        &fd_path(target.as_raw_fd())?,
+        None,
+        libc::MS_BIND,
+        None,
+    )?;
+    Ok((master, slave))
+}
+
+/// `linux.sysctl`: each value written to its file of the container's procfs (at `/proc`
+/// in the rootfs, checked to be a procfs's root: a file of the image's is refused, not
+/// written), without crossing a mount or a link (a bind over `/proc/sys/...` cannot
+/// turn it into a write elsewhere).
+fn sysctls(root: RawFd, list: &[(String, String, String)]) -> R<()> {
+    if list.is_empty() {
+        return Ok(());
     }
-    let mut f = std::fs::File::from(fd);
-    io::Write::write_all(&mut f, value.as_bytes())
+    let proc = checked::proc_root(root, c"/proc", libc::RESOLVE_IN_ROOT)
+        .or_else(|e| err("linux.sysctl: the container's /proc", e))?;
+    for (k, path, v) in list {
+        let rel = path.strip_prefix("/proc/").unwrap_or(path);
+        checked::proc_write(proc.as_raw_fd(), rel, v.as_bytes())
+            .or_else(|e| err(format!("linux.sysctl {k}"), e))?;
+    }
+    Ok(())
 }
 
 /// `linux.maskedPaths`: an empty read-only tmpfs over a directory, `/dev/null` over
@@ -436,8 +566,15 @@ fn mask(root: RawFd, p: &Path) -> io::Result<()> {
             Some(&cs(b"size=0,mode=555")?),
         )
     } else {
+        // the host's /dev/null (never the image's), checked to be it
+        let null = checked::openat2(libc::AT_FDCWD, c"/oldroot/dev/null", libc::O_PATH as u64, 0)?;
+        if !checked::is_char_device(&checked::stat(null.as_raw_fd())?, 1, 3) {
+            return Err(io::Error::other(
+                "the host's /dev/null is not the null device",
+            ));
+        }
         mount(
-            Some(&cs(b"/oldroot/dev/null")?),
+            Some(&fd_path(null.as_raw_fd())?),
             &dp,
             None,
             libc::MS_BIND,
@@ -474,8 +611,8 @@ fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
 
 /// Build the whole root of `plan` and switch to it. `rootfs` is the host path (the
 /// plan's, resolved); runs in the container's init, in its new mount namespace, before
-/// anything is forked.
-pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<()> {
+/// anything is forked. Returns the terminal's (master, slave) when the plan has one.
+pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<Option<(OwnedFd, OwnedFd)>> {
     mounts::enter_setup_root()?;
     let s = mounts::under(mounts::OLD, rootfs).or_else(|e| err("the rootfs", e))?;
     let n = cs(mounts::NEW.as_bytes()).unwrap_or_default();
@@ -498,16 +635,14 @@ pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<()> {
         propagate(root.as_raw_fd(), m)
             .or_else(|e| err(format!("mounts[{i}].options (propagation)"), e))?;
     }
-    devices(
-        root.as_raw_fd(),
-        &plan.devices,
-        plan.bind_devices,
-        plan.console,
-    )?;
-    // before the masked and read-only paths: `/proc/sys` is one of them
-    for (k, path, v) in &plan.sysctl {
-        sysctl(root.as_raw_fd(), path, v).or_else(|e| err(format!("linux.sysctl {k}"), e))?;
-    }
+    devices(root.as_raw_fd(), &plan.devices, plan.bind_devices)?;
+    let terminal = if plan.console {
+        Some(console(root.as_raw_fd()).or_else(|e| err("the terminal: /dev/console", e))?)
+    } else {
+        None
+    };
+    // before the read-only and masked paths, as runc writes them
+    sysctls(root.as_raw_fd(), &plan.sysctl)?;
     for p in &plan.masked_paths {
         mask(root.as_raw_fd(), p)
             .or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;
@@ -522,5 +657,5 @@ pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<()> {
         mount(None, &cs(b"/").unwrap_or_default(), None, f, None)
             .or_else(|e| err("linux.rootfsPropagation", e))?;
     }
-    Ok(())
+    Ok(terminal)
 }

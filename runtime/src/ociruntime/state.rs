@@ -85,27 +85,48 @@ impl Saved {
         }
     }
 
-    /// The runtime spec's state JSON (with runc's extra fields, which go-runc reads).
-    pub fn spec_state(&self, root: &Path) -> serde_json::Value {
+    /// The runtime spec's state, with runc's extra fields (which go-runc reads), in
+    /// runc's order.
+    pub fn container_state(&self, root: &Path) -> ContainerState {
         let status = self.status(root);
-        let mut v = serde_json::json!({
-            "ociVersion": "1.0.2",
-            "id": self.id,
-            "status": status,
-            "pid": if status == "stopped" { 0 } else { self.pid },
-            "bundle": self.bundle,
-            "rootfs": self.rootfs,
-            "created": self.created,
-            "annotations": self.annotations,
-            "owner": "",
-        });
-        // capsule's: why its disk guard stopped the container
-        let reached = reached(&dir(root, &self.id));
-        if !reached.is_empty() {
-            v["limits_reached"] = reached.into();
+        ContainerState {
+            oci_version: "1.0.2",
+            id: self.id.clone(),
+            pid: if status == "stopped" { 0 } else { self.pid },
+            status,
+            bundle: self.bundle.clone(),
+            rootfs: self.rootfs.clone(),
+            created: self.created.clone(),
+            annotations: self.annotations.clone(),
+            owner: String::new(),
+            // capsule's: why its disk guard stopped the container
+            limits_reached: reached(&dir(root, &self.id)),
         }
-        v
     }
+
+    /// [`Self::container_state`] as a JSON value (for hooks, which are given it on stdin).
+    pub fn spec_state(&self, root: &Path) -> serde_json::Value {
+        serde_json::to_value(self.container_state(root)).unwrap_or_default()
+    }
+}
+
+/// What `state` prints and `list --format json` lists: the runtime spec's state with
+/// runc's fields, in runc's order.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerState {
+    pub oci_version: &'static str,
+    pub id: String,
+    pub pid: libc::pid_t,
+    pub status: &'static str,
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    pub created: String,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+    pub owner: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits_reached: Vec<String>,
 }
 
 /// Now, as RFC 3339 in UTC (to the nanosecond).

@@ -81,6 +81,9 @@ pub struct ContainerFacts {
     pub settings: Settings,
     /// `CAPSULE_OCI_DISK_RESERVE` of capsule-runc's environment ([`disk`]).
     pub disk_reserve: Option<String>,
+    /// The runtime runs rootless: as a user other than root, or as root of a user
+    /// namespace (rootless Podman's).
+    pub rootless: bool,
 }
 
 /// capsule-runc's additions to what a bundle asks, each on unless its environment turns
@@ -133,7 +136,8 @@ pub struct ContainerPlan {
     pub mounts: Vec<Mount>,
     /// The device nodes, the defaults every container gets first.
     pub devices: Vec<DeviceNode>,
-    /// Device nodes are the host's, bound (no `mknod` in a user namespace).
+    /// Device nodes are the host's, bound (no `mknod` in a user namespace, the
+    /// container's or the one a rootless runtime runs in).
     pub bind_devices: bool,
     /// A terminal: `/dev/console` is made for it.
     pub console: bool,
@@ -190,6 +194,11 @@ pub struct CgroupPlan {
     pub resources: Resources,
     /// What capsule's defaults added (`memory=…`, `pids=…`).
     pub defaults: Vec<String>,
+    /// The container may run without its cgroups when the runtime may not make them:
+    /// a rootless runtime (as runc) whose bundle asks no limit of its own (the devices
+    /// rules aside: a user namespace holds no device of the host's). Then capsule's
+    /// defaults are not applied, and `create` says so in the log.
+    pub optional: bool,
 }
 
 /// One mount of config.json: where (`dst`, in the rootfs), what, then its propagation.
@@ -281,15 +290,8 @@ pub struct ProcessPlan {
     pub home_from_passwd: bool,
 }
 
-/// The capability sets, as bit masks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CapSets {
-    pub bounding: u64,
-    pub effective: u64,
-    pub permitted: u64,
-    pub inheritable: u64,
-    pub ambient: u64,
-}
+/// The capability sets, as bit masks (the kernel stack takes them as they are).
+pub use crate::kernel::caps::CapSets;
 
 /// What confines every process of the container beyond its mounts.
 #[derive(Debug, Clone)]
@@ -395,7 +397,8 @@ pub fn container(
         root_ids: (host(&l.uid_mappings), host(&l.gid_mappings)),
         uid_mappings: l.uid_mappings.clone(),
         gid_mappings: l.gid_mappings.clone(),
-        bind_devices: namespaces.userns,
+        // no mknod in a user namespace, the container's or the runtime's own (rootless)
+        bind_devices: namespaces.userns || f.rootless,
         loopback_up: namespaces.new & libc::CLONE_NEWNET != 0,
         namespaces,
         cgroup,
@@ -515,6 +518,14 @@ fn cgroup_plan(
         })
     };
     let mut r = asked.cloned().unwrap_or_default();
+    let asks_limits = r.memory.is_some()
+        || r.cpu.is_some()
+        || r.pids.is_some()
+        || r.block_io
+            .as_ref()
+            .is_some_and(|b| b.weight.is_some_and(|w| w != 0))
+        || !r.hugepage_limits.is_empty()
+        || !r.unified.is_empty();
     let mut defaults = Vec::new();
     if let Some(own) = &f.default_limits {
         if let Some(m) = own.memory.filter(|_| has("memory")) {
@@ -545,6 +556,7 @@ fn cgroup_plan(
         hierarchies: f.hierarchies.clone(),
         resources: r,
         defaults,
+        optional: f.rootless && !asks_limits,
     })
 }
 

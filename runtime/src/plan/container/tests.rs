@@ -40,6 +40,7 @@ fn facts() -> ContainerFacts {
         apparmor: false,
         settings: Settings::default(),
         disk_reserve: None,
+        rootless: false,
     }
 }
 
@@ -212,6 +213,26 @@ fn a_new_network_namespace_gets_its_loopback_up() {
     )
     .unwrap();
     assert!(p.loopback_up);
+}
+
+#[test]
+fn cgroups_are_optional_only_rootless_and_without_limits_of_the_bundles() {
+    let bare = spec_with(|_| {});
+    let limited =
+        spec_with(|c| c["linux"]["resources"] = serde_json::json!({"pids": {"limit": 9}}));
+    let devices = spec_with(|c| {
+        c["linux"]["resources"] =
+            serde_json::json!({"devices": [{"allow": false, "access": "rwm"}]})
+    });
+    let mut rootless = facts();
+    rootless.rootless = true;
+    assert!(!plan_of(&bare, &facts()).unwrap().cgroup.optional);
+    assert!(plan_of(&bare, &rootless).unwrap().cgroup.optional);
+    assert!(plan_of(&devices, &rootless).unwrap().cgroup.optional);
+    assert!(!plan_of(&limited, &rootless).unwrap().cgroup.optional);
+    // and the devices are bound, not made (no mknod in the runtime's user namespace)
+    assert!(!plan_of(&bare, &facts()).unwrap().bind_devices);
+    assert!(plan_of(&bare, &rootless).unwrap().bind_devices);
 }
 
 #[test]
