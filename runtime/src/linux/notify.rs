@@ -6,7 +6,10 @@
 //! "continue",
 //! so the kernel decides, and lists it when the sandbox refuses it ([`observe`]). Which
 //! is which is told by the syscall number alone ([`seccomp::observed`]): the filter sends
-//! an observed call only when its table allowed it.
+//! an observed call only when its table allowed it. A TCP `connect` to an address off
+//! loopback, when the exec's network routes them ([`Connects`], allowlist mode), is
+//! carried out to the proxy's relay on the task's own socket ([`redirect`]) or refused
+//! with the errno and the refusal the route gives, instead of going on.
 //!
 //! How the listener gets here: [`channel`] makes a socketpair before the sandbox is
 //! started; its sandbox end reaches the process that installs the filter (the command's
@@ -31,8 +34,9 @@
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
 use super::diskguard;
-use super::fusemask;
+use super::hooks::{Connects, Route};
 use super::observe::{self, Allowed};
+use super::{fusemask, redirect};
 use crate::kernel::seccomp;
 use crate::refusals::{Collector, Event, Kind};
 use std::io;
@@ -54,6 +58,8 @@ impl<'scope> Supervisor<'scope> {
     /// called by the thread, when the first notification comes: what it costs (a walk of
     /// the plan's mounts) is off the exec's way to its command, and most commands are
     /// never refused anything.
+    /// `connects`: where the command's TCP connects to remote addresses go (allowlist
+    /// mode), see [`Connects`].
     pub fn start<'env, F>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         sock: OwnedFd,
@@ -61,6 +67,7 @@ impl<'scope> Supervisor<'scope> {
         watched: Vec<PathBuf>,
         budget: Option<diskguard::Budget>,
         allowed: F,
+        connects: Option<Arc<dyn Connects>>,
     ) -> io::Result<Supervisor<'scope>>
     where
         F: FnOnce() -> Allowed + Send + 'scope,
@@ -77,7 +84,15 @@ impl<'scope> Supervisor<'scope> {
             .name("capsule-seccomp".into())
             .stack_size(64 * 1024)
             .spawn_scoped(scope, move || {
-                serve(sock, stop_r, allowed, &watched, budget.as_ref(), &refusals)
+                serve(
+                    sock,
+                    stop_r,
+                    allowed,
+                    &watched,
+                    budget.as_ref(),
+                    &refusals,
+                    connects.as_deref(),
+                )
             })?;
         Ok(Supervisor {
             thread: Some(thread),
@@ -111,6 +126,7 @@ fn serve(
     watched: &[PathBuf],
     budget: Option<&diskguard::Budget>,
     refusals: &Collector,
+    connects: Option<&dyn Connects>,
 ) {
     let mut st = Polled {
         sock: Some(sock),
@@ -156,7 +172,15 @@ fn serve(
                     let a = allowed.take().map(|f| f()).unwrap_or_default();
                     (Names::new(), a, served)
                 });
-                answer_one(l.as_raw_fd(), names, allowed, served, budget, refusals);
+                answer_one_with(
+                    l.as_raw_fd(),
+                    names,
+                    allowed,
+                    served,
+                    budget,
+                    refusals,
+                    connects,
+                );
             }
         } else if p[2].revents != 0 {
             // the filter's last task is gone: the sandbox has ended
@@ -242,7 +266,7 @@ fn still_valid(listener: RawFd, id: u64) -> bool {
 }
 
 /// Answer notification `id`: `continue` (the kernel runs the call and decides), or the
-/// errno `error`.
+/// errno `error` (`0`: the call returns 0).
 fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
     let mut resp = libc::seccomp_notif_resp {
         id,
@@ -268,6 +292,20 @@ pub(crate) fn answer_one(
     budget: Option<&diskguard::Budget>,
     refusals: &Collector,
 ) {
+    answer_one_with(listener, names, allowed, served, budget, refusals, None)
+}
+
+/// [`answer_one`], with the command's TCP connects to remote addresses sent where
+/// `connects` routes them.
+fn answer_one_with(
+    listener: RawFd,
+    names: &Names,
+    allowed: &Allowed,
+    served: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
+    refusals: &Collector,
+    connects: Option<&dyn Connects>,
+) {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     // SAFETY: the ioctl fills n.
@@ -281,6 +319,13 @@ pub(crate) fn answer_one(
     let nr = n.data.nr as i64;
     if seccomp::budget_call(nr) {
         return answer_budget(listener, &n, budget, refusals);
+    }
+    if nr == seccomp::OBSERVED_CONNECT {
+        if let Some(c) = connects {
+            if routed(listener, &n, c, refusals) {
+                return;
+            }
+        }
     }
     if seccomp::observed(nr) {
         // what the task names is read before the call goes on (its working directory
@@ -395,6 +440,41 @@ fn answer_budget(
     }
 }
 
+/// A `connect` to a remote address (TCP, when `connects` sends it elsewhere): routed by
+/// `connects`, and answered here unless it goes on as the kernel decides (`false`).
+fn routed(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    connects: &dyn Connects,
+    refusals: &Collector,
+) -> bool {
+    let Some(dst) = observe::connect_inet(n.pid, &n.data.args) else {
+        return false;
+    };
+    if dst.ip().is_loopback() {
+        return false;
+    }
+    match connects.route(dst) {
+        Route::Continue => false,
+        Route::Refuse { errno, event } => {
+            answer_errno(listener, n, Some(event), false, errno, refusals);
+            true
+        }
+        Route::To(to) => {
+            let fd = n.data.args[0] as u32 as i32;
+            let valid = || still_valid(listener, n.id);
+            let tell = |local| connects.redirecting(local, dst, &comm(n.pid), nspid(n.pid));
+            match redirect::connect(n.pid, fd, to, valid, tell) {
+                redirect::Outcome::Continue => false,
+                redirect::Outcome::Answer(e) => {
+                    respond(listener, n.id, false, e);
+                    true
+                }
+            }
+        }
+    }
+}
+
 /// Answer notification `n` (continue it, or `EPERM`) and record `refused` with the
 /// program that asked: its `comm` each time (part of what tells refusals apart), its pid
 /// the first time only (a repeat is counted, its pid not kept), both read while the
@@ -406,15 +486,27 @@ fn answer(
     continue_: bool,
     refusals: &Collector,
 ) {
+    answer_errno(listener, n, refused, continue_, libc::EPERM, refusals)
+}
+
+/// [`answer`] with the errno `errno` for a refusal.
+fn answer_errno(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    refused: Option<Event>,
+    continue_: bool,
+    errno: i32,
+    refusals: &Collector,
+) {
     let Some(mut e) = refused else {
-        return respond(listener, n.id, continue_, libc::EPERM);
+        return respond(listener, n.id, continue_, errno);
     };
     e.program = comm(n.pid);
     if !refusals.knows(e.kind, &e.target, &e.program) {
         e.pid = nspid(n.pid);
     }
     let valid = still_valid(listener, n.id);
-    respond(listener, n.id, continue_, libc::EPERM);
+    respond(listener, n.id, continue_, errno);
     if !valid {
         e.program.clear();
         e.pid = None;
@@ -546,9 +638,16 @@ mod tests {
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
             let mut b = [0u8; 1];
             std::thread::scope(|scope| {
-                let sup =
-                    Supervisor::start(scope, mine, c.clone(), Vec::new(), None, Allowed::default)
-                        .unwrap();
+                let sup = Supervisor::start(
+                    scope,
+                    mine,
+                    c.clone(),
+                    Vec::new(),
+                    None,
+                    Allowed::default,
+                    None,
+                )
+                .unwrap();
                 assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 1);
                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                 sup.finish();
@@ -614,8 +713,16 @@ mod tests {
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
         let mut b = [0u8; 3];
         std::thread::scope(|scope| {
-            let sup = Supervisor::start(scope, mine, c.clone(), Vec::new(), None, Allowed::default)
-                .unwrap();
+            let sup = Supervisor::start(
+                scope,
+                mine,
+                c.clone(),
+                Vec::new(),
+                None,
+                Allowed::default,
+                None,
+            )
+            .unwrap();
             assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 3);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             sup.finish();
