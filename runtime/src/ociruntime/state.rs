@@ -78,7 +78,7 @@ impl Saved {
             "stopped"
         } else if dir(root, &self.id).join("exec.fifo").exists() {
             "created"
-        } else if super::cgroup::is_frozen(&self.cgroups) {
+        } else if crate::kernel::cgroup::container::is_frozen(&self.cgroups) {
             "paused"
         } else {
             "running"
