@@ -78,7 +78,7 @@ impl Layout {
     pub fn repo_cache_dir(&self) -> PathBuf {
         self.root.join("repo-cache")
     }
-    /// Per-source caches of verified objects (`crate::objcache`).
+    /// Per-source caches of verified objects (`crate::objects::cache`).
     pub fn object_cache_dir(&self) -> PathBuf {
         self.root.join("object-cache")
     }

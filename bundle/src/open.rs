@@ -8,19 +8,19 @@
 //! both listed in `.git/info/exclude`.
 
 use crate::error::{Error, IoContext, Result};
-use crate::grants::Acceptance;
 use crate::layout::{bundle_files, valid_name, Layout};
-use crate::manifest::{
-    CapsuleExtension, Manifest, ManifestProbe, ManifestSource, MANIFEST, SENTINEL,
-};
-use crate::materialize::StepRunner;
+use crate::policy::grants::Acceptance;
 use crate::policy::{
     default_hidden, HiddenInputs, HiddenPath, HiddenReason, NetworkMode, NetworkPolicy,
     SandboxPolicy, SDK_ENV,
 };
-use crate::record::{BundleRecord, RECORD_VERSION};
 use crate::spec::{Source, Spec, SpecNetwork};
+use crate::store::record::{BundleRecord, RECORD_VERSION};
 use crate::store::OpenCapsule;
+use crate::workspace::manifest::{
+    CapsuleExtension, Manifest, ManifestProbe, ManifestSource, MANIFEST, SENTINEL,
+};
+use crate::workspace::materialize::StepRunner;
 use std::path::{Path, PathBuf};
 
 /// What to open.
@@ -40,7 +40,7 @@ pub struct OpenRequest {
     pub name: Option<String>,
     /// Workspace folder (default `<root>/workspaces/<name>`); must not exist or be empty.
     pub dest: Option<PathBuf>,
-    /// What the operator accepts of the spec's grants (see [`crate::grants`]); a spec
+    /// What the operator accepts of the spec's grants (see [`crate::policy::grants`]); a spec
     /// with grants that are not accepted is refused before anything is made.
     pub accept: Acceptance,
 }
@@ -54,8 +54,8 @@ pub struct Opened {
     pub read_source: Option<bool>,
     /// What the check of the new workspace's git dirs found (steps, an overlay or a
     /// pinned repository may have left what would run in the operator's own git): offenders
-    /// are quarantined in the bundle, as after an exec ([`crate::hostgit`]).
-    pub git_guard: crate::hostgit::GuardReport,
+    /// are quarantined in the bundle, as after an exec ([`crate::git::hostgit`]).
+    pub git_guard: crate::git::hostgit::GuardReport,
     /// The manifest written into the workspace (Kitsoki's `Manifest`).
     pub manifest: Manifest,
 }
@@ -107,7 +107,7 @@ fn canonical_future(p: &Path) -> Result<PathBuf> {
 }
 
 /// Open a capsule. A synthetic spec's steps run through `steps` (the runtime passes its
-/// build sandbox; see [`crate::materialize::StepRunner`]); everything else here only
+/// build sandbox; see [`crate::workspace::materialize::StepRunner`]); everything else here only
 /// copies and reads files.
 pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Result<Opened> {
     let (spec, source_dir) = match &req.from {
@@ -205,14 +205,14 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
 
     // ---- build both in staging folders next to their destinations (what killed opens
     // left is removed first)
-    for r in crate::staging::reap(&clayout) {
+    for r in crate::store::staging::reap(&clayout) {
         tracing::debug!(
             "removed {} (left by a killed {})",
             r.path.display(),
             r.left_by
         );
     }
-    let mut staging = crate::staging::Staging::begin(&bundles, ws_parent, &name)?;
+    let mut staging = crate::store::staging::Staging::begin(&bundles, ws_parent, &name)?;
     let (ws_buf, b_buf) = (
         staging.workspace().to_path_buf(),
         staging.bundle().to_path_buf(),
@@ -228,8 +228,8 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
                 // the runner's private folder, in the staging bundle (outside the workspace)
                 let scratch = b_buf.join(".steps");
                 std::fs::create_dir(&scratch).at(&scratch)?;
-                let r = crate::materialize::synthetic(s, ws, steps, &scratch);
-                crate::materialize::remove_built(&scratch)?;
+                let r = crate::workspace::materialize::synthetic(s, ws, steps, &scratch);
+                crate::workspace::materialize::remove_built(&scratch)?;
                 r?;
                 (true, None, None)
             }
@@ -239,14 +239,18 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
                 default_branch,
             } => {
                 let spec_dir = s.path.parent().unwrap_or(Path::new("/"));
-                let read =
-                    crate::source::ensure_cached(&clayout.repo_cache_dir(), repo, commit, spec_dir)
-                        .map_err(|e| Error::SpecFile {
-                            file: s.path.clone(),
-                            msg: format!("source: {e}"),
-                        })?;
+                let read = crate::workspace::source::ensure_cached(
+                    &clayout.repo_cache_dir(),
+                    repo,
+                    commit,
+                    spec_dir,
+                )
+                .map_err(|e| Error::SpecFile {
+                    file: s.path.clone(),
+                    msg: format!("source: {e}"),
+                })?;
                 read_source = Some(read);
-                let imp = crate::source::from_pinned(
+                let imp = crate::workspace::source::from_pinned(
                     &clayout.repo_cache_dir(),
                     &clayout.object_cache_dir(),
                     commit,
@@ -256,12 +260,13 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
                 if s.overlay.is_none() {
                     known_digest = imp.tree_digest;
                 }
-                crate::overlay::apply(s, ws)?;
+                crate::workspace::overlay::apply(s, ws)?;
                 (false, Some(repo.clone()), Some(commit.clone()))
             }
         },
         (None, Some(src)) => {
-            let imp = crate::source::from_checkout(src, ws, &clayout.object_cache_dir())?;
+            let imp =
+                crate::workspace::source::from_checkout(src, ws, &clayout.object_cache_dir())?;
             known_digest = imp.tree_digest.clone();
             (false, Some(src.display().to_string()), Some(imp.commit))
         }
@@ -270,26 +275,26 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
     tracing::debug!("open {name}: materialized in {:?}", t0.elapsed());
     if synthetic {
         // the steps wrote this tree: checked before the host reads or writes in it
-        crate::materialize::check_staged(ws).map_err(|msg| Error::SpecFile {
+        crate::workspace::materialize::check_staged(ws).map_err(|msg| Error::SpecFile {
             file: spec.as_ref().map(|s| s.path.clone()).unwrap_or_default(),
             msg: format!("source.steps left what capsule will not touch: {msg}"),
         })?;
     }
-    crate::materialize::exclude_provenance(ws)?;
+    crate::workspace::materialize::exclude_provenance(ws)?;
     if synthetic {
         // only git steps record absolute paths (remote URLs, worktree links)
-        crate::materialize::rewrite_paths(ws, ws, &ws_final)?;
+        crate::workspace::materialize::rewrite_paths(ws, ws, &ws_final)?;
     }
     tracing::debug!("open {name}: paths rewritten at {:?}", t0.elapsed());
 
     let digest = match known_digest {
         Some(d) => d,
-        None => crate::digest::tree_digest(ws)?,
+        None => crate::workspace::digest::tree_digest(ws)?,
     };
     tracing::debug!("open {name}: tree digest at {:?}", t0.elapsed());
     if let Some(s) = &spec {
         if let Some(want) = &s.verify.tree_digest {
-            if !crate::digest::matches(want, &digest) {
+            if !crate::workspace::digest::matches(want, &digest) {
                 return Err(Error::SpecFile {
                     file: s.path.clone(),
                     msg: format!(
@@ -302,11 +307,11 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
     let head = if synthetic {
         // checked by check_staged above; a read that blocks anyway is given up
         let w = ws.to_path_buf();
-        crate::gitguard::guarded("HEAD of the new workspace", move || {
-            crate::gitinfo::head(&w).ok()
+        crate::git::guard::guarded("HEAD of the new workspace", move || {
+            crate::git::info::head(&w).ok()
         })?
     } else {
-        crate::gitinfo::head(ws).ok()
+        crate::git::info::head(ws).ok()
     };
 
     // ---- policy, config.json, bundle.json (with final paths)
@@ -333,8 +338,8 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
     std::fs::write(b.join(bundle_files::POLICY), policy_json).at(b.join(bundle_files::POLICY))?;
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let config = crate::oci::render(&policy, uid, gid)?;
-    crate::oci::write(&config, &b.join(bundle_files::CONFIG))?;
+    let config = crate::policy::oci::render(&policy, uid, gid)?;
+    crate::policy::oci::write(&config, &b.join(bundle_files::CONFIG))?;
     let record = BundleRecord {
         version: RECORD_VERSION,
         name: name.clone(),
@@ -432,7 +437,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
     staging.finish();
     // at the final paths (remote URLs and worktree links name them), before anyone's git
     // runs there; it also records the stamp that keeps the first exec's check cheap
-    let git_guard = crate::hostgit::guard_workspace(&ws_final, &bundle_final, None);
+    let git_guard = crate::git::hostgit::guard_workspace(&ws_final, &bundle_final, None);
     tracing::debug!("open {name}: git dirs checked at {:?}", t0.elapsed());
     let capsule = crate::store::load(layout, &name)?;
     Ok(Opened {
@@ -448,7 +453,7 @@ pub fn open(layout: &Layout, req: &OpenRequest, steps: &dyn StepRunner) -> Resul
 /// truncating first) whatever the steps or the overlay may have put at that name.
 fn write_reserved(p: &Path, data: &[u8]) -> Result<()> {
     use std::io::Write as _;
-    let mut f = crate::materialize::open_regular(p, libc::O_WRONLY | libc::O_CREAT)?;
+    let mut f = crate::workspace::materialize::open_regular(p, libc::O_WRONLY | libc::O_CREAT)?;
     f.set_len(0).at(p)?;
     f.write_all(data).at(p)
 }
@@ -469,9 +474,9 @@ fn decide_grants(
     tool_reveals: &[PathBuf],
     accept: &Acceptance,
     what: &Path,
-) -> Result<crate::grants::Accepted> {
-    let grants = crate::grants::of_policy(policy, tool_reveals);
-    crate::grants::decide(grants, accept).map_err(|r| Error::other(r.message(what)))
+) -> Result<crate::policy::grants::Accepted> {
+    let grants = crate::policy::grants::of_policy(policy, tool_reveals);
+    crate::policy::grants::decide(grants, accept).map_err(|r| Error::other(r.message(what)))
 }
 
 /// The resolved sandbox policy of a capsule (absolute, canonical paths).
@@ -665,7 +670,7 @@ mod tests {
                     dest: None,
                     accept: Acceptance::None,
                 },
-                &crate::materialize::InProcess,
+                &crate::workspace::materialize::InProcess,
             )
             .unwrap_or_else(|e| panic!("{}: {e}", d.display()));
             eprintln!(

@@ -16,6 +16,13 @@
 //!
 //! For overlapping rules the deeper path wins; [`SandboxPolicy::access`] is the reference
 //! answer that every backend's tests compare against.
+//!
+//! Beside the model: the grants a policy makes and their acceptance ([`grants`]), resource
+//! limits as values are written ([`limits`]) and the bundle's OCI `config.json` ([`oci`]).
+
+pub mod grants;
+pub mod limits;
+pub mod oci;
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

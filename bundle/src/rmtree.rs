@@ -9,6 +9,7 @@
 //! the top folder being removed (`renameat` between two descriptors, no path resolved) and
 //! removed from there, so depth costs neither descriptors nor stack.
 
+use crate::error::{Error, IoContext, Result};
 use crate::fsat;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
@@ -104,6 +105,26 @@ pub fn remove_path(path: &std::path::Path) -> io::Result<()> {
         0,
     )?;
     remove_at(&parent, name)
+}
+
+/// Rename `dir` to a hidden sibling, then remove it, so a half-removed directory never
+/// carries the original name ([`remove_path`]: no symlink followed).
+pub(crate) fn remove_dir_atomically(dir: &std::path::Path) -> Result<()> {
+    let parent = dir
+        .parent()
+        .ok_or_else(|| Error::other(format!("{}: has no parent", dir.display())))?;
+    let base = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tomb = parent.join(format!(".closing-{base}-{}", std::process::id()));
+    match std::fs::rename(dir, &tomb) {
+        // whatever a task planted: folders without permissions for their owner (the
+        // overlay's work/work is mode 000), trees thousands deep, FIFOs, symlinks
+        Ok(()) => remove_path(&tomb).at(&tomb),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
 }
 
 #[cfg(test)]

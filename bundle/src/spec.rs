@@ -42,6 +42,8 @@ use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+#[cfg(test)]
+mod props;
 mod sandbox;
 mod steps;
 

@@ -4,8 +4,9 @@
 //!
 //! What the runtime trusts is only what lives in the bundle directory
 //! (`Layout::bundle_dir(name)`, outside the workspace): `bundle.json` ([`BundleRecord`])
-//! and `policy.json` ([`SandboxPolicy`]), read by [`crate::record`]. Nothing is read back from the workspace to
-//! decide policy; the workspace's manifest is for identification by humans and Kitsoki.
+//! and `policy.json` ([`SandboxPolicy`]), read by [`record`]. Nothing is read back from
+//! the workspace to decide policy; the workspace's manifest is for identification by
+//! humans and Kitsoki.
 //!
 //! ```no_run
 //! use capsule_bundle::{layout::Layout, store};
@@ -16,12 +17,17 @@
 //! # Ok::<(), capsule_bundle::Error>(())
 //! ```
 
-use crate::error::{Error, IoContext, Result};
-use crate::grants::Grant;
+#[cfg(test)]
+mod props;
+pub mod record;
+pub mod staging;
+
+use crate::error::{Error, Result};
 use crate::layout::{bundle_files, valid_name, Layout};
-use crate::manifest::SENTINEL;
+use crate::policy::grants::Grant;
 use crate::policy::SandboxPolicy;
-use crate::record::{read_policy, read_record, BundleRecord};
+use crate::store::record::{read_policy, read_record, BundleRecord};
+use crate::workspace::manifest::SENTINEL;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -102,7 +108,7 @@ fn accepted_only(
     record: &BundleRecord,
     bundle_dir: &Path,
 ) -> Result<SandboxPolicy> {
-    let given = crate::grants::of_policy(&policy, &record.tool_reveals);
+    let given = crate::policy::grants::of_policy(&policy, &record.tool_reveals);
     let accepted: &[Grant] = record.grants.as_ref().map_or(&[], |a| &a.grants);
     let extra: Vec<Grant> = given
         .into_iter()
@@ -115,7 +121,7 @@ fn accepted_only(
         return Err(Error::other(format!(
             "{}: gives {} which {} does not record as accepted (the bundle was changed after open); close it and open the spec again",
             bundle_dir.join(bundle_files::POLICY).display(),
-            crate::grants::list_line(&extra),
+            crate::policy::grants::list_line(&extra),
             bundle_dir.join(bundle_files::RECORD).display()
         )));
     }
@@ -133,7 +139,7 @@ fn accepted_only(
     tracing::warn!(
         "{}: opened before grants were recorded; not applying {}",
         bundle_dir.display(),
-        crate::grants::list_line(&extra)
+        crate::policy::grants::list_line(&extra)
     );
     Ok(policy)
 }
@@ -257,14 +263,14 @@ pub fn close(layout: &Layout, reference: &str, force: bool) -> Result<Closed> {
                         )));
                     }
                 }
-                remove_dir_atomically(ws)?;
+                crate::rmtree::remove_dir_atomically(ws)?;
                 workspace_removed = true;
             }
         }
     }
-    remove_dir_atomically(&cap.bundle_dir)?;
+    crate::rmtree::remove_dir_atomically(&cap.bundle_dir)?;
     // and what killed opens and closes left (best effort)
-    crate::staging::reap(layout);
+    crate::store::staging::reap(layout);
     Ok(Closed {
         name: cap.name,
         workspace: cap.workspace,
@@ -278,8 +284,8 @@ pub fn changed_since_open(cap: &OpenCapsule) -> Option<String> {
     // the workspace's git directory was writable from the sandbox: a FIFO planted as HEAD
     // or a ref must not block close forever
     let ws = cap.workspace.clone();
-    let head = crate::gitguard::guarded("reading the workspace's HEAD", move || {
-        crate::gitinfo::head(&ws)
+    let head = crate::git::guard::guarded("reading the workspace's HEAD", move || {
+        crate::git::info::head(&ws)
     })
     .ok()
     .and_then(|h| h.ok())
@@ -287,29 +293,9 @@ pub fn changed_since_open(cap: &OpenCapsule) -> Option<String> {
     if head.is_some() && head != cap.record.head {
         return Some("HEAD moved".into());
     }
-    match crate::digest::tree_digest(&cap.workspace) {
+    match crate::workspace::digest::tree_digest(&cap.workspace) {
         Ok(d) if d == cap.record.tree_digest => None,
         Ok(_) => Some("files changed".into()),
         Err(e) => Some(format!("its files cannot be read ({e})")),
-    }
-}
-
-/// Rename `dir` to a hidden sibling, then remove it, so a half-removed directory never
-/// carries the original name ([`crate::rmtree`]: no symlink followed).
-pub(crate) fn remove_dir_atomically(dir: &Path) -> Result<()> {
-    let parent = dir
-        .parent()
-        .ok_or_else(|| Error::other(format!("{}: has no parent", dir.display())))?;
-    let base = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tomb = parent.join(format!(".closing-{base}-{}", std::process::id()));
-    match std::fs::rename(dir, &tomb) {
-        // whatever a task planted: folders without permissions for their owner (the
-        // overlay's work/work is mode 000), trees thousands deep, FIFOs, symlinks
-        Ok(()) => crate::rmtree::remove_path(&tomb).at(&tomb),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(dir, e)),
     }
 }

@@ -7,7 +7,7 @@
 //! symlinks). A sentinel without a valid manifest does not make a capsule; the search then
 //! continues upwards, so a directory inside an outer capsule still belongs to that capsule.
 
-use capsule_bundle::manifest::{MANIFEST, SENTINEL};
+use capsule_bundle::workspace::manifest::{MANIFEST, SENTINEL};
 use serde::Serialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};

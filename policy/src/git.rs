@@ -45,11 +45,11 @@ pub struct GitInfo {
 ///
 /// The repository may be a capsule's workspace, written by a sandboxed command: a FIFO
 /// planted as HEAD or config would block the read forever, so it runs
-/// [`capsule_bundle::gitguard::guarded`]; a read given up on reports an error (HEAD
+/// [`capsule_bundle::git::guard::guarded`]; a read given up on reports an error (HEAD
 /// unknown: the branch guard fails closed).
 pub fn probe(dir: &Path) -> Option<GitInfo> {
     let d = dir.to_path_buf();
-    match capsule_bundle::gitguard::guarded("reading git facts", move || probe_now(&d)) {
+    match capsule_bundle::git::guard::guarded("reading git facts", move || probe_now(&d)) {
         Ok(info) => info,
         Err(e) => Some(GitInfo {
             root: dir.to_path_buf(),

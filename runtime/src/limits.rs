@@ -151,7 +151,7 @@ pub fn silent_for(d: Duration) -> String {
     )
 }
 
-pub use capsule_bundle::limits::{parse_count, parse_cpus, parse_duration, parse_size};
+pub use capsule_bundle::policy::limits::{parse_count, parse_cpus, parse_duration, parse_size};
 
 /// `bytes` for people: `512 MiB`, `1.5 GiB`, `4096 bytes`.
 pub fn show_size(bytes: u64) -> String {

@@ -38,7 +38,7 @@ pub struct Settings {
 }
 
 /// [`Settings::limits`]: each a number or a string, read as the flag's value is.
-pub use capsule_bundle::limits::LimitValues as DefaultLimits;
+pub use capsule_bundle::policy::limits::LimitValues as DefaultLimits;
 
 /// Errors reading or writing settings.
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +112,7 @@ fn remove_stale_tmp(path: &Path) {
             .and_then(|n| n.strip_prefix(prefix.as_str()))
             .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|d| d.parse::<libc::pid_t>().ok());
-        if pid.is_some_and(capsule_bundle::staging::process_gone)
+        if pid.is_some_and(capsule_bundle::store::staging::process_gone)
             && e.file_type().is_ok_and(|t| !t.is_dir())
         {
             let _ = std::fs::remove_file(e.path());

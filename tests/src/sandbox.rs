@@ -5,7 +5,7 @@
 
 use crate::{git_repo, scratch, Runner};
 use capsule_bundle::policy::{default_hidden, HiddenInputs, NetworkPolicy, SandboxPolicy};
-use capsule_bundle::record::{BundleRecord, RECORD_VERSION};
+use capsule_bundle::store::record::{BundleRecord, RECORD_VERSION};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -158,9 +158,9 @@ pub fn write_bundle(bundle: &Path, policy: &SandboxPolicy) {
         tree_digest: "0".repeat(64),
         // a hand-made capsule stands for an operator who accepted what its policy gives
         grants: Some(
-            capsule_bundle::grants::decide(
-                capsule_bundle::grants::of_policy(policy, &[]),
-                &capsule_bundle::grants::Acceptance::All,
+            capsule_bundle::policy::grants::decide(
+                capsule_bundle::policy::grants::of_policy(policy, &[]),
+                &capsule_bundle::policy::grants::Acceptance::All,
             )
             .expect("accept all"),
         ),

@@ -246,7 +246,7 @@ fn tmpfs_and_device() {
 }
 
 #[test]
-fn pause_logs_cp_top_stats() {
+fn pause_logs_cp_update_top_stats() {
     let Some(d) = docker() else { return };
     let n = name("ops");
     detached(
@@ -275,6 +275,17 @@ fn pause_logs_cp_top_stats() {
         .unwrap()
         .contains("app:x:1000"));
     // top lists the container's processes, not capsule's helpers beside them
+    // docker update: capsule-runc's `update` writes the new limit
+    step(&["update", "--memory", "64m", "--memory-swap", "64m", &n]);
+    assert_eq!(
+        step(&[
+            "exec",
+            &n,
+            "cat",
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+        ]),
+        "67108864\n"
+    );
     let top = step(&["top", &n]);
     assert!(
         top.contains("sh -c") && !top.contains("capsule-runc"),

@@ -1,4 +1,4 @@
-//! The object cache of `open --source` (`capsule_bundle::objcache`): a second open of a
+//! The object cache of `open --source` (`capsule_bundle::objects::cache`): a second open of a
 //! source reuses the packs verified by the first; a later commit adds a pack of only its
 //! new objects; every workspace holds exactly what its commit reaches, as a real git
 //! repository (fsck, log, blame, bisect); a cache entry that was tampered with is not

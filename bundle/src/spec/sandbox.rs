@@ -28,9 +28,12 @@ pub struct SandboxSpec {
     pub network: SandboxNetwork,
     /// Resource limits of every exec (`memory`, `pids`, `cpus`, `fds`, `file_size`,
     /// `tmp_size`, `activity_timeout`): not grants; they only ever lower the operator's
-    /// own defaults (see [`crate::limits`]).
-    #[serde(default, skip_serializing_if = "crate::limits::LimitValues::is_empty")]
-    pub limits: crate::limits::LimitValues,
+    /// own defaults (see [`crate::policy::limits`]).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::policy::limits::LimitValues::is_empty"
+    )]
+    pub limits: crate::policy::limits::LimitValues,
     /// Secrets kept outside the sandbox: variable name -> the hosts (allowlist entries)
     /// its value goes to. Needs `network: live`; each is a grant.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -9,7 +9,7 @@ use serde_saphyr::Spanned;
 use std::path::Path;
 
 /// One synthetic step (serializable: the runtime hands the parsed steps to the sandbox
-/// that applies them, see [`crate::materialize::StepRunner`]).
+/// that applies them, see [`crate::workspace::materialize::StepRunner`]).
 #[derive(Debug, Clone, serde::Serialize, Deserialize)]
 pub struct Step {
     /// Index in `source.steps` (0-based, as Kitsoki reports it).

@@ -7,13 +7,13 @@
 
 use crate::cli::print_json;
 use crate::exit::{CliError, CliResult};
-use capsule_bundle::grants::Acceptance;
 use capsule_bundle::layout::{bundle_files, Layout};
-use capsule_bundle::manifest::{Manifest, MANIFEST};
 use capsule_bundle::open::{OpenFrom, OpenRequest};
+use capsule_bundle::policy::grants::Acceptance;
 use capsule_bundle::policy::{Access, HiddenReason, NetworkMode, SandboxPolicy};
 use capsule_bundle::spec::{Probe, Spec};
 use capsule_bundle::store::{self, OpenCapsule};
+use capsule_bundle::workspace::manifest::{Manifest, MANIFEST};
 use clap::Args;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -179,7 +179,10 @@ fn limits_in_words(plan: &serde_json::Value) -> String {
 /// both name a field, Kitsoki's shape wins (`source` is the object; the checkout we
 /// opened from is `source_dir`), except `tree_digest`, ours as in `list` and `verify`
 /// (`sha256:<hex>` of the same digest; Kitsoki's specs accept that form).
-fn kitsoki_open_json(c: &OpenCapsule, m: &capsule_bundle::manifest::Manifest) -> serde_json::Value {
+fn kitsoki_open_json(
+    c: &OpenCapsule,
+    m: &capsule_bundle::workspace::manifest::Manifest,
+) -> serde_json::Value {
     let mut v = capsule_json(c);
     v["source_dir"] = json!(c.record.source);
     v["capsule_name"] = json!(m.capsule_name);
@@ -294,7 +297,7 @@ pub fn open(a: OpenArgs) -> CliResult {
         if let Some(a) = c.record.grants.as_ref().filter(|a| !a.grants.is_empty()) {
             println!(
                 "  grants     accepted: {}",
-                capsule_bundle::grants::list_line(&a.grants)
+                capsule_bundle::policy::grants::list_line(&a.grants)
             );
         }
         if opened.read_source == Some(false) {
@@ -337,7 +340,7 @@ pub fn close(a: CloseArgs) -> CliResult {
 pub fn list(a: ListArgs) -> CliResult {
     let layout = layout()?;
     // what killed opens and closes left: removed, and said
-    let reaped = capsule_bundle::staging::reap(&layout);
+    let reaped = capsule_bundle::store::staging::reap(&layout);
     let entries = store::list(&layout).map_err(fail)?;
     if a.json {
         let v: Vec<_> = entries
@@ -387,7 +390,7 @@ pub fn list(a: ListArgs) -> CliResult {
 
 /// Is `p` a capsule workspace by its sentinel? (identification only)
 pub fn has_sentinel(p: &Path) -> bool {
-    std::fs::symlink_metadata(p.join(capsule_bundle::manifest::SENTINEL))
+    std::fs::symlink_metadata(p.join(capsule_bundle::workspace::manifest::SENTINEL))
         .map(|m| m.is_file())
         .unwrap_or(false)
 }

@@ -174,7 +174,7 @@ mod imp {
                 .and_then(|mut f| f.write_all(&json))
                 .map_err(|e| fail(format!("export {}: {e}", esc(&config))))?;
         }
-        capsule_bundle::oci::load_and_validate(&config).map_err(|e| fail(e.to_string()))?;
+        capsule_bundle::policy::oci::load_and_validate(&config).map_err(|e| fail(e.to_string()))?;
         if exists {
             std::fs::remove_dir(&dir).map_err(|e| fail(format!("export {}: {e}", esc(&dir))))?;
         }

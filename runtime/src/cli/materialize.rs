@@ -4,7 +4,7 @@
 
 use crate::exec::build::{ENTRY, ENTRY_GUARD};
 use crate::exit::{CliError, CliResult};
-use capsule_bundle::materialize::{StepFailure, Steps};
+use capsule_bundle::workspace::materialize::{StepFailure, Steps};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,7 +34,7 @@ pub fn materialize_entry(a: MaterializeArgs) -> CliResult {
     }
     let t0 = std::time::Instant::now();
     let outcome = read_steps(&a.steps).and_then(|job| {
-        capsule_bundle::materialize::apply_steps_inside_sandbox(&job, &a.workspace)
+        capsule_bundle::workspace::materialize::apply_steps_inside_sandbox(&job, &a.workspace)
     });
     tracing::debug!("steps applied in {:?}", t0.elapsed());
     let outcome = outcome.map_err(|mut f| {

@@ -25,7 +25,7 @@
 //! sandbox yet).
 
 use capsule_bundle::layout::Layout;
-use capsule_bundle::materialize::{StepFailure, StepRunner, Steps};
+use capsule_bundle::workspace::materialize::{StepFailure, StepRunner, Steps};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -503,7 +503,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
 }
 
 /// Check the workspace's git dirs for the operator's host git
-/// ([`capsule_bundle::hostgit::guard_workspace`]) with the gitlinks of the snapshot
+/// ([`capsule_bundle::git::hostgit::guard_workspace`]) with the gitlinks of the snapshot
 /// after the command; say on stderr what was quarantined. Returns the record's
 /// `git_guard` (only when something was found or could not be checked).
 fn guard_git(
@@ -512,8 +512,11 @@ fn guard_git(
 ) -> Option<serde_json::Value> {
     let t = Instant::now();
     let links = after.and_then(|s| s.gitlinks());
-    let report =
-        capsule_bundle::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, links.as_deref());
+    let report = capsule_bundle::git::hostgit::guard_workspace(
+        &cap.workspace,
+        &cap.bundle_dir,
+        links.as_deref(),
+    );
     tracing::debug!(
         "git guard: took {:?} (full check: {})",
         t.elapsed(),

@@ -70,7 +70,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         })
     });
     // the operator's own git in the workspace must not run what the command planted
-    let guard = capsule_bundle::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, None);
+    let guard =
+        capsule_bundle::git::hostgit::guard_workspace(&cap.workspace, &cap.bundle_dir, None);
     if let Some(line) = guard.summary_line() {
         eprintln!("{line}");
     }

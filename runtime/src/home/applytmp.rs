@@ -35,7 +35,7 @@ pub fn remove_stale(dir: &OwnedFd) {
     };
     for n in names {
         let Some(pid) = pid_of(&n) else { continue };
-        if !capsule_bundle::staging::process_gone(pid) {
+        if !capsule_bundle::store::staging::process_gone(pid) {
             continue;
         }
         if let Ok(c) = fsat::cstr(&n) {

@@ -620,7 +620,7 @@ pub fn with_tmp_size(steps: &mut Vec<MountStep>, tmp_dir: &Path, size: u64) {
 /// `.git/hooks` (when a directory) is bound read-only: no hook can be planted for the
 /// operator's next `git commit` while the command runs. `.git/config` stays writable:
 /// `git branch -d`/`-m`, `git push -u`, `git remote add` rewrite it; what it may hold
-/// for the host is enforced after every exec (`capsule_bundle::hostgit`). Two `lstat`s.
+/// for the host is enforced after every exec (`capsule_bundle::git::hostgit`). Two `lstat`s.
 pub fn git_dir_rules(workspace: &Path) -> Vec<(PathBuf, bool)> {
     let git = workspace.join(".git");
     let mut out = Vec::new();

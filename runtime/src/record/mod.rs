@@ -177,7 +177,7 @@ pub struct ExecRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes_error: Option<String>,
     /// What the git guard found in the workspace's git dirs after the command and moved to
-    /// the quarantine ([`capsule_bundle::hostgit::GuardReport`]); only when it found
+    /// the quarantine ([`capsule_bundle::git::hostgit::GuardReport`]); only when it found
     /// something or could not check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub git_guard: Option<serde_json::Value>,

@@ -48,7 +48,7 @@
 //!
 //! # Never blocking, never trusting the workspace
 //!
-//! `.git` is first checked with [`gitguard::check_git_dir`] (a plain directory of the
+//! `.git` is first checked with [`guard::check_git_dir`] (a plain directory of the
 //! workspace, no `commondir`, no symlinks, FIFOs or devices inside). Every file read is
 //! opened with `O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC|O_NOCTTY`, checked with `fstat` to be a
 //! regular file and read up to a cap (the index [`INDEX_CAP`], `packed-refs`
@@ -60,7 +60,7 @@
 //! The system calls themselves are in the submodule `sys`.
 
 use super::{Entry, Snapshot, Stat};
-use capsule_bundle::gitguard;
+use capsule_bundle::git::guard;
 use gix::bstr::ByteSlice;
 use gix::index::entry::{Flags, Mode};
 use std::collections::BTreeMap;
@@ -93,7 +93,7 @@ pub struct Index {
 impl Index {
     /// The paths of its gitlink (submodule) entries.
     pub fn gitlinks(&self) -> Vec<std::path::PathBuf> {
-        capsule_bundle::hostgit::gitlinks_of_state(&self.state)
+        capsule_bundle::git::hostgit::gitlinks_of_state(&self.state)
     }
 }
 
@@ -111,7 +111,7 @@ pub fn take(
     prev: Option<&Arc<Index>>,
     before: Option<&BTreeMap<String, Entry>>,
 ) -> Result<Snapshot, String> {
-    gitguard::check_git_dir(workspace).map_err(|e| e.to_string())?;
+    guard::check_git_dir(workspace).map_err(|e| e.to_string())?;
     let ws = Ws(workspace);
     let root = DirStream::open_path(workspace).map_err(|e| ws.err("", e))?;
     let git = open_dir_at(root.fd(), b".git").map_err(|e| ws.err(".git", e))?;

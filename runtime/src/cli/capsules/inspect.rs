@@ -109,7 +109,7 @@ pub fn inspect(a: InspectArgs) -> CliResult {
         .map(|p| std::fs::read_to_string(p).unwrap_or_else(|e| format!("(cannot read: {e})")));
     let manifest = Manifest::read(&cap.workspace.join(MANIFEST));
     let config_path = cap.bundle_file(bundle_files::CONFIG);
-    let config_check = capsule_bundle::oci::load_and_validate(&config_path);
+    let config_check = capsule_bundle::policy::oci::load_and_validate(&config_path);
     let config_json: serde_json::Value = std::fs::read_to_string(&config_path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())

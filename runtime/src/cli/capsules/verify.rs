@@ -47,10 +47,10 @@ pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
         output: String::new(),
     };
     let cwd = match &probe.dir {
-        Some(d) => match capsule_bundle::wspath::inside(
+        Some(d) => match capsule_bundle::workspace::wspath::inside(
             &cap.workspace,
             d,
-            capsule_bundle::wspath::Last::NoSymlink,
+            capsule_bundle::workspace::wspath::Last::NoSymlink,
         ) {
             Ok(p) => p,
             Err(e) => {
@@ -90,12 +90,18 @@ pub fn run_probe(cap: &OpenCapsule, probe: &Probe) -> ProbeResult {
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_AUTHOR_NAME", capsule_bundle::git::IDENTITY_NAME)
-        .env("GIT_AUTHOR_EMAIL", capsule_bundle::git::IDENTITY_EMAIL)
-        .env("GIT_AUTHOR_DATE", capsule_bundle::git::FIXED_DATE)
-        .env("GIT_COMMITTER_NAME", capsule_bundle::git::IDENTITY_NAME)
-        .env("GIT_COMMITTER_EMAIL", capsule_bundle::git::IDENTITY_EMAIL)
-        .env("GIT_COMMITTER_DATE", capsule_bundle::git::FIXED_DATE)
+        .env("GIT_AUTHOR_NAME", capsule_bundle::git::run::IDENTITY_NAME)
+        .env("GIT_AUTHOR_EMAIL", capsule_bundle::git::run::IDENTITY_EMAIL)
+        .env("GIT_AUTHOR_DATE", capsule_bundle::git::run::FIXED_DATE)
+        .env(
+            "GIT_COMMITTER_NAME",
+            capsule_bundle::git::run::IDENTITY_NAME,
+        )
+        .env(
+            "GIT_COMMITTER_EMAIL",
+            capsule_bundle::git::run::IDENTITY_EMAIL,
+        )
+        .env("GIT_COMMITTER_DATE", capsule_bundle::git::run::FIXED_DATE)
         .stdin(Stdio::null());
     match out_file.try_clone() {
         Ok(f2) => {
@@ -207,7 +213,7 @@ pub fn verify_capsule(cap: &OpenCapsule) -> Result<Verification, CliError> {
         Some(p) => Some(capsule_bundle::spec::load(p).map_err(fail)?),
         None => None,
     };
-    let actual = capsule_bundle::digest::tree_digest(&cap.workspace).map_err(fail)?;
+    let actual = capsule_bundle::workspace::digest::tree_digest(&cap.workspace).map_err(fail)?;
     let mut v = Verification {
         ok: true,
         capsule_name: cap.name.clone(),
@@ -219,7 +225,7 @@ pub fn verify_capsule(cap: &OpenCapsule) -> Result<Verification, CliError> {
         errors: Vec::new(),
     };
     if let Some(want) = &v.expected_tree_digest {
-        if !capsule_bundle::digest::matches(want, &actual) {
+        if !capsule_bundle::workspace::digest::matches(want, &actual) {
             v.ok = false;
             v.errors.push(format!(
                 "tree_digest mismatch: got sha256:{actual}, want {want}"
@@ -290,7 +296,7 @@ fn verify_target(
             // inside the sandbox: the probes cannot forge them)
             let probes = serde_json::to_value(&v.probes).unwrap_or_default();
             let hex = v.actual_tree_digest.trim_start_matches("sha256:");
-            capsule_bundle::manifest::write_verified(&cap.workspace, hex, probes)
+            capsule_bundle::workspace::manifest::write_verified(&cap.workspace, hex, probes)
                 .map_err(|e| fail(format!("verify {}: {e}", cap.name)))?;
             v
         }

@@ -6,7 +6,7 @@ use crate::exec::{fail, ExecOptions};
 use crate::exit::CliError;
 use crate::linux::Isolation;
 use crate::settings::Settings;
-use capsule_bundle::limits::LimitValues;
+use capsule_bundle::policy::limits::LimitValues;
 use std::time::Duration;
 
 /// The limits of an exec for the flags it does not give: the operator's defaults

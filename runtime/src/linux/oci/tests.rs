@@ -195,7 +195,7 @@ fn nothing_is_granted_and_the_network_follows_the_plan() {
             ),
             (1, 1000, 0, 1)
         );
-        assert!(capsule_bundle::oci::validate(&spec).is_ok());
+        assert!(capsule_bundle::policy::oci::validate(&spec).is_ok());
     }
 }
 
@@ -298,7 +298,7 @@ fn rendered_mount_plan_of_the_real_root_validates() {
     let steps = mount_plan(&p, &[]);
     assert!(!steps.is_empty());
     let spec = render_plan(&plan_of(&p));
-    capsule_bundle::oci::validate(&spec).unwrap();
+    capsule_bundle::policy::oci::validate(&spec).unwrap();
 }
 
 #[test]

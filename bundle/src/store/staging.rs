@@ -312,8 +312,8 @@ fn reap_placed(dir: &Path, name: &str, out: &mut Vec<Reaped>) {
     let staged_there = staged
         .as_ref()
         .is_some_and(|w| std::fs::symlink_metadata(w).is_ok());
-    let placed = crate::record::read_record(dir).is_ok_and(|r| {
-        std::fs::symlink_metadata(r.workspace.join(crate::manifest::SENTINEL))
+    let placed = crate::store::record::read_record(dir).is_ok_and(|r| {
+        std::fs::symlink_metadata(r.workspace.join(crate::workspace::manifest::SENTINEL))
             .is_ok_and(|m| m.is_file())
     });
     if staged_there || !placed {

@@ -28,8 +28,8 @@
 //! is checked against the walk's.
 
 use crate::error::{Error, Result};
-use crate::ownobjects::{DeltaCache, OwnObjects, PackedAt};
-use crate::packwrite::PackWriter;
+use crate::objects::own::{DeltaCache, OwnObjects, PackedAt};
+use crate::objects::packwrite::PackWriter;
 use gix::hash::ObjectId;
 use gix::objs::Kind;
 use gix::odb::pack::data::entry::Header;
@@ -510,7 +510,7 @@ mod tests {
             })
             .collect();
         let own = OwnObjects::open(&src.join(".git/objects"), false).unwrap();
-        let find = crate::ownobjects::Finder {
+        let find = crate::objects::own::Finder {
             objects: &own,
             verify: true,
         };

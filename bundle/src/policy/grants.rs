@@ -16,7 +16,7 @@
 //! editing `policy.json` (and its digest in `bundle.json`) does not add access. The
 //! read-only carve-outs `open` adds by itself for tools (the workspace's `.git`, `PATH`
 //! and SDK folders under a hidden path) are recorded separately in `bundle.json`
-//! ([`crate::record::BundleRecord::tool_reveals`]) and are not grants.
+//! ([`crate::store::record::BundleRecord::tool_reveals`]) and are not grants.
 
 use crate::policy::{is_default_env, NetworkMode, SandboxPolicy};
 use serde::{Deserialize, Serialize};

@@ -284,8 +284,8 @@ mod tests {
             w.add(*id, Kind::Blob, d).unwrap();
         }
         assert_eq!(w.finish().unwrap(), 3);
-        let own = crate::ownobjects::OwnObjects::open(&objects, false).unwrap();
-        let mut cache = crate::ownobjects::DeltaCache::default();
+        let own = crate::objects::own::OwnObjects::open(&objects, false).unwrap();
+        let mut cache = crate::objects::own::DeltaCache::default();
         for (id, d) in &blobs {
             let at = own.locate_packed(id).expect("in the pack");
             let mut out = Vec::new();

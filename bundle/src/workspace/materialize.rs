@@ -1,6 +1,6 @@
 //! Materializing a synthetic spec into a folder: `git init` with the default branch and
 //! Kitsoki's identity, each step in order, then the overlay, then the provenance
-//! exclusions. Git runs hermetically ([`crate::git::Git`]).
+//! exclusions. Git runs hermetically ([`crate::git::run::Git`]).
 //!
 //! A step's git arguments and the files it writes (into `.git/` too: config, filters,
 //! hooks, `core.worktree`) are the spec author's code, so the steps never run on the
@@ -8,7 +8,7 @@
 //! the caller, which applies them with [`apply_steps_inside_sandbox`] somewhere else (the
 //! runtime's build sandbox: only the staging workspace and a private tmp writable, no
 //! network, the home hidden). The overlay is copied on the host afterwards
-//! ([`crate::overlay::apply`]: files only, nothing executed, no symlink followed).
+//! ([`crate::workspace::overlay::apply`]: files only, nothing executed, no symlink followed).
 //!
 //! Every path a step, the overlay or a probe names must stay inside the workspace: the
 //! spec parser rejects `..` and absolute paths, and here each existing component is
@@ -19,15 +19,15 @@
 //! [`crate::open`]; [`rewrite_paths`] turns the absolute temporary paths git recorded
 //! (remote URLs, worktree links) into the final ones before the rename. What the steps
 //! left is hostile input for the host: [`check_staged`] refuses a `.git` with symlinks or
-//! special files ([`crate::gitguard::check_git_dir`]) before the host touches the tree,
+//! special files ([`crate::git::guard::check_git_dir`]) before the host touches the tree,
 //! and [`rewrite_paths`], [`exclude_provenance`] and [`open_regular`] never follow a link
-//! or block on a FIFO on their own either. The overlay copy is in `crate::overlay`.
+//! or block on a FIFO on their own either. The overlay copy is in `crate::workspace::overlay`.
 
 use crate::error::{Error, IoContext, Result};
-use crate::git::Git;
-use crate::manifest::{MANIFEST, SENTINEL};
+use crate::git::run::Git;
 use crate::spec::{Action, Source, Spec, Step};
-use crate::wspath::{inside, mkdirs, write_file, Last};
+use crate::workspace::manifest::{MANIFEST, SENTINEL};
+use crate::workspace::wspath::{inside, mkdirs, write_file, Last};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -113,8 +113,8 @@ fn add_identity(root: &Path) -> std::result::Result<(), String> {
     }
     text.push_str(&format!(
         "[user]\n\temail = {}\n\tname = {}\n",
-        crate::git::IDENTITY_EMAIL,
-        crate::git::IDENTITY_NAME
+        crate::git::run::IDENTITY_EMAIL,
+        crate::git::run::IDENTITY_NAME
     ));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -172,7 +172,7 @@ pub fn synthetic(spec: &Spec, root: &Path, runner: &dyn StepRunner, scratch: &Pa
             msg: format!("source.steps: {msg}"),
         },
     })?;
-    crate::overlay::apply(spec, root)
+    crate::workspace::overlay::apply(spec, root)
 }
 
 fn apply(git: &Git, root: &Path, step: &Step) -> std::result::Result<(), String> {
@@ -294,10 +294,10 @@ pub fn exclude_provenance(root: &Path) -> Result<()> {
 
 /// What a sandboxed build left in `root`, checked before the host touches it: `.git` a
 /// real directory pointing nowhere else, without symlinks or special files
-/// ([`crate::gitguard::check_git_dir`]), and nothing but a regular file (or nothing) at
+/// ([`crate::git::guard::check_git_dir`]), and nothing but a regular file (or nothing) at
 /// the names of capsule's own files (sentinel, manifest).
 pub fn check_staged(root: &Path) -> std::result::Result<(), String> {
-    crate::gitguard::check_git_dir(root).map_err(|e| e.to_string())?;
+    crate::git::guard::check_git_dir(root).map_err(|e| e.to_string())?;
     for name in [SENTINEL, MANIFEST] {
         if let Ok(md) = std::fs::symlink_metadata(root.join(name)) {
             if !md.is_file() {

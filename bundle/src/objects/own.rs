@@ -10,7 +10,7 @@
 //! is checked against its id; the raw bytes of pack entries ([`OwnObjects::pack`]) come
 //! only from those pack files.
 //!
-//! [`crate::reachcopy`] copies what one commit reaches out of it.
+//! [`crate::objects::reachcopy`] copies what one commit reaches out of it.
 
 use crate::error::{Error, Result};
 use gix::hash::ObjectId;

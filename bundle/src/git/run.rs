@@ -1,5 +1,5 @@
 //! Running the git CLI hermetically, for synthetic steps (inside the runtime's build
-//! sandbox, see [`crate::materialize::StepRunner`]) and for fetching a pinned source by
+//! sandbox, see [`crate::workspace::materialize::StepRunner`]) and for fetching a pinned source by
 //! URL into capsule's own cache; never on an operator's repository (those are read with
 //! gix).
 //!

@@ -2,11 +2,11 @@
 //! disk: `bundle.json` ([`BundleRecord`], [`read_record`]) and `policy.json`
 //! ([`read_policy`]). A parse error names the file, its line and column, and quotes
 //! nothing raw. Finding and closing capsules is [`crate::store`]'s, reaping killed opens
-//! [`crate::staging`]'s; both read the records through here.
+//! [`crate::store::staging`]'s; both read the records through here.
 
 use crate::error::{Error, IoContext, Result};
-use crate::grants::Accepted;
 use crate::layout::bundle_files;
+use crate::policy::grants::Accepted;
 use crate::policy::SandboxPolicy;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -44,7 +44,7 @@ pub struct BundleRecord {
     /// Tree digest (lower-case hex, no prefix) right after the open.
     pub tree_digest: String,
     /// The grants the operator accepted at open (what the policy may give beyond the
-    /// defaults, see [`crate::grants`]); `None` in records written before grants were
+    /// defaults, see [`crate::policy::grants`]); `None` in records written before grants were
     /// recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants: Option<Accepted>,
@@ -54,8 +54,11 @@ pub struct BundleRecord {
     pub tool_reveals: Vec<PathBuf>,
     /// The spec's `sandbox.limits` (no grant: an exec applies each only where it is lower
     /// than the operator's own default).
-    #[serde(default, skip_serializing_if = "crate::limits::LimitValues::is_empty")]
-    pub limits: crate::limits::LimitValues,
+    #[serde(
+        default,
+        skip_serializing_if = "crate::policy::limits::LimitValues::is_empty"
+    )]
+    pub limits: crate::policy::limits::LimitValues,
 }
 
 /// Read and parse a JSON file of the bundle.

@@ -1,6 +1,7 @@
 //! Property tests of the readers of what the runtime reads back from disk: the workspace's
-//! manifest ([`crate::manifest::Manifest::read`]) and the bundle's `bundle.json` and
-//! `policy.json` ([`crate::record::read_record`], [`crate::record::read_policy`]). Any bytes,
+//! manifest ([`crate::workspace::manifest::Manifest::read`]) and the bundle's
+//! `bundle.json` and `policy.json` ([`crate::store::record::read_record`],
+//! [`crate::store::record::read_policy`]). Any bytes,
 //! and JSON documents generated from the records' own field names with hostile values
 //! (newlines, controls, wrong types, unknown enum variants), are read without a panic and,
 //! when refused, with a one-line error; a manifest that is read is written back and read
@@ -8,8 +9,8 @@
 //! more).
 
 use crate::layout::bundle_files;
-use crate::manifest::Manifest;
-use crate::record::{read_policy, read_record};
+use crate::store::record::{read_policy, read_record};
+use crate::workspace::manifest::Manifest;
 use proptest::prelude::*;
 use serde_json::Value;
 use std::path::Path;
@@ -214,7 +215,7 @@ fn read_all(dir: &Path, bytes: &[u8]) -> Result<(), TestCaseError> {
         );
         Ok(())
     };
-    let manifest = dir.join(crate::manifest::MANIFEST);
+    let manifest = dir.join(crate::workspace::manifest::MANIFEST);
     std::fs::write(&manifest, bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
     match Manifest::read(&manifest) {
         Ok(m) => {
@@ -249,13 +250,13 @@ fn valid_documents_are_read() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let docs = valid_documents();
     std::fs::write(
-        dir.path().join(crate::manifest::MANIFEST),
+        dir.path().join(crate::workspace::manifest::MANIFEST),
         docs[0].to_string(),
     )
     .unwrap();
     std::fs::write(dir.path().join(bundle_files::RECORD), docs[1].to_string()).unwrap();
     std::fs::write(dir.path().join(bundle_files::POLICY), docs[2].to_string()).unwrap();
-    Manifest::read(&dir.path().join(crate::manifest::MANIFEST)).unwrap();
+    Manifest::read(&dir.path().join(crate::workspace::manifest::MANIFEST)).unwrap();
     read_record(dir.path()).unwrap();
     read_policy(dir.path()).unwrap();
 }

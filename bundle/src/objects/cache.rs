@@ -4,7 +4,7 @@
 //! **What it holds.** For one source (an object store: the operator's checkout, or a
 //! pinned repository's cache entry), under `Layout::object_cache_dir()/<key>/` (`key`
 //! names the store's canonical path and inode): `packs/<sum>.<token>.{pack,idx}`, packs
-//! written once by [`crate::reachcopy`] from the source's own objects (so checked as that
+//! written once by [`crate::objects::reachcopy`] from the source's own objects (so checked as that
 //! copy checks them: every decoded object hashed, every reused entry against its CRC) and
 //! then never written again (mode 0444), and `records/<commit>.json`, one per commit
 //! opened: the packs whose union is *exactly* what the commit reaches, their stamps, the
@@ -34,8 +34,8 @@
 //! capsule would reach into the cache and every later capsule.
 
 use crate::error::{Error, IoContext, Result};
-use crate::ownobjects::OwnObjects;
-use crate::reachcopy::Have;
+use crate::objects::own::OwnObjects;
+use crate::objects::reachcopy::Have;
 use gix::hash::ObjectId;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -254,7 +254,7 @@ impl SourceCache {
             indexes: Vec::new(),
             shallow: HashSet::new(),
         };
-        let copied = crate::reachcopy::copy_reachable_except(
+        let copied = crate::objects::reachcopy::copy_reachable_except(
             own, commit, shallow, &objects, what, &mut have,
         )?;
         let CacheHave {

@@ -3,12 +3,12 @@
 //! directory descriptors (`openat` with `O_NOFOLLOW`, `fstatat` without following), so a
 //! symlink in it is copied as a link and never followed; a FIFO, socket or device is
 //! refused with an error instead of blocking the copy; nesting is bounded. Every path
-//! written stays inside the workspace ([`crate::wspath::inside`]).
+//! written stays inside the workspace ([`crate::workspace::wspath::inside`]).
 
 use crate::error::{Error, IoContext, Result};
 use crate::fsat;
 use crate::spec::Spec;
-use crate::wspath::{inside, mkdirs, write_file, Last};
+use crate::workspace::wspath::{inside, mkdirs, write_file, Last};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;

@@ -1,8 +1,8 @@
 //! Paths inside a tree someone else wrote, by name: joining a checked relative path under
 //! its root without passing through a symlink ([`inside`]), `mkdir -p` that never follows
 //! one ([`mkdirs`]), and writing a file there ([`write_file`]). The synthetic steps
-//! ([`crate::materialize`]) and the overlay copy ([`crate::overlay`]) both write through
-//! these.
+//! ([`crate::workspace::materialize`]) and the overlay copy
+//! ([`crate::workspace::overlay`]) both write through these.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

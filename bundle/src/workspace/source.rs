@@ -4,8 +4,9 @@
 //!   worktree, on a branch or detached) is opened read-only with gix (isolated: no
 //!   environment, no global/system config; gix runs no hooks, filters or fsmonitor). A
 //!   fresh repository is created, the objects HEAD reaches are *copied* into it from the
-//!   checkout's own object store ([`crate::ownobjects`]: alternates are never followed,
-//!   nothing is hardlinked or shared; [`crate::reachcopy`] reuses its pack entries as bytes), HEAD's branch ref is written, and the work tree is
+//!   checkout's own object store ([`crate::objects::own`]: alternates are never followed,
+//!   nothing is hardlinked or shared; [`crate::objects::reachcopy`] reuses its pack
+//!   entries as bytes), HEAD's branch ref is written, and the work tree is
 //!   checked out by gix with the new repository's empty configuration, so no filter driver
 //!   runs. A linked worktree's `gitdir:` file and `commondir` are followed to its main
 //!   repository: the operator chose that checkout. Nothing in the source is written,
@@ -85,10 +86,15 @@ fn copy_commit(
 ) -> Result<()> {
     let id = gix::ObjectId::from_hex(commit.as_bytes())
         .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
-    let own = crate::ownobjects::OwnObjects::open(src_git_objects, follow_top)?;
-    let copied =
-        crate::reachcopy::copy_reachable(&own, &id, shallow, &dst_git.join("objects"), what)?;
-    crate::ownobjects::write_shallow(dst_git, &copied.shallow)?;
+    let own = crate::objects::own::OwnObjects::open(src_git_objects, follow_top)?;
+    let copied = crate::objects::reachcopy::copy_reachable(
+        &own,
+        &id,
+        shallow,
+        &dst_git.join("objects"),
+        what,
+    )?;
+    crate::objects::own::write_shallow(dst_git, &copied.shallow)?;
     tracing::debug!(
         "{what}: {} objects of {commit} copied ({} pack entries reused as bytes, {} of them deltas; {} deltas resolved)",
         copied.objects,
@@ -106,7 +112,7 @@ fn copy_commit(
 /// objects (see [`checkout_tree`]).
 ///
 /// The checkout does not wait for the copy into the workspace: it reads the cache's
-/// packs ([`crate::ownobjects::Finder`]) while a second thread copies them.
+/// packs ([`crate::objects::own::Finder`]) while a second thread copies them.
 #[allow(clippy::too_many_arguments)]
 fn import_and_checkout(
     cache_root: &Path,
@@ -120,7 +126,7 @@ fn import_and_checkout(
 ) -> Result<Option<String>> {
     let id = gix::ObjectId::from_hex(commit.as_bytes())
         .map_err(|e| Error::other(format!("{what}: commit {commit:?}: {e}")))?;
-    let mut cache = crate::objcache::SourceCache::open(cache_root, src_git_objects)?;
+    let mut cache = crate::objects::cache::SourceCache::open(cache_root, src_git_objects)?;
     let pack_dir = dst_git.join("objects/pack");
     let t0 = std::time::Instant::now();
     // a first open fills the cache (walking and checking the history), then goes on as
@@ -129,7 +135,7 @@ fn import_and_checkout(
     let mut objs = match cache.cached(&id) {
         Some(o) => o,
         None => {
-            let own = crate::ownobjects::OwnObjects::open(src_git_objects, follow_top)?;
+            let own = crate::objects::own::OwnObjects::open(src_git_objects, follow_top)?;
             let o = cache.fill(&id, &own, shallow, what)?;
             tracing::debug!(
                 "{what}: {} objects of {commit} read into the object cache in {:?}",
@@ -147,7 +153,7 @@ fn import_and_checkout(
     let digest = std::thread::scope(|s| {
         let copy = s.spawn(|| -> Result<()> {
             objs.copy_into(&pack_dir)?;
-            crate::ownobjects::write_shallow(dst_git, &objs.shallow)
+            crate::objects::own::write_shallow(dst_git, &objs.shallow)
         });
         let digest = checkout_with(dest, &tree, &store, false, objs.tree_digest.clone(), &stop);
         let copied = copy
@@ -170,14 +176,14 @@ fn import_and_checkout(
 fn checkout_with(
     dest: &Path,
     tree: &gix::ObjectId,
-    objects: &crate::ownobjects::OwnObjects,
+    objects: &crate::objects::own::OwnObjects,
     verify: bool,
     known_digest: Option<String>,
     stop: &AtomicBool,
 ) -> Result<Option<String>> {
     let repo = gix::open_opts(dest, gix::open::Options::isolated())
         .map_err(|e| Error::other(format!("{}: checkout: open: {e}", dest.display())))?;
-    let find = |verify| crate::ownobjects::Finder { objects, verify };
+    let find = |verify| crate::objects::own::Finder { objects, verify };
     checkout_tree(
         dest,
         &repo,
@@ -191,13 +197,13 @@ fn checkout_with(
 
 /// The tree of `commit`, read from the own store (hashed against its id).
 fn commit_tree(
-    own: &crate::ownobjects::OwnObjects,
+    own: &crate::objects::own::OwnObjects,
     commit: &gix::ObjectId,
     what: &str,
 ) -> Result<gix::ObjectId> {
     use gix::objs::Find as _;
     let mut buf = Vec::new();
-    let data = crate::ownobjects::Finder {
+    let data = crate::objects::own::Finder {
         objects: own,
         verify: true,
     }
@@ -227,8 +233,8 @@ fn commit_tree(
 /// Once the cache has recorded the objects, the digest of a checkout made from them, when
 /// it was computed now.
 fn remember_digest(
-    cache: &crate::objcache::SourceCache,
-    objs: &mut crate::objcache::Objects,
+    cache: &crate::objects::cache::SourceCache,
+    objs: &mut crate::objects::cache::Objects,
     id: &gix::ObjectId,
     digest: &Result<Option<String>>,
 ) {
@@ -337,7 +343,7 @@ where
             let objects = digest_objects;
             s.spawn(move || -> Option<String> {
                 let mut buf = Vec::new();
-                crate::digest::digest_entries(entries.iter().map(|(p, id)| {
+                crate::workspace::digest::digest_entries(entries.iter().map(|(p, id)| {
                     let data = objects
                         .try_find(id, &mut buf)
                         .ok()
@@ -390,7 +396,7 @@ where
 }
 
 /// Make `dest` (an existing empty folder) a fresh clone of `source`'s HEAD.
-/// Objects come through the object cache under `object_cache` ([`crate::objcache`]).
+/// Objects come through the object cache under `object_cache` ([`crate::objects::cache`]).
 pub fn from_checkout(source: &Path, dest: &Path, object_cache: &Path) -> Result<Imported> {
     let src = gix::open_opts(source, gix::open::Options::isolated())
         .map_err(|e| Error::other(format!("{}: not a git checkout ({e})", source.display())))?;
@@ -400,11 +406,11 @@ pub fn from_checkout(source: &Path, dest: &Path, object_cache: &Path) -> Result<
             source.display()
         )));
     }
-    let head = crate::gitinfo::head_of(&src, source)?;
+    let head = crate::git::info::head_of(&src, source)?;
     // the operator's checkout: its git dir and, for a linked worktree, the main
     // repository's common dir are followed (the operator chose it); alternates are not
     let common = src.common_dir().to_path_buf();
-    let shallow = crate::ownobjects::read_shallow(&common);
+    let shallow = crate::objects::own::read_shallow(&common);
     drop(src);
     let t0 = std::time::Instant::now();
     let git_dir = init_repo(dest)?;
@@ -484,7 +490,7 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
     .map_err(|e| Error::other(format!("{}: cannot create cache ({e})", bare.display())))?;
     let is_url = repo.contains("://") || (repo.contains('@') && repo.contains(':'));
     if is_url {
-        let git = crate::git::Git::new("main")?;
+        let git = crate::git::run::Git::new("main")?;
         let mut c = git.command(&bare);
         c.args([
             "-c",
@@ -508,7 +514,7 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
             return Err(Error::other(format!(
                 "fetch {commit} from {}: {}",
                 crate::escape::name(repo.as_bytes()),
-                crate::git::one_line_failure(&out)
+                crate::git::run::one_line_failure(&out)
             )));
         }
     } else {
@@ -518,7 +524,7 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
             spec_dir.join(repo)
         };
         let src_git = pinned_git_dir(&p)?;
-        let shallow = crate::ownobjects::read_shallow(&src_git);
+        let shallow = crate::objects::own::read_shallow(&src_git);
         copy_commit(
             &src_git.join("objects"),
             false,
@@ -538,7 +544,7 @@ pub fn ensure_cached(cache_dir: &Path, repo: &str, commit: &str, spec_dir: &Path
     set_head(&bare, commit, Some("capsule-pinned"))?;
     if std::fs::symlink_metadata(&entry).is_ok() && !has_commit(&entry, commit) {
         // an entry from before only reachable objects were cached: replaced
-        crate::store::remove_dir_atomically(&entry)?;
+        crate::rmtree::remove_dir_atomically(&entry)?;
     }
     match std::fs::rename(&bare, &entry) {
         Ok(()) => {}
@@ -560,7 +566,7 @@ pub fn from_pinned(
 ) -> Result<Imported> {
     let entry = cache_entry(cache_dir, commit);
     let git_dir = init_repo(dest)?;
-    let shallow = crate::ownobjects::read_shallow(&entry);
+    let shallow = crate::objects::own::read_shallow(&entry);
     set_head(&git_dir, commit, Some(branch))?;
     let tree_digest = import_and_checkout(
         object_cache,

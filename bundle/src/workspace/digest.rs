@@ -16,7 +16,7 @@
 //! deeper than [`MAX_DEPTH`] folders is an error naming it, never read or walked.
 
 use crate::error::{Error, IoContext, Result};
-use crate::manifest::{MANIFEST, SENTINEL};
+use crate::workspace::manifest::{MANIFEST, SENTINEL};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
