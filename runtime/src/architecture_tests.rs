@@ -137,7 +137,7 @@ fn linux_layers_point_down() {
             "warm" | "supervise" => 5,
             "init" => 4,
             "oci" | "notify" | "outcome" => 3,
-            "mounts" | "observe" | "fusemask" | "diskguard" => 2,
+            "mounts" | "observe" | "fusemask" | "diskguard" | "redirect" => 2,
             "plan" | "pty" | "activity" | "spawn" => 1,
             "report" | "hooks" | "sockets" => 0,
             _ => return None,
