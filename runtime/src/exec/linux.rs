@@ -127,6 +127,8 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         limits_reached: Vec::new(),
         refusals: Vec::new(),
         refusals_dropped: 0,
+        refusals_dropped_after: None,
+        argv_omitted: None,
         refusals_not_listed: Vec::new(),
     };
 
@@ -361,6 +363,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     refusals.say_after();
     rec.refusals = refusals.refusals();
     rec.refusals_dropped = refusals.dropped();
+    rec.refusals_dropped_after = (rec.refusals_dropped > 0).then(|| refusals.dropped_after());
     if isolation != Isolation::None {
         rec.refusals_not_listed = crate::refusals::listing::kinds(
             isolation == Isolation::Full,

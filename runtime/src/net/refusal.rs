@@ -91,6 +91,23 @@ impl Who {
 pub struct RefusalLog {
     path: PathBuf,
     file: Mutex<File>,
+    /// What this run wrote, and what it keeps of the rest ([`RUN_MAX`]).
+    run: Mutex<Run>,
+}
+
+/// The most one run of the proxy writes to its log as it refuses: half the log's cap, so
+/// that its first lines are never rotated away while it runs (the log rotates at most
+/// once per run). Past it, refusals are counted, the latest [`KEEP_LATEST`] kept and
+/// written when the log is closed, the first of them saying how many were left out.
+pub const RUN_MAX: u64 = crate::record::rotate::REFUSALS_MAX / 2;
+/// The latest refusals a run keeps past [`RUN_MAX`].
+pub const KEEP_LATEST: usize = 64;
+
+#[derive(Debug, Default)]
+struct Run {
+    written: u64,
+    omitted: u64,
+    latest: std::collections::VecDeque<Refusal>,
 }
 
 /// One refusal, as logged.
@@ -112,20 +129,38 @@ pub struct Refusal {
     /// target`) it was in. Never the value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<String>,
+    /// How many refusals of this run were left out just before this line ([`RUN_MAX`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_before: Option<u64>,
+}
+
+impl Drop for RefusalLog {
+    /// The latest refusals kept past the run's bound, the first of them with the count of
+    /// those left out.
+    fn drop(&mut self) {
+        let run = std::mem::take(match self.run.get_mut() {
+            Ok(r) => r,
+            Err(p) => p.into_inner(),
+        });
+        let mut first = true;
+        for mut r in run.latest {
+            if first && run.omitted > 0 {
+                r.omitted_before = Some(run.omitted);
+            }
+            first = false;
+            self.write_line(&r);
+        }
+    }
 }
 
 impl RefusalLog {
     /// Open (creating, mode 0600) `path` for appending. A symlink at `path` is refused.
     pub fn open(path: &Path) -> std::io::Result<RefusalLog> {
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)?;
+        let file = open_file(path)?;
         Ok(RefusalLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
+            run: Mutex::default(),
         })
     }
 
@@ -156,12 +191,38 @@ impl RefusalLog {
             port,
             reason,
             header,
+            omitted_before: None,
         };
-        let mut line = match serde_json::to_vec(&r) {
+        {
+            let mut run = match self.run.lock() {
+                Ok(r) => r,
+                Err(p) => p.into_inner(),
+            };
+            if run.written >= RUN_MAX {
+                // past this run's bound: counted, the latest kept for the end
+                if run.latest.len() >= KEEP_LATEST {
+                    run.latest.pop_front();
+                    run.omitted += 1;
+                }
+                run.latest.push_back(r);
+                return;
+            }
+        }
+        let n = self.write_line(&r);
+        let mut run = match self.run.lock() {
+            Ok(r) => r,
+            Err(p) => p.into_inner(),
+        };
+        run.written += n as u64;
+    }
+
+    /// Append one line (rotating the log past its cap first); its length.
+    fn write_line(&self, r: &Refusal) -> usize {
+        let mut line = match serde_json::to_vec(r) {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!("cannot encode refusal: {e}");
-                return;
+                return 0;
             }
         };
         line.push(b'\n');
@@ -175,15 +236,26 @@ impl RefusalLog {
             tracing::warn!("cannot rotate {}: {e}", self.path.display());
         }
         if !names(&self.path, &f) {
-            match RefusalLog::open(&self.path) {
-                Ok(l) => *f = l.file.into_inner().unwrap_or_else(|p| p.into_inner()),
+            match open_file(&self.path) {
+                Ok(file) => *f = file,
                 Err(e) => tracing::warn!("cannot reopen {}: {e}", self.path.display()),
             }
         }
         if let Err(e) = f.write_all(&line) {
             tracing::warn!("cannot append to {}: {e}", self.path.display());
         }
+        line.len()
     }
+}
+
+/// `path` opened for appending (created mode 0600; a symlink there is refused).
+fn open_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 /// Is `f` the file `path` names (not rotated away)?
@@ -259,6 +331,30 @@ mod tests {
         assert_eq!(got[0].reason, "not on the allowlist");
         assert!(got[0].time.ends_with('Z'), "{}", got[0].time);
         assert_eq!(got[1].host, "[::1]");
+    }
+
+    #[test]
+    fn a_flood_in_one_run_keeps_its_first_and_latest_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("refusals.jsonl");
+        let log = RefusalLog::open(&p).unwrap();
+        let n = 40_000;
+        for i in 0..n {
+            log.record(&format!("h{i:06}.example.com"), 443, "not on the allowlist");
+        }
+        drop(log);
+        // never rotated away: the first line is there, and the last
+        assert!(!crate::record::rotate::rotated(&p).exists());
+        let got = read(&p).unwrap();
+        assert_eq!(got[0].host, "h000000.example.com");
+        assert_eq!(
+            got.last().unwrap().host,
+            format!("h{:06}.example.com", n - 1)
+        );
+        let size = std::fs::metadata(&p).unwrap().len();
+        assert!(size <= RUN_MAX + 64 * 1024, "{size}");
+        let omitted: u64 = got.iter().filter_map(|r| r.omitted_before).sum();
+        assert_eq!(omitted + got.len() as u64, n as u64);
     }
 
     #[test]

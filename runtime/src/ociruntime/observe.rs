@@ -118,6 +118,37 @@ pub fn wait_for(dir: &Path) {
     super::detached::wait_for(dir, PID_FILE)
 }
 
+/// The most the observer writes to `--log` for one container (its lines of refusals; the
+/// summary at the end always goes in): one container run cannot fill containerd's log.
+pub const LOG_MAX: usize = 256 << 10;
+
+/// What the observer wrote to the log, against [`LOG_MAX`].
+#[derive(Default)]
+struct Logged {
+    bytes: usize,
+    left_out: usize,
+}
+
+impl Logged {
+    fn say(&mut self, log: Option<&LogTo>, msg: &str) {
+        if self.bytes + msg.len() > LOG_MAX {
+            self.left_out += 1;
+            return;
+        }
+        self.bytes += msg.len() + 64;
+        say(log, "warning", msg);
+    }
+}
+
+/// A refusal as the log says it: once, without capsule's grants (which mean nothing to a
+/// bundle's author).
+fn quiet(r: &crate::refusals::Refusal) -> crate::refusals::Refusal {
+    let mut r = r.clone();
+    r.grant = None;
+    r.count = 1;
+    r
+}
+
 fn say(log: Option<&LogTo>, level: &str, msg: &str) {
     if let Some(l) = log {
         super::log_to(&l.path, l.json, level, msg);
@@ -158,6 +189,7 @@ fn serve(
     let mut socks: Vec<OwnedFd> = vec![init];
     let mut listeners: Vec<OwnedFd> = Vec::new();
     let mut said = 0usize;
+    let mut logged = Logged::default();
     let mut total = 0u64;
     let pfd = |fd: RawFd| libc::pollfd {
         fd,
@@ -235,23 +267,21 @@ fn serve(
                 socks.push(unsafe { OwnedFd::from_raw_fd(c) });
             }
         }
-        // what is new: in the listing, and said in the log
+        // what is new: in the listing, and said in the log (the first ones as they come,
+        // within the log's bound; the latest when the container's processes are gone)
         let list = refusals.refusals();
         let now: u64 = list.iter().map(|r| r.count).sum();
         if now != total {
             total = now;
             write_listing(dir, &refusals);
-            for r in list.iter().skip(said) {
-                let mut r = r.clone();
-                r.grant = None;
-                r.count = 1;
-                say(
+            let first = refusals.dropped_after().min(list.len());
+            for r in list.iter().take(first).skip(said) {
+                logged.say(
                     log,
-                    "warning",
-                    &format!("capsule: container {id}: {}", r.line()),
+                    &format!("capsule: container {id}: {}", quiet(r).line()),
                 );
             }
-            said = list.len();
+            said = said.max(first);
         }
         let (t, zombie) = super::state::proc_start(pid);
         let init_alive = t == start_time && !zombie;
@@ -264,13 +294,36 @@ fn serve(
         if dir.exists() {
             write_listing(dir, &refusals);
         }
-        let total: u64 = list.iter().map(|r| r.count).sum();
+        let first = refusals.dropped_after().min(list.len());
         let dropped = refusals.dropped();
+        if dropped > 0 {
+            logged.say(
+                log,
+                &format!("capsule: container {id}: ... {dropped} refused writes here not listed (the first {first} distinct ones and the latest are)"),
+            );
+        }
+        for r in list.iter().skip(first.max(said)) {
+            logged.say(
+                log,
+                &format!("capsule: container {id}: {}", quiet(r).line()),
+            );
+        }
+        let total: u64 = list.iter().map(|r| r.count).sum::<u64>() + dropped;
+        let not_said = if logged.left_out > 0 {
+            format!(
+                "; {} lines not written to this log (at most {} KiB of them per container)",
+                logged.left_out,
+                LOG_MAX >> 10
+            )
+        } else {
+            String::new()
+        };
+        // the summary is always written
         say(
             log,
             "warning",
             &format!(
-                "capsule: container {id}: {total} refused writes ({} distinct{}), listed in {}",
+                "capsule: container {id}: {total} refused writes ({} distinct listed{}), listed in {}{not_said}",
                 list.len(),
                 if dropped > 0 {
                     format!(", {dropped} more not listed")

@@ -73,6 +73,31 @@ pub struct Changes {
     /// HEAD moved (e.g. a commit inside): (before, after).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub head: Option<(Option<String>, Option<String>)>,
+    /// Paths left out of a list to keep the record bounded ([`ExecRecord::line`]): per
+    /// list, where (after how many of its entries) and how many.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub omitted: BTreeMap<&'static str, Omitted>,
+}
+
+/// Entries left out of a list, between its first and its last ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Omitted {
+    /// After this many of the list's entries.
+    pub after: usize,
+    pub count: usize,
+}
+
+/// `v` cut to its first and last entries, `keep` of them in all (half each); what was
+/// left out, if anything.
+fn keep_ends<T>(v: &mut Vec<T>, keep: usize) -> Option<Omitted> {
+    if v.len() <= keep {
+        return None;
+    }
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let count = v.len() - keep;
+    v.drain(head..v.len() - tail);
+    Some(Omitted { after: head, count })
 }
 
 /// Does `rel` exist in `workspace`, found without following a symlink on the way (a
@@ -195,6 +220,13 @@ pub struct ExecRecord {
     /// Refusals past the bound of distinct ones, counted only.
     #[serde(skip_serializing_if = "is_zero")]
     pub refusals_dropped: u64,
+    /// Where those were: after this many of `refusals` (the first are kept, and the
+    /// latest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusals_dropped_after: Option<usize>,
+    /// Arguments left out of `argv` to keep the record bounded (after, count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argv_omitted: Option<Omitted>,
     /// Kinds of refusal this exec could not list, and why
     /// ([`crate::refusals::listing`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -274,10 +306,88 @@ impl ExecRecord {
 
     fn line(&self) -> std::io::Result<Vec<u8>> {
         let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        if line.len() >= MAX_LINE {
+            // one exec that changed or was refused many paths: the lists are cut to their
+            // first and last entries, more each round, until the line fits
+            let mut r = self.clone();
+            let mut keep = 4096;
+            while line.len() >= MAX_LINE {
+                r.bound(keep);
+                line = serde_json::to_vec(&r).map_err(std::io::Error::other)?;
+                if keep == 0 {
+                    break;
+                }
+                keep /= 4;
+            }
+        }
         line.push(b'\n');
         Ok(line)
     }
+
+    /// Cut every list of the record to `keep` entries (its first and its last), each
+    /// string to [`MAX_FIELD`] bytes, saying what was left out.
+    fn bound(&mut self, keep: usize) {
+        let cut = |s: &mut String| {
+            if s.len() > MAX_FIELD {
+                let mut end = MAX_FIELD;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+                s.push('…');
+            }
+        };
+        if let Some(c) = self.changes.as_mut() {
+            for (name, list) in [
+                ("added", &mut c.added),
+                ("changed", &mut c.changed),
+                ("removed", &mut c.removed),
+            ] {
+                list.iter_mut().for_each(cut);
+                if let Some(o) = keep_ends(list, keep) {
+                    let e = c.omitted.entry(name).or_default();
+                    e.after = o.after;
+                    e.count += o.count;
+                }
+            }
+        }
+        let first = self.refusals_dropped_after.unwrap_or(self.refusals.len());
+        let cut_out = self.refusals.len();
+        if let Some(o) = keep_ends(&mut self.refusals, keep.min(crate::refusals::MAX_DISTINCT)) {
+            // (each left out was refused at least once)
+            let _ = cut_out;
+            self.refusals_dropped += o.count as u64;
+            self.refusals_dropped_after = Some(o.after.min(first));
+        }
+        for r in &mut self.refusals {
+            cut(&mut r.target);
+            cut(&mut r.program);
+        }
+        self.argv.iter_mut().for_each(cut);
+        if let Some(o) = keep_ends(&mut self.argv, keep.max(2)) {
+            let prev = self.argv_omitted.map_or(0, |p| p.count);
+            self.argv_omitted = Some(Omitted {
+                after: o.after,
+                count: prev + o.count,
+            });
+        }
+        self.limits_reached.iter_mut().for_each(cut);
+        self.degradation.iter_mut().for_each(cut);
+        if let Some(e) = self.error.as_mut() {
+            cut(e);
+        }
+        if let Some(e) = self.changes_error.as_mut() {
+            cut(e);
+        }
+    }
 }
+
+/// The longest record line written ([`RECORD_ROOM`]: the room taken for it before the
+/// command starts): one exec cannot push `events.jsonl` past its cap, nor its record past
+/// the room kept for it on a full disk.
+pub const MAX_LINE: usize = RECORD_ROOM as usize;
+/// The longest string of a record cut down to fit ([`MAX_LINE`]).
+const MAX_FIELD: usize = 4096;
 
 /// Current time as RFC 3339 UTC (seconds).
 pub fn now_rfc3339() -> String {
@@ -287,6 +397,94 @@ pub fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One exec that changed 100k paths and was refused 200 long ones: its record line
+    /// fits the room kept for it, with the first and the last paths and the counts of
+    /// what was left out.
+    #[test]
+    fn a_huge_record_is_cut_to_its_first_and_last_entries() {
+        let paths: Vec<String> = (0..100_000).map(|i| format!("src/gen/{i:06}.rs")).collect();
+        let refusal = |i: usize| crate::refusals::Refusal {
+            kind: crate::refusals::Kind::Write,
+            target: format!("/etc/{i:04}/{}", "x".repeat(500)),
+            program: "sh".into(),
+            pid: None,
+            count: 3,
+            grant: Some("y".repeat(900)),
+            reason: None,
+            header: None,
+        };
+        let rec = ExecRecord {
+            event: "exec",
+            version: 1,
+            capsule: "g".into(),
+            argv: (0..10_000).map(|i| format!("arg{i}")).collect(),
+            cwd: "/w".into(),
+            started_at: "t".into(),
+            requested: serde_json::json!({}),
+            applied: None,
+            degradation: vec![],
+            exit_status: 0,
+            termination: None,
+            error: None,
+            duration_ms: 1.0,
+            changes: Some(Changes {
+                added: paths.clone(),
+                changed: paths[..50_000].to_vec(),
+                removed: vec!["gone".into()],
+                head: None,
+                omitted: BTreeMap::new(),
+            }),
+            changes_error: None,
+            git_guard: None,
+            limits: None,
+            limits_reached: vec![],
+            refusals: (0..256).map(refusal).collect(),
+            refusals_dropped: 7,
+            refusals_dropped_after: Some(128),
+            argv_omitted: None,
+            refusals_not_listed: vec![],
+        };
+        let line = rec.line().unwrap();
+        assert!(line.len() <= MAX_LINE, "{}", line.len());
+        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        let added = v["changes"]["added"].as_array().unwrap();
+        assert_eq!(added[0], "src/gen/000000.rs");
+        assert_eq!(added.last().unwrap(), "src/gen/099999.rs");
+        let o = &v["changes"]["omitted"]["added"];
+        assert_eq!(
+            o["count"].as_u64().unwrap() as usize + added.len(),
+            100_000,
+            "{o}"
+        );
+        assert_eq!(
+            o["after"].as_u64().unwrap() as usize,
+            added.len().div_ceil(2)
+        );
+        assert_eq!(v["changes"]["removed"], serde_json::json!(["gone"]));
+        let refusals = v["refusals"].as_array().unwrap();
+        assert!(refusals[0]["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("/etc/0000/"));
+        assert!(refusals.last().unwrap()["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("/etc/0255/"));
+        assert_eq!(
+            v["refusals_dropped"].as_u64().unwrap() as usize,
+            7 + 256 - refusals.len()
+        );
+        assert_eq!(v["argv"][0], "arg0");
+        assert_eq!(v["argv"].as_array().unwrap().last().unwrap(), "arg9999");
+        // a small one is as it was
+        let mut small = rec.clone();
+        small.changes = None;
+        small.argv = vec!["true".into()];
+        small.refusals.truncate(2);
+        let l = small.line().unwrap();
+        assert!(!String::from_utf8_lossy(&l).contains("omitted"));
+    }
     use std::process::Command;
     use std::time::Duration;
 

@@ -40,6 +40,10 @@ pub struct Line {
     pub exec: Option<String>,
     #[serde(flatten)]
     pub refusal: Refusal,
+    /// How many refusals of the same exec were left out just before this line (the
+    /// first ones of an exec are kept, and the last; those between are counted here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted_before: Option<u64>,
 }
 
 pub fn rfc3339(t: SystemTime) -> String {
@@ -53,6 +57,7 @@ impl Line {
             last: (refusal.count > 1).then(|| rfc3339(last)),
             exec: (!exec.is_empty()).then(|| exec.to_string()),
             refusal,
+            omitted_before: None,
         }
     }
 }
@@ -61,19 +66,53 @@ impl Line {
 pub const MAX_APPEND: usize = 256 << 10;
 
 /// Append `lines` to `path` (created mode 0600; a symlink there is refused) in one write,
-/// at most [`MAX_APPEND`] bytes of them; the log is rotated past its cap first
-/// ([`crate::record::rotate`]). Returns how many lines were left out.
+/// at most [`MAX_APPEND`] bytes of them: the first lines and the last, half of it each,
+/// the first of the last saying how many refusals were left out between
+/// (`omitted_before`); the log is rotated past its cap first ([`crate::record::rotate`]).
+/// Returns how many lines were left out.
 pub fn append(path: &Path, lines: &[Line]) -> std::io::Result<usize> {
-    let mut buf = Vec::new();
-    let mut left_out = 0;
-    for l in lines {
+    let enc = |l: &Line| -> std::io::Result<Vec<u8>> {
         let mut one = serde_json::to_vec(l).map_err(std::io::Error::other)?;
         one.push(b'\n');
-        if buf.len() + one.len() > MAX_APPEND {
-            left_out += 1;
-            continue;
+        Ok(one)
+    };
+    let encoded = lines.iter().map(enc).collect::<std::io::Result<Vec<_>>>()?;
+    let total: usize = encoded.iter().map(Vec::len).sum();
+    let mut buf = Vec::new();
+    let mut left_out = 0;
+    if total <= MAX_APPEND {
+        encoded.iter().for_each(|e| buf.extend_from_slice(e));
+    } else {
+        let half = MAX_APPEND / 2;
+        let mut head = 0;
+        let mut used = 0;
+        while head < encoded.len() && used + encoded[head].len() <= half {
+            used += encoded[head].len();
+            head += 1;
         }
-        buf.extend_from_slice(&one);
+        // the tail, from the end, in the other half (less room for the count it carries)
+        let mut tail = encoded.len();
+        let mut tused = 0;
+        while tail > head && tused + encoded[tail - 1].len() + 48 <= half {
+            tused += encoded[tail - 1].len();
+            tail -= 1;
+        }
+        left_out = tail - head;
+        let omitted: u64 = lines[head..tail]
+            .iter()
+            .map(|l| l.refusal.count + l.omitted_before.unwrap_or(0))
+            .sum();
+        encoded[..head]
+            .iter()
+            .for_each(|e| buf.extend_from_slice(e));
+        if let Some(first) = lines.get(tail) {
+            let mut f = first.clone();
+            f.omitted_before = Some(f.omitted_before.unwrap_or(0) + omitted);
+            buf.extend_from_slice(&enc(&f)?);
+            encoded[tail + 1..]
+                .iter()
+                .for_each(|e| buf.extend_from_slice(e));
+        }
     }
     use crate::record::rotate;
     if let Err(e) = rotate::make_room(path, buf.len(), rotate::REFUSALS_MAX) {
@@ -174,6 +213,37 @@ mod tests {
         assert_eq!(recent[0].refusal.target, "bpf");
         assert_eq!(recent[0].refusal.count, 5);
         assert!(read(&d.path().join("none"), None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_flood_keeps_the_first_and_the_last_lines_and_counts_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("refusals.jsonl");
+        let now = SystemTime::now();
+        let lines: Vec<Line> = (0..20_000)
+            .map(|i| {
+                Line::new(
+                    r(&format!("/w/{i:06}/{}", "x".repeat(100)), 2),
+                    now,
+                    now,
+                    "e",
+                )
+            })
+            .collect();
+        let left_out = append(&p, &lines).unwrap();
+        assert!(left_out > 0);
+        let size = std::fs::metadata(&p).unwrap().len();
+        assert!(size <= MAX_APPEND as u64, "{size}");
+        let got = read(&p, None).unwrap();
+        assert_eq!(got.len() + left_out, lines.len());
+        assert_eq!(got[0].refusal.target, lines[0].refusal.target);
+        assert_eq!(
+            got.last().unwrap().refusal.target,
+            lines.last().unwrap().refusal.target
+        );
+        let marked: Vec<&Line> = got.iter().filter(|l| l.omitted_before.is_some()).collect();
+        assert_eq!(marked.len(), 1);
+        assert_eq!(marked[0].omitted_before, Some(2 * left_out as u64));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! Sources feed one [`Collector`] per exec: the seccomp supervisor (refused syscalls,
 //! `crate::linux::notify`), the allowlist proxy (refused connects, `crate::net::proxy`).
 //! A refusal is identified by its kind, target and program; a repeat only counts. At most
-//! [`MAX_DISTINCT`] distinct refusals are kept per exec; past that, repeats of known ones
-//! still count and new ones are counted in `dropped`, so a storm of refusals keeps the
-//! record (and the log) bounded.
+//! [`MAX_DISTINCT`] distinct refusals are kept per exec: the first half of them as they
+//! came, and the latest of the rest (a newer one pushes the oldest of those out); repeats
+//! of kept ones still count, and every refusal not kept (pushed out, or a repeat of one
+//! pushed out) is counted in `dropped`, between the two halves. So a storm of refusals
+//! keeps the record (and the log) bounded, and never hides the first ones, nor the last.
 //!
 //! What is never in it: file contents, environment values. A target is the name the
 //! sandbox saw (a path as the task named it, a syscall's name, `host:port`); targets and
@@ -150,11 +152,49 @@ fn cut(mut s: String) -> String {
 
 type Key = (Kind, String, String);
 
+/// How many of the first distinct refusals are always kept ([`MAX_DISTINCT`] less the
+/// latest ones).
+pub const KEEP_FIRST: usize = MAX_DISTINCT / 2;
+
+/// A kept refusal: what it is, when first and last seen.
+type Kept = (Refusal, SystemTime, SystemTime);
+
+/// Where a kept refusal is.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// Index into `first`.
+    First(usize),
+    /// Sequence number among the latest (the front of `latest` is `latest_front`).
+    Latest(u64),
+}
+
 #[derive(Default)]
 struct State {
-    by_key: HashMap<Key, usize>,
-    list: Vec<(Refusal, SystemTime, SystemTime)>,
+    by_key: HashMap<Key, Slot>,
+    /// The first [`KEEP_FIRST`] distinct refusals.
+    first: Vec<Kept>,
+    /// The latest distinct ones after them, oldest first.
+    latest: std::collections::VecDeque<(Key, Kept)>,
+    /// The sequence number of the front of `latest`.
+    latest_front: u64,
+    /// Refusals not kept (counted with their repeats).
     dropped: u64,
+}
+
+impl State {
+    fn get_mut(&mut self, slot: Slot) -> Option<&mut Kept> {
+        match slot {
+            Slot::First(i) => self.first.get_mut(i),
+            Slot::Latest(seq) => {
+                let i = seq.checked_sub(self.latest_front)?;
+                self.latest.get_mut(i as usize).map(|(_, k)| k)
+            }
+        }
+    }
+
+    fn kept(&self) -> impl Iterator<Item = &Kept> {
+        self.first.iter().chain(self.latest.iter().map(|(_, k)| k))
+    }
 }
 
 /// The refusals of one exec, shared by its sources (threads).
@@ -190,14 +230,11 @@ impl Collector {
         let now = SystemTime::now();
         let key = (e.kind, cut(e.target), cut(e.program));
         let mut st = self.lock();
-        if let Some(&i) = st.by_key.get(&key) {
-            let r = &mut st.list[i];
-            r.0.count = r.0.count.saturating_add(1);
-            r.2 = now;
-            return;
-        }
-        if st.list.len() >= MAX_DISTINCT {
-            st.dropped = st.dropped.saturating_add(1);
+        if let Some(&slot) = st.by_key.get(&key) {
+            if let Some(r) = st.get_mut(slot) {
+                r.0.count = r.0.count.saturating_add(1);
+                r.2 = now;
+            }
             return;
         }
         let r = Refusal {
@@ -211,12 +248,26 @@ impl Collector {
             reason: e.reason,
             header: e.header,
         };
-        if self.say == Say::Live {
+        if self.say == Say::Live && st.first.len() < KEEP_FIRST {
             say(&r.line());
         }
-        let i = st.list.len();
-        st.list.push((r, now, now));
-        st.by_key.insert(key, i);
+        if st.first.len() < KEEP_FIRST {
+            let i = st.first.len();
+            st.first.push((r, now, now));
+            st.by_key.insert(key, Slot::First(i));
+            return;
+        }
+        if st.latest.len() >= MAX_DISTINCT - KEEP_FIRST {
+            // the oldest of the latest makes room: counted, no longer kept
+            if let Some((old, k)) = st.latest.pop_front() {
+                st.by_key.remove(&old);
+                st.dropped = st.dropped.saturating_add(k.0.count);
+                st.latest_front += 1;
+            }
+        }
+        let seq = st.latest_front + st.latest.len() as u64;
+        st.latest.push_back((key.clone(), (r, now, now)));
+        st.by_key.insert(key, Slot::Latest(seq));
     }
 
     /// Is this refusal listed already (a repeat would only count)?
@@ -225,44 +276,60 @@ impl Collector {
         self.lock().by_key.contains_key(&key)
     }
 
-    /// The distinct refusals so far, in the order first seen.
+    /// The distinct refusals kept, in the order first seen (the first ones, then the
+    /// latest; those dropped were between them).
     pub fn refusals(&self) -> Vec<Refusal> {
-        self.lock().list.iter().map(|r| r.0.clone()).collect()
+        self.lock().kept().map(|r| r.0.clone()).collect()
     }
 
-    /// Refusals not kept because [`MAX_DISTINCT`] were already listed.
+    /// Refusals not kept (pushed out of the latest ones, with their repeats).
     pub fn dropped(&self) -> u64 {
         self.lock().dropped
+    }
+
+    /// Where the dropped refusals were: after this many of [`Collector::refusals`].
+    pub fn dropped_after(&self) -> usize {
+        self.lock().first.len()
     }
 
     /// Say on stderr what the command was refused (after it ended): every refusal
     /// (after), or those repeated since they were said (live).
     pub fn say_after(&self) {
         let st = self.lock();
-        match self.say {
-            Say::Quiet => return,
-            Say::After => st.list.iter().for_each(|r| say(&r.0.line())),
-            Say::Live => st
-                .list
-                .iter()
-                .filter(|r| r.0.count > 1)
-                .for_each(|r| say(&r.0.line())),
+        let first = st.first.len();
+        let mut said_drop = false;
+        for (i, r) in st.kept().enumerate() {
+            if i == first && st.dropped > 0 {
+                said_drop = true;
+                drop_line(st.dropped, self.say);
+            }
+            match self.say {
+                Say::Quiet => return,
+                Say::After => say(&r.0.line()),
+                // live: those not said yet (past the first), and repeats
+                Say::Live if i >= first || r.0.count > 1 => say(&r.0.line()),
+                Say::Live => {}
+            }
         }
-        if st.dropped > 0 {
-            say(&format!(
-                "{} more refusals not listed (at most {MAX_DISTINCT} distinct ones per exec)",
-                st.dropped
-            ));
+        if st.dropped > 0 && !said_drop {
+            drop_line(st.dropped, self.say);
         }
     }
 
-    /// Every distinct refusal so far as a log line, with the times it was first and last
-    /// seen.
+    /// Every distinct refusal kept as a log line, with the times it was first and last
+    /// seen; the first of the latest says how many were dropped before it.
     pub fn lines(&self, exec_started_at: &str) -> Vec<log::Line> {
-        self.lock()
-            .list
-            .iter()
-            .map(|(r, first, last)| log::Line::new(r.clone(), *first, *last, exec_started_at))
+        let st = self.lock();
+        let first = st.first.len();
+        st.kept()
+            .enumerate()
+            .map(|(i, (r, f, l))| {
+                let mut line = log::Line::new(r.clone(), *f, *l, exec_started_at);
+                if i == first && st.dropped > 0 {
+                    line.omitted_before = Some(st.dropped);
+                }
+                line
+            })
             .collect()
     }
 
@@ -271,7 +338,7 @@ impl Collector {
     pub fn append_to(&self, log: &std::path::Path, exec_started_at: &str) -> std::io::Result<()> {
         let empty = {
             let st = self.lock();
-            st.list.is_empty() && st.dropped == 0
+            st.first.is_empty() && st.dropped == 0
         };
         if empty {
             return Ok(());
@@ -280,12 +347,20 @@ impl Collector {
         let left_out = log::append(log, &lines)?;
         if left_out > 0 && self.say != Say::Quiet {
             say(&format!(
-                "{left_out} refusals not written to {} (at most {} KiB per exec)",
+                "{left_out} refusals not written to {} (at most {} KiB per exec: the first and the last are)",
                 capsule_bundle::escape::path(log),
                 log::MAX_APPEND >> 10
             ));
         }
         Ok(())
+    }
+}
+
+fn drop_line(n: u64, how: Say) {
+    if how != Say::Quiet {
+        say(&format!(
+            "... {n} more refusals here not listed (at most {MAX_DISTINCT} distinct ones per exec: the first {KEEP_FIRST} and the latest)"
+        ));
     }
 }
 
@@ -342,8 +417,29 @@ mod tests {
         for i in 0..(MAX_DISTINCT * 2) {
             c.add(ev(Kind::Read, &format!("/x/{i}"), "cat"));
         }
-        assert_eq!(c.refusals().len(), MAX_DISTINCT);
+        let r = c.refusals();
+        assert_eq!(r.len(), MAX_DISTINCT);
         assert_eq!(c.dropped(), (MAX_DISTINCT + 2) as u64);
+        // the first ones kept, and the latest
+        assert_eq!(r[0].target, "keyctl");
+        assert_eq!(r[0].count, 1000);
+        assert_eq!(
+            r.last().unwrap().target,
+            format!("/x/{}", MAX_DISTINCT * 2 - 1)
+        );
+        assert_eq!(c.dropped_after(), KEEP_FIRST);
+        // a repeat of a kept latest one counts; of a dropped one, comes back as latest
+        c.add(ev(
+            Kind::Read,
+            &format!("/x/{}", MAX_DISTINCT * 2 - 1),
+            "cat",
+        ));
+        assert_eq!(c.refusals().last().unwrap().count, 2);
+        let lines = c.lines("x");
+        assert_eq!(lines[KEEP_FIRST].omitted_before, Some(c.dropped()));
+        assert!(lines[..KEEP_FIRST]
+            .iter()
+            .all(|l| l.omitted_before.is_none()));
     }
 
     #[test]
