@@ -20,8 +20,7 @@ const RECORD_ROOM: u64 = 256 << 10;
 const REFUSALS_APPEND: u64 = 256 << 10;
 
 /// The exec: one early refusal, `N` new files, `N` refused writes, in one process.
-#[allow(non_snake_case)]
-fn script(N: usize) -> String {
+fn script(n: usize) -> String {
     format!(
         r#"
 import os
@@ -32,9 +31,9 @@ def refuse(p):
         pass
 refuse("/usr/early-refusal")
 os.makedirs("gen", exist_ok=True)
-for i in range({N}):
+for i in range({n}):
     os.close(os.open("gen/f%06d" % i, os.O_WRONLY | os.O_CREAT, 0o644))
-for i in range({N}):
+for i in range({n}):
     refuse("/usr/flood-%06d" % i)
 print("done")
 "#
@@ -46,18 +45,17 @@ fn one_exec_of_100k_paths_keeps_its_records_bounded_and_their_ends() {
     for (k, r) in runners().into_iter().enumerate() {
         // 100k paths as the first runner; the other (the same code, rootless) with fewer,
         // which pass the bounds as well, to keep the suite's time
-        #[allow(non_snake_case)]
-        let N = if k == 0 { N } else { N / 5 };
+        let n = if k == 0 { N } else { N / 5 };
         let label = r.label().to_string();
         let c = Capsule::new(&r);
         let refusals_log = c.bundle.join("refusals.jsonl");
-        let o = c.exec_with(&["--quiet-refusals"], &["python3", "-c", &script(N)]);
+        let o = c.exec_with(&["--quiet-refusals"], &["python3", "-c", &script(n)]);
         assert_eq!(stdout(&o), "done\n", "[{label}] {}", stderr(&o));
         // calibration: listed whole, the exec's paths are far past the bounds
-        let whole: u64 = (0..N)
+        let whole: u64 = (0..n)
             .map(|i| format!("\"gen/f{i:06}\",").len() as u64)
             .sum::<u64>()
-            + (0..N)
+            + (0..n)
                 .map(|i| {
                     format!("{{\"kind\":\"write\",\"target\":\"/usr/flood-{i:06}\"}},").len() as u64
                 })
@@ -77,11 +75,11 @@ fn one_exec_of_100k_paths_keeps_its_records_bounded_and_their_ends() {
         let rec: serde_json::Value = serde_json::from_str(line).unwrap();
         let added = rec["changes"]["added"].as_array().unwrap();
         assert_eq!(added[0], "gen/f000000", "[{label}]");
-        assert_eq!(added.last().unwrap(), &format!("gen/f{:06}", N - 1));
+        assert_eq!(added.last().unwrap(), &format!("gen/f{:06}", n - 1));
         let om = &rec["changes"]["omitted"]["added"];
         assert_eq!(
             om["count"].as_u64().unwrap() as usize + added.len(),
-            N,
+            n,
             "[{label}] {om}"
         );
         let refused = rec["refusals"].as_array().unwrap();
@@ -91,12 +89,12 @@ fn one_exec_of_100k_paths_keeps_its_records_bounded_and_their_ends() {
         );
         assert_eq!(
             refused.last().unwrap()["target"],
-            format!("/usr/flood-{:06}", N - 1),
+            format!("/usr/flood-{:06}", n - 1),
             "[{label}] the last refusal is not kept"
         );
         let dropped = rec["refusals_dropped"].as_u64().unwrap();
         let kept: u64 = refused.iter().map(|x| x["count"].as_u64().unwrap()).sum();
-        assert_eq!(kept + dropped, N as u64 + 1, "[{label}] counts");
+        assert_eq!(kept + dropped, n as u64 + 1, "[{label}] counts");
         assert!(
             rec["refusals_dropped_after"].as_u64().is_some(),
             "[{label}]"
@@ -115,14 +113,14 @@ fn one_exec_of_100k_paths_keeps_its_records_bounded_and_their_ends() {
         assert_eq!(lines[0]["target"], "/usr/early-refusal", "[{label}]");
         assert_eq!(
             lines.last().unwrap()["target"],
-            format!("/usr/flood-{:06}", N - 1),
+            format!("/usr/flood-{:06}", n - 1),
             "[{label}]"
         );
         let logged: u64 = lines
             .iter()
             .map(|l| l["count"].as_u64().unwrap() + l["omitted_before"].as_u64().unwrap_or(0))
             .sum();
-        assert_eq!(logged, N as u64 + 1, "[{label}] counts in refusals.jsonl");
+        assert_eq!(logged, n as u64 + 1, "[{label}] counts in refusals.jsonl");
         // `capsule refusals` reads it
         let o = bounded(c.capsule().args(["refusals", "t"]), 60);
         assert_ok(&o, "refusals");
