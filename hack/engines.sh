@@ -119,7 +119,7 @@ EOF
   umoci init --layout "$S/cri/img" >/dev/null && umoci new --image "$S/cri/img:1" >/dev/null &&
     umoci unpack --image "$S/cri/img:1" "$S/cri/b" >/dev/null && cp -a "$r/." "$S/cri/b/rootfs/" &&
     umoci repack --image "$S/cri/img:1" "$S/cri/b" >/dev/null &&
-    umoci config --image "$S/cri/img:1" --config.cmd sleep --config.cmd 2147483647 >/dev/null &&
+    umoci config --image "$S/cri/img:1" --config.env PATH=/bin --config.cmd sleep --config.cmd 2147483647 >/dev/null &&
     (cd "$S/cri/img" && tar cf ../img.tar .) &&
     ctr --address "$S/cri/sock" -n k8s.io image import --index-name $I "$S/cri/img.tar" >/dev/null
   CRICTL_OK=1
