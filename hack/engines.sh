@@ -236,9 +236,12 @@ if [ "$BENCH" -gt 0 ]; then
     printf '%-10s' "$e"; declare -A M=()
     for rt in $RUNTIMES; do
       M[$rt]=$(median <"$S/bench-$e-$rt"); fails=$(grep -c FAIL "$S/bench-$e-$rt.err" 2>/dev/null)
-      printf ' %14s' "${M[$rt]}$([ "${fails:-0}" -gt 0 ] && echo "($fails!)")"
+      # a runtime whose every run failed has no figure
+      [ "${fails:-0}" -ge "$BENCH" ] && M[$rt]=failed
+      printf ' %14s' "${M[$rt]}$([ "${fails:-0}" -gt 0 ] && [ "${fails:-0}" -lt "$BENCH" ] && echo "($fails!)")"
     done
-    printf ' %16s %16s\n' "$(echo "scale=2; ${M[capsule]} / ${M[runc]}" | bc)" "$(echo "scale=2; ${M[capsule]} / ${M[crun]}" | bc)"
+    ratio() { [ "$1" = failed ] || [ "$2" = failed ] && { echo -; return; }; echo "scale=2; $1 / $2" | bc; }
+    printf ' %16s %16s\n' "$(ratio "${M[capsule]}" "${M[runc]}")" "$(ratio "${M[capsule]}" "${M[crun]}")"
   done
   echo "($BENCH runs each, interleaved; median seconds of one start to exit; (N!): N runs failed; load: $(cut -d' ' -f1-3 /proc/loadavg))"
   exit 0
