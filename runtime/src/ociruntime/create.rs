@@ -11,7 +11,8 @@
 //! container's) and exit 127, as runc does.
 
 use super::state::{self, Saved};
-use super::{cgroup, hooks, observe, process, rootfs};
+use super::{hooks, observe, process, rootfs};
+use crate::kernel::cgroup::container as cgroup;
 use crate::kernel::ns;
 use crate::plan::container::{container, ContainerPlan, Create};
 use std::ffi::CString;
@@ -124,12 +125,19 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
         defaults.push(super::diskguard::show(plan.disk.reserve));
     }
     let r = (|| {
-        let (dirs, without) = cgroup::setup(&plan.cgroup)?;
+        let (limits, devices) = (plan.cgroup.limits(), plan.cgroup.device_lines());
+        let (dirs, without) = cgroup::setup(&cgroup::Setup {
+            rel: &plan.cgroup.rel,
+            hierarchies: &plan.cgroup.hierarchies,
+            limits: &limits,
+            devices: &devices,
+            optional: plan.cgroup.optional,
+        })?;
         cg_dirs = dirs;
         if let Some(why) = without {
             // rootless, and the bundle asks no limit: as runc, without cgroups, said
             defaults.retain(|d| !plan.cgroup.defaults.contains(d));
-            cgroup::without_own(&mut plan);
+            crate::plan::container::without_own(&mut plan, crate::kernel::cgroup::own_path);
             if let Some(lg) = &a.log {
                 super::log_to(
                     &lg.path,

@@ -161,9 +161,9 @@ fn sweep(c: &Container<'_>) {
             // SAFETY: killing a process of the container.
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
-        if super::cgroup::is_frozen(c.cgroups) {
+        if crate::kernel::cgroup::container::is_frozen(c.cgroups) {
             // a frozen process gets its SIGKILL once thawed
-            let _ = super::cgroup::freeze(c.cgroups, false);
+            let _ = crate::kernel::cgroup::container::freeze(c.cgroups, false);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
