@@ -507,6 +507,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             notify_mine,
             refusals,
             plan.watched.clone(),
+            diskguard::Budget::new(plan.disk_reserve),
             allowed,
             connects,
         ) {

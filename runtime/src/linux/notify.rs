@@ -33,6 +33,7 @@
 //! - a storm of refusals costs the task one round trip each; the record stays bounded
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
+use super::diskguard;
 use super::hooks::{Connects, Route};
 use super::observe::{self, Allowed};
 use super::{fusemask, redirect};
@@ -64,6 +65,7 @@ impl<'scope> Supervisor<'scope> {
         sock: OwnedFd,
         refusals: Arc<Collector>,
         watched: Vec<PathBuf>,
+        budget: Option<diskguard::Budget>,
         allowed: F,
         connects: Option<Arc<dyn Connects>>,
     ) -> io::Result<Supervisor<'scope>>
@@ -87,6 +89,7 @@ impl<'scope> Supervisor<'scope> {
                     stop_r,
                     allowed,
                     &watched,
+                    budget.as_ref(),
                     &refusals,
                     connects.as_deref(),
                 )
@@ -121,6 +124,7 @@ fn serve(
     stop: Arc<OwnedFd>,
     allowed: impl FnOnce() -> Allowed,
     watched: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
     refusals: &Collector,
     connects: Option<&dyn Connects>,
 ) {
@@ -168,7 +172,15 @@ fn serve(
                     let a = allowed.take().map(|f| f()).unwrap_or_default();
                     (Names::new(), a, served)
                 });
-                answer_one_with(l.as_raw_fd(), names, allowed, served, refusals, connects);
+                answer_one_with(
+                    l.as_raw_fd(),
+                    names,
+                    allowed,
+                    served,
+                    budget,
+                    refusals,
+                    connects,
+                );
             }
         } else if p[2].revents != 0 {
             // the filter's last task is gone: the sandbox has ended
@@ -277,9 +289,10 @@ pub(crate) fn answer_one(
     names: &Names,
     allowed: &Allowed,
     served: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
     refusals: &Collector,
 ) {
-    answer_one_with(listener, names, allowed, served, refusals, None)
+    answer_one_with(listener, names, allowed, served, budget, refusals, None)
 }
 
 /// [`answer_one`], with the command's TCP connects to remote addresses sent where
@@ -289,6 +302,7 @@ fn answer_one_with(
     names: &Names,
     allowed: &Allowed,
     served: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
     refusals: &Collector,
     connects: Option<&dyn Connects>,
 ) {
@@ -303,6 +317,9 @@ fn answer_one_with(
     // `seccomp::listened`): continuing it gives the kernel the decision it would have
     // made without us
     let nr = n.data.nr as i64;
+    if seccomp::budget_call(nr) {
+        return answer_budget(listener, &n, budget, refusals);
+    }
     if nr == seccomp::OBSERVED_CONNECT {
         if let Some(c) = connects {
             if routed(listener, &n, c, refusals) {
@@ -347,6 +364,80 @@ fn answer_one_with(
         reason: None,
     };
     answer(listener, &n, Some(refused), false, refusals)
+}
+
+/// Answer a call that allocates much at once (`fallocate`, `copy_file_range`): continued,
+/// unless the bytes it may allocate would take the filesystem of the file it writes below
+/// the disk reserve ([`diskguard::Budget`]): then `ENOSPC`, listed as a refused write with
+/// the grant that allows more. The file is looked at through `/proc/<pid>/fd/<n>`, opened
+/// `O_PATH` (nothing of it is read); the size asked is the call's own argument
+/// (`copy_file_range`: at most what its source holds).
+fn answer_budget(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    budget: Option<&diskguard::Budget>,
+    refusals: &Collector,
+) {
+    let Some(budget) = budget else {
+        return respond(listener, n.id, true, 0);
+    };
+    let a = &n.data.args;
+    let copy = n.data.nr as i64 == seccomp::BUDGET_COPY_FILE_RANGE;
+    let (out, mut bytes) = if copy {
+        (a[2] as i32, a[4])
+    } else {
+        (a[0] as i32, a[3])
+    };
+    let open = |fd: i32| -> Option<OwnedFd> {
+        let p = std::ffi::CString::new(format!("/proc/{}/fd/{fd}", n.pid)).ok()?;
+        // SAFETY: open of a path as O_PATH (nothing is read or opened for real).
+        let f = unsafe { libc::open(p.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        // SAFETY: a new descriptor of ours.
+        (f >= 0).then(|| unsafe { OwnedFd::from_raw_fd(f) })
+    };
+    let Some(file) = open(out) else {
+        return respond(listener, n.id, true, 0);
+    };
+    if copy {
+        if let Some(size) = open(a[0] as i32)
+            .and_then(|s| crate::kernel::checked::stat(s.as_raw_fd()).ok())
+            .map(|st| st.st_size.max(0) as u64)
+        {
+            bytes = bytes.min(size);
+        }
+    }
+    // the descriptor named the task's file (not one of a recycled pid's)
+    if !still_valid(listener, n.id) {
+        return;
+    }
+    use std::os::fd::AsFd;
+    match budget.allow(file.as_fd(), bytes) {
+        Ok(()) => respond(listener, n.id, true, 0),
+        Err(b) => {
+            respond(listener, n.id, false, libc::ENOSPC);
+            let target = std::fs::read_link(format!("/proc/{}/fd/{out}", n.pid))
+                .map(|p| crate::refusals::path_target(&p))
+                .unwrap_or_else(|_| format!("fd {out}"));
+            refusals.add(Event {
+                header: None,
+                kind: Kind::Write,
+                target,
+                program: comm(n.pid),
+                pid: nspid(n.pid),
+                grant: Some(
+                    "a smaller \"disk_reserve\" in $CAPSULE_ROOT/settings.json (\"1G\", \"1%\"; \"off\": no guard)"
+                        .into(),
+                ),
+                reason: Some(format!(
+                    "{} of {} refused: it would take the filesystem below the disk reserve of {} ({} free)",
+                    if copy { "copy_file_range" } else { "fallocate" },
+                    crate::limits::show_size(bytes),
+                    crate::limits::show_size(b.reserve),
+                    crate::limits::show_size(b.free)
+                )),
+            });
+        }
+    }
 }
 
 /// A `connect` to a remote address (TCP, when `connects` sends it elsewhere): routed by
@@ -547,9 +638,16 @@ mod tests {
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
             let mut b = [0u8; 1];
             std::thread::scope(|scope| {
-                let sup =
-                    Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default, None)
-                        .unwrap();
+                let sup = Supervisor::start(
+                    scope,
+                    mine,
+                    c.clone(),
+                    Vec::new(),
+                    None,
+                    Allowed::default,
+                    None,
+                )
+                .unwrap();
                 assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 1);
                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                 sup.finish();
@@ -615,8 +713,16 @@ mod tests {
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
         let mut b = [0u8; 3];
         std::thread::scope(|scope| {
-            let sup = Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default, None)
-                .unwrap();
+            let sup = Supervisor::start(
+                scope,
+                mine,
+                c.clone(),
+                Vec::new(),
+                None,
+                Allowed::default,
+                None,
+            )
+            .unwrap();
             assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 3);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             sup.finish();

@@ -124,6 +124,13 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     if guard.is_some() && plan.disk.own {
         defaults.push(super::diskguard::show(plan.disk.reserve));
     }
+    if let Some(h) = guard.as_ref().and_then(|g| g.headroom()) {
+        super::diskguard::budget(&mut plan.process.rlimits, h);
+        defaults.push(format!(
+            "file_size={} (RLIMIT_FSIZE: the free space above the disk reserve, so that no single file takes a disk below it)",
+            crate::limits::show_size(h)
+        ));
+    }
     let r = (|| {
         let (limits, devices) = (plan.cgroup.limits(), plan.cgroup.device_lines());
         let (dirs, without) = cgroup::setup(&cgroup::Setup {
@@ -442,6 +449,7 @@ fn spawn(
             listen,
             a.log.clone(),
             cg_dirs,
+            plan.disk.reserve,
         );
         if let Err(e) = r {
             kill();

@@ -131,7 +131,16 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
     let cg_dirs = crate::kernel::cgroup::container::sub_cgroups(&saved.cgroups, &a.cgroups)?;
     // the process's plan, and the container's confinement as create planned it
     let facts = super::facts::gather(false);
-    let plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
+    let mut plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
+    // the disk guard's budget, as create set it on the container's init: now's
+    if let Ok(d) = crate::plan::container::disk::disk(&spec, &facts) {
+        if d.reserve != crate::limits::DiskReserve::Off {
+            if let Some(h) = crate::linux::diskguard::budget_of(&d.paths(&saved.rootfs), d.reserve)
+            {
+                super::diskguard::budget(&mut plan.rlimits, h);
+            }
+        }
+    }
     let confine = plan::confinement(&spec, &facts).map_err(|e| e.to_string())?;
     let namespaces = ns::of_process(saved.pid).map_err(|e| e.to_string())?;
     let console = a
