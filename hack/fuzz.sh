@@ -31,6 +31,10 @@ capsule-runtime net::http_props::generated_requests_parse_to_their_host_and_port
 capsule-runtime net::http_props::the_parsed_destination_gets_the_reference_models_answer 550000
 capsule-runtime net::socks_props::negotiating_on_any_bytes_never_panics 350000
 capsule-runtime net::socks_props::generated_requests_give_their_destination_and_the_models_answer 340000
+capsule-runtime net::dns_props::any_bytes_get_a_response_of_their_id_or_nothing 60000
+capsule-runtime net::dns_props::a_query_for_a_name_gets_its_synthetic_address 140000
+capsule-runtime net::sni_props::any_bytes_are_read_without_a_panic 100000
+capsule-runtime net::sni_props::a_generated_hello_gives_its_name 300000
 capsule-runtime record::snapshot::props::a_capped_read_gives_a_regular_file_within_its_cap_and_nothing_else 600000
 capsule-runtime record::snapshot::props::any_index_is_read_without_a_panic_and_gives_only_workspace_paths 80000
 capsule-runtime record::snapshot::props::head_resolves_only_to_an_id_written_under_git 40000

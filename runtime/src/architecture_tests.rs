@@ -137,7 +137,7 @@ fn linux_layers_point_down() {
             "warm" | "supervise" => 5,
             "init" => 4,
             "oci" | "notify" | "outcome" => 3,
-            "mounts" | "observe" | "fusemask" | "diskguard" => 2,
+            "mounts" | "observe" | "fusemask" | "diskguard" | "redirect" => 2,
             "plan" | "pty" | "activity" | "spawn" => 1,
             "report" | "hooks" | "sockets" => 0,
             _ => return None,
@@ -197,7 +197,8 @@ fn the_kernel_stack_is_the_bottom() {
     const ALLOWED: &[&str] = &["kernel", "exit", "limits"];
     let layer = |m: &str| -> Option<u32> {
         Some(match m {
-            "process" => 2,
+            "setup" => 3,
+            "process" | "mount" => 2,
             "landlock" | "seccomp" | "cgroup" | "caps" | "rlimit" | "ns" | "checked" => 1,
             "sys" => 0,
             _ => return None,
@@ -247,6 +248,37 @@ fn the_kernel_stack_is_the_bottom() {
         }
     }
     assert!(bad.is_empty(), "the kernel stack reaching up: {bad:#?}");
+}
+
+/// capsule-runc's front end keeps only what is the OCI command line's own (parsing,
+/// state, hooks as runc runs them, the console socket): the kernel-facing steps are the
+/// kernel stack's, shared with `capsule exec` ([`crate::kernel`]), so a fix made there
+/// reaches both.
+#[test]
+fn the_oci_front_end_keeps_no_kernel_steps() {
+    const KERNEL_STEPS: &[&str] = &[
+        "SECCOMP_SET_MODE_FILTER",
+        "PR_SET_NO_NEW_PRIVS",
+        "cgroup.procs",
+        "SYS_clone",
+        "libc::clone(",
+        "capset",
+    ];
+    let mut bad = Vec::new();
+    for (file, code) in all_sources() {
+        if !under(&file, "ociruntime") {
+            continue;
+        }
+        for k in KERNEL_STEPS {
+            if code.contains(k) {
+                bad.push(format!("{}: {k}", file.display()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "kernel steps in the OCI front end (move them into crate::kernel): {bad:#?}"
+    );
 }
 
 /// No two modules use each other: where two parts need each other, what they share is a

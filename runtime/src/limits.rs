@@ -36,6 +36,12 @@ pub struct Limits {
     /// instead of the bundle's tmp folder; see [`crate::linux::plan::with_tmp_size`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tmp_size: Option<u64>,
+    /// The disk guard's budget, in bytes: the least free space above the disk reserve of
+    /// the filesystems the command can write, when the exec started
+    /// ([`crate::linux::diskguard::budget`]); the command's `RLIMIT_FSIZE` where it is
+    /// below `file_size`, so that no single file can take the disk below the reserve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_budget: Option<u64>,
 }
 
 impl Limits {
@@ -52,9 +58,14 @@ impl Limits {
     /// `(resource, flag, value)` of each rlimit asked for.
     #[cfg(target_os = "linux")]
     pub fn rlimits(&self) -> impl Iterator<Item = (libc::__rlimit_resource_t, &'static str, u64)> {
+        let fsize = match (self.file_size, self.disk_budget) {
+            (Some(f), Some(b)) if b < f => (libc::RLIMIT_FSIZE, "the disk guard's budget", Some(b)),
+            (None, Some(b)) => (libc::RLIMIT_FSIZE, "the disk guard's budget", Some(b)),
+            (f, _) => (libc::RLIMIT_FSIZE, "--file-size", f),
+        };
         [
             (libc::RLIMIT_NOFILE, "--fds", self.fds),
-            (libc::RLIMIT_FSIZE, "--file-size", self.file_size),
+            fsize,
             (libc::RLIMIT_NPROC, "processes (RLIMIT_NPROC)", self.nproc),
         ]
         .into_iter()
@@ -135,9 +146,13 @@ pub fn pids_default(cpus: u64) -> u64 {
 pub fn killed_by(limits: &Limits, signal: i32) -> Option<String> {
     #[cfg(target_os = "linux")]
     if signal == libc::SIGXFSZ {
-        return limits
-            .file_size
-            .map(|s| format!("killed: file size limit {} reached", show_size(s)));
+        return match (limits.file_size, limits.disk_budget) {
+            (f, Some(b)) if f.is_none_or(|f| b < f) => Some(format!(
+                "killed: file size limit {} reached (the disk guard's budget: the free space above the disk reserve when the exec started; no file may take the disk below the reserve)",
+                show_size(b)
+            )),
+            (f, _) => f.map(|s| format!("killed: file size limit {} reached", show_size(s))),
+        };
     }
     let _ = (limits, signal);
     None
@@ -233,6 +248,18 @@ impl DiskReserve {
         match self {
             DiskReserve::Share { percent, cap } => (size / 100 * percent as u64).min(cap),
             DiskReserve::Bytes(b) => b,
+            DiskReserve::Off => 0,
+        }
+    }
+
+    /// Inodes to keep free on a filesystem of `files` inodes (a filesystem full of empty
+    /// files is full too): the same share, its cap counted at one inode per 16 KiB
+    /// (ext4's default ratio: 131,072 inodes for 2 GiB); exactly so many bytes' worth.
+    pub fn inodes(self, files: u64) -> u64 {
+        const PER: u64 = 16 << 10;
+        match self {
+            DiskReserve::Share { percent, cap } => (files / 100 * percent as u64).min(cap / PER),
+            DiskReserve::Bytes(b) => (b / PER).min(files / 20),
             DiskReserve::Off => 0,
         }
     }

@@ -1,8 +1,12 @@
 //! Real clients in allowlist mode, offline, as root and as the unprivileged user, each
 //! doing its real job with nothing set up inside beyond what capsule sets: curl, wget,
 //! git (clone and push over smart HTTP), Python's urllib, requests and `pip install`,
-//! `npm install`, `cargo fetch` from a sparse registry, `go mod download` from a GOPROXY,
-//! a Go program with Go's default transport, and Java's HttpClient.
+//! Node's `fetch` and `https` module, `npm install`, `cargo fetch` from a sparse registry,
+//! `go mod download` from a GOPROXY, a Go program, and Java's HttpClient; and the same
+//! clients ignoring the proxy variables (Node before 24, Go with `Proxy: nil`, Java and
+//! Python without their proxy settings), whose direct connections reach the proxy all the
+//! same; and what a hostile client sends (a TLS server name or `Host` naming another host,
+//! bytes naming no host), each refused with a clear line while the proxy serves the rest.
 //!
 //! One server for the whole binary (`tests/fixtures/clients/server.py`): an HTTPS port and
 //! a plain-HTTP port on 127.0.0.1, reached under test names through the proxy's test
@@ -198,7 +202,11 @@ fn have(tool: &str) -> bool {
 #[test]
 fn curl() {
     case(
-        |_| {},
+        |ws| {
+            std::fs::copy(&fixture().ca, ws.join("own-roots.pem"))
+                .map(|_| ())
+                .unwrap()
+        },
         |f| {
             let (a, p, r) = (f.api(), f.pkgs(), f.refused());
             format!(
@@ -206,6 +214,7 @@ fn curl() {
 $c "Authorization: Bearer $TOKEN" {a}/echo
 $c "Authorization: Bearer $TOKEN" {p}/echo
 $c "Authorization: Bearer $TOKEN" {r}/echo || echo "curl refused $?"
+$c "Authorization: Bearer $TOKEN" --cacert own-roots.pem {a}/echo || echo "curl distrusts $?"
 "#
             )
         },
@@ -218,6 +227,17 @@ $c "Authorization: Bearer $TOKEN" {r}/echo || echo "curl refused $?"
             );
             assert!(s.contains("curl refused"), "{s}");
             assert!(e.contains("refused connect refused.test"), "{e}");
+            // a program with roots of its own: said so, with what to do
+            assert!(s.contains("curl distrusts 60"), "{s}");
+            // (the program is named when it is still there to be found)
+            let distrust = e
+                .lines()
+                .find(|l| l.contains("does not trust the capsule CA (its TLS alert: unknown_ca)"))
+                .unwrap_or_else(|| panic!("{e}"));
+            assert!(
+                distrust.starts_with(&format!("capsule: refused connect api.test:{}", f.tls)),
+                "{e}"
+            );
         },
     );
 }
@@ -285,36 +305,99 @@ git -c "$h" ls-remote origin "refs/heads/$b" | grep -q "$(git rev-parse HEAD)" &
 
 const PY: &str = r#"
 import os, sys, urllib.request
+label = sys.argv[1]
 h = {"Authorization": "Bearer " + os.environ["TOKEN"]}
-for u in sys.argv[1:]:
+for u in sys.argv[2:]:
     try:
-        print("urllib", urllib.request.urlopen(urllib.request.Request(u + "/echo", headers=h), timeout=20).read().decode().strip())
+        print(label, "urllib", urllib.request.urlopen(urllib.request.Request(u + "/echo", headers=h), timeout=20).read().decode().strip())
     except Exception as e:
-        print("urllib error", u, type(e).__name__)
+        print(label, "urllib error", u, type(e).__name__)
 import requests
-for u in sys.argv[1:]:
+for u in sys.argv[2:]:
     try:
-        print("requests", requests.get(u + "/echo", headers=h, timeout=20).text.strip())
+        print(label, "requests", requests.get(u + "/echo", headers=h, timeout=20).text.strip())
     except Exception as e:
-        print("requests error", u, type(e).__name__)
+        print(label, "requests error", u, type(e).__name__)
 "#;
 
+/// Python's urllib and requests, through the proxy variables and without them.
 #[test]
 fn python_urllib_and_requests() {
     case(
         |ws| std::fs::write(ws.join("client.py"), PY).unwrap(),
-        |f| format!("python3 client.py {} {} {}", f.api(), f.pkgs(), f.refused()),
+        |f| {
+            let urls = format!("{} {} {}", f.api(), f.pkgs(), f.refused());
+            format!(
+                "python3 client.py proxied {urls}\nenv -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u all_proxy python3 client.py direct {urls}\n"
+            )
+        },
         |s, e| {
             let f = fixture();
-            for lib in ["urllib", "requests"] {
-                assert!(s.contains(&format!("{lib} {}", api_echo(f))), "{lib}: {s}");
-                assert!(s.contains(&format!("{lib} {}", pkgs_echo(f))), "{lib}: {s}");
-                assert!(
-                    s.contains(&format!("{lib} error https://refused.test")),
-                    "{s}"
-                );
+            for how in ["proxied", "direct"] {
+                for lib in ["urllib", "requests"] {
+                    let l = format!("{how} {lib}");
+                    assert!(s.contains(&format!("{l} {}", api_echo(f))), "{l}: {s}");
+                    assert!(s.contains(&format!("{l} {}", pkgs_echo(f))), "{l}: {s}");
+                    assert!(
+                        s.contains(&format!("{l} error https://refused.test")),
+                        "{l}: {s}"
+                    );
+                }
             }
             assert!(e.contains("refused connect refused.test"), "{e}");
+        },
+    );
+}
+
+/// What a hostile client sends, connecting by itself: a TLS server name or an HTTP `Host`
+/// naming another host than the one it connected to, bytes that name no host, a
+/// ClientHello cut short; each is refused with one clear line (no grant where no flag
+/// would allow it), and the proxy goes on serving the next request.
+#[test]
+fn hostile_direct_clients_get_clear_refusals() {
+    const HOSTILE: &str = r#"
+import socket, ssl, sys
+t, p = int(sys.argv[1]), int(sys.argv[2])
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+try:
+    with ctx.wrap_socket(socket.create_connection(("pkgs.test", t), timeout=20), server_hostname="evil.test") as c:
+        c.sendall(b"GET /echo HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        print("sni mismatch got", c.recv(100))
+except ssl.SSLError as e:
+    print("sni mismatch refused", e.reason)
+c = socket.create_connection(("pkgs.test", p), timeout=20)
+c.sendall(b"GET /echo HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n")
+print("host mismatch", c.recv(100).split(b"\r\n")[0].decode())
+c = socket.create_connection(("192.0.2.1", t), timeout=20)
+c.sendall(b"\x00\x01 no host in here\r\n\r\n")
+print("garbage", c.recv(100) or b"closed")
+c = socket.create_connection(("api.test", t), timeout=20)
+c.sendall(bytes([22, 3, 1, 1, 0]) + b"\x01\x00\x00\xfc\x03\x03")
+c.shutdown(socket.SHUT_WR)
+print("half hello", c.recv(100) or b"closed")
+import urllib.request
+print("still serving", urllib.request.urlopen("https://pkgs.test:%d/echo" % t, timeout=20).read().decode().strip())
+"#;
+    case(
+        |ws| std::fs::write(ws.join("hostile.py"), HOSTILE).unwrap(),
+        |f| format!("python3 hostile.py {} {}", f.tls, f.plain),
+        |s, e| {
+            let (t, p) = (fixture().tls, fixture().plain);
+            assert!(
+                s.contains("sni mismatch refused TLSV1_ALERT_ACCESS_DENIED"),
+                "{s}"
+            );
+            assert!(s.contains("host mismatch HTTP/1.1 403 Forbidden"), "{s}");
+            assert!(s.contains("garbage b'closed'"), "{s}");
+            assert!(s.contains("half hello b'closed'"), "{s}");
+            assert!(s.contains("still serving auth=None host=pkgs.test"), "{s}");
+            let line = |l: &str| e.lines().any(|x| x == l);
+            assert!(line(&format!("capsule: refused connect pkgs.test:{t} (python3): the TLS server name names evil.test, not pkgs.test, the host the connection was made to")), "{e}");
+            assert!(line(&format!("capsule: refused connect pkgs.test:{p} (python3): the request's Host names evil.test, not pkgs.test, the host the connection was made to")), "{e}");
+            assert!(line(&format!("capsule: refused connect 192.0.2.1:{t} (python3): a connection to an address that names no host (neither TLS nor HTTP); to allow: --allow-host 192.0.2.1:{t}")), "{e}");
+            assert!(e.contains(&format!("capsule: refused connect api.test:{t} (python3): the client closed before naming a host")), "{e}");
         },
     );
 }
@@ -337,6 +420,54 @@ $pip {p}/simple/ --target via-pkgs capsuledemo && PYTHONPATH=via-pkgs python3 -c
         |s, _| {
             assert!(s.contains("pip api capsuledemo-py-ok"), "{s}");
             assert!(s.contains("pip pkgs capsuledemo-py-ok"), "{s}");
+        },
+    );
+}
+
+/// Node's built-in `fetch` and its `https` module, which ignore `HTTPS_PROXY` (Node 20;
+/// from Node 22.21 and 24 they take it with `NODE_USE_ENV_PROXY`, set here and cleared
+/// for this case): they resolve and dial by themselves, and their connections are sent to
+/// the proxy all the same; the refused host's connect fails at once, said on stderr.
+#[test]
+fn node_fetch_and_https_direct() {
+    if !have("node") {
+        return;
+    }
+    case(
+        |ws| copy_fixture("client.js", ws),
+        |f| {
+            let urls = format!("{}/echo {}/echo {}/echo", f.api(), f.pkgs(), f.refused());
+            format!(
+                "unset NODE_USE_ENV_PROXY
+node client.js fetch {urls}
+node client.js https {urls}
+"
+            )
+        },
+        |s, e| {
+            let f = fixture();
+            for m in ["fetch", "https"] {
+                assert!(
+                    s.contains(&format!("node-{m} 200 {}", api_echo(f))),
+                    "{m}: {s}"
+                );
+                assert!(
+                    s.contains(&format!("node-{m} 200 {}", pkgs_echo(f))),
+                    "{m}: {s}"
+                );
+                assert!(
+                    s.contains(&format!(
+                        "node-{m} error https://refused.test:{}/echo ECONNREFUSED",
+                        f.tls
+                    )),
+                    "{s}"
+                );
+            }
+            let line = format!(
+                "capsule: refused connect refused.test:{t} (node): not on the allowlist, 2 times; to allow: --allow-host refused.test:{t}",
+                t = f.tls
+            );
+            assert!(e.contains(&line), "{e}");
         },
     );
 }
@@ -416,28 +547,40 @@ fn go_mod_download() {
 }
 
 /// A Go program (`tests/fixtures/clients/goclient.go`, built once on the host) with Go's
-/// default transport, which takes the proxy from the environment.
+/// default transport, which takes the proxy from the environment, and with a transport
+/// that ignores it (`Proxy: nil`), dialling by itself.
 #[test]
-fn go_program() {
+fn go_program_env_and_direct() {
     let Some(bin) = go_client() else { return };
     case(
         |ws| {
             std::fs::copy(&bin, ws.join("goclient")).unwrap();
         },
         |f| {
-            format!(
-                "./goclient env {}/echo {}/echo {}/echo",
-                f.api(),
-                f.pkgs(),
-                f.refused()
-            )
+            let urls = format!("{}/echo {}/echo {}/echo", f.api(), f.pkgs(), f.refused());
+            format!("./goclient env {urls}\n./goclient direct {urls}\n")
         },
         |s, e| {
             let f = fixture();
-            assert!(s.contains(&format!("go-env 200 {}", api_echo(f))), "{s}");
-            assert!(s.contains(&format!("go-env 200 {}", pkgs_echo(f))), "{s}");
-            assert!(s.contains("go-env error https://refused.test"), "{s}");
+            for m in ["env", "direct"] {
+                assert!(
+                    s.contains(&format!("go-{m} 200 {}", api_echo(f))),
+                    "{m}: {s}"
+                );
+                assert!(
+                    s.contains(&format!("go-{m} 200 {}", pkgs_echo(f))),
+                    "{m}: {s}"
+                );
+                assert!(
+                    s.contains(&format!("go-{m} error https://refused.test")),
+                    "{s}"
+                );
+            }
             assert!(e.contains("refused connect refused.test"), "{e}");
+            assert!(
+                e.contains("connect: connection refused"),
+                "direct: refused at the connect: {e}"
+            );
         },
     );
 }
@@ -469,7 +612,9 @@ fn go_client() -> Option<PathBuf> {
     .clone()
 }
 
-/// Java's HttpClient (Debian's default JDK), single-file source launch.
+/// Java's HttpClient (Debian's default JDK), single-file source launch: with the proxy and
+/// trust store capsule gives it in `JAVA_TOOL_OPTIONS`, and without them (the trust store
+/// bound over the JDK's `cacerts`, its connections sent to the proxy directly).
 #[test]
 fn java_httpclient() {
     if !have("java") {
@@ -478,18 +623,19 @@ fn java_httpclient() {
     case(
         |ws| copy_fixture("Client.java", ws),
         |f| {
+            let urls = format!("{}/echo {}/echo {}/echo", f.api(), f.pkgs(), f.refused());
             format!(
-                "java Client.java {}/echo {}/echo {}/echo",
-                f.api(),
-                f.pkgs(),
-                f.refused()
+                "java Client.java {urls}\necho without its options\nenv -u JAVA_TOOL_OPTIONS java Client.java {urls}\n"
             )
         },
         |s, e| {
             let f = fixture();
-            assert!(s.contains(&format!("java 200 {}", api_echo(f))), "{s}");
-            assert!(s.contains(&format!("java 200 {}", pkgs_echo(f))), "{s}");
-            assert!(s.contains("java error https://refused.test"), "{s}");
+            let (with, without) = s.split_once("without its options").expect("both runs");
+            for out in [with, without] {
+                assert!(out.contains(&format!("java 200 {}", api_echo(f))), "{s}");
+                assert!(out.contains(&format!("java 200 {}", pkgs_echo(f))), "{s}");
+                assert!(out.contains("java error https://refused.test"), "{s}");
+            }
             assert!(e.contains("refused connect refused.test"), "{e}");
         },
     );

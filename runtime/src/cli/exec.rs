@@ -189,6 +189,7 @@ impl ExecArgs {
             cpus_milli: self.cpus,
             tmp_size: self.tmp_size,
             nproc: None,
+            disk_budget: None,
         }
     }
 

@@ -143,6 +143,7 @@ fn default_limits_json(cg: &[(&str, Result<String, String>)], s: &Settings) -> s
                 "why_no_cgroup": why("--pids"),
             },
             "disk_reserve": s.disk_reserve.clone().unwrap_or_else(|| "5%,2G".into()),
+            "disk_guard": disk_guard_json(),
         })
     }
     #[cfg(not(target_os = "linux"))]
@@ -150,6 +151,21 @@ fn default_limits_json(cg: &[(&str, Result<String, String>)], s: &Settings) -> s
         let _ = (cg, s);
         serde_json::Value::Null
     }
+}
+
+/// What the disk guard bounds before it happens on this machine, and what it only stops.
+#[cfg(target_os = "linux")]
+fn disk_guard_json() -> serde_json::Value {
+    let checked = crate::kernel::seccomp::continue_supported();
+    serde_json::json!({
+        "single_calls": if checked {
+            "no file may grow past the free space above the reserve when the exec starts (RLIMIT_FSIZE: write, truncate, copy_file_range, sendfile, mapped pages); fallocate and copy_file_range are checked before they run and refused (ENOSPC) past the headroom"
+        } else {
+            "no file may grow past the free space above the reserve when the exec starts (RLIMIT_FSIZE); fallocate with FALLOC_FL_KEEP_SIZE and what several fallocate or copy_file_range calls add up to are NOT checked on this kernel (no seccomp user notification that can continue a call, Linux 5.5): only the poll stops them"
+        },
+        "fallocate_checked": checked,
+        "polled": "what many calls add up to (writes to several files, mapped pages of several files, new files until the inodes run out) is stopped by the poll, 50 ms of writing ahead of the reserve, not refused",
+    })
 }
 
 fn default_limits_human(cg: &[(&str, Result<String, String>)], s: &Settings) -> String {
@@ -185,8 +201,17 @@ fn default_limits_human(cg: &[(&str, Result<String, String>)], s: &Settings) -> 
             );
         }
         o += &format!(
-            "  disk reserve {}: the disk guard stops the whole tree before a filesystem the task can write falls below it (settings.json \"disk_reserve\")\n",
+            "  disk reserve {}: the disk guard stops the whole tree before a filesystem the task can write (or one mounted below it) falls below it, in bytes or inodes (settings.json \"disk_reserve\")\n",
             s.disk_reserve.as_deref().unwrap_or("the smaller of 5% and 2 GiB")
+        );
+        let g = disk_guard_json();
+        o += &format!(
+            "    single calls: {}\n",
+            g["single_calls"].as_str().unwrap_or("")
+        );
+        o += &format!(
+            "    not refused, stopped: {}\n",
+            g["polled"].as_str().unwrap_or("")
         );
         o
     }

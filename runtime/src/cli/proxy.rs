@@ -103,6 +103,7 @@ pub fn run(a: ProxyArgs) -> CliResult {
         refusals: None,
         limits: Default::default(),
         secrets,
+        direct: None,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -308,6 +308,16 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
     let _exec_lock = crate::home::lock::exec_shared(&cap.bundle_dir);
     // the record's room, taken before the command can fill the disk
     let events_file = record::reserve_room(&events);
+    // no single file may take the disk below the reserve (the poll bounds the sum): the
+    // headroom after capsule's own room was taken
+    plan.limits.disk_budget = linux::diskguard::budget(&plan);
+    limits.disk_budget = plan.limits.disk_budget;
+    if limits.disk_budget.is_some() {
+        rec.limits = Some(limits_record(&limits, &cgroups, &defaults_not_enforced));
+        if !crate::kernel::seccomp::continue_supported() {
+            rec.degradation.push("the disk guard: fallocate and copy_file_range are not checked before they run on this kernel (no seccomp notification that can continue a call); files are bounded by RLIMIT_FSIZE and the poll".into());
+        }
+    }
     let mut result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
     tracing::debug!("command ended: {:?}", started.elapsed());
     if let Err(ExecError::Namespaces(msg)) = &result {
@@ -317,6 +327,7 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
         plan = crate::plan::plan(&resolved(isolation, landlock_best_effort), &facts);
         tmp_size_degraded(&a, isolation, &mut degradation);
         net.apply(&mut plan);
+        plan.limits.disk_budget = linux::diskguard::budget(&plan);
         result = linux::run(&plan, net.hooks(snapshot_hooks(), plan.isolation));
     }
     // the snapshot after the command
@@ -416,10 +427,17 @@ pub fn run(x: Exec) -> Result<Finished, CliError> {
                         "a smaller \"disk_reserve\" in $CAPSULE_ROOT/settings.json (\"1G\", \"1%\"; \"off\": no guard)"
                             .into(),
                     ),
-                    reason: Some(format!(
-                        "the filesystem's free space fell below the disk reserve of {}",
-                        crate::limits::show_size(b.reserve)
-                    )),
+                    reason: Some(if b.inodes {
+                        format!(
+                            "the filesystem's free inodes fell below the disk reserve of {} inodes",
+                            b.reserve
+                        )
+                    } else {
+                        format!(
+                            "the filesystem's free space fell below the disk reserve of {}",
+                            crate::limits::show_size(b.reserve)
+                        )
+                    }),
                     header: None,
                 });
                 rec.refusals = refusals.refusals();

@@ -1,4 +1,9 @@
-//! Control groups of `capsule exec --memory SIZE --pids N`: one cgroup per exec, made
+//! Control groups, for both front ends: the host's layout read once ([`hierarchy`]),
+//! the limits of an OCI bundle written as runc writes them ([`resources`]), a
+//! container's groups ([`container`], capsule-runc's), and here the groups of
+//! `capsule exec --memory SIZE --pids N --cpus N`.
+//!
+//! `capsule exec`'s groups: one cgroup per exec, made
 //! before the sandbox's init exists and entered by it before the command is forked, so
 //! that the command and everything it starts are held by the limits from their first
 //! instruction; removed when the exec is over.
@@ -25,11 +30,16 @@
 //! next one, renamed when it is done ([`ExecCgroups::make_spares`]).
 
 use crate::limits::{show_size, Limits};
+use hierarchy::read_proc;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
+pub mod container;
+pub mod hierarchy;
+pub mod resources;
 mod spares;
+pub use hierarchy::{hierarchies, own_path, unified, Hierarchy};
 pub use spares::{enter_warm, SpareCgroups};
 #[cfg(test)]
 mod v2_tests;
@@ -128,56 +138,26 @@ fn mounts() -> Vec<(String, PathBuf)> {
     parse_mounts(&read_proc("/proc/self/mountinfo"))
 }
 
-/// [`mounts`] from the text of a `mountinfo`.
+/// The controllers an exec's limits are held by.
+const LIMITED: &[&str] = &["memory", "pids", "cpu"];
+
+/// [`mounts`] from the text of a `mountinfo` ([`hierarchy::parse_hierarchies`]).
 fn parse_mounts(text: &str) -> Vec<(String, PathBuf)> {
     let mut v = Vec::new();
-    for line in text.lines() {
-        // ... mount_point ... - fstype source super_options
-        let Some((left, right)) = line.split_once(" - ") else {
+    for h in hierarchy::parse_hierarchies(text) {
+        if h.controllers.is_empty() {
+            v.push((String::new(), h.mount));
             continue;
-        };
-        let mut r = right.split(' ');
-        let fstype = r.next().unwrap_or("");
-        let opts = r.nth(1).unwrap_or("");
-        let Some(dir) = left.split(' ').nth(4) else {
-            continue;
-        };
-        let dir = PathBuf::from(unescape(dir));
-        match fstype {
-            "cgroup2" => v.push((String::new(), dir)),
-            "cgroup" => {
-                for o in opts.split(',') {
-                    if o == "memory" || o == "pids" || o == "cpu" {
-                        v.push((o.to_string(), dir.clone()));
-                    }
-                }
-            }
-            _ => {}
+        }
+        for c in h
+            .controllers
+            .iter()
+            .filter(|c| LIMITED.contains(&c.as_str()))
+        {
+            v.push((c.clone(), h.mount.clone()));
         }
     }
     v
-}
-
-/// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Some(n) = s
-                .get(i + 1..i + 4)
-                .and_then(|o| u8::from_str_radix(o, 8).ok())
-            {
-                out.push(n);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// This process's cgroup path per v1 controller (`memory`, `pids`) and for v2 (`""`).
@@ -185,22 +165,15 @@ fn own_paths() -> Vec<(String, String)> {
     parse_own(&read_proc("/proc/self/cgroup"))
 }
 
-/// [`own_paths`] from the text of a `/proc/<pid>/cgroup`.
+/// [`own_paths`] from the text of a `/proc/<pid>/cgroup` ([`hierarchy::parse_own`]).
 fn parse_own(text: &str) -> Vec<(String, String)> {
     let mut v = Vec::new();
-    for line in text.lines() {
-        let mut f = line.splitn(3, ':');
-        let (_, ctrls, path) = match (f.next(), f.next(), f.next()) {
-            (Some(a), Some(b), Some(c)) => (a, b, c),
-            _ => continue,
-        };
+    for (ctrls, path) in hierarchy::parse_own(text) {
         if ctrls.is_empty() {
             v.push((String::new(), path.to_string()));
         }
-        for c in ctrls.split(',') {
-            if c == "memory" || c == "pids" || c == "cpu" {
-                v.push((c.to_string(), path.to_string()));
-            }
+        for c in ctrls.into_iter().filter(|c| LIMITED.contains(c)) {
+            v.push((c.to_string(), path.to_string()));
         }
     }
     v
@@ -271,13 +244,6 @@ fn claim(base: &Path, name: &str, sweep: bool) -> io::Result<PathBuf> {
     }
     mkdir(&dir)?;
     Ok(dir)
-}
-
-/// A small file of `/proc` in one or two reads (`read_to_string` starts at 32 bytes).
-pub(crate) fn read_proc(path: &str) -> String {
-    let mut buf = Vec::with_capacity(16 << 10);
-    let _ = std::fs::File::open(path).and_then(|mut f| io::Read::read_to_end(&mut f, &mut buf));
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 pub(crate) fn flag_of(controller: &str) -> &'static str {
@@ -826,7 +792,7 @@ mod tests {
         assert_eq!(counter(&f, "oom_kill"), 2);
         assert_eq!(counter(&f, "max"), 3);
         assert_eq!(counter(&f, "nothing"), 0);
-        assert_eq!(unescape("/sys/fs/a\\040b"), "/sys/fs/a b");
-        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(hierarchy::unescape("/sys/fs/a\\040b"), "/sys/fs/a b");
+        assert_eq!(hierarchy::unescape("/plain"), "/plain");
     }
 }

@@ -528,7 +528,9 @@ fn plain(refusals: &[SysRule], hot: &[i64]) -> Result<Vec<sock_filter>, SeccompE
 ///    (refused by the kernel, never sent to the supervisor), falling through otherwise;
 /// 4. the write calls (opens whatever their flags) and `connect`:
 ///    `SECCOMP_RET_USER_NOTIF`, which the supervisor answers "continue" (the kernel then
-///    decides, as without it); all else allowed.
+///    decides, as without it); `fallocate` (unless it only frees) and `copy_file_range`:
+///    `SECCOMP_RET_USER_NOTIF`, which the supervisor continues or refuses `ENOSPC` by the
+///    disk guard's budget ([`budget_call`]); all else allowed.
 ///
 /// So a notification of a write call always means "allowed by the table", and one of
 /// any other syscall always means "refused": the supervisor tells them apart by the
@@ -633,8 +635,44 @@ fn observed_calls(
             stmt(BPF_RET_K, notify),
         ]);
     }
+    // the calls that allocate much at once, checked against the disk guard's budget:
+    // `fallocate` unless it only frees (punching a hole, collapsing a range), and
+    // `copy_file_range`
+    if keep(BUDGET_FALLOCATE) {
+        p.extend([
+            jump(BPF_JMP_JEQ_K, BUDGET_FALLOCATE as u32, 0, 4),
+            stmt(BPF_LD_W_ABS, arg_low(1)),
+            jump(BPF_JMP_JSET_K_ANY, FALLOC_FREES, 1, 0),
+            stmt(BPF_RET_K, notify),
+            stmt(BPF_RET_K, RET_ALLOW),
+        ]);
+    }
+    if keep(BUDGET_COPY_FILE_RANGE) {
+        p.extend([
+            jump(BPF_JMP_JEQ_K, BUDGET_COPY_FILE_RANGE as u32, 0, 1),
+            stmt(BPF_RET_K, notify),
+        ]);
+    }
     p.push(stmt(BPF_RET_K, RET_ALLOW));
     p
+}
+
+/// `fallocate`, sent to the supervisor to be checked against the disk guard's budget
+/// (unless its mode only frees).
+#[allow(clippy::unnecessary_cast)] // c_long is i64 on 64-bit targets
+pub const BUDGET_FALLOCATE: i64 = libc::SYS_fallocate as i64;
+/// `copy_file_range`, sent to the supervisor to be checked against the disk guard's
+/// budget.
+#[allow(clippy::unnecessary_cast)]
+pub const BUDGET_COPY_FILE_RANGE: i64 = libc::SYS_copy_file_range as i64;
+/// `fallocate` modes that only free space (`FALLOC_FL_PUNCH_HOLE`,
+/// `FALLOC_FL_COLLAPSE_RANGE`): not sent.
+const FALLOC_FREES: u32 = 0x02 | 0x08;
+
+/// Is `nr` a call the filter sends to be checked against the disk guard's budget
+/// (continued, or refused `ENOSPC`)?
+pub fn budget_call(nr: i64) -> bool {
+    nr == BUDGET_FALLOCATE || nr == BUDGET_COPY_FILE_RANGE
 }
 
 /// A filter that only observes, stacked on a program of someone else's (an OCI
@@ -752,7 +790,7 @@ pub const OBSERVED_CONNECT: i64 = libc::SYS_connect as i64;
 /// Is `nr` a call the listened filter sends only to be observed (continued)? Never one
 /// the table refuses outright (see the tests).
 pub fn observed(nr: i64) -> bool {
-    nr == OBSERVED_CONNECT || write_call(nr).is_some()
+    nr == OBSERVED_CONNECT || write_call(nr).is_some() || budget_call(nr)
 }
 
 /// The write call of number `nr`, if it is one.

@@ -24,6 +24,21 @@ pub(super) fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// A system call's error as runc (Go) words it: `no such file or directory` (the text
+/// capsule-runc's messages carry, where the shim and its tools look for it).
+pub fn os_error(e: &std::io::Error) -> String {
+    let Some(code) = e.raw_os_error() else {
+        return e.to_string();
+    };
+    let text = std::io::Error::from_raw_os_error(code).to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    let mut c = text.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect(),
+        None => text.to_string(),
+    }
+}
+
 /// `MOUNT_ATTR_*` bits of `mount_setattr(2)`.
 pub const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;

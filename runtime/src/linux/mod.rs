@@ -77,6 +77,7 @@ pub mod outcome;
 pub mod plan;
 pub mod prepared;
 pub mod pty;
+pub mod redirect;
 pub mod report;
 pub mod sockets;
 mod spawn;
@@ -84,7 +85,7 @@ mod supervise;
 pub mod warm;
 
 use crate::kernel::{cgroup, ns, seccomp, sys};
-pub use hooks::{Hooks, InitHook};
+pub use hooks::{Connects, Hooks, InitHook, Route};
 pub use outcome::ExecOutcome;
 pub use plan::{ExecPlan, Isolation, MountStep, Stdio};
 use report::Report;
@@ -146,6 +147,7 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
         notify_theirs.as_raw_fd()
     };
     let refusals = hooks.refusals.take().unwrap_or_default();
+    let connects = hooks.connects.take();
 
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
@@ -505,7 +507,9 @@ pub fn run(plan: &ExecPlan, mut hooks: Hooks) -> Result<ExecOutcome, ExecError> 
             notify_mine,
             refusals,
             plan.watched.clone(),
+            diskguard::Budget::new(plan.disk_reserve),
             allowed,
+            connects,
         ) {
             Ok(s) => Some(s),
             Err(e) => {

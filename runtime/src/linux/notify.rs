@@ -6,7 +6,10 @@
 //! "continue",
 //! so the kernel decides, and lists it when the sandbox refuses it ([`observe`]). Which
 //! is which is told by the syscall number alone ([`seccomp::observed`]): the filter sends
-//! an observed call only when its table allowed it.
+//! an observed call only when its table allowed it. A TCP `connect` to an address off
+//! loopback, when the exec's network routes them ([`Connects`], allowlist mode), is
+//! carried out to the proxy's relay on the task's own socket ([`redirect`]) or refused
+//! with the errno and the refusal the route gives, instead of going on.
 //!
 //! How the listener gets here: [`channel`] makes a socketpair before the sandbox is
 //! started; its sandbox end reaches the process that installs the filter (the command's
@@ -30,8 +33,10 @@
 //! - a storm of refusals costs the task one round trip each; the record stays bounded
 //!   ([`crate::refusals::MAX_DISTINCT`], counts).
 
-use super::fusemask;
+use super::diskguard;
+use super::hooks::{Connects, Route};
 use super::observe::{self, Allowed};
+use super::{fusemask, redirect};
 use crate::kernel::seccomp;
 use crate::refusals::{Collector, Event, Kind};
 use std::io;
@@ -53,12 +58,16 @@ impl<'scope> Supervisor<'scope> {
     /// called by the thread, when the first notification comes: what it costs (a walk of
     /// the plan's mounts) is off the exec's way to its command, and most commands are
     /// never refused anything.
+    /// `connects`: where the command's TCP connects to remote addresses go (allowlist
+    /// mode), see [`Connects`].
     pub fn start<'env, F>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         sock: OwnedFd,
         refusals: Arc<Collector>,
         watched: Vec<PathBuf>,
+        budget: Option<diskguard::Budget>,
         allowed: F,
+        connects: Option<Arc<dyn Connects>>,
     ) -> io::Result<Supervisor<'scope>>
     where
         F: FnOnce() -> Allowed + Send + 'scope,
@@ -75,7 +84,15 @@ impl<'scope> Supervisor<'scope> {
             .name("capsule-seccomp".into())
             .stack_size(64 * 1024)
             .spawn_scoped(scope, move || {
-                serve(sock, stop_r, allowed, &watched, &refusals)
+                serve(
+                    sock,
+                    stop_r,
+                    allowed,
+                    &watched,
+                    budget.as_ref(),
+                    &refusals,
+                    connects.as_deref(),
+                )
             })?;
         Ok(Supervisor {
             thread: Some(thread),
@@ -107,7 +124,9 @@ fn serve(
     stop: Arc<OwnedFd>,
     allowed: impl FnOnce() -> Allowed,
     watched: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
     refusals: &Collector,
+    connects: Option<&dyn Connects>,
 ) {
     let mut st = Polled {
         sock: Some(sock),
@@ -153,7 +172,15 @@ fn serve(
                     let a = allowed.take().map(|f| f()).unwrap_or_default();
                     (Names::new(), a, served)
                 });
-                answer_one(l.as_raw_fd(), names, allowed, served, refusals);
+                answer_one_with(
+                    l.as_raw_fd(),
+                    names,
+                    allowed,
+                    served,
+                    budget,
+                    refusals,
+                    connects,
+                );
             }
         } else if p[2].revents != 0 {
             // the filter's last task is gone: the sandbox has ended
@@ -239,7 +266,7 @@ fn still_valid(listener: RawFd, id: u64) -> bool {
 }
 
 /// Answer notification `id`: `continue` (the kernel runs the call and decides), or the
-/// errno `error`.
+/// errno `error` (`0`: the call returns 0).
 fn respond(listener: RawFd, id: u64, continue_: bool, error: i32) {
     let mut resp = libc::seccomp_notif_resp {
         id,
@@ -262,7 +289,22 @@ pub(crate) fn answer_one(
     names: &Names,
     allowed: &Allowed,
     served: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
     refusals: &Collector,
+) {
+    answer_one_with(listener, names, allowed, served, budget, refusals, None)
+}
+
+/// [`answer_one`], with the command's TCP connects to remote addresses sent where
+/// `connects` routes them.
+fn answer_one_with(
+    listener: RawFd,
+    names: &Names,
+    allowed: &Allowed,
+    served: &[PathBuf],
+    budget: Option<&diskguard::Budget>,
+    refusals: &Collector,
+    connects: Option<&dyn Connects>,
 ) {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -275,6 +317,16 @@ pub(crate) fn answer_one(
     // `seccomp::listened`): continuing it gives the kernel the decision it would have
     // made without us
     let nr = n.data.nr as i64;
+    if seccomp::budget_call(nr) {
+        return answer_budget(listener, &n, budget, refusals);
+    }
+    if nr == seccomp::OBSERVED_CONNECT {
+        if let Some(c) = connects {
+            if routed(listener, &n, c, refusals) {
+                return;
+            }
+        }
+    }
     if seccomp::observed(nr) {
         // what the task names is read before the call goes on (its working directory
         // may change after); the judgment is for the report only
@@ -314,6 +366,115 @@ pub(crate) fn answer_one(
     answer(listener, &n, Some(refused), false, refusals)
 }
 
+/// Answer a call that allocates much at once (`fallocate`, `copy_file_range`): continued,
+/// unless the bytes it may allocate would take the filesystem of the file it writes below
+/// the disk reserve ([`diskguard::Budget`]): then `ENOSPC`, listed as a refused write with
+/// the grant that allows more. The file is looked at through `/proc/<pid>/fd/<n>`, opened
+/// `O_PATH` (nothing of it is read); the size asked is the call's own argument
+/// (`copy_file_range`: at most what its source holds).
+fn answer_budget(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    budget: Option<&diskguard::Budget>,
+    refusals: &Collector,
+) {
+    let Some(budget) = budget else {
+        return respond(listener, n.id, true, 0);
+    };
+    let a = &n.data.args;
+    let copy = n.data.nr as i64 == seccomp::BUDGET_COPY_FILE_RANGE;
+    let (out, mut bytes) = if copy {
+        (a[2] as i32, a[4])
+    } else {
+        (a[0] as i32, a[3])
+    };
+    let open = |fd: i32| -> Option<OwnedFd> {
+        let p = std::ffi::CString::new(format!("/proc/{}/fd/{fd}", n.pid)).ok()?;
+        // SAFETY: open of a path as O_PATH (nothing is read or opened for real).
+        let f = unsafe { libc::open(p.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        // SAFETY: a new descriptor of ours.
+        (f >= 0).then(|| unsafe { OwnedFd::from_raw_fd(f) })
+    };
+    let Some(file) = open(out) else {
+        return respond(listener, n.id, true, 0);
+    };
+    if copy {
+        if let Some(size) = open(a[0] as i32)
+            .and_then(|s| crate::kernel::checked::stat(s.as_raw_fd()).ok())
+            .map(|st| st.st_size.max(0) as u64)
+        {
+            bytes = bytes.min(size);
+        }
+    }
+    // the descriptor named the task's file (not one of a recycled pid's)
+    if !still_valid(listener, n.id) {
+        return;
+    }
+    use std::os::fd::AsFd;
+    match budget.allow(file.as_fd(), bytes) {
+        Ok(()) => respond(listener, n.id, true, 0),
+        Err(b) => {
+            respond(listener, n.id, false, libc::ENOSPC);
+            let target = std::fs::read_link(format!("/proc/{}/fd/{out}", n.pid))
+                .map(|p| crate::refusals::path_target(&p))
+                .unwrap_or_else(|_| format!("fd {out}"));
+            refusals.add(Event {
+                header: None,
+                kind: Kind::Write,
+                target,
+                program: comm(n.pid),
+                pid: nspid(n.pid),
+                grant: Some(
+                    "a smaller \"disk_reserve\" in $CAPSULE_ROOT/settings.json (\"1G\", \"1%\"; \"off\": no guard)"
+                        .into(),
+                ),
+                reason: Some(format!(
+                    "{} of {} refused: it would take the filesystem below the disk reserve of {} ({} free)",
+                    if copy { "copy_file_range" } else { "fallocate" },
+                    crate::limits::show_size(bytes),
+                    crate::limits::show_size(b.reserve),
+                    crate::limits::show_size(b.free)
+                )),
+            });
+        }
+    }
+}
+
+/// A `connect` to a remote address (TCP, when `connects` sends it elsewhere): routed by
+/// `connects`, and answered here unless it goes on as the kernel decides (`false`).
+fn routed(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    connects: &dyn Connects,
+    refusals: &Collector,
+) -> bool {
+    let Some(dst) = observe::connect_inet(n.pid, &n.data.args) else {
+        return false;
+    };
+    if dst.ip().is_loopback() {
+        return false;
+    }
+    match connects.route(dst) {
+        Route::Continue => false,
+        Route::Refuse { errno, event } => {
+            answer_errno(listener, n, Some(event), false, errno, refusals);
+            true
+        }
+        Route::To(to) => {
+            let fd = n.data.args[0] as u32 as i32;
+            let valid = || still_valid(listener, n.id);
+            let tell = |local| connects.redirecting(local, dst, &comm(n.pid), nspid(n.pid));
+            match redirect::connect(n.pid, fd, to, valid, tell) {
+                redirect::Outcome::Continue => false,
+                redirect::Outcome::Answer(e) => {
+                    respond(listener, n.id, false, e);
+                    true
+                }
+            }
+        }
+    }
+}
+
 /// Answer notification `n` (continue it, or `EPERM`) and record `refused` with the
 /// program that asked: its `comm` each time (part of what tells refusals apart), its pid
 /// the first time only (a repeat is counted, its pid not kept), both read while the
@@ -325,15 +486,27 @@ fn answer(
     continue_: bool,
     refusals: &Collector,
 ) {
+    answer_errno(listener, n, refused, continue_, libc::EPERM, refusals)
+}
+
+/// [`answer`] with the errno `errno` for a refusal.
+fn answer_errno(
+    listener: RawFd,
+    n: &libc::seccomp_notif,
+    refused: Option<Event>,
+    continue_: bool,
+    errno: i32,
+    refusals: &Collector,
+) {
     let Some(mut e) = refused else {
-        return respond(listener, n.id, continue_, libc::EPERM);
+        return respond(listener, n.id, continue_, errno);
     };
     e.program = comm(n.pid);
     if !refusals.knows(e.kind, &e.target, &e.program) {
         e.pid = nspid(n.pid);
     }
     let valid = still_valid(listener, n.id);
-    respond(listener, n.id, continue_, libc::EPERM);
+    respond(listener, n.id, continue_, errno);
     if !valid {
         e.program.clear();
         e.pid = None;
@@ -465,8 +638,16 @@ mod tests {
             let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
             let mut b = [0u8; 1];
             std::thread::scope(|scope| {
-                let sup = Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default)
-                    .unwrap();
+                let sup = Supervisor::start(
+                    scope,
+                    mine,
+                    c.clone(),
+                    Vec::new(),
+                    None,
+                    Allowed::default,
+                    None,
+                )
+                .unwrap();
                 assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 1);
                 unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
                 sup.finish();
@@ -532,8 +713,16 @@ mod tests {
         let c = Arc::new(Collector::new(crate::refusals::Say::Quiet));
         let mut b = [0u8; 3];
         std::thread::scope(|scope| {
-            let sup =
-                Supervisor::start(scope, mine, c.clone(), Vec::new(), Allowed::default).unwrap();
+            let sup = Supervisor::start(
+                scope,
+                mine,
+                c.clone(),
+                Vec::new(),
+                None,
+                Allowed::default,
+                None,
+            )
+            .unwrap();
             assert_eq!(crate::kernel::sys::read(rd, &mut b).unwrap(), 3);
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             sup.finish();

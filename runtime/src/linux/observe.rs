@@ -304,6 +304,32 @@ fn socket_type(pid: u32, fd: i32) -> Option<i32> {
     }
 }
 
+/// The IPv4 or IPv6 address a `connect(fd, addr, len)` of task `pid` names (an
+/// IPv4-mapped address as IPv4), whatever the socket's type; `None`: another family, or
+/// unreadable. Read from the task's memory: what the task may change after, so it names
+/// and routes, never decides.
+pub fn connect_inet(pid: u32, args: &[u64; 6]) -> Option<std::net::SocketAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let len = (args[2] as u32 as usize).min(std::mem::size_of::<libc::sockaddr_in6>());
+    if len < 8 {
+        return None;
+    }
+    let b = read_bytes(pid, args[1], len)?;
+    let port = u16::from_be_bytes([b[2], b[3]]);
+    match u16::from_ne_bytes([b[0], b[1]]) as i32 {
+        libc::AF_INET => Some(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
+            port,
+        )),
+        libc::AF_INET6 if b.len() >= 24 => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[8..24]);
+            Some(SocketAddr::new(Ipv6Addr::from(a).to_canonical(), port))
+        }
+        _ => None,
+    }
+}
+
 /// Read the peer of a `connect` (`None`: another family, an abstract or unnamed socket,
 /// a datagram socket off loopback (a resolver trying its name server: the proxy resolves
 /// names), or unreadable).

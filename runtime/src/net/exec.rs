@@ -103,6 +103,52 @@ fn apply_trust(plan: &mut ExecPlan, trust: &super::trust::TrustFiles) -> Option<
     java.into_iter().next()
 }
 
+/// The sandbox's `/etc/resolv.conf` in the bundle directory (direct connections).
+pub const RESOLV_FILE: &str = "proxy-resolv.conf";
+
+/// Can direct connections be sent to the proxy here? It takes `pidfd_getfd` (Linux 5.6)
+/// and a seccomp supervisor that can let calls go on (Linux 5.5).
+fn direct_supported() -> Result<(), String> {
+    if !crate::kernel::seccomp::continue_supported() {
+        return Err(
+            "this kernel's seccomp cannot hand calls to capsule's supervisor (Linux 5.5)".into(),
+        );
+    }
+    // SAFETY: pidfd_getfd on a descriptor that cannot be a pidfd: EBADF where it exists.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, -1, 0, 0) };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        return Err("this kernel has no pidfd_getfd (Linux 5.6)".into());
+    }
+    Ok(())
+}
+
+/// Where the sandbox reads its name servers from, when the host's `/etc/resolv.conf` is
+/// there inside to be covered: the file itself, or what its link leads to outside `/run`
+/// (which the sandbox does not have; a link dangling inside leaves resolvers on their
+/// default, `127.0.0.1`, the name server's address all the same).
+fn resolv_conf_inside() -> Option<PathBuf> {
+    let etc = Path::new("/etc/resolv.conf");
+    let md = std::fs::symlink_metadata(etc).ok()?;
+    if md.is_file() {
+        return Some(etc.to_path_buf());
+    }
+    let target = std::fs::canonicalize(etc).ok()?;
+    let regular = std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_file());
+    (regular && !target.starts_with("/run") && !target.starts_with("/var/run")).then_some(target)
+}
+
+/// Write `data` to `dir/name` unless it holds exactly that already (its identity then
+/// stays, and with it a prepared root that binds it).
+fn write_unchanged(dir: &Path, name: &str, data: &[u8]) -> Result<PathBuf, NetError> {
+    let path = dir.join(name);
+    let same = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
+        && std::fs::read(&path).is_ok_and(|d| d == data);
+    if same {
+        return Ok(path);
+    }
+    super::tls::write_replace(dir, name, data, 0o644).map_err(NetError::Tls)
+}
+
 /// The network of one exec.
 pub struct ExecNet {
     plan: NetPlan,
@@ -122,6 +168,9 @@ pub struct ExecNet {
     trust: Option<super::trust::TrustFiles>,
     /// Published ports (`--publish`, `sandbox.publish`).
     publish: Option<ExecPublish>,
+    /// The command's direct connections (allowlist mode), and the sandbox's
+    /// `/etc/resolv.conf` naming the name server that goes with them (on the host).
+    direct: Option<(Arc<super::direct::Direct>, PathBuf)>,
 }
 
 impl ExecNet {
@@ -157,6 +206,7 @@ impl ExecNet {
             secret_env: secrets.as_ref().map(Secrets::env).unwrap_or_default(),
             trust: None,
             publish: None,
+            direct: None,
         };
         if !network.publish.is_empty() {
             match net.plan {
@@ -179,6 +229,7 @@ impl ExecNet {
                     refusals: Some(refusals),
                     limits: Default::default(),
                     secrets: None,
+                    direct: None,
                 };
                 let mut cfg = cfg;
                 let test_roots = super::tls::test_roots()?;
@@ -196,6 +247,22 @@ impl ExecNet {
                 }
                 if let (Some(secrets), Some(ca)) = (secrets, ca) {
                     cfg.secrets = Some(Arc::new(SecretsConfig::new(secrets, ca)));
+                }
+                match direct_supported() {
+                    Ok(()) => {
+                        let names = Arc::new(super::fakeip::FakeIps::new());
+                        let d = Arc::new(super::direct::Direct::new(names, list.clone(), RELAY_ADDR));
+                        let resolv = write_unchanged(
+                            bundle_dir,
+                            RESOLV_FILE,
+                            super::dns::RESOLV_CONF.as_bytes(),
+                        )?;
+                        cfg.direct = Some(d.clone());
+                        net.direct = Some((d, resolv));
+                    }
+                    Err(why) => eprintln!(
+                        "capsule: note: connections the command makes directly, ignoring HTTP(S)_PROXY, are not sent to the proxy: {why}; only clients using the proxy reach the allowed hosts"
+                    ),
                 }
                 let (hp, relay_end) = HostProxy::new(cfg).map_err(NetError::Channel)?;
                 *net.proxy.borrow_mut() = Some(hp);
@@ -273,6 +340,16 @@ impl ExecNet {
             plan.env
                 .extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
             plan.env.sort();
+            if let Some((_, resolv)) = &self.direct {
+                if let Some(dst) = resolv_conf_inside() {
+                    plan.mounts.push(crate::linux::plan::MountStep::Bind {
+                        src: resolv.clone(),
+                        dst,
+                        rw: false,
+                        optional: false,
+                    });
+                }
+            }
             *self.note.borrow_mut() = None;
         } else if self.relay_end.is_some() && plan.isolation == Isolation::Weaker {
             *self.note.borrow_mut() = Some(
@@ -308,6 +385,10 @@ impl ExecNet {
         if !self.proxied(isolation) {
             return hooks;
         }
+        let direct = self.direct.is_some();
+        if let Some((d, _)) = &self.direct {
+            hooks.connects = Some(d.clone());
+        }
         let Some(end) = self.relay_end.clone() else {
             return hooks;
         };
@@ -330,6 +411,14 @@ impl ExecNet {
                     }
                 }
                 Err(e) => tracing::debug!("network relay: no diagnostics socket: {e}"),
+            }
+            // the name server's socket (direct connections): bound here, where port 53
+            // may be bound, served by the proxy
+            if direct {
+                let dns = super::handoff::bind_dns()
+                    .map_err(|e| format!("network relay: the name server's socket: {e}"))?;
+                super::handoff::send_dns(fd.as_fd(), dns.as_fd())
+                    .map_err(|e| format!("network relay: the name server's socket: {e}"))?;
             }
             let mut listens = vec![RELAY_ADDR];
             listens.extend(services.iter().copied());
@@ -368,6 +457,10 @@ impl ExecNet {
             if self.relay_end.is_some() {
                 v["proxy"] = format!("http://{RELAY_ADDR}").into();
                 v["socks"] = format!("socks5h://{RELAY_ADDR}").into();
+                if self.direct.is_some() {
+                    v["direct"] = "sent to the proxy".into();
+                    v["name_server"] = super::handoff::DNS_ADDR.to_string().into();
+                }
                 v["refusal_log"] = self.refusal_log.display().to_string().into();
                 let services = self.loopback_services();
                 if !services.is_empty() {

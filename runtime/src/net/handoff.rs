@@ -7,7 +7,9 @@
 //!
 //! Before any client, init sends one socket of another kind the same way (byte `d`): a
 //! `NETLINK_SOCK_DIAG` socket of the sandbox's namespace, which the proxy keeps (the first
-//! only, checked) to find who made a connection it refuses (the `owner` module).
+//! only, checked) to find who made a connection it refuses (the `owner` module); and (byte
+//! `n`) the UDP socket it bound to `127.0.0.1:53` there, on which the proxy answers the
+//! sandbox's name queries (the `dns` module; the first only, checked by [`check_dns`]).
 //!
 //! The channel's other end is in the sandbox, so whatever arrives on it is untrusted. The
 //! proxy accepts exactly one descriptor per message (more are dropped by the kernel, which
@@ -75,6 +77,54 @@ pub fn send_diag(chan: BorrowedFd<'_>, diag: BorrowedFd<'_>) -> io::Result<()> {
     send_tagged(chan, diag, DIAG)
 }
 
+/// The byte of init's message carrying the name server's socket.
+const DNS: u8 = b'n';
+
+/// Send the name server's UDP socket over `chan` (before any client).
+pub fn send_dns(chan: BorrowedFd<'_>, sock: BorrowedFd<'_>) -> io::Result<()> {
+    send_tagged(chan, sock, DNS)
+}
+
+/// Where the name server listens inside the sandbox.
+pub const DNS_ADDR: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    53,
+));
+
+/// Bind the name server's socket (in the sandbox's network namespace: init, which may
+/// bind port 53 there).
+pub fn bind_dns() -> io::Result<std::net::UdpSocket> {
+    std::net::UdpSocket::bind(DNS_ADDR)
+}
+
+/// Take `fd` as the name server's socket only if it is a UDP socket bound to
+/// [`DNS_ADDR`]; returns it non-blocking.
+pub fn check_dns(fd: OwnedFd) -> Result<std::net::UdpSocket, PassedFdError> {
+    let b = fd.as_fd();
+    let ty = int_opt(b, libc::SOL_SOCKET, libc::SO_TYPE)
+        .map_err(|e| PassedFdError::NotSocket(e.to_string()))?;
+    if ty != libc::SOCK_DGRAM {
+        return Err(PassedFdError::NotStream(ty));
+    }
+    let proto = int_opt(b, libc::SOL_SOCKET, libc::SO_PROTOCOL)
+        .map_err(|e| PassedFdError::NotSocket(e.to_string()))?;
+    if proto != libc::IPPROTO_UDP {
+        return Err(PassedFdError::NotTcp(proto));
+    }
+    let s = std::net::UdpSocket::from(fd);
+    match s.local_addr() {
+        Ok(a) if a == DNS_ADDR => {}
+        other => {
+            return Err(PassedFdError::NotConnected(format!(
+                "a name server's socket bound to {other:?}, not {DNS_ADDR}"
+            )))
+        }
+    }
+    s.set_nonblocking(true)
+        .map_err(|e| PassedFdError::Nonblocking(e.to_string()))?;
+    Ok(s)
+}
+
 fn send_tagged(chan: BorrowedFd<'_>, fd: BorrowedFd<'_>, tag: u8) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
     let fds = [fd.as_raw_fd()];
@@ -100,6 +150,8 @@ pub enum Received {
     /// A descriptor sent as init's diagnostics socket (not yet checked either:
     /// `owner::is_diag_socket`).
     Diag(OwnedFd),
+    /// A descriptor sent as the name server's socket (not yet checked: [`check_dns`]).
+    Dns(OwnedFd),
     /// A message without a descriptor (or with its descriptors cut off): ignored.
     Nothing,
 }
@@ -154,6 +206,7 @@ pub fn recv(chan: BorrowedFd<'_>) -> io::Result<Received> {
     }
     Ok(match fds.pop() {
         Some(fd) if byte[0] == DIAG => Received::Diag(fd),
+        Some(fd) if byte[0] == DNS => Received::Dns(fd),
         Some(fd) => Received::Fd(fd),
         None => Received::Nothing,
     })

@@ -1,21 +1,26 @@
 //! Network modes: choosing a capsule's network for one exec ([`plan`]), the allowlist proxy
 //! on the host side ([`proxy`], [`host`]), the relay inside the sandbox ([`relay`]) that
-//! hands each client socket to it ([`handoff`]), the refusal log ([`refusal`]) and who
-//! made a refused connection ([`owner`]);
+//! hands each client socket to it ([`handoff`]), the connections of programs that ignore
+//! the proxy ([`direct`], [`dns`], [`fakeip`], [`sni`]), what the sandbox trusts
+//! ([`trust`], [`pkcs12`]) and the settings tools read ([`tools`]), the refusal log
+//! ([`refusal`]) and who made a refused connection ([`owner`]);
 //! [`listen`]: loopback listeners whose queue holds a burst of clients.
 //!
 //! | mode | how | the task sees |
 //! |---|---|---|
 //! | `none` (default) | own network namespace, loopback up | only its own loopback |
 //! | off (`--no-network`) | own network namespace, loopback left down | no TCP/IP at all, not even loopback |
-//! | allowlist (`network: live` + allow list, `--allow-host`) | own namespace + relay on [`RELAY_ADDR`] handing each connection to the host proxy | the allow-listed hosts through `HTTP(S)_PROXY` |
+//! | allowlist (`network: live` + allow list, `--allow-host`) | own namespace + relay on [`RELAY_ADDR`] handing each connection to the host proxy; a name server inside and its direct connects sent to the proxy too ([`direct`]) | the allow-listed hosts, through `HTTP(S)_PROXY` or not |
 //! | open (`--open-network`, `network: live` without a list) | the host's network namespace | everything (said on stderr, recorded) |
 //! | replay | refused until a deployment supplies a replay network | — |
 
 pub mod addr;
 pub mod allowlist;
+pub mod direct;
+pub mod dns;
 #[cfg(target_os = "linux")]
 pub mod exec;
+pub mod fakeip;
 #[cfg(target_os = "linux")]
 pub mod handoff;
 pub mod host;
@@ -35,6 +40,7 @@ pub mod resolve;
 pub mod responses;
 pub mod scrub;
 pub mod secrets;
+pub mod sni;
 pub mod socks;
 #[cfg(target_os = "linux")]
 pub mod splice;
@@ -45,9 +51,13 @@ pub mod trust;
 #[cfg(test)]
 mod allowlist_props;
 #[cfg(test)]
+mod dns_props;
+#[cfg(test)]
 mod http_props;
 #[cfg(test)]
 mod proxy_tests;
+#[cfg(test)]
+mod sni_props;
 #[cfg(test)]
 mod socks_props;
 

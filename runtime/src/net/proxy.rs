@@ -35,6 +35,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+mod direct;
 mod serve;
 
 /// Bounds on what one client may cost.
@@ -119,6 +120,9 @@ pub struct ProxyConfig {
     pub limits: Limits,
     /// This exec's secrets and the TLS to read their hosts' requests (`None`: none).
     pub secrets: Option<Arc<SecretsConfig>>,
+    /// The connections the command makes directly, sent here by the seccomp supervisor,
+    /// and the names its name server gave out (`None`: only proxy clients).
+    pub direct: Option<Arc<super::direct::Direct>>,
 }
 
 /// The secrets of an exec as the proxy uses them: the values, the capsule's CA (when
@@ -178,6 +182,9 @@ struct Inner {
     /// Init's diagnostics socket, until the first client takes it into `sandbox`.
     #[cfg(target_os = "linux")]
     diag: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
+    /// The name server runs (its socket came).
+    #[cfg(target_os = "linux")]
+    dns_started: std::sync::atomic::AtomicBool,
 }
 
 impl Proxy {
@@ -198,6 +205,8 @@ impl Proxy {
                 sandbox: std::sync::OnceLock::new(),
                 #[cfg(target_os = "linux")]
                 diag: std::sync::Mutex::new(None),
+                #[cfg(target_os = "linux")]
+                dns_started: Default::default(),
             }),
         }
     }
@@ -275,6 +284,21 @@ impl Proxy {
     /// Record a refusal, naming the program behind `who` (call it before answering: the
     /// client then still holds its end).
     async fn refuse_log(&self, host: &Host, port: u16, reason: &str, who: Option<&Who>) {
+        let grant =
+            crate::refusals::connect_grant(&super::refusal::target(&host.to_string(), port));
+        self.refuse_log_granting(host, port, reason, who, Some(grant))
+            .await
+    }
+
+    /// [`Proxy::refuse_log`] naming `grant` as what would allow it (`None`: no flag would).
+    async fn refuse_log_granting(
+        &self,
+        host: &Host,
+        port: u16,
+        reason: &str,
+        who: Option<&Who>,
+        grant: Option<String>,
+    ) {
         tracing::info!(%host, port, reason, "proxy refused");
         if let Some(log) = &self.inner.cfg.refusal_log {
             log.record(&host.to_string(), port, reason);
@@ -285,13 +309,28 @@ impl Proxy {
             c.add(crate::refusals::Event {
                 header: None,
                 kind: crate::refusals::Kind::Connect,
-                grant: Some(crate::refusals::connect_grant(&target)),
+                grant,
                 target,
                 program,
                 pid,
                 reason: Some(reason.to_string()),
             });
         }
+    }
+
+    /// Record that the client refused the capsule's certificate for `host:port` (its TLS
+    /// `alert`): a program with roots of its own, which a secret's host cannot be reached
+    /// from this way. Says what the user can do; no flag of capsule's allows it.
+    async fn distrust_log(&self, host: &Host, port: u16, alert: &str, who: Option<&Who>) {
+        let reason = format!(
+            "does not trust the capsule CA (its TLS alert: {alert}): the program checks this host against roots of its own, not the system's; make it use the system's (the trust file {} inside, SSL_CERT_FILE), or give it the secret by name (--pass-env) so that this host's TLS goes through untouched",
+            super::trust::system_trust_paths()
+                .first()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "SSL_CERT_FILE names".into())
+        );
+        self.refuse_log_granting(host, port, &reason, who, None)
+            .await
     }
 
     async fn leak_log(&self, host: &Host, port: u16, leak: &Leak, who: Option<&Who>) {
@@ -371,7 +410,12 @@ impl Proxy {
         let accept = tokio_rustls::TlsAcceptor::from(server).accept(Prefixed::new(first, client));
         let mut tls = match tokio::time::timeout(limits.head_timeout, accept).await {
             Ok(Ok(t)) => t,
-            Ok(Err(e)) => return tracing::debug!(%host, "proxy: TLS from the sandbox: {e}"),
+            Ok(Err(e)) => {
+                if let Some(alert) = distrusted(&e) {
+                    self.distrust_log(host, port, alert, site.who).await;
+                }
+                return tracing::debug!(%host, "proxy: TLS from the sandbox: {e}");
+            }
             Err(_) => return,
         };
         let up = match (sc.upstream(), super::tls::server_name(host)) {
@@ -705,6 +749,25 @@ struct ConnectError {
     msg: String,
     kind: Option<std::io::ErrorKind>,
     timed_out: bool,
+}
+
+/// The TLS alert a client refused the capsule's certificate with, if that is why the
+/// handshake failed (`unknown_ca`, `bad_certificate`, `certificate_unknown`...).
+fn distrusted(e: &std::io::Error) -> Option<&'static str> {
+    use rustls::AlertDescription as A;
+    let inner = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    match inner {
+        rustls::Error::AlertReceived(a) => match a {
+            A::UnknownCA => Some("unknown_ca"),
+            A::BadCertificate => Some("bad_certificate"),
+            A::CertificateUnknown => Some("certificate_unknown"),
+            A::UnsupportedCertificate => Some("unsupported_certificate"),
+            A::CertificateExpired => Some("certificate_expired"),
+            A::AccessDenied => Some("access_denied"),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Answer a SOCKS5 client with a failure `code` and close.

@@ -80,6 +80,7 @@ fn config(allow: &[&str], resolve: &str, log: Option<&Path>) -> ProxyConfig {
         refusals: None,
         limits: Limits::default(),
         secrets: None,
+        direct: None,
     }
 }
 

@@ -222,7 +222,7 @@ async fn connect_inside(channel: &OwnedFd, port: u16) -> io::Result<tokio::net::
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the sandbox did not answer"))??;
     let fd = match got {
         Received::Fd(fd) => fd,
-        Received::Closed | Received::Nothing | Received::Diag(_) => {
+        Received::Closed | Received::Nothing | Received::Diag(_) | Received::Dns(_) => {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 format!("nothing listens on 127.0.0.1:{port} inside"),
@@ -262,7 +262,7 @@ fn connector(channel: OwnedFd) {
         }
         let reply = match handoff::recv(channel.as_fd()) {
             Ok(Received::Fd(fd)) => fd,
-            Ok(Received::Nothing | Received::Diag(_)) => continue,
+            Ok(Received::Nothing | Received::Diag(_) | Received::Dns(_)) => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Ok(Received::Closed) | Err(_) => return,
         };

@@ -22,13 +22,23 @@ use std::time::SystemTime;
 
 /// Who is behind a client connection the relay handed over, to be found only if it is
 /// refused ([`super::owner`]): what the proxy knows of the sandbox, and the connection's
-/// two addresses inside (known at no cost when the socket is taken).
+/// two addresses inside (known at no cost when the socket is taken); or, for a connection
+/// the seccomp supervisor sent to the proxy ([`super::direct`]), the program it saw make it.
 #[derive(Debug, Clone)]
-pub struct Who {
+pub struct Who(WhoIs);
+
+#[derive(Debug, Clone)]
+enum WhoIs {
     #[cfg(target_os = "linux")]
-    sandbox: std::sync::Arc<super::owner::Sandbox>,
-    client: std::net::SocketAddr,
-    server: std::net::SocketAddr,
+    Lookup {
+        sandbox: std::sync::Arc<super::owner::Sandbox>,
+        client: std::net::SocketAddr,
+        server: std::net::SocketAddr,
+    },
+    Known {
+        program: String,
+        pid: Option<i32>,
+    },
 }
 
 impl Who {
@@ -39,27 +49,39 @@ impl Who {
         client: std::net::SocketAddr,
         server: std::net::SocketAddr,
     ) -> Who {
-        Who {
+        Who(WhoIs::Lookup {
             sandbox,
             client,
             server,
-        }
+        })
+    }
+
+    /// A program known already (its `comm`, its pid in the sandbox).
+    pub fn known(program: String, pid: Option<i32>) -> Who {
+        Who(WhoIs::Known { program, pid })
     }
 
     /// The program behind `who` and its pid in the sandbox, for a refusal: looked up on a
     /// blocking thread, one lookup at a time in this process; ("", None) when unknown.
     pub async fn asker(who: Option<&Who>) -> (String, Option<i32>) {
-        #[cfg(target_os = "linux")]
-        if let Some(w) = who.cloned() {
-            static ONE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-            let _one = ONE.acquire().await;
-            let found =
-                tokio::task::spawn_blocking(move || w.sandbox.find(w.client, w.server)).await;
-            if let Ok(Some(o)) = found {
-                return (o.program, o.pid);
+        match who.map(|w| &w.0) {
+            Some(WhoIs::Known { program, pid }) => return (program.clone(), *pid),
+            #[cfg(target_os = "linux")]
+            Some(WhoIs::Lookup {
+                sandbox,
+                client,
+                server,
+            }) => {
+                static ONE: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+                let _one = ONE.acquire().await;
+                let (sandbox, client, server) = (sandbox.clone(), *client, *server);
+                let found = tokio::task::spawn_blocking(move || sandbox.find(client, server)).await;
+                if let Ok(Some(o)) = found {
+                    return (o.program, o.pid);
+                }
             }
+            None => {}
         }
-        let _ = who;
         (String::new(), None)
     }
 }

@@ -30,7 +30,7 @@ pub fn helpers(dir: &Path) -> Vec<libc::pid_t> {
 /// helpers.
 pub fn container_pids(cgroups: &[PathBuf], dir: &Path) -> Vec<libc::pid_t> {
     let helpers = helpers(dir);
-    let mut pids = super::cgroup::all_pids(cgroups);
+    let mut pids = crate::kernel::cgroup::container::all_pids(cgroups);
     pids.retain(|p| !helpers.contains(p));
     pids
 }
@@ -88,7 +88,7 @@ pub fn fork(
             n if n < 0 => libc::_exit(1),
             n => {
                 // in the container's cgroups (its pids and memory count it), then known
-                let ok = super::cgroup::enter(cgroups, n).is_ok()
+                let ok = crate::kernel::cgroup::container::enter(cgroups, n).is_ok()
                     && std::fs::write(dir.join(pid_file), n.to_string()).is_ok();
                 if !ok {
                     libc::kill(n, libc::SIGKILL);

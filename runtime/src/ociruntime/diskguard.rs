@@ -60,6 +60,25 @@ pub fn prepare(disk: &DiskPlan, rootfs: &Path) -> Result<Option<Guard>, String> 
     }
 }
 
+/// The disk guard's budget on a container's process: its `RLIMIT_FSIZE` no higher than
+/// `headroom` (the least free space above the reserve of the filesystems it can write,
+/// at the guard's first look), so that no single file can take a disk below the reserve;
+/// a lower limit of the bundle's stands.
+pub fn budget(rlimits: &mut Vec<(libc::__rlimit_resource_t, String, u64, u64)>, headroom: u64) {
+    match rlimits.iter_mut().find(|r| r.0 == libc::RLIMIT_FSIZE) {
+        Some(r) => {
+            r.2 = r.2.min(headroom);
+            r.3 = r.3.min(headroom);
+        }
+        None => rlimits.push((
+            libc::RLIMIT_FSIZE,
+            "RLIMIT_FSIZE (the disk guard's budget)".into(),
+            headroom,
+            headroom,
+        )),
+    }
+}
+
 /// The container whose guard it is.
 struct Container<'a> {
     dir: &'a Path,
@@ -161,9 +180,9 @@ fn sweep(c: &Container<'_>) {
             // SAFETY: killing a process of the container.
             unsafe { libc::kill(p, libc::SIGKILL) };
         }
-        if super::cgroup::is_frozen(c.cgroups) {
+        if crate::kernel::cgroup::container::is_frozen(c.cgroups) {
             // a frozen process gets its SIGKILL once thawed
-            let _ = super::cgroup::freeze(c.cgroups, false);
+            let _ = crate::kernel::cgroup::container::freeze(c.cgroups, false);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }

@@ -187,7 +187,7 @@ struct Dirs {
 }
 
 fn dirs(cgroups: &[PathBuf]) -> Dirs {
-    let hs = super::cgroup::hierarchies();
+    let hs = crate::kernel::cgroup::hierarchies();
     let mut by = BTreeMap::new();
     let mut v2 = None;
     for d in cgroups {

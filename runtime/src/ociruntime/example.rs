@@ -302,7 +302,7 @@ pub fn write(bundle: Option<&Path>, rootless: bool) -> Result<(), String> {
         // SAFETY: geteuid and getegid cannot fail.
         unsafe { (libc::geteuid(), libc::getegid()) }
     });
-    let text = render(super::cgroup::unified(), ids);
+    let text = render(crate::kernel::cgroup::unified(), ids);
     // create_new: never replaces what is there, nor follows a symlink planted at the name
     let mut f = std::fs::OpenOptions::new()
         .write(true)

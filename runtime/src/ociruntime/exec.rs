@@ -128,10 +128,19 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
         return Err("--process-label: SELinux labels are not supported".into());
     }
     // the cgroups the process joins: the container's, or sub-cgroups of them (--cgroup)
-    let cg_dirs = super::cgroup::sub_cgroups(&saved.cgroups, &a.cgroups)?;
+    let cg_dirs = crate::kernel::cgroup::container::sub_cgroups(&saved.cgroups, &a.cgroups)?;
     // the process's plan, and the container's confinement as create planned it
     let facts = super::facts::gather(false);
-    let plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
+    let mut plan = plan::process(&p, &facts).map_err(|e| e.to_string())?;
+    // the disk guard's budget, as create set it on the container's init: now's
+    if let Ok(d) = crate::plan::container::disk::disk(&spec, &facts) {
+        if d.reserve != crate::limits::DiskReserve::Off {
+            if let Some(h) = crate::linux::diskguard::budget_of(&d.paths(&saved.rootfs), d.reserve)
+            {
+                super::diskguard::budget(&mut plan.rlimits, h);
+            }
+        }
+    }
     let confine = plan::confinement(&spec, &facts).map_err(|e| e.to_string())?;
     let namespaces = ns::of_process(saved.pid).map_err(|e| e.to_string())?;
     let console = a
@@ -196,7 +205,8 @@ pub fn run(root: &Path, a: &ExecOpts) -> Result<i32, String> {
     drop(go_r);
     drop(console);
     drop(observer);
-    let placed = super::cgroup::enter(&cg_dirs, pid).and_then(|()| process::rlimits(pid, &plan));
+    let placed = crate::kernel::cgroup::container::enter(&cg_dirs, pid)
+        .and_then(|()| process::rlimits(pid, &plan));
     if let Err(e) = placed {
         crate::kernel::process::kill_and_reap(pid);
         return Err(e);

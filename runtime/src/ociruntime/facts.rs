@@ -6,7 +6,7 @@
 //! `CAPSULE_OCI_LANDLOCK=0`, `CAPSULE_OCI_OBSERVE=0`, `CAPSULE_OCI_DEFAULTS=0`,
 //! `CAPSULE_OCI_DISK_RESERVE`).
 
-use super::cgroup;
+use crate::kernel::cgroup;
 use crate::plan::container::{ContainerFacts, Settings};
 
 fn off(var: &str) -> bool {

@@ -20,9 +20,7 @@
 //! reads the reason a `create` failed. Exit status 1 on error, 2 on a usage error.
 
 pub mod bundle;
-pub mod cgroup;
 pub mod cli;
-pub mod copyup;
 pub mod create;
 pub mod detached;
 pub mod diskguard;
@@ -35,11 +33,11 @@ pub mod hooks;
 pub mod listing;
 pub mod observe;
 pub mod process;
-pub mod rootfs;
 pub mod state;
 pub mod update;
 
 // the config model and the seccomp compiler are the plan's (pure, below the front end)
+use crate::kernel::cgroup;
 pub use crate::plan::container::{config as spec, seccomp};
 
 use std::io::Write;
@@ -199,14 +197,14 @@ fn dispatch(g: &cli::Global, op: cli::Op) -> Result<i32, String> {
             if s.status(&root) != "running" {
                 return Err(format!("container {id} is not running"));
             }
-            cgroup::freeze(&s.cgroups, true).map(|()| 0)
+            cgroup::container::freeze(&s.cgroups, true).map(|()| 0)
         }
         Op::Resume { id } => {
             let s = state::load(&root, &id)?;
             if s.status(&root) != "paused" {
                 return Err(format!("container {id} is not paused"));
             }
-            cgroup::freeze(&s.cgroups, false).map(|()| 0)
+            cgroup::container::freeze(&s.cgroups, false).map(|()| 0)
         }
     }
 }
@@ -274,19 +272,8 @@ fn no_preserved_fds(n: u32) -> Result<(), String> {
     }
 }
 
-/// A system call's error as runc (Go) words it: `no such file or directory`.
-pub fn os_error(e: &std::io::Error) -> String {
-    let Some(code) = e.raw_os_error() else {
-        return e.to_string();
-    };
-    let text = std::io::Error::from_raw_os_error(code).to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text);
-    let mut c = text.chars();
-    match c.next() {
-        Some(f) => f.to_lowercase().chain(c).collect(),
-        None => text.to_string(),
-    }
-}
+/// A system call's error as runc (Go) words it (the kernel stack's).
+pub use crate::kernel::sys::os_error;
 
 fn log_warn(e: &str) {
     eprintln!("capsule-runc: warning: {e}");
@@ -324,7 +311,7 @@ fn kill(root: &Path, id: &str, sig: &str, all: bool) -> Result<(), String> {
     let s = state::load(root, id)?;
     let n = signal(sig)?;
     // frozen processes get a SIGKILL only once thawed
-    let frozen = cgroup::is_frozen(&s.cgroups);
+    let frozen = cgroup::container::is_frozen(&s.cgroups);
     if all {
         // the container's processes, not capsule's helpers beside them (they end when
         // the container's processes are gone, with their last lines said); none (a
@@ -346,7 +333,7 @@ fn kill(root: &Path, id: &str, sig: &str, all: bool) -> Result<(), String> {
         }
     }
     if frozen && n == libc::SIGKILL {
-        let _ = cgroup::freeze(&s.cgroups, false);
+        let _ = cgroup::container::freeze(&s.cgroups, false);
     }
     Ok(())
 }
@@ -374,7 +361,7 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
         }
         // SAFETY: killing the container's init.
         unsafe { libc::kill(s.pid, libc::SIGKILL) };
-        let _ = cgroup::freeze(&s.cgroups, false);
+        let _ = cgroup::container::freeze(&s.cgroups, false);
         for _ in 0..500 {
             if !s.alive() && own().is_empty() {
                 break;
@@ -386,12 +373,12 @@ fn delete(root: &Path, id: &str, force: bool) -> Result<(), String> {
     // whatever is left in the cgroups (a helper that did not end) before they go
     observe::wait_for(&dir);
     diskguard::wait_for(&dir);
-    let _ = cgroup::freeze(&s.cgroups, false);
-    for p in cgroup::all_pids(&s.cgroups) {
+    let _ = cgroup::container::freeze(&s.cgroups, false);
+    for p in cgroup::container::all_pids(&s.cgroups) {
         // SAFETY: killing what is left in the container's cgroups.
         unsafe { libc::kill(p, libc::SIGKILL) };
     }
-    cgroup::remove(&s.cgroups);
+    cgroup::container::remove(&s.cgroups);
     if let Some(h) = &s.hooks {
         let mut st = s.spec_state(root);
         st["status"] = "stopped".into();
@@ -451,7 +438,7 @@ fn features() -> serde_json::Value {
         "linux": {
             "namespaces": spec::NAMESPACES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
             "capabilities": caps::all().iter().map(|c| c.to_string()).collect::<std::collections::BTreeSet<_>>(),
-            "cgroup": {"v1": !cgroup::unified(), "v2": cgroup::unified(), "systemd": false, "systemdUser": false},
+            "cgroup": {"v1": !crate::kernel::cgroup::unified(), "v2": crate::kernel::cgroup::unified(), "systemd": false, "systemdUser": false},
             "seccomp": {
                 "enabled": true,
                 "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_KILL", "SCMP_ACT_KILL_PROCESS", "SCMP_ACT_KILL_THREAD", "SCMP_ACT_LOG", "SCMP_ACT_TRACE", "SCMP_ACT_TRAP"],

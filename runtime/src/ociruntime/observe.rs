@@ -85,6 +85,7 @@ pub fn spawn(
     listen: OwnedFd,
     log: Option<LogTo>,
     cgroups: &[PathBuf],
+    reserve: crate::limits::DiskReserve,
 ) -> Result<(), String> {
     let (i, l) = (init.into_raw_fd(), listen.into_raw_fd());
     // the two sockets at 3 and 4 of the observer
@@ -96,12 +97,13 @@ pub fn spawn(
     }
     // SAFETY: the descriptors just put there.
     let (init, listen) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
+    let budget = crate::linux::diskguard::Budget::new(reserve);
     serve(
         dir,
         id,
         pid,
         start_time,
-        &allowed,
+        (&allowed, budget.as_ref()),
         init,
         listen,
         log.as_ref(),
@@ -145,7 +147,7 @@ fn serve(
     id: &str,
     pid: libc::pid_t,
     start_time: u64,
-    allowed: &Allowed,
+    (allowed, budget): (&Allowed, Option<&crate::linux::diskguard::Budget>),
     init: OwnedFd,
     listen: OwnedFd,
     log: Option<&LogTo>,
@@ -204,6 +206,7 @@ fn serve(
                     &names,
                     allowed,
                     &[],
+                    budget,
                     &refusals,
                 );
             } else if r != 0 {

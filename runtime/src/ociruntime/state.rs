@@ -78,7 +78,7 @@ impl Saved {
             "stopped"
         } else if dir(root, &self.id).join("exec.fifo").exists() {
             "created"
-        } else if super::cgroup::is_frozen(&self.cgroups) {
+        } else if crate::kernel::cgroup::container::is_frozen(&self.cgroups) {
             "paused"
         } else {
             "running"
@@ -125,7 +125,8 @@ pub struct ContainerState {
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub annotations: std::collections::BTreeMap<String, String>,
     pub owner: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// capsule's own field, named as docs/oci.md has it (not camelCased with runc's)
+    #[serde(rename = "limits_reached", skip_serializing_if = "Vec::is_empty")]
     pub limits_reached: Vec<String>,
 }
 

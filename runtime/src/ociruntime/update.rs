@@ -3,13 +3,13 @@
 //! from the options or from a `linux.resources` JSON (keys matched without regard to
 //! case, as runc's Go decoder matches them); a value not given, or 0, leaves the
 //! container's as it is, `-1` lifts a limit; they are written as create writes them
-//! ([`super::cgroup::update`]). What capsule-runc cannot change is refused by name, never
+//! ([`crate::kernel::cgroup::container::update`]). What capsule-runc cannot change is refused by name, never
 //! skipped: the device rules (accepted only unchanged, as containerd resends them),
 //! kernel memory, swappiness, the OOM killer, blkio, hugepages, network, RDMA and the
 //! unified map.
 
-use super::cgroup::Limits;
 use super::state;
+use crate::kernel::cgroup::resources::Limits;
 use serde::Deserialize;
 use std::io::Read;
 use std::path::Path;
@@ -266,7 +266,7 @@ pub fn run(root: &Path, u: &UpdateOpts) -> Result<(), String> {
         }
         None => limits_of_options(u)?,
     };
-    super::cgroup::update(&s.cgroups, &limits)
+    crate::kernel::cgroup::container::update(&s.cgroups, &limits)
 }
 
 /// A device rule as config.json writes it.

@@ -45,6 +45,7 @@ pub(super) fn limits_now(
         fds: pick(d, spec, "fds", parse_count)?,
         file_size: pick(d, spec, "file_size", parse_size)?,
         nproc: None,
+        disk_budget: None,
     };
     let activity = pick(d, spec, "activity_timeout", parse_duration)?;
     Ok((l, activity))

@@ -317,6 +317,7 @@ fn the_execs_limits_are_rendered_as_resources_and_rlimits() {
         file_size: Some(1 << 20),
         tmp_size: Some(16 << 20),
         nproc: None,
+        disk_budget: None,
     };
     plan.activity_timeout = Some(std::time::Duration::from_secs(90));
     super::super::plan::with_tmp_size(&mut plan.mounts, &p.tmp_dir, 16 << 20);

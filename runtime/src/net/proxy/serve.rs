@@ -102,6 +102,7 @@ impl Proxy {
                 match guard.try_io(|c| recv(c.get_ref().as_fd())) {
                     Ok(Ok(Received::Fd(fd))) => break fd,
                     Ok(Ok(Received::Diag(fd))) => self.keep_diag(fd),
+                    Ok(Ok(Received::Dns(fd))) => self.serve_dns(fd),
                     Ok(Ok(Received::Nothing)) => {}
                     Ok(Ok(Received::Closed)) => return,
                     Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -127,6 +128,16 @@ impl Proxy {
                 }
             };
             let _ = client.set_nodelay(true);
+            // a connection the command made directly, sent here by the seccomp supervisor
+            let direct = self.inner.cfg.direct.as_ref().and_then(|d| d.take(peer));
+            if let Some(r) = direct {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    me.handle_direct(client, r).await;
+                    drop(permit);
+                });
+                continue;
+            }
             // what the relay listened on: the proxy port, or a host service's own address
             let local = client.local_addr().ok();
             let service = local.filter(|a| self.inner.services.contains(a));
@@ -159,6 +170,30 @@ impl Proxy {
             Some(Arc::new(crate::net::owner::Sandbox::new(netns, diag)))
         });
         Some(Who::new(sandbox.clone()?, client_addr, server))
+    }
+
+    /// Answer the sandbox's name queries on the socket init bound (the first one, if it is
+    /// one; allowlist mode with direct connections only).
+    #[cfg(target_os = "linux")]
+    fn serve_dns(&self, fd: std::os::fd::OwnedFd) {
+        let Some(direct) = &self.inner.cfg.direct else {
+            return tracing::warn!("proxy: ignored a name server socket (no direct connections)");
+        };
+        if self
+            .inner
+            .dns_started
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return tracing::warn!("proxy: ignored a second name server socket");
+        }
+        let sock = match crate::net::handoff::check_dns(fd)
+            .map_err(|e| e.to_string())
+            .and_then(|s| tokio::net::UdpSocket::from_std(s).map_err(|e| e.to_string()))
+        {
+            Ok(s) => s,
+            Err(e) => return tracing::warn!("proxy: refused the name server's socket: {e}"),
+        };
+        tokio::spawn(crate::net::dns::serve(sock, direct.names().clone()));
     }
 
     /// Keep init's diagnostics socket (the first one, if it is one; before any client).

@@ -29,8 +29,9 @@ pub mod config;
 pub mod disk;
 pub mod seccomp;
 
+use crate::kernel::cgroup::resources::Limits;
 use capsule_bundle::policy::{NetworkMode, NetworkPolicy, SandboxPolicy};
-use config::{check, propagation, Hooks, IdMapping, Resources, Spec};
+use config::{check, propagation, DeviceRule, Hooks, IdMapping, Resources, Spec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -54,13 +55,8 @@ impl From<String> for Refused {
     }
 }
 
-/// One cgroup hierarchy of the host: where it is mounted and which controllers it has
-/// (none listed: the unified hierarchy).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hierarchy {
-    pub mount: PathBuf,
-    pub controllers: Vec<String>,
-}
+/// One cgroup hierarchy of the host (the kernel stack reads them).
+pub use crate::kernel::cgroup::Hierarchy;
 
 /// What of the host a container's plan depends on (see the module docs), gathered
 /// before it by the modules that own each part (`crate::ociruntime`'s `facts::gather`).
@@ -201,59 +197,94 @@ pub struct CgroupPlan {
     pub optional: bool,
 }
 
-/// One mount of config.json: where (`dst`, in the rootfs), what, then its propagation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    /// The step's name in errors: `mounts[i] (TYPE at DST)`.
-    pub what: String,
-    pub dst: PathBuf,
-    pub kind: MountKind,
-    /// Propagation flags applied after, in order.
-    pub propagation: Vec<libc::c_ulong>,
+impl CgroupPlan {
+    /// The limits to write, as the kernel stack takes them.
+    pub fn limits(&self) -> Limits {
+        limits_of(&self.resources)
+    }
+
+    /// The devices cgroup's lines.
+    pub fn device_lines(&self) -> Vec<(&'static str, String)> {
+        device_rules(&self.resources.devices)
+    }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MountKind {
-    /// The host's `src` bound (with its submounts when `recursive`), then the
-    /// `MOUNT_ATTR_*` bits `attrs` set on it (recursively when `recursive`).
-    Bind {
-        src: PathBuf,
-        recursive: bool,
-        attrs: u64,
-    },
-    /// A filesystem of type `typ` from `src` with `flags` and `data`; a `sysfs` the kernel
-    /// refuses (a network namespace not ours, rootless) is the host's, bound. `copy_up`
-    /// (`tmpcopyup`, a tmpfs's): what the image had at the mount point is copied into it.
-    Fs {
-        typ: String,
-        src: PathBuf,
-        flags: libc::c_ulong,
-        data: String,
-        copy_up: bool,
-    },
-    /// `cgroup2` of the unified host (read-only when `ro`).
-    Cgroup2 { ro: bool },
-    /// On a v1 host: a tmpfs with, for each hierarchy, the container's own directory
-    /// (host path, under the old root) bound at its name (read-only when `ro`), as runc
-    /// does without a cgroup namespace.
-    CgroupV1 {
-        ro: bool,
-        binds: Vec<(PathBuf, PathBuf)>,
-    },
+/// config.json's `linux.resources` as the limits to write (an absent value: none).
+pub fn limits_of(r: &Resources) -> Limits {
+    let m = r.memory.clone().unwrap_or_default();
+    let c = r.cpu.clone().unwrap_or_default();
+    Limits {
+        memory: m.limit.unwrap_or(0),
+        memory_reservation: m.reservation.unwrap_or(0),
+        memory_swap: m.swap.unwrap_or(0),
+        cpu_shares: c.shares.unwrap_or(0),
+        cpu_quota: c.quota.unwrap_or(0),
+        cpu_period: c.period.unwrap_or(0),
+        cpu_rt_runtime: 0,
+        cpu_rt_period: 0,
+        cpuset_cpus: c.cpus.unwrap_or_default(),
+        cpuset_mems: c.mems.unwrap_or_default(),
+        // a pids limit of 0 in config.json is none
+        pids: r
+            .pids
+            .as_ref()
+            .map_or(0, |p| if p.limit > 0 { p.limit } else { -1 }),
+    }
 }
 
-/// A device node of the container.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceNode {
-    /// The step's name in errors.
-    pub what: String,
-    pub path: PathBuf,
-    pub typ: String,
-    pub major: u32,
-    pub minor: u32,
-    pub mode: u32,
-    pub owner: Option<(u32, u32)>,
+/// The devices cgroup's lines: the bundle's rules, then the devices every container gets
+/// (as runc allows them: null zero full random urandom tty console ptmx, pts).
+pub fn device_rules(rules: &[DeviceRule]) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for r in rules {
+        let file = if r.allow {
+            "devices.allow"
+        } else {
+            "devices.deny"
+        };
+        let t = r.typ.as_deref().unwrap_or("a");
+        let n = |v: Option<i64>| {
+            v.filter(|v| *v >= 0)
+                .map_or("*".to_string(), |v| v.to_string())
+        };
+        let access = r.access.as_deref().unwrap_or("rwm");
+        if t == "a" {
+            out.push((file, "a".to_string()));
+        } else {
+            out.push((file, format!("{t} {}:{} {access}", n(r.major), n(r.minor))));
+        }
+    }
+    for d in crate::kernel::cgroup::container::DEFAULT_DEVICES {
+        out.push(("devices.allow", d.to_string()));
+    }
+    out
 }
+
+/// A container run without cgroups of its own (rootless): its `cgroup` mounts show the
+/// cgroups it is in, the runtime's (as runc's, `own_path` of each hierarchy), instead of
+/// the ones not made.
+pub fn without_own(plan: &mut ContainerPlan, own_path: impl Fn(&Hierarchy) -> Option<PathBuf>) {
+    let (rel, hs) = (plan.cgroup.rel.clone(), plan.cgroup.hierarchies.clone());
+    for m in &mut plan.mounts {
+        let MountKind::CgroupV1 { binds, .. } = &mut m.kind else {
+            continue;
+        };
+        for (host, _) in binds.iter_mut() {
+            for h in &hs {
+                let at = Path::new("/oldroot").join(h.mount.strip_prefix("/").unwrap_or(&h.mount));
+                if *host == at.join(&rel) {
+                    if let Some(own) = own_path(h) {
+                        *host = at.join(own);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The mount steps and device nodes of a container's root, as the kernel stack takes
+/// them.
+pub use crate::kernel::mount::container::{DeviceNode, Mount, MountKind};
 
 /// The devices every container gets (runtime spec: default devices), then the bundle's.
 pub const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[

@@ -1,75 +1,36 @@
-//! The container's cgroups as its plan has them ([`crate::plan::container::CgroupPlan`]:
-//! the path, with `--systemd-cgroup`'s `slice:prefix:name` expanded, and the limits): one
-//! directory per v1 hierarchy mounted on this host (or the one v2 directory on a unified
-//! host), made directly in cgroupfs (no systemd unit is created), the limits written
-//! before the container's init runs, the init moved in, and their removal at `delete`.
-//! The host's layout ([`unified`], [`hierarchies`]) is a fact the plan is made from.
+//! A container's cgroups (capsule-runc's): one directory per v1 hierarchy mounted on
+//! this host (or the one v2 directory on a unified host) at the path its plan gives,
+//! made directly in cgroupfs (no systemd unit is created), the limits written
+//! ([`super::resources`]) before its init runs, processes moved in, their pids read,
+//! frozen and thawed, sub-cgroups of `exec --cgroup`, and their removal at `delete`.
 
-use super::spec::{DeviceRule, Resources};
-use crate::plan::container::CgroupPlan;
-pub use crate::plan::container::Hierarchy;
-pub use resources::Limits;
+use super::resources::{self, Limits};
+use super::{hierarchies, unified, Hierarchy};
 use std::path::{Path, PathBuf};
 
-mod resources;
-
-/// Is this host's `/sys/fs/cgroup` the unified (v2) hierarchy?
-pub fn unified() -> bool {
-    // SAFETY: statfs into a zeroed struct.
-    unsafe {
-        let mut s: libc::statfs = std::mem::zeroed();
-        libc::statfs(c"/sys/fs/cgroup".as_ptr(), &mut s) == 0 && s.f_type == 0x6367_7270
-    }
+/// What [`setup`] makes: the container's cgroups as its plan decided them.
+#[derive(Debug, Clone)]
+pub struct Setup<'a> {
+    /// The path relative to each hierarchy's root.
+    pub rel: &'a Path,
+    /// The hierarchies to make it in.
+    pub hierarchies: &'a [Hierarchy],
+    /// The limits to write.
+    pub limits: &'a Limits,
+    /// The devices cgroup's lines (`devices.allow`/`devices.deny`, the line).
+    pub devices: &'a [(&'static str, String)],
+    /// The container may run without its cgroups when the runtime may not make them
+    /// (rootless).
+    pub optional: bool,
 }
 
-/// The v1 hierarchies mounted here (from mountinfo), or the v2 root.
-pub fn hierarchies() -> Vec<Hierarchy> {
-    if unified() {
-        return vec![Hierarchy {
-            mount: "/sys/fs/cgroup".into(),
-            controllers: vec![],
-        }];
-    }
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut out = Vec::new();
-    for line in info.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mut r = right.split_whitespace();
-        if r.next() != Some("cgroup") {
-            continue;
-        }
-        let opts = r.nth(1).unwrap_or("");
-        let mount = left.split_whitespace().nth(4).unwrap_or("");
-        let controllers: Vec<String> = opts
-            .split(',')
-            .filter(|o| {
-                *o != "rw"
-                    && *o != "ro"
-                    && !o.starts_with("release_agent")
-                    && *o != "clone_children"
-                    && *o != "noprefix"
-            })
-            .map(String::from)
-            .collect();
-        if !mount.is_empty() {
-            out.push(Hierarchy {
-                mount: mount.into(),
-                controllers,
-            });
-        }
-    }
-    out
-}
-
-/// The container's directories of `plan`, made, with its resources written. None (and
-/// the reason, for the log) when the plan lets the container run without them and the
-/// runtime may not make them (rootless).
-pub fn setup(plan: &CgroupPlan) -> Result<(Vec<PathBuf>, Option<String>), String> {
-    let rel = &plan.rel;
+/// The container's directories, made, with its limits written. None (and the reason,
+/// for the log) when it may run without them and the runtime may not make them
+/// (rootless).
+pub fn setup(plan: &Setup<'_>) -> Result<(Vec<PathBuf>, Option<String>), String> {
+    let rel = plan.rel;
     let mut dirs = Vec::new();
-    for h in &plan.hierarchies {
+    for h in plan.hierarchies {
         let dir = h.mount.join(rel);
         if let Err(e) = std::fs::create_dir_all(&dir) {
             let denied = e.kind() == std::io::ErrorKind::PermissionDenied
@@ -99,7 +60,10 @@ pub fn setup(plan: &CgroupPlan) -> Result<(Vec<PathBuf>, Option<String>), String
             }
         }
         dirs.push(dir.clone());
-        write_resources(h, &dir, &plan.resources)?;
+        if let Err(e) = write_limits(h, &dir, plan.limits, plan.devices) {
+            remove(&dirs);
+            return Err(e);
+        }
     }
     Ok((dirs, None))
 }
@@ -128,29 +92,6 @@ fn write(dir: &Path, file: &str, value: &str, field: &str) -> Result<(), String>
     })
 }
 
-/// config.json's `linux.resources` as the limits to write (an absent value: none).
-pub fn limits_of(r: &Resources) -> Limits {
-    let m = r.memory.clone().unwrap_or_default();
-    let c = r.cpu.clone().unwrap_or_default();
-    Limits {
-        memory: m.limit.unwrap_or(0),
-        memory_reservation: m.reservation.unwrap_or(0),
-        memory_swap: m.swap.unwrap_or(0),
-        cpu_shares: c.shares.unwrap_or(0),
-        cpu_quota: c.quota.unwrap_or(0),
-        cpu_period: c.period.unwrap_or(0),
-        cpu_rt_runtime: 0,
-        cpu_rt_period: 0,
-        cpuset_cpus: c.cpus.unwrap_or_default(),
-        cpuset_mems: c.mems.unwrap_or_default(),
-        // a pids limit of 0 in config.json is none
-        pids: r
-            .pids
-            .as_ref()
-            .map_or(0, |p| if p.limit > 0 { p.limit } else { -1 }),
-    }
-}
-
 /// The hierarchy of one of the container's directories (by its mount), and whether it
 /// is the v2 one.
 fn dir_kind<'a>(h: &'a Hierarchy) -> resources::Dir<'a> {
@@ -160,13 +101,17 @@ fn dir_kind<'a>(h: &'a Hierarchy) -> resources::Dir<'a> {
     }
 }
 
-fn write_resources(h: &Hierarchy, dir: &Path, r: &Resources) -> Result<(), String> {
-    resources::apply(&dir_kind(h), &mut resources::Real(dir), &limits_of(r))
+fn write_limits(
+    h: &Hierarchy,
+    dir: &Path,
+    l: &Limits,
+    devices: &[(&'static str, String)],
+) -> Result<(), String> {
+    resources::apply(&dir_kind(h), &mut resources::Real(dir), l)
         .map_err(|e| format!("{e} (in {})", dir.display()))?;
-    if h.controllers.iter().any(|x| x == "devices") && !r.devices.is_empty() {
-        for rule in device_rules(&r.devices) {
-            let (file, line) = rule;
-            write(dir, file, &line, "devices")?;
+    if h.controllers.iter().any(|x| x == "devices") {
+        for (file, line) in devices {
+            write(dir, file, line, "devices")?;
         }
     }
     Ok(())
@@ -186,45 +131,21 @@ pub fn update(dirs: &[PathBuf], l: &Limits) -> Result<(), String> {
     Ok(())
 }
 
-/// The devices cgroup's lines: the bundle's rules, then the devices every container gets
-/// (as runc allows them: null zero full random urandom tty console ptmx, pts).
-pub fn device_rules(rules: &[DeviceRule]) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
-    for r in rules {
-        let file = if r.allow {
-            "devices.allow"
-        } else {
-            "devices.deny"
-        };
-        let t = r.typ.as_deref().unwrap_or("a");
-        let n = |v: Option<i64>| {
-            v.filter(|v| *v >= 0)
-                .map_or("*".to_string(), |v| v.to_string())
-        };
-        let access = r.access.as_deref().unwrap_or("rwm");
-        if t == "a" {
-            out.push((file, "a".to_string()));
-        } else {
-            out.push((file, format!("{t} {}:{} {access}", n(r.major), n(r.minor))));
-        }
-    }
-    for d in [
-        "c 1:3 rwm",
-        "c 1:5 rwm",
-        "c 1:7 rwm",
-        "c 1:8 rwm",
-        "c 1:9 rwm",
-        "c 5:0 rwm",
-        "c 5:1 rwm",
-        "c 5:2 rwm",
-        "c 136:* rwm",
-        "c *:* m",
-        "b *:* m",
-    ] {
-        out.push(("devices.allow", d.to_string()));
-    }
-    out
-}
+/// The devices every container gets, after its bundle's rules (as runc allows them:
+/// null zero full random urandom tty console ptmx, pts; `mknod` of any).
+pub const DEFAULT_DEVICES: &[&str] = &[
+    "c 1:3 rwm",
+    "c 1:5 rwm",
+    "c 1:7 rwm",
+    "c 1:8 rwm",
+    "c 1:9 rwm",
+    "c 5:0 rwm",
+    "c 5:1 rwm",
+    "c 5:2 rwm",
+    "c 136:* rwm",
+    "c *:* m",
+    "b *:* m",
+];
 
 /// Move `pid` into each directory.
 pub fn enter(dirs: &[PathBuf], pid: libc::pid_t) -> Result<(), String> {
@@ -234,7 +155,7 @@ pub fn enter(dirs: &[PathBuf], pid: libc::pid_t) -> Result<(), String> {
             format!(
                 "adding pid {pid} to cgroups: {}: {}",
                 procs.display(),
-                super::os_error(&e)
+                crate::kernel::sys::os_error(&e)
             )
         })?;
     }
@@ -418,44 +339,6 @@ pub fn remove(dirs: &[PathBuf]) {
                         std::thread::sleep(std::time::Duration::from_millis(2))
                     }
                     _ => break,
-                }
-            }
-        }
-    }
-}
-
-/// The cgroup of this process in hierarchy `h` (from `/proc/self/cgroup`), relative to
-/// the hierarchy's root.
-pub fn own_path(h: &Hierarchy) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let want: Vec<&str> = h.controllers.iter().map(String::as_str).collect();
-    text.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
-        let mut have: Vec<&str> = ctl.split(',').filter(|c| !c.is_empty()).collect();
-        let mut w = want.clone();
-        have.sort_unstable();
-        w.sort_unstable();
-        (have == w).then(|| PathBuf::from(path.trim_start_matches('/')))
-    })
-}
-
-/// A container run without cgroups of its own (rootless): its `cgroup` mounts show the
-/// cgroups it is in, the runtime's (as runc's), instead of the ones not made.
-pub fn without_own(plan: &mut crate::plan::container::ContainerPlan) {
-    use crate::plan::container::MountKind;
-    let (rel, hs) = (plan.cgroup.rel.clone(), plan.cgroup.hierarchies.clone());
-    for m in &mut plan.mounts {
-        let MountKind::CgroupV1 { binds, .. } = &mut m.kind else {
-            continue;
-        };
-        for (host, _) in binds.iter_mut() {
-            for h in &hs {
-                let at = Path::new("/oldroot").join(h.mount.strip_prefix("/").unwrap_or(&h.mount));
-                if *host == at.join(&rel) {
-                    if let Some(own) = own_path(h) {
-                        *host = at.join(own);
-                    }
                 }
             }
         }

@@ -50,7 +50,7 @@ fn put(f: &mut dyn Files, file: &str, value: &str, field: &str) -> Result<(), St
     f.write(file, value).map_err(|e| {
         format!(
             "linux.resources.{field}: writing {value:?} to {file}: {}",
-            crate::ociruntime::os_error(&e)
+            crate::kernel::sys::os_error(&e)
         )
     })
 }
@@ -170,7 +170,7 @@ fn cpu_v1(f: &mut dyn Files, l: &Limits) -> Result<(), String> {
             if e.raw_os_error() != Some(libc::EINVAL) || l.cpu_quota == 0 {
                 return Err(format!(
                     "linux.resources.cpu.period: writing {p:?} to cpu.cfs_period_us: {}",
-                    crate::ociruntime::os_error(&e)
+                    crate::kernel::sys::os_error(&e)
                 ));
             }
             period_later = Some(p);
