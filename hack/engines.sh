@@ -11,7 +11,7 @@
 # target/debug/capsule); RUNTIMES: the runtimes of the matrix (default "capsule runc").
 # Scratch: /var/tmp/capsule-engines-$$ (removed at the end). Needs docker.io, podman,
 # (rootless: the user capsule-ci with subordinate ids), cri: containerd and crictl on PATH
-# (crictl: cri-tools built from source, see docs/oci.md).
+# (crictl: cri-tools, not packaged by Debian 12; see docs/oci.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BENCH=0
@@ -86,7 +86,7 @@ start_rootless() {
 }
 cr() { nsenter --net=/run/netns/$NS crictl --runtime-endpoint "unix://$S/cri/sock" --image-endpoint "unix://$S/cri/sock" "$@"; }
 start_cri() {
-  command -v crictl >/dev/null || { echo "crictl not found: the cri column is skipped (build cri-tools, docs/oci.md)" >&2; return 1; }
+  command -v crictl >/dev/null || { echo "crictl not found: the cri column is skipped (install cri-tools, docs/oci.md)" >&2; return 1; }
   mkdir -p "$S/cri"
   cat >"$S/cri/config.toml" <<EOF
 version = 2
