@@ -10,6 +10,13 @@
 //! write lands, the key is refused, the git config and the agent's own session files land
 //! in the home layer (the real home is untouched), and the server got the API key.
 //!
+//! Claude Code and Codex also reach their real API hosts (`api.anthropic.com:443`,
+//! `api.openai.com:443`, no base URL set) over HTTPS: the test resolver sends those names
+//! to the server's own port, the proxy terminates the TLS with the capsule's CA (their key
+//! is a secret) and verifies the server's certificate against a test CA. Gemini CLI,
+//! Copilot CLI and opencode reach theirs the same way (the server speaks none of their
+//! APIs: a request with the real host's name arriving is what is checked).
+//!
 //! Without the packages the tests are skipped with a message, except as root (CI), where
 //! `.ci/run` installs them.
 
@@ -55,6 +62,15 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    /// The server speaking HTTPS with `cert` and `key` (see [`test_pki`]).
+    fn start_tls(dir: &Path, cert: &Path, key: &Path) -> Server {
+        Server::start_with(dir, &[cert, key])
+    }
+
+    fn start_with(dir: &Path, tls: &[&Path]) -> Server {
         let portfile = dir.join("port");
         let log = dir.join("server.log");
         let child = Command::new("python3")
@@ -62,6 +78,7 @@ impl Server {
             .arg(&portfile)
             .arg(&log)
             .arg(TOOL)
+            .args(tls)
             .stdin(Stdio::null())
             .spawn()
             .expect("start the fake model server");
@@ -271,6 +288,150 @@ fn codex_completes_a_tool_call_in_a_capsule() {
             stderr(&o)
         );
         s.check(&who, &o, &server, ".codex/sessions", "~/.codex/");
+    }
+}
+
+/// A test CA (`ca.pem`) and a server certificate for `names` signed by it, in `dir`:
+/// (ca, cert, key).
+fn test_pki(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("key");
+    let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "capsule e2e agents test CA");
+    let ca = p.self_signed(&ca_key).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let leaf = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .expect("params")
+        .signed_by(&key, &ca, &ca_key)
+        .expect("leaf");
+    let paths = (dir.join("ca.pem"), dir.join("srv.pem"), dir.join("srv.key"));
+    write(&paths.0, &ca.pem());
+    write(&paths.1, &leaf.pem());
+    write(&paths.2, &key.serialize_pem());
+    paths
+}
+
+/// Claude Code and Codex with no base URL: they reach `api.anthropic.com:443` and
+/// `api.openai.com:443` themselves, over TLS the proxy terminates (their keys are
+/// secrets), and complete the tool call.
+#[test]
+fn claude_and_codex_reach_their_real_api_hosts_over_https() {
+    if agent_bin("claude").is_none() || agent_bin("codex").is_none() {
+        return;
+    }
+    for r in runners() {
+        let s = Setup::new(&r);
+        let (ca, cert, key) = test_pki(&s.base, &["api.anthropic.com", "api.openai.com"]);
+        r.own(&s.base);
+        let server = Server::start_tls(&s.base, &cert, &key);
+        let p = server.port;
+        let resolve = format!("api.anthropic.com=127.0.0.1:{p},api.openai.com=127.0.0.1:{p}");
+        let launch = |backend: &str, args: &[&str]| {
+            let mut c = s.cmd();
+            c.env("CAPSULE_PROXY_TEST_RESOLVE", &resolve)
+                .env("CAPSULE_PROXY_TEST_UPSTREAM_CA", &ca)
+                .args(["agent", "launch", "--backend", backend, "--working-dir"])
+                .arg(s.ws())
+                // the names resolve to the test server on loopback: allowed by address
+                .args(["--allow-host", "127.0.0.1", "--"])
+                .args(args);
+            c
+        };
+        let who = format!("{}: claude over https", r.label());
+        let o = run(launch("claude", &["--allowedTools=Bash", "run the tool"])
+            .env("ANTHROPIC_API_KEY", KEY));
+        s.check(&who, &o, &server, ".claude.json", "~/.claude.json");
+        let log = server.log();
+        assert!(log.contains("\"api\": \"anthropic\""), "{who}: {log}");
+        std::fs::remove_file(s.ws().join("tool-wrote.txt")).expect("rm");
+        let who = format!("{}: codex over https", r.label());
+        let o =
+            run(launch("codex", &["--skip-git-repo-check", "run the tool"])
+                .env("OPENAI_API_KEY", KEY));
+        s.check(&who, &o, &server, ".codex/sessions", "~/.codex/");
+        assert!(
+            server.log().contains("\"api\": \"openai\""),
+            "{who}: {}",
+            server.log()
+        );
+    }
+}
+
+/// Gemini CLI, Copilot CLI and opencode reach their API hosts (the fake server speaks
+/// none of their APIs: a request arriving with the real host's name is what is checked).
+#[test]
+fn gemini_copilot_and_opencode_reach_their_api_hosts() {
+    // (`--raw`: these arguments as they are, no batch flag added)
+    let agents = [
+        (
+            "gemini",
+            "GEMINI_API_KEY",
+            vec!["--skip-trust", "-p", "hi"],
+            "generativelanguage.googleapis.com",
+        ),
+        ("copilot", "GH_TOKEN", vec!["-p", "hi"], "github"),
+        (
+            "opencode",
+            "ANTHROPIC_API_KEY",
+            vec!["run", "hi"],
+            "api.anthropic.com",
+        ),
+    ];
+    if agents.iter().any(|a| agent_bin(a.0).is_none()) {
+        return;
+    }
+    let names = [
+        "generativelanguage.googleapis.com",
+        "cloudcode-pa.googleapis.com",
+        "oauth2.googleapis.com",
+        "api.githubcopilot.com",
+        "api.individual.githubcopilot.com",
+        "api.github.com",
+        "github.com",
+        "api.anthropic.com",
+        "models.dev",
+        "opencode.ai",
+    ];
+    for r in runners() {
+        let s = Setup::new(&r);
+        let (ca, cert, key) = test_pki(&s.base, &names);
+        r.own(&s.base);
+        let server = Server::start_tls(&s.base, &cert, &key);
+        let p = server.port;
+        let resolve: Vec<String> = names.iter().map(|n| format!("{n}=127.0.0.1:{p}")).collect();
+        // the three at once (opencode alone takes ~20 s)
+        let outs: Vec<(String, std::process::Output)> = std::thread::scope(|sc| {
+            let handles: Vec<_> = agents
+                .iter()
+                .map(|(backend, key_env, args, _)| {
+                    let mut c = s.cmd();
+                    c.env("CAPSULE_PROXY_TEST_RESOLVE", resolve.join(","))
+                        .env("CAPSULE_PROXY_TEST_UPSTREAM_CA", &ca)
+                        .env(key_env, KEY)
+                        .args(["agent", "launch", "--raw", "--backend", backend])
+                        .arg("--working-dir")
+                        .arg(s.ws())
+                        .args(["--allow-host", "127.0.0.1", "--"])
+                        .args(args);
+                    sc.spawn(move || (backend.to_string(), bounded(&mut c, 120)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a launch panicked"))
+                .collect()
+        });
+        let log = server.log();
+        for ((backend, o), (_, _, _, host)) in outs.iter().zip(&agents) {
+            let who = format!("{}: {backend}", r.label());
+            eprintln!("{who}:\n{}{}", stdout(o), stderr(o));
+            let reached = log
+                .lines()
+                .any(|l| l.contains("\"host\": \"") && l.contains(host));
+            assert!(reached, "{who} did not reach {host}:\n{log}");
+        }
     }
 }
 

@@ -9,6 +9,10 @@
 //! - [`caps`]: capabilities, the user a process runs as, `no_new_privs`;
 //! - [`rlimit`]: resource limits;
 //! - [`ns`]: namespaces and `clone` (the one raw `clone` of both front ends), id maps;
+//! - [`mount`]: mounts and the root switch (capsule's primitives, an OCI bundle's root
+//!   inside its hostile rootfs, `tmpcopyup`);
+//! - [`setup`]: the steps between `clone` and a process's last ones (namespaces joined,
+//!   cgroups, the root, hostname, loopback), in the one order both front ends use;
 //! - [`process`]: a process's last steps before `execve`, in the one order both front
 //!   ends use.
 //! - [`checked`]: what a hostile tree names, opened without following its links and
@@ -21,8 +25,10 @@ pub mod caps;
 pub mod cgroup;
 pub mod checked;
 pub mod landlock;
+pub mod mount;
 pub mod ns;
 pub mod process;
 pub mod rlimit;
 pub mod seccomp;
+pub mod setup;
 pub mod sys;

@@ -15,7 +15,7 @@ use super::hooks::Hooks;
 use super::report::{Applied, Report};
 use super::{mounts, plan::Isolation, plan::Stdio, ExecPlan};
 use crate::kernel::sys;
-use crate::kernel::{landlock as ll, process, rlimit, seccomp::SeccompProgram};
+use crate::kernel::{landlock as ll, process, rlimit, seccomp::SeccompProgram, setup};
 use nix::sys::signal::SigSet;
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -184,17 +184,22 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
         exit(crate::exit::SANDBOX_FAILED as i32);
     }
     // into this exec's cgroups while we are single-threaded and before anything is forked
-    // (what init starts is born there)
-    if let Err(e) = crate::kernel::cgroup::move_self(cx.cgroup_self) {
-        fail(cx.report, format!("placing the sandbox in its cgroup: {e}"));
-    }
-    if full && !matches!(cx.root, Root::Warm(_)) {
-        let built = match cx.root {
-            Root::Joined(_) => mounts::exec_mounts(&cx.plan.mounts),
-            _ => mounts::build_root(&cx.plan.mounts),
-        };
-        if let Err(e) = built {
-            fail(cx.report, e.to_string());
+    // (what init starts is born there), then the root, the hostname and loopback
+    let builds = full && !matches!(cx.root, Root::Warm(_));
+    let steps = setup::Setup {
+        cgroups: cx.cgroup_self,
+        hostname: builds.then_some(cx.plan.hostname.as_bytes()),
+        // `--no-network`: loopback stays down (and Landlock refuses TCP as well)
+        loopback: builds && cx.plan.new_netns && !cx.plan.network_off,
+        ..Default::default()
+    };
+    let built = setup::setup(&steps, || {
+        if !builds {
+            return Ok(());
+        }
+        match cx.root {
+            Root::Joined(_) => mounts::exec_mounts(&cx.plan.mounts)?,
+            _ => mounts::build_root(&cx.plan.mounts)?,
         }
         // the watched masks, to capsule before anything is forked (the command never
         // holds their connections)
@@ -205,17 +210,15 @@ pub fn main(cx: Ctx<'_>, hooks: Hooks) -> ! {
                 super::fusemask::send(sock, masks);
             }
         }
-        if let Err(e) = sys::sethostname(cx.plan.hostname.as_bytes()) {
-            fail(cx.report, format!("setting the hostname: {e}"));
+        Ok(())
+    });
+    if let Err(e) = built {
+        fail(cx.report, e.to_string());
+    }
+    if !builds {
+        if let Err(e) = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0) {
+            fail(cx.report, format!("becoming a subreaper: {e}"));
         }
-        // `--no-network`: loopback stays down (and Landlock refuses TCP as well)
-        if cx.plan.new_netns && !cx.plan.network_off {
-            if let Err(e) = sys::loopback_up() {
-                fail(cx.report, format!("bringing loopback up: {e}"));
-            }
-        }
-    } else if let Err(e) = sys::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0) {
-        fail(cx.report, format!("becoming a subreaper: {e}"));
     }
 
     let mut pty_slave = None;

@@ -202,10 +202,10 @@ fn render_mounts(steps: &[MountStep]) -> Result<Mounts, OciError> {
                     dst,
                     &["nosuid", "noexec", "nodev"],
                 )?);
-                for r in super::mounts::PROC_READ_ONLY {
+                for r in crate::kernel::mount::PROC_READ_ONLY {
                     push_unique(&mut m.readonly, s(&dst.join(r)));
                 }
-                for k in super::mounts::PROC_MASKED {
+                for k in crate::kernel::mount::PROC_MASKED {
                     push_unique(&mut m.masked, s(&dst.join(k)));
                 }
             }

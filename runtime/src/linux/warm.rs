@@ -27,7 +27,7 @@ use super::{mounts, ExecPlan, Stdio};
 use crate::kernel::landlock::LandlockRules;
 use crate::kernel::seccomp::SeccompProgram;
 use crate::kernel::sys;
-use crate::kernel::{ns, process};
+use crate::kernel::{ns, process, setup};
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -320,29 +320,30 @@ fn spare_main(
     let _ = sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0);
     // into the groups the holder made for it, by itself and while single-threaded (no
     // global lock, no RCU grace period on cgroup v1: see `cgroup::move_self_file`)
-    for fd in cgroup_procs {
-        if sys::write_all(*fd, b"0").is_err() {
-            quit()
-        }
-        sys::close(*fd);
+    if crate::kernel::cgroup::move_self(cgroup_procs).is_err() {
+        quit()
     }
     // ready to be handed out (see `Spare::hand_over`)
     if sys::write_all(chan.as_raw_fd(), b"r").is_err() {
         quit()
     }
-    if mounts::exec_mounts(&plan.mounts).is_err()
-        || sys::sethostname(plan.hostname.as_bytes()).is_err()
-    {
+    // the per-exec mounts and this spare's watched masks (kept for the exec it serves),
+    // the hostname and loopback, in the kernel stack's order
+    let steps = setup::Setup {
+        hostname: Some(plan.hostname.as_bytes()),
+        loopback: plan.new_netns && !plan.network_off,
+        ..Default::default()
+    };
+    let Ok(masks) = setup::setup(&steps, || {
+        mounts::exec_mounts(&plan.mounts)?;
+        let masks = super::fusemask::mount(&plan.watched, fuse_dev);
+        if fuse_dev >= 0 {
+            sys::close(fuse_dev);
+        }
+        Ok(masks)
+    }) else {
         quit()
-    }
-    // this spare's watched masks, kept for the exec it serves
-    let masks = super::fusemask::mount(&plan.watched, fuse_dev);
-    if fuse_dev >= 0 {
-        sys::close(fuse_dev);
-    }
-    if plan.new_netns && !plan.network_off && sys::loopback_up().is_err() {
-        quit()
-    }
+    };
     let per_exec = mounts::per_exec_roots(&plan.mounts);
     let Ok((created, again)) = rules.create(&per_exec) else {
         quit()

@@ -2,8 +2,10 @@
 //! for tests only — a fixed table given by [`TEST_RESOLVE_ENV`].
 //!
 //! **Test-only override.** `CAPSULE_PROXY_TEST_RESOLVE=name=ADDR[,name=ADDR...]` (a name may
-//! repeat to give several addresses, e.g. `a.test=127.0.0.1,a.test=::1`) replaces the
-//! system resolver entirely: names not in the table do not resolve, so a test never looks up
+//! repeat to give several addresses, e.g. `a.test=127.0.0.1,a.test=::1`; an address with a
+//! port, `a.test=127.0.0.1:8443` or `a.test=[::1]:8443`, stands for the name on every
+//! port, so that a test server on a port of its own plays a real host's `:443`) replaces
+//! the system resolver entirely: names not in the table do not resolve, so a test never looks up
 //! a real internet name. It only changes what names resolve to; every resolved address is
 //! still checked (loopback, private, metadata... are refused unless the allowlist names the
 //! literal address), so it cannot widen what the proxy lets through. It is read by the
@@ -21,8 +23,9 @@ pub enum Resolver {
     /// The system resolver.
     #[default]
     System,
-    /// A fixed table (tests only): names not in it do not resolve.
-    Table(HashMap<String, Vec<IpAddr>>),
+    /// A fixed table (tests only): names not in it do not resolve; an address with a
+    /// port is reached on that port whatever port was asked.
+    Table(HashMap<String, Vec<(IpAddr, Option<u16>)>>),
 }
 
 impl Resolver {
@@ -37,9 +40,9 @@ impl Resolver {
         }
     }
 
-    /// Parse `name=ADDR[,name=ADDR...]` into a [`Resolver::Table`].
+    /// Parse `name=ADDR[:PORT][,name=ADDR[:PORT]...]` into a [`Resolver::Table`].
     pub fn parse_table(spec: &str) -> Result<Resolver, String> {
-        let mut map: HashMap<String, Vec<IpAddr>> = HashMap::new();
+        let mut map: HashMap<String, Vec<(IpAddr, Option<u16>)>> = HashMap::new();
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (name, addr) = item
                 .split_once('=')
@@ -47,6 +50,12 @@ impl Resolver {
             let name = super::allowlist::normalize_name(name.trim())
                 .map_err(|e| format!("`{item}`: {e}"))?;
             let addr = addr.trim();
+            if let Ok(sa) = addr.parse::<SocketAddr>() {
+                map.entry(name)
+                    .or_default()
+                    .push((sa.ip(), Some(sa.port())));
+                continue;
+            }
             let addr = addr
                 .strip_prefix('[')
                 .and_then(|a| a.strip_suffix(']'))
@@ -54,7 +63,7 @@ impl Resolver {
             let ip: IpAddr = addr
                 .parse()
                 .map_err(|_| format!("`{item}`: `{addr}` is not an IP address"))?;
-            map.entry(name).or_default().push(ip);
+            map.entry(name).or_default().push((ip, None));
         }
         Ok(Resolver::Table(map))
     }
@@ -65,7 +74,10 @@ impl Resolver {
         match self {
             Resolver::System => Ok(tokio::net::lookup_host((name, port)).await?.collect()),
             Resolver::Table(map) => match map.get(name) {
-                Some(ips) => Ok(ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect()),
+                Some(ips) => Ok(ips
+                    .iter()
+                    .map(|(ip, p)| SocketAddr::new(*ip, p.unwrap_or(port)))
+                    .collect()),
                 None => Err(std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     format!("`{name}` is not in the test resolver table ({TEST_RESOLVE_ENV})"),
@@ -91,6 +103,15 @@ mod tests {
             ]
         );
         assert!(r.resolve("example.com", 80).await.is_err());
+        let r = Resolver::parse_table("a.test=127.0.0.1:8443,b.test=[::1]:9").unwrap();
+        assert_eq!(
+            r.resolve("a.test", 443).await.unwrap(),
+            vec!["127.0.0.1:8443".parse::<SocketAddr>().unwrap()]
+        );
+        assert_eq!(
+            r.resolve("b.test", 443).await.unwrap(),
+            vec!["[::1]:9".parse::<SocketAddr>().unwrap()]
+        );
     }
 
     #[test]

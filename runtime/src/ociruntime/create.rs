@@ -1,5 +1,7 @@
 //! `create`: the container's init is cloned into its new namespaces, placed in its
-//! cgroups, builds its root ([`super::rootfs`]), prepares its process
+//! cgroups, sets itself up in the kernel stack's order ([`crate::kernel::setup`]: the
+//! namespaces joined, its root built by [`crate::kernel::mount::container`], hostname,
+//! loopback), prepares its process
 //! ([`super::process::prepare`]), tells `create` it is ready and blocks opening the
 //! state directory's `exec.fifo` for writing; `start` opens it for reading, which
 //! releases the init to its last steps and `execve`. `create` exits as soon as the init
@@ -11,14 +13,12 @@
 //! container's) and exit 127, as runc does.
 
 use super::state::{self, Saved};
-use super::{hooks, observe, process, rootfs};
+use super::{hooks, observe, process};
 use crate::kernel::cgroup::container as cgroup;
-use crate::kernel::ns;
+use crate::kernel::{mount, ns, setup, sys};
 use crate::plan::container::{container, ContainerPlan, Create};
-use std::ffi::CString;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 pub struct Args<'a> {
@@ -32,16 +32,6 @@ pub struct Args<'a> {
     pub log: Option<super::observe::LogTo>,
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into a two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: two new descriptors of ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// Connect to the console socket the caller listens on.
 pub fn console(path: &Path) -> Result<OwnedFd, String> {
     let s = std::os::unix::net::UnixStream::connect(path)
@@ -50,7 +40,7 @@ pub fn console(path: &Path) -> Result<OwnedFd, String> {
 }
 
 /// The container's pseudo-terminal: `pair` (made with the root, its slave bound at
-/// `/dev/console`: [`rootfs::build`]) or, for `exec`, a pair on the running container's
+/// `/dev/console`: [`crate::kernel::mount::container::build`]) or, for `exec`, a pair on the running container's
 /// own devpts (its `ptmx` checked to be one: the container may have put anything at its
 /// path); its master goes over `sock` (what runc does: SCM_RIGHTS on the console socket)
 /// and its slave becomes stdio.
@@ -184,6 +174,28 @@ pub fn run(a: Args<'_>) -> Result<(), String> {
     r
 }
 
+/// What the container's init is handed at its clone.
+struct Init<'a> {
+    plan: &'a ContainerPlan,
+    rootfs: &'a Path,
+    /// The namespaces it joins by `path` (the pid one joined before the clone).
+    join: Vec<(OwnedFd, libc::c_int, String)>,
+    console: Option<OwnedFd>,
+    /// Its end of the refusal observer's socket pair.
+    observer: Option<OwnedFd>,
+    /// The state directory's `exec.fifo` (`O_PATH`): opened for writing, it blocks until
+    /// `start`.
+    fifo: OwnedFd,
+    /// Where it says it is ready, or why not.
+    report: Option<OwnedFd>,
+    /// The go-ahead: its maps, cgroups and limits are in place.
+    go: Option<OwnedFd>,
+}
+
+/// `create`'s steps after the cgroups are made: the exec fifo, the namespaces to join,
+/// the observer's channel, the init cloned; then, on this side, the init placed in its
+/// cgroups with its id maps and limits, the hooks of the runtime's namespaces, the init
+/// released and its readiness awaited, the observer started, the state saved.
 fn spawn(
     a: &Args<'_>,
     plan: &ContainerPlan,
@@ -193,202 +205,48 @@ fn spawn(
     cg_dirs: &[PathBuf],
     defaults: &[String],
 ) -> Result<(), String> {
-    let p = &plan.process;
-    let fifo = dir.join("exec.fifo");
-    let cf = CString::new(fifo.as_os_str().as_bytes()).map_err(|_| "state path with NUL")?;
-    // SAFETY: mkfifo of a C string path.
-    if unsafe { libc::mkfifo(cf.as_ptr(), 0o622) } < 0 {
-        return Err(format!(
-            "making {}: {}",
-            fifo.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    // the init opens it for writing as the container's root: with a new user namespace,
-    // that is the host id mapped to 0 (mkfifo's mode is cut by the umask)
-    let (root_uid, root_gid) = plan.root_ids;
-    // SAFETY: chown/chmod of the fifo just made in our own state directory.
-    if unsafe {
-        libc::chown(cf.as_ptr(), root_uid, root_gid) < 0 || libc::chmod(cf.as_ptr(), 0o622) < 0
-    } {
-        return Err(format!(
-            "making {}: {}",
-            fifo.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: open as O_PATH (no open of the fifo itself yet).
-    let fifo_fd = unsafe { libc::open(cf.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fifo_fd < 0 {
-        return Err(format!(
-            "opening {}: {}",
-            fifo.display(),
-            std::io::Error::last_os_error()
-        ));
-    }
+    let fifo = exec_fifo(dir, plan.root_ids)?;
     let console = a.console_socket.map(console).transpose()?;
-    // namespaces: new ones by clone flags, given ones joined (pid before the clone)
-    let flags = plan.namespaces.new;
-    let mut join: Vec<(OwnedFd, libc::c_int, String)> = Vec::new();
-    for n in &plan.namespaces.join {
-        let fd = std::fs::File::open(&n.path).map_err(|e| {
-            format!(
-                "linux.namespaces: {} namespace {}: {e}",
-                n.typ,
-                n.path.display()
-            )
-        })?;
-        join.push((OwnedFd::from(fd), n.flag, n.typ.clone()));
-    }
-    if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
-        // our children are born in it
-        ns::join(fd.as_raw_fd(), libc::CLONE_NEWPID)
-            .map_err(|e| format!("linux.namespaces: joining the pid namespace: {e}"))?;
-    }
-    let userns = plan.namespaces.userns;
+    let join = namespaces_to_join(plan)?;
     // the refusal observer's way in: a socket pair for the init, a socket for exec
     // (CAPSULE_OCI_OBSERVE=0 in capsule-runc's environment: none)
-    let observed = plan.observe.is_some();
-    let obs = if observed {
-        let (mine, init) = crate::kernel::seccomp::listener_channel()
-            .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
-        Some((mine, init, observe::bind(dir)?))
-    } else {
-        None
+    let obs = match &plan.observe {
+        Some(_) => {
+            let (mine, init) = crate::kernel::seccomp::listener_channel()
+                .map_err(|e| format!("the refusal observer's socket pair: {e}"))?;
+            Some((mine, init, observe::bind(dir)?))
+        }
+        None => None,
     };
-    let (err_r, err_w) = pipe()?;
-    let (go_r, go_w) = pipe()?;
-    let hostname = plan.hostname.clone();
-    let domainname = plan.domainname.clone();
+    let (err_r, err_w) = sys::pipe_owned().map_err(|e| format!("pipe: {e}"))?;
+    let (go_r, go_w) = sys::pipe_owned().map_err(|e| format!("pipe: {e}"))?;
+    let (obs_mine, obs_init) = match obs {
+        Some((mine, init, listen)) => (Some((mine, listen)), Some(init)),
+        None => (None, None),
+    };
+    let init = Init {
+        plan,
+        rootfs,
+        join,
+        console,
+        observer: obs_init,
+        fifo,
+        report: Some(err_w),
+        go: Some(go_r),
+    };
     // a fork into new namespaces (single-threaded here)
-    let forked = ns::fork_into((flags | libc::SIGCHLD) as libc::c_long)
+    let forked = ns::fork_into((plan.namespaces.new | libc::SIGCHLD) as libc::c_long)
         .map_err(|e| format!("cloning the container's init into its namespaces: {e}"))?;
-    if forked == ns::Forked::Child {
-        drop(err_r);
-        drop(go_w);
-        let obs_init = obs.map(|(mine, init, listen)| {
-            drop((mine, listen));
-            init
-        });
-        let mut w = std::fs::File::from(err_w);
-        let res = (|| -> Result<process::Prepared, String> {
-            let mut b = [0u8; 1];
-            let mut g = std::fs::File::from(go_r);
-            if !matches!(g.read(&mut b), Ok(1)) {
-                return Err("create ended before the init was released".into());
-            }
-            for (fd, f, typ) in &join {
-                if *f == libc::CLONE_NEWPID {
-                    continue;
-                }
-                ns::join(fd.as_raw_fd(), *f)
-                    .map_err(|e| format!("linux.namespaces: joining the {typ} namespace: {e}"))?;
-            }
-            if userns {
-                // root of the user namespace (the mappings are written by now): until
-                // then the init's ids are unmapped there, and the filesystems it mounts
-                // refuse to make anything (EOVERFLOW)
-                ns::become_root().map_err(|e| {
-                    format!("linux.uidMappings: becoming root of the user namespace (0 must be mapped): {e}")
-                })?;
-            }
-            // a session of its own (with a terminal: made by attaching it)
-            if console.is_none() {
-                ns::new_session();
-            }
-            let pair = rootfs::build(plan, rootfs).map_err(|e| e.to_string())?;
-            if let Some(h) = &hostname {
-                crate::kernel::sys::sethostname(h.as_bytes())
-                    .map_err(|e| format!("hostname {h:?}: {e}"))?;
-            }
-            if plan.loopback_up {
-                crate::kernel::sys::loopback_up()
-                    .map_err(|e| format!("linux.namespaces: network: bringing lo up: {e}"))?;
-            }
-            if let Some(d) = &domainname {
-                crate::kernel::sys::setdomainname(d.as_bytes())
-                    .map_err(|e| format!("domainname {d:?}: {e}"))?;
-            }
-            if let Some(c) = &console {
-                terminal(c.as_raw_fd(), p.console_size, pair)?;
-            }
-            process::setup(p)?;
-            hooks::run_inside(
-                &plan.hooks.clone().unwrap_or_default().create_container,
-                "createContainer",
-            )?;
-            let mut prep = process::prepare(p, &plan.confine)?;
-            prep.observer = obs_init.as_ref().map(|o| o.as_raw_fd());
-            Ok(prep)
-        })();
-        let prepared = match res {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = w.write_all(e.as_bytes());
-                // SAFETY: leaving the child.
-                unsafe { libc::_exit(1) }
-            }
-        };
-        let _ = w.write_all(b"\0ready");
-        drop(w);
-        // blocks until `start` opens the fifo for reading
-        let path = CString::new(format!("/proc/self/fd/{fifo_fd}")).unwrap_or_default();
-        // SAFETY: open of our own descriptor's magic link.
-        let f = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-        if f < 0 {
-            eprintln!(
-                "capsule-runc: waiting for start: {}",
-                std::io::Error::last_os_error()
-            );
-            // SAFETY: leaving the child.
-            unsafe { libc::_exit(127) }
+    let pid = match forked {
+        ns::Forked::Child => {
+            drop((err_r, go_w, obs_mine));
+            init_main(init)
         }
-        // SAFETY: one byte to our own descriptor.
-        unsafe {
-            libc::write(f, b"0".as_ptr() as *const libc::c_void, 1);
-            libc::close(f);
-            libc::close(fifo_fd);
-        }
-        if let Err(e) = hooks::run_inside(
-            &plan.hooks.clone().unwrap_or_default().start_container,
-            "startContainer",
-        ) {
-            eprintln!("capsule-runc: {e}");
-            // SAFETY: leaving the child.
-            unsafe { libc::_exit(127) }
-        }
-        let e = process::finish(prepared);
-        eprintln!("capsule-runc: {e}");
-        // SAFETY: leaving the child.
-        unsafe { libc::_exit(127) }
-    }
-    let ns::Forked::Parent(pid) = forked else {
-        unreachable!("the child never leaves its branch")
+        ns::Forked::Parent(pid) => pid,
     };
-    drop(err_w);
-    drop(go_r);
-    let obs = obs.map(|(mine, init, listen)| {
-        drop(init);
-        (mine, listen)
-    });
-    // SAFETY: our own descriptor.
-    unsafe { libc::close(fifo_fd) };
-    drop(console);
-    let kill = || {
-        // SAFETY: killing and reaping our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
-    };
-    let setup = (|| -> Result<(), String> {
-        cgroup::enter(cg_dirs, pid)?;
-        if flags & libc::CLONE_NEWUSER != 0 {
-            id_maps(pid, plan)?;
-        }
-        process::rlimits(pid, p)
-    })();
-    if let Err(e) = setup {
+    drop(init);
+    let kill = || crate::kernel::process::kill_and_reap(pid);
+    if let Err(e) = place(pid, plan, cg_dirs) {
         kill();
         return Err(e);
     }
@@ -405,65 +263,250 @@ fn spawn(
         hooks: plan.hooks.clone(),
         default_limits: defaults.to_vec(),
     };
+    let ready = runtime_hooks(a.root, &saved, plan)
+        .and_then(|()| release(go_w, err_r))
+        .and_then(|()| match (obs_mine, &plan.observe) {
+            (Some((mine, listen)), Some(watch)) => observe::spawn(
+                dir,
+                a.id,
+                pid,
+                start_time,
+                observe::allowed(watch),
+                mine,
+                listen,
+                a.log.clone(),
+                cg_dirs,
+                plan.disk.reserve,
+            ),
+            _ => Ok(()),
+        })
+        .and_then(|()| state::save(a.root, &saved))
+        .and_then(|()| match a.pid_file {
+            Some(pf) => std::fs::write(pf, pid.to_string())
+                .map_err(|e| format!("--pid-file {}: {e}", pf.display())),
+            None => Ok(()),
+        });
+    if ready.is_err() {
+        kill();
+    }
+    ready
+}
+
+/// The state directory's `exec.fifo`, made for the init to open for writing as the
+/// container's root (with a new user namespace, the host ids mapped to 0), and opened
+/// `O_PATH` (no open of the fifo itself yet).
+fn exec_fifo(dir: &Path, (uid, gid): (u32, u32)) -> Result<OwnedFd, String> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let fifo = dir.join("exec.fifo");
+    let made = (|| {
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o622))?;
+        std::os::unix::fs::chown(&fifo, Some(uid), Some(gid))?;
+        // mkfifo's mode is cut by the umask
+        std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o622))?;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&fifo)
+    })();
+    made.map(OwnedFd::from)
+        .map_err(|e: std::io::Error| format!("making {}: {e}", fifo.display()))
+}
+
+/// The namespaces the bundle gives by `path`, opened; the pid one joined now (a process
+/// cannot enter one itself: its children are born in it).
+fn namespaces_to_join(plan: &ContainerPlan) -> Result<Vec<(OwnedFd, libc::c_int, String)>, String> {
+    let mut join = Vec::new();
+    for n in &plan.namespaces.join {
+        let fd = std::fs::File::open(&n.path).map_err(|e| {
+            format!(
+                "linux.namespaces: {} namespace {}: {e}",
+                n.typ,
+                n.path.display()
+            )
+        })?;
+        join.push((OwnedFd::from(fd), n.flag, n.typ.clone()));
+    }
+    if let Some((fd, _, _)) = join.iter().find(|(_, f, _)| *f == libc::CLONE_NEWPID) {
+        ns::join(fd.as_raw_fd(), libc::CLONE_NEWPID)
+            .map_err(|e| format!("linux.namespaces: joining the pid namespace: {e}"))?;
+    }
+    Ok(join)
+}
+
+/// The init placed from outside, before it is released: into its cgroups, its user
+/// namespace's id maps, its resource limits.
+fn place(pid: libc::pid_t, plan: &ContainerPlan, cg_dirs: &[PathBuf]) -> Result<(), String> {
+    cgroup::enter(cg_dirs, pid)?;
+    if plan.namespaces.new & libc::CLONE_NEWUSER != 0 {
+        id_maps(pid, plan)?;
+    }
+    process::rlimits(pid, &plan.process)
+}
+
+/// prestart (deprecated) and createRuntime: in the runtime's namespaces, once the
+/// container's exist; prestart sees `created`, as in runtime-spec 1.0 (its tools check
+/// for it), createRuntime `creating`.
+fn runtime_hooks(root: &Path, saved: &Saved, plan: &ContainerPlan) -> Result<(), String> {
     let hk = plan.hooks.clone().unwrap_or_default();
-    let st = |status: &str| {
-        let mut v = saved.spec_state(a.root);
-        v["status"] = status.into();
-        v["pid"] = pid.into();
-        v
-    };
-    // prestart (deprecated) and createRuntime: in the runtime's namespaces, once the
-    // container's exist; prestart sees `created`, as in runtime-spec 1.0 (its tools
-    // check for it), createRuntime `creating`
     for (list, name, status) in [
         (&hk.prestart, "prestart", "created"),
         (&hk.create_runtime, "createRuntime", "creating"),
     ] {
-        if let Err(e) = hooks::run(list, name, &st(status)) {
-            kill();
-            return Err(e);
-        }
-    }
-    let mut go = std::fs::File::from(go_w);
-    let _ = go.write_all(&[1]);
-    let mut msg = Vec::new();
-    let _ = std::fs::File::from(err_r).read_to_end(&mut msg);
-    if msg != b"\0ready" {
-        kill();
-        let text = String::from_utf8_lossy(&msg).trim().to_string();
-        return Err(if text.is_empty() {
-            "the container's init ended before it was ready".into()
-        } else {
-            text
-        });
-    }
-    if let (Some((mine, listen)), Some(watch)) = (obs, &plan.observe) {
-        let allowed = observe::allowed(watch);
-        let r = observe::spawn(
-            dir,
-            a.id,
-            pid,
-            start_time,
-            allowed,
-            mine,
-            listen,
-            a.log.clone(),
-            cg_dirs,
-            plan.disk.reserve,
-        );
-        if let Err(e) = r {
-            kill();
-            return Err(e);
-        }
-    }
-    state::save(a.root, &saved)?;
-    if let Some(pf) = a.pid_file {
-        std::fs::write(pf, pid.to_string()).map_err(|e| {
-            kill();
-            format!("--pid-file {}: {e}", pf.display())
-        })?;
+        let mut st = saved.spec_state(root);
+        st["status"] = status.into();
+        st["pid"] = saved.pid.into();
+        hooks::run(list, name, &st)?;
     }
     Ok(())
+}
+
+/// The go-ahead to the init, then its word: ready, or why not.
+fn release(go: OwnedFd, report: OwnedFd) -> Result<(), String> {
+    let _ = std::fs::File::from(go).write_all(&[1]);
+    let mut msg = Vec::new();
+    let _ = std::fs::File::from(report).read_to_end(&mut msg);
+    if msg == b"\0ready" {
+        return Ok(());
+    }
+    let text = String::from_utf8_lossy(&msg).trim().to_string();
+    Err(if text.is_empty() {
+        "the container's init ended before it was ready".into()
+    } else {
+        text
+    })
+}
+
+/// The container's init: its setup in the kernel stack's order, its process prepared,
+/// ready said; then, once `start` opens the fifo, the startContainer hooks and the last
+/// steps. Never returns (`init` lives until the `execve`: its descriptors are the
+/// process's until then).
+fn init_main(mut init: Init<'_>) -> ! {
+    let Some(report) = init.report.take() else {
+        exit(1)
+    };
+    let mut w = std::fs::File::from(report);
+    let prepared = match init_setup(&mut init) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = w.write_all(e.as_bytes());
+            exit(1)
+        }
+    };
+    let _ = w.write_all(b"\0ready");
+    drop(w);
+    let plan = init.plan;
+    if let Err(e) = wait_for_start(&init.fifo) {
+        eprintln!("capsule-runc: waiting for start: {e}");
+        exit(127)
+    }
+    if let Err(e) = hooks::run_inside(
+        &plan.hooks.clone().unwrap_or_default().start_container,
+        "startContainer",
+    ) {
+        eprintln!("capsule-runc: {e}");
+        exit(127)
+    }
+    let e = process::finish(prepared);
+    eprintln!("capsule-runc: {e}");
+    exit(127)
+}
+
+fn exit(code: i32) -> ! {
+    // SAFETY: leaving the child without the parent's atexit handlers and buffers.
+    unsafe { libc::_exit(code) }
+}
+
+/// The init's steps before it is ready: the go-ahead awaited, the namespaces, root,
+/// hostname and loopback ([`setup::setup`]), the terminal, its process settled, the
+/// createContainer hooks, its last steps prepared.
+fn init_setup(init: &mut Init<'_>) -> Result<process::Prepared, String> {
+    let (plan, p) = (init.plan, &init.plan.process);
+    let mut b = [0u8; 1];
+    let released = init
+        .go
+        .take()
+        .is_some_and(|go| matches!(std::fs::File::from(go).read(&mut b), Ok(1)));
+    if !released {
+        return Err("create ended before the init was released".into());
+    }
+    let join: Vec<setup::Join<'_>> = init
+        .join
+        .iter()
+        .filter(|(_, f, _)| *f != libc::CLONE_NEWPID)
+        .map(|(fd, f, typ)| (fd.as_raw_fd(), *f, typ.as_str()))
+        .collect();
+    let steps = setup::Setup {
+        join: &join,
+        // root of the user namespace (the mappings are written by now): until then the
+        // init's ids are unmapped there, and the filesystems it mounts refuse to make
+        // anything (EOVERFLOW)
+        become_root: plan.namespaces.userns,
+        cgroups: &[],
+        // a session of its own (with a terminal: made by attaching it)
+        new_session: init.console.is_none(),
+        hostname: plan.hostname.as_deref().map(str::as_bytes),
+        domainname: plan.domainname.as_deref().map(str::as_bytes),
+        loopback: plan.loopback_up,
+    };
+    let pair = setup::setup(&steps, || {
+        mount::container::build(&mount::container::Root {
+            rootfs: init.rootfs,
+            mounts: &plan.mounts,
+            devices: &plan.devices,
+            bind_devices: plan.bind_devices,
+            console: plan.console,
+            sysctl: &plan.sysctl,
+            masked_paths: &plan.masked_paths,
+            readonly_paths: &plan.readonly_paths,
+            read_only: plan.root_readonly,
+            propagation: plan.rootfs_propagation,
+        })
+    })
+    .map_err(|e| setup_field(&e, plan))?;
+    if let Some(c) = &init.console {
+        terminal(c.as_raw_fd(), p.console_size, pair)?;
+    }
+    process::setup(p)?;
+    hooks::run_inside(
+        &plan.hooks.clone().unwrap_or_default().create_container,
+        "createContainer",
+    )?;
+    let mut prep = process::prepare(p, &plan.confine)?;
+    prep.observer = init.observer.as_ref().map(|o| o.as_raw_fd());
+    Ok(prep)
+}
+
+/// A failed setup step, named by the field of config.json it carries out.
+fn setup_field(e: &setup::SetupError, plan: &ContainerPlan) -> String {
+    use setup::SetupError as E;
+    match e {
+        E::Join { kind, error } => {
+            format!("linux.namespaces: joining the {kind} namespace: {error}")
+        }
+        E::BecomeRoot(error) => format!(
+            "linux.uidMappings: becoming root of the user namespace (0 must be mapped): {error}"
+        ),
+        E::Hostname(error) => format!(
+            "hostname {:?}: {error}",
+            plan.hostname.as_deref().unwrap_or("")
+        ),
+        E::Domainname(error) => {
+            format!(
+                "domainname {:?}: {error}",
+                plan.domainname.as_deref().unwrap_or("")
+            )
+        }
+        E::Loopback(error) => format!("linux.namespaces: network: bringing lo up: {error}"),
+        other => other.to_string(),
+    }
+}
+
+/// Block until `start` opens the fifo for reading, then leave it a byte.
+fn wait_for_start(fifo: &OwnedFd) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{}", fifo.as_raw_fd()))?;
+    f.write_all(b"0")
 }
 
 fn id_maps(pid: libc::pid_t, l: &ContainerPlan) -> Result<(), String> {

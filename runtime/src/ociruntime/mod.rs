@@ -21,7 +21,6 @@
 
 pub mod bundle;
 pub mod cli;
-pub mod copyup;
 pub mod create;
 pub mod detached;
 pub mod diskguard;
@@ -34,7 +33,6 @@ pub mod hooks;
 pub mod listing;
 pub mod observe;
 pub mod process;
-pub mod rootfs;
 pub mod state;
 pub mod update;
 

@@ -19,7 +19,7 @@
 //! Writes anywhere in the home land in the upper dir where a plain overlay of the whole
 //! home would have put them, so the layer's review is unchanged.
 
-use super::{bind, cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
+use crate::kernel::mount::{bind, cstr, ctx, mkdir_p, mount_point, overlay, under, NEW, OLD, R};
 use crate::kernel::sys::{self, Kind};
 use crate::linux::plan::view::{self, EntryKind, HomeView};
 use std::ffi::CString;

@@ -282,59 +282,9 @@ pub fn without_own(plan: &mut ContainerPlan, own_path: impl Fn(&Hierarchy) -> Op
     }
 }
 
-/// One mount of config.json: where (`dst`, in the rootfs), what, then its propagation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    /// The step's name in errors: `mounts[i] (TYPE at DST)`.
-    pub what: String,
-    pub dst: PathBuf,
-    pub kind: MountKind,
-    /// Propagation flags applied after, in order.
-    pub propagation: Vec<libc::c_ulong>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MountKind {
-    /// The host's `src` bound (with its submounts when `recursive`), then the
-    /// `MOUNT_ATTR_*` bits `attrs` set on it (recursively when `recursive`).
-    Bind {
-        src: PathBuf,
-        recursive: bool,
-        attrs: u64,
-    },
-    /// A filesystem of type `typ` from `src` with `flags` and `data`; a `sysfs` the kernel
-    /// refuses (a network namespace not ours, rootless) is the host's, bound. `copy_up`
-    /// (`tmpcopyup`, a tmpfs's): what the image had at the mount point is copied into it.
-    Fs {
-        typ: String,
-        src: PathBuf,
-        flags: libc::c_ulong,
-        data: String,
-        copy_up: bool,
-    },
-    /// `cgroup2` of the unified host (read-only when `ro`).
-    Cgroup2 { ro: bool },
-    /// On a v1 host: a tmpfs with, for each hierarchy, the container's own directory
-    /// (host path, under the old root) bound at its name (read-only when `ro`), as runc
-    /// does without a cgroup namespace.
-    CgroupV1 {
-        ro: bool,
-        binds: Vec<(PathBuf, PathBuf)>,
-    },
-}
-
-/// A device node of the container.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceNode {
-    /// The step's name in errors.
-    pub what: String,
-    pub path: PathBuf,
-    pub typ: String,
-    pub major: u32,
-    pub minor: u32,
-    pub mode: u32,
-    pub owner: Option<(u32, u32)>,
-}
+/// The mount steps and device nodes of a container's root, as the kernel stack takes
+/// them.
+pub use crate::kernel::mount::container::{DeviceNode, Mount, MountKind};
 
 /// The devices every container gets (runtime spec: default devices), then the bundle's.
 pub const DEFAULT_DEVICES: &[(&str, u32, u32)] = &[

@@ -1,8 +1,10 @@
-//! The container's root, as its plan has it ([`crate::plan::container::ContainerPlan`]):
-//! the bundle's rootfs bound over capsule's setup root (`linux::mounts::enter_setup_root`,
-//! the same first step as `capsule exec`'s), the mount steps in order, the devices, the
-//! masked and read-only paths, then the switch with pivot_root
-//! (`linux::mounts::finish_root_as`). Nothing is decided here: each step is the plan's.
+//! An OCI container's root, as its plan has it ([`Root`], from
+//! `crate::plan::container::ContainerPlan`), in the one order of its steps: the bundle's
+//! rootfs bound over capsule's setup root ([`super::enter_setup_root`], the same first
+//! step as `capsule exec`'s), the mount steps in order, the devices, the terminal, the
+//! sysctls (before `/proc/sys` can be made read-only), the masked and read-only paths,
+//! then the switch with pivot_root ([`super::finish_root_as`]) and the root's
+//! propagation. Nothing is decided here: each step is the plan's.
 //!
 //! The rootfs is hostile input: every destination is resolved inside it with
 //! `openat2(RESOLVE_IN_ROOT)` (a symlink in the image cannot lead a mount out of it, as
@@ -10,14 +12,88 @@
 //! time, and the mount goes onto the descriptor (`/proc/self/fd/N` of the host's proc,
 //! reachable as `/oldroot/proc`).
 
+use super::{self as mounts, StepError};
 use crate::kernel::checked;
-use crate::linux::mounts::{self, StepError};
-use crate::plan::container::{ContainerPlan, DeviceNode, Mount, MountKind};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+
+/// One mount of config.json: where (`dst`, in the rootfs), what, then its propagation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The step's name in errors: `mounts[i] (TYPE at DST)`.
+    pub what: String,
+    pub dst: PathBuf,
+    pub kind: MountKind,
+    /// Propagation flags applied after, in order.
+    pub propagation: Vec<libc::c_ulong>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountKind {
+    /// The host's `src` bound (with its submounts when `recursive`), then the
+    /// `MOUNT_ATTR_*` bits `attrs` set on it (recursively when `recursive`).
+    Bind {
+        src: PathBuf,
+        recursive: bool,
+        attrs: u64,
+    },
+    /// A filesystem of type `typ` from `src` with `flags` and `data`; a `sysfs` the kernel
+    /// refuses (a network namespace not ours, rootless) is the host's, bound. `copy_up`
+    /// (`tmpcopyup`, a tmpfs's): what the image had at the mount point is copied into it.
+    Fs {
+        typ: String,
+        src: PathBuf,
+        flags: libc::c_ulong,
+        data: String,
+        copy_up: bool,
+    },
+    /// `cgroup2` of the unified host (read-only when `ro`).
+    Cgroup2 { ro: bool },
+    /// On a v1 host: a tmpfs with, for each hierarchy, the container's own directory
+    /// (host path, under the old root) bound at its name (read-only when `ro`), as runc
+    /// does without a cgroup namespace.
+    CgroupV1 {
+        ro: bool,
+        binds: Vec<(PathBuf, PathBuf)>,
+    },
+}
+
+/// A device node of the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceNode {
+    /// The step's name in errors.
+    pub what: String,
+    pub path: PathBuf,
+    pub typ: String,
+    pub major: u32,
+    pub minor: u32,
+    pub mode: u32,
+    pub owner: Option<(u32, u32)>,
+}
+
+/// A container's root as its plan decided it ([`build`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Root<'a> {
+    /// The rootfs, the host path resolved.
+    pub rootfs: &'a Path,
+    pub mounts: &'a [Mount],
+    pub devices: &'a [DeviceNode],
+    /// With a user namespace: the host's devices bound (no `mknod` there).
+    pub bind_devices: bool,
+    /// A terminal is the container's: `/dev/console` made for it.
+    pub console: bool,
+    /// `(key, path under /proc/sys, value)`.
+    pub sysctl: &'a [(String, String, String)],
+    pub masked_paths: &'a [PathBuf],
+    pub readonly_paths: &'a [PathBuf],
+    /// The top of the root read-only.
+    pub read_only: bool,
+    /// The root's propagation, set after the switch.
+    pub propagation: Option<libc::c_ulong>,
+}
 
 type R<T> = Result<T, StepError>;
 
@@ -609,10 +685,11 @@ fn seal(root: RawFd, p: &Path, recursive: bool) -> io::Result<()> {
     )
 }
 
-/// Build the whole root of `plan` and switch to it. `rootfs` is the host path (the
-/// plan's, resolved); runs in the container's init, in its new mount namespace, before
-/// anything is forked. Returns the terminal's (master, slave) when the plan has one.
-pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<Option<(OwnedFd, OwnedFd)>> {
+/// Build the whole root and switch to it; runs in the container's init, in its new mount
+/// namespace, before anything is forked. Returns the terminal's (master, slave) when the
+/// root has one.
+pub fn build(plan: &Root<'_>) -> R<Option<(OwnedFd, OwnedFd)>> {
+    let rootfs = plan.rootfs;
     mounts::enter_setup_root()?;
     let s = mounts::under(mounts::OLD, rootfs).or_else(|e| err("the rootfs", e))?;
     let n = cs(mounts::NEW.as_bytes()).unwrap_or_default();
@@ -635,25 +712,25 @@ pub fn build(plan: &ContainerPlan, rootfs: &Path) -> R<Option<(OwnedFd, OwnedFd)
         propagate(root.as_raw_fd(), m)
             .or_else(|e| err(format!("mounts[{i}].options (propagation)"), e))?;
     }
-    devices(root.as_raw_fd(), &plan.devices, plan.bind_devices)?;
+    devices(root.as_raw_fd(), plan.devices, plan.bind_devices)?;
     let terminal = if plan.console {
         Some(console(root.as_raw_fd()).or_else(|e| err("the terminal: /dev/console", e))?)
     } else {
         None
     };
     // before the read-only and masked paths, as runc writes them
-    sysctls(root.as_raw_fd(), &plan.sysctl)?;
-    for p in &plan.masked_paths {
+    sysctls(root.as_raw_fd(), plan.sysctl)?;
+    for p in plan.masked_paths {
         mask(root.as_raw_fd(), p)
             .or_else(|e| err(format!("linux.maskedPaths: {}", p.display()), e))?;
     }
-    for p in &plan.readonly_paths {
+    for p in plan.readonly_paths {
         read_only(root.as_raw_fd(), p)
             .or_else(|e| err(format!("linux.readonlyPaths: {}", p.display()), e))?;
     }
     drop(root);
-    mounts::finish_root_as(plan.root_readonly)?;
-    if let Some(f) = plan.rootfs_propagation {
+    mounts::finish_root_as(plan.read_only)?;
+    if let Some(f) = plan.propagation {
         mount(None, &cs(b"/").unwrap_or_default(), None, f, None)
             .or_else(|e| err("linux.rootfsPropagation", e))?;
     }
