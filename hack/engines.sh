@@ -11,7 +11,7 @@
 # target/debug/capsule); RUNTIMES: the runtimes of the matrix (default "capsule runc").
 # Scratch: /var/tmp/capsule-engines-$$ (removed at the end). Needs docker.io, podman,
 # (rootless: the user capsule-ci with subordinate ids), cri: containerd and crictl on PATH
-# (crictl: cri-tools built from source, see docs/oci.md).
+# (crictl: cri-tools, not packaged by Debian 12; see docs/oci.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BENCH=0
@@ -86,7 +86,7 @@ start_rootless() {
 }
 cr() { nsenter --net=/run/netns/$NS crictl --runtime-endpoint "unix://$S/cri/sock" --image-endpoint "unix://$S/cri/sock" "$@"; }
 start_cri() {
-  command -v crictl >/dev/null || { echo "crictl not found: the cri column is skipped (build cri-tools, docs/oci.md)" >&2; return 1; }
+  command -v crictl >/dev/null || { echo "crictl not found: the cri column is skipped (install cri-tools, docs/oci.md)" >&2; return 1; }
   mkdir -p "$S/cri"
   cat >"$S/cri/config.toml" <<EOF
 version = 2
@@ -119,7 +119,7 @@ EOF
   umoci init --layout "$S/cri/img" >/dev/null && umoci new --image "$S/cri/img:1" >/dev/null &&
     umoci unpack --image "$S/cri/img:1" "$S/cri/b" >/dev/null && cp -a "$r/." "$S/cri/b/rootfs/" &&
     umoci repack --image "$S/cri/img:1" "$S/cri/b" >/dev/null &&
-    umoci config --image "$S/cri/img:1" --config.cmd sleep --config.cmd 2147483647 >/dev/null &&
+    umoci config --image "$S/cri/img:1" --config.env PATH=/bin --config.cmd sleep --config.cmd 2147483647 >/dev/null &&
     (cd "$S/cri/img" && tar cf ../img.tar .) &&
     ctr --address "$S/cri/sock" -n k8s.io image import --index-name $I "$S/cri/img.tar" >/dev/null
   CRICTL_OK=1
@@ -236,9 +236,12 @@ if [ "$BENCH" -gt 0 ]; then
     printf '%-10s' "$e"; declare -A M=()
     for rt in $RUNTIMES; do
       M[$rt]=$(median <"$S/bench-$e-$rt"); fails=$(grep -c FAIL "$S/bench-$e-$rt.err" 2>/dev/null)
-      printf ' %14s' "${M[$rt]}$([ "${fails:-0}" -gt 0 ] && echo "($fails!)")"
+      # a runtime whose every run failed has no figure
+      [ "${fails:-0}" -ge "$BENCH" ] && M[$rt]=failed
+      printf ' %14s' "${M[$rt]}$([ "${fails:-0}" -gt 0 ] && [ "${fails:-0}" -lt "$BENCH" ] && echo "($fails!)")"
     done
-    printf ' %16s %16s\n' "$(echo "scale=2; ${M[capsule]} / ${M[runc]}" | bc)" "$(echo "scale=2; ${M[capsule]} / ${M[crun]}" | bc)"
+    ratio() { [ "$1" = failed ] || [ "$2" = failed ] && { echo -; return; }; echo "scale=2; $1 / $2" | bc; }
+    printf ' %16s %16s\n' "$(ratio "${M[capsule]}" "${M[runc]}")" "$(ratio "${M[capsule]}" "${M[crun]}")"
   done
   echo "($BENCH runs each, interleaved; median seconds of one start to exit; (N!): N runs failed; load: $(cut -d' ' -f1-3 /proc/loadavg))"
   exit 0

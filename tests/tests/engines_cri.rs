@@ -6,9 +6,9 @@
 //! sandbox's too) and imported into the `k8s.io` namespace. Pods use the host's network
 //! (no CNI plugin here) and share their ipc and uts namespaces by path.
 //!
-//! crictl is cri-tools built from source (`hack/build-crictl.sh`): Debian 12 packages
-//! none and these machines reach no Go module proxy, so CI, which starts from a fresh
-//! Debian, has no crictl and skips this binary with the reason printed.
+//! crictl is cri-tools (1.26.1 tested): Debian 12 packages none, so CI, which starts
+//! from a fresh Debian, has no crictl and skips this binary with the reason printed;
+//! a machine with crictl on PATH runs it.
 
 use capsule_e2e::engines::{daemon, out, processes_naming, sweep, usable, wait_until, IMAGE};
 use capsule_e2e::{code, stderr, stdout};
@@ -29,7 +29,7 @@ fn cri() -> Option<&'static Cri> {
     C.get_or_init(|| {
         if !capsule_e2e::engines::have("crictl") {
             eprintln!(
-                "note: crictl is not installed (Debian 12 has no cri-tools; build it with hack/build-crictl.sh): the CRI tests are skipped"
+                "note: crictl is not installed (Debian 12 has no cri-tools; install crictl from cri-tools' releases): the CRI tests are skipped"
             );
             return None;
         }
