@@ -222,7 +222,7 @@ pub enum Filter<'a> {
     },
     /// A compiled program (an OCI bundle's), installed as it is.
     Program {
-        bpf: &'a [libc::sock_filter],
+        bpf: &'a [seccomp::bpf::sock_filter],
         flags: libc::c_ulong,
     },
     /// The refusal observer's filter (only observes), its listener sent on `listener_to`

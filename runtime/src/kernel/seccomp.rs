@@ -39,9 +39,10 @@
 //! refuses ptrace of any process outside the sandbox's domain, which also covers weaker
 //! isolation without a pid namespace.
 
+use bpf::sock_filter;
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -79,9 +80,9 @@ pub struct SeccompReport {
 /// A built filter, ready to install.
 #[derive(Debug, Clone)]
 pub struct SeccompProgram {
-    bpf: BpfProgram,
+    bpf: Vec<sock_filter>,
     /// The same program with each `EPERM` answer replaced by `SECCOMP_RET_USER_NOTIF`.
-    listened: BpfProgram,
+    listened: Vec<sock_filter>,
     /// Does this kernel answer "continue" ([`continue_supported`])? Else the plain
     /// program is installed even where the listened one is asked for.
     listen: bool,
@@ -109,26 +110,14 @@ pub fn continue_supported() -> bool {
     matches!((it.next(), it.next()), (Some(major), Some(minor)) if (major, minor) >= (5, 5))
 }
 
-// classic BPF opcodes (linux/bpf_common.h)
-const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-#[cfg(target_arch = "x86_64")]
-const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
-const BPF_RET_K: u16 = 0x06;
-const BPF_JMP_JSET_K_ANY: u16 = 0x05 | 0x40;
-const SECCOMP_DATA_NR: u32 = 0;
-const SECCOMP_DATA_ARCH: u32 = 4;
-
-#[cfg(target_arch = "x86_64")]
-const NATIVE_AUDIT_ARCH: u32 = 62 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_X86_64
-#[cfg(target_arch = "aarch64")]
-const NATIVE_AUDIT_ARCH: u32 = 183 | 0x8000_0000 | 0x4000_0000; // AUDIT_ARCH_AARCH64
-                                                                // other architectures are not supported: `SeccompProgram::build` says so
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const NATIVE_AUDIT_ARCH: u32 = 0;
-/// The x32 ABI marks its syscall numbers with this bit.
-#[cfg(target_arch = "x86_64")]
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+pub use bpf::X32_SYSCALL_BIT;
+use bpf::{
+    arch_check, arg_low, jump, stmt, DATA_NR as SECCOMP_DATA_NR, JA as BPF_JMP_JA,
+    JEQ_K as BPF_JMP_JEQ_K, JSET_K as BPF_JMP_JSET_K_ANY, LD_W_ABS as BPF_LD_W_ABS, RET_ALLOW,
+    RET_K as BPF_RET_K,
+};
+#[cfg(test)]
+use bpf::{DATA_ARCH as SECCOMP_DATA_ARCH, NATIVE_AUDIT_ARCH};
 
 /// `TIOCSTI`: push a byte into a terminal's input queue (terminal injection).
 pub const TIOCSTI: u64 = 0x5412;
@@ -281,37 +270,11 @@ fn native_arch() -> Result<TargetArch, SeccompError> {
     ))
 }
 
-fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
-
 /// The hand-written prologue: foreign ABIs die, `clone3` gets ENOSYS, everything else falls
 /// through to seccompiler's table.
 fn prologue(table: &[SysRule]) -> Vec<sock_filter> {
-    let kill = libc::SECCOMP_RET_KILL_PROCESS;
-    let enosys = libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA);
-    let mut p = vec![
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
-        // native arch: skip the kill
-        jump(BPF_JMP_JEQ_K, NATIVE_AUDIT_ARCH, 1, 0),
-        stmt(BPF_RET_K, kill),
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
-    ];
-    #[cfg(target_arch = "x86_64")]
-    p.extend([
-        // x32 bit set: fall into the kill, else skip it
-        jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
-        stmt(BPF_RET_K, kill),
-    ]);
+    let enosys = bpf::ret_errno(libc::ENOSYS as u32);
+    let mut p = arch_check(bpf::RET_KILL_PROCESS);
     // the table's ENOSYS answers (openat2, clone3): unconditional, before the table
     for r in table.iter().filter(|r| r.errno == libc::ENOSYS) {
         p.extend([
@@ -437,7 +400,10 @@ pub fn rules() -> Vec<SysRule> {
 
 /// seccompiler's table of the `EPERM` rules of `refusals` whose syscall `keep` selects:
 /// `EPERM` when a rule matches, allow otherwise.
-fn table(refusals: &[SysRule], keep: impl Fn(i64) -> bool) -> Result<BpfProgram, SeccompError> {
+fn table(
+    refusals: &[SysRule],
+    keep: impl Fn(i64) -> bool,
+) -> Result<Vec<sock_filter>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for r in refusals
         .iter()
@@ -474,24 +440,21 @@ fn table(refusals: &[SysRule], keep: impl Fn(i64) -> bool) -> Result<BpfProgram,
         SeccompAction::Errno(libc::EPERM as u32),
         native_arch()?,
     )?;
-    Ok(filter.try_into()?)
+    let program: BpfProgram = filter.try_into()?;
+    // seccompiler's instructions, as the kernel's (the same layout)
+    Ok(program
+        .into_iter()
+        .map(|i| sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect())
 }
-
-const BPF_JMP_JA: u16 = 0x05;
-
-/// Offset of the low 32 bits of argument `i` in `seccomp_data`.
-fn arg_low(i: u8) -> u32 {
-    let base = 16 + 8 * i as u32;
-    if cfg!(target_endian = "little") {
-        base
-    } else {
-        base + 4
-    }
-}
-const RET_ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 
 /// `section` with each "allow" replaced by a jump to the instruction right after it.
-fn fall_through(section: BpfProgram) -> Vec<sock_filter> {
+fn fall_through(section: Vec<sock_filter>) -> Vec<sock_filter> {
     let n = section.len();
     section
         .into_iter()
@@ -686,18 +649,8 @@ pub fn install_observer() -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     if !continue_supported() {
         return Ok(None);
     }
-    let mut p = vec![
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
-        // another architecture: not observed (skip to the end's allow)
-        jump(BPF_JMP_JEQ_K, NATIVE_AUDIT_ARCH, 1, 0),
-        stmt(BPF_RET_K, RET_ALLOW),
-    ];
-    #[cfg(target_arch = "x86_64")]
-    p.extend([
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
-        jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1),
-        stmt(BPF_RET_K, RET_ALLOW),
-    ]);
+    // another architecture: not observed
+    let mut p = arch_check(RET_ALLOW);
     p.extend(observed_calls(false, true, false, &|_| true));
     let fd = install_bpf(&p, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
     // SAFETY: the kernel returned a new descriptor, ours to own.
@@ -897,14 +850,13 @@ impl SeccompProgram {
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, flags, bpf)`: its return value.
 fn install_bpf(bpf: &[sock_filter], flags: libc::c_ulong) -> std::io::Result<libc::c_long> {
-    // seccompiler's sock_filter is repr(C) with the kernel's layout
-    set_mode_filter(bpf.as_ptr() as *const libc::sock_filter, bpf.len(), flags)
+    set_mode_filter(bpf.as_ptr(), bpf.len(), flags)
 }
 
 /// Install a compiled program (an OCI bundle's) on the calling thread, with `flags`
 /// (`SECCOMP_FILTER_FLAG_*`). One system call, no allocation.
-pub fn install_program(bpf: &[libc::sock_filter], flags: libc::c_ulong) -> std::io::Result<()> {
-    set_mode_filter(bpf.as_ptr(), bpf.len(), flags).map(drop)
+pub fn install_program(bpf: &[sock_filter], flags: libc::c_ulong) -> std::io::Result<()> {
+    install_bpf(bpf, flags).map(drop)
 }
 
 /// The one `seccomp(SECCOMP_SET_MODE_FILTER)` call every filter goes through.
@@ -969,6 +921,7 @@ pub fn install() -> Result<SeccompReport, SeccompError> {
     Ok(p.report)
 }
 
+pub mod bpf;
 mod dispatch;
 
 #[cfg(test)]

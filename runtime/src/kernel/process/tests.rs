@@ -106,7 +106,7 @@ fn a_bundles_sets_are_kept_as_named() {
 fn a_program_filter_is_installed_last_with_no_new_privs() {
     // a filter answering EPERM to getppid, everything else allowed
     let ret_errno = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
-    let f = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
+    let f = |code: u16, k: u32, jt: u8, jf: u8| seccomp::bpf::sock_filter { code, jt, jf, k };
     let bpf = [
         f(0x20, 0, 0, 0),
         f(0x15, libc::SYS_getppid as u32, 0, 1),

@@ -14,12 +14,10 @@
 //! so leaving out the other syscalls' rules changes no answer for this one (the tests
 //! compare both programs on every syscall number and a spread of arguments).
 
-use seccompiler::sock_filter;
-
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-const BPF_JMP_JA: u16 = 0x05;
-const SECCOMP_DATA_NR: u32 = 0;
+use super::bpf::{
+    sock_filter, DATA_NR as SECCOMP_DATA_NR, JA as BPF_JMP_JA, JEQ_K as BPF_JMP_JEQ_K,
+    LD_W_ABS as BPF_LD_W_ABS,
+};
 
 /// `ld nr`, then for each `(nr, copy)` of `hot` "if the number is `nr`, go to `copy`",
 /// then `rest` (the whole program, taken by every other syscall), then the copies. Each

@@ -1,5 +1,5 @@
-//! `linux.seccomp` of config.json compiled to a BPF program: the filter the bundle asks
-//! for (capsule's own filter of `capsule exec` is not added: the bundle decides, as with
+//! `linux.seccomp` of config.json compiled to a BPF program (in the kernel stack's BPF,
+//! `crate::kernel::seccomp::bpf`): the filter the bundle asks for (capsule's own filter of `capsule exec` is not added: the bundle decides, as with
 //! runc). Compiling is pure; the OCI front end installs the program as the container
 //! process's last step before `execve`.
 //!
@@ -56,9 +56,14 @@ mod table {
     pub const SYSCALLS: &[(&str, u32)] = &[];
 }
 
+// emitted in the kernel stack's BPF (its names kept short here)
+use crate::kernel::seccomp::bpf::{self, Op, RET_K as RET, RET_KILL_PROCESS};
+#[cfg(test)]
+use crate::kernel::seccomp::bpf::{
+    AND_K as AND, JEQ_K as JEQ, JGE_K as JGE, JGT_K as JGT, JSET_K as JSET, LD_W_ABS as LD,
+};
+#[cfg(test)]
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
-const RET_KILL_PROCESS: u32 = 0x8000_0000;
 
 fn action(name: &str, errno: Option<u32>, default_errno: u32) -> Result<u32, String> {
     Ok(match name {
@@ -120,17 +125,6 @@ fn flag(f: &str) -> Option<libc::c_ulong> {
     })
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Op {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    MaskedEq,
-}
-
 fn op_of(s: &str) -> Option<Op> {
     Some(match s {
         "SCMP_CMP_EQ" => Op::Eq,
@@ -147,100 +141,10 @@ fn op_of(s: &str) -> Option<Op> {
 /// A compiled filter.
 #[derive(Debug, Clone)]
 pub struct Program {
-    pub bpf: Vec<libc::sock_filter>,
+    pub bpf: Vec<bpf::sock_filter>,
     pub flags: libc::c_ulong,
     /// Names the kernel's table does not have (skipped).
     pub unknown: Vec<String>,
-}
-
-// jump targets while building: the next block ("fail") or a relative skip
-#[derive(Clone, Copy)]
-enum T {
-    Rel(u8),
-    Fail,
-}
-
-struct Ins {
-    code: u16,
-    k: u32,
-    jt: T,
-    jf: T,
-}
-
-const LD: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-const AND: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
-const JEQ: u16 = 0x15;
-const JGT: u16 = 0x25;
-const JGE: u16 = 0x35;
-const JSET: u16 = 0x45;
-const RET: u16 = 0x06;
-
-fn ld(off: u32) -> Ins {
-    Ins {
-        code: LD,
-        k: off,
-        jt: T::Rel(0),
-        jf: T::Rel(0),
-    }
-}
-fn j(code: u16, k: u32, jt: T, jf: T) -> Ins {
-    Ins { code, k, jt, jf }
-}
-
-/// Conditions of one arg as instructions (all pass: fall through; else jump to Fail).
-fn cond(a: &Arg, out: &mut Vec<Ins>) {
-    let op = op_of(&a.op).unwrap_or(Op::Eq);
-    let lo_off = 16 + 8 * a.index;
-    let hi_off = lo_off + 4;
-    let (vhi, vlo) = ((a.value >> 32) as u32, a.value as u32);
-    let (ehi, elo) = ((a.value_two >> 32) as u32, a.value_two as u32);
-    use T::*;
-    match op {
-        Op::Eq => out.extend([
-            ld(hi_off),
-            j(JEQ, vhi, Rel(0), Fail),
-            ld(lo_off),
-            j(JEQ, vlo, Rel(0), Fail),
-        ]),
-        Op::Ne => out.extend([
-            ld(hi_off),
-            j(JEQ, vhi, Rel(0), Rel(2)),
-            ld(lo_off),
-            j(JEQ, vlo, Fail, Rel(0)),
-        ]),
-        Op::MaskedEq => out.extend([
-            ld(hi_off),
-            Ins {
-                code: AND,
-                k: vhi,
-                jt: Rel(0),
-                jf: Rel(0),
-            },
-            j(JEQ, ehi, Rel(0), Fail),
-            ld(lo_off),
-            Ins {
-                code: AND,
-                k: vlo,
-                jt: Rel(0),
-                jf: Rel(0),
-            },
-            j(JEQ, elo, Rel(0), Fail),
-        ]),
-        Op::Gt | Op::Ge => out.extend([
-            ld(hi_off),
-            j(JGT, vhi, Rel(3), Rel(0)),
-            j(JEQ, vhi, Rel(0), Fail),
-            ld(lo_off),
-            j(if op == Op::Gt { JGT } else { JGE }, vlo, Rel(0), Fail),
-        ]),
-        Op::Lt | Op::Le => out.extend([
-            ld(hi_off),
-            j(JGT, vhi, Fail, Rel(0)),
-            j(JEQ, vhi, Rel(0), Rel(2)),
-            ld(lo_off),
-            j(if op == Op::Lt { JGE } else { JGT }, vlo, Fail, Rel(0)),
-        ]),
-    }
 }
 
 fn nr_of(name: &str) -> Option<u32> {
@@ -255,22 +159,7 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
     check(s)?;
     let default_errno = s.default_errno_ret.unwrap_or(libc::EPERM as u32);
     let default = action(&s.default_action, s.default_errno_ret, libc::EPERM as u32)?;
-    let native = if cfg!(target_arch = "aarch64") {
-        AUDIT_ARCH_AARCH64
-    } else {
-        AUDIT_ARCH_X86_64
-    };
-    let mut bpf: Vec<libc::sock_filter> = Vec::new();
-    let raw = |code: u16, k: u32, jt: u8, jf: u8| libc::sock_filter { code, jt, jf, k };
-    bpf.push(raw(LD, 4, 0, 0));
-    bpf.push(raw(JEQ, native, 1, 0));
-    bpf.push(raw(RET, RET_KILL_PROCESS, 0, 0));
-    bpf.push(raw(LD, 0, 0, 0));
-    if cfg!(target_arch = "x86_64") {
-        // x32 system calls (bit 30 of the number): not the native ABI
-        bpf.push(raw(JSET, 0x4000_0000, 0, 1));
-        bpf.push(raw(RET, RET_KILL_PROCESS, 0, 0));
-    }
+    let mut bpf = bpf::arch_check(RET_KILL_PROCESS);
     let mut unknown = Vec::new();
     for r in &s.syscalls {
         let act = action(&r.action, r.errno_ret, default_errno)?;
@@ -279,10 +168,20 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
         for a in &r.args {
             counts[a.index as usize] += 1;
         }
-        let groups: Vec<Vec<&Arg>> = if counts.iter().any(|c| *c > 1) {
-            r.args.iter().map(|a| vec![a]).collect()
+        let conds: Vec<bpf::Cond> = r
+            .args
+            .iter()
+            .map(|a| bpf::Cond {
+                index: a.index as u8,
+                op: op_of(&a.op).unwrap_or(Op::Eq),
+                value: a.value,
+                value_two: a.value_two,
+            })
+            .collect();
+        let groups: Vec<&[bpf::Cond]> = if counts.iter().any(|c| *c > 1) {
+            conds.chunks(1).collect()
         } else {
-            vec![r.args.iter().collect()]
+            vec![&conds[..]]
         };
         for name in &r.names {
             let Some(nr) = nr_of(name) else {
@@ -292,39 +191,13 @@ pub fn compile(s: &Seccomp) -> Result<Program, String> {
                 continue;
             };
             for g in &groups {
-                let mut body: Vec<Ins> = Vec::new();
-                for a in g {
-                    cond(a, &mut body);
-                }
-                body.push(Ins {
-                    code: RET,
-                    k: act,
-                    jt: T::Rel(0),
-                    jf: T::Rel(0),
-                });
-                // the next block starts by loading the number again (conditions load args)
-                let reload = !g.is_empty();
-                let len = body.len();
-                if len > 250 {
-                    return Err(format!("linux.seccomp: the rule of {name} is too long"));
-                }
-                bpf.push(raw(JEQ, nr, 0, len as u8 + reload as u8));
-                for (i, ins) in body.iter().enumerate() {
-                    // the Fail target: the instruction after the body (the reload)
-                    let to_fail = (len - 1 - i) as u8;
-                    let t = |t: T| match t {
-                        T::Rel(n) => n,
-                        T::Fail => to_fail,
-                    };
-                    bpf.push(raw(ins.code, ins.k, t(ins.jt), t(ins.jf)));
-                }
-                if reload {
-                    bpf.push(raw(LD, 0, 0, 0));
-                }
+                let rule = bpf::rule(nr, g, act)
+                    .ok_or_else(|| format!("linux.seccomp: the rule of {name} is too long"))?;
+                bpf.extend(rule);
             }
         }
     }
-    bpf.push(raw(RET, default, 0, 0));
+    bpf.push(bpf::stmt(RET, default));
     if bpf.len() > 4096 {
         return Err(format!(
             "linux.seccomp: {} instructions, more than the kernel's 4096",
